@@ -1,0 +1,345 @@
+package runcue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/internal/hub"
+	"github.com/runcue/runcue/internal/ulid"
+	"github.com/runcue/runcue/internal/writer"
+	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/sqlite"
+)
+
+// Synchronous is the durability setting of a SQLite database in WAL mode.
+type Synchronous = sqlite.Synchronous
+
+const (
+	// SyncNormal: a committed unit survives the crash of any process, but
+	// the last commits before an operating-system crash or power loss may be
+	// lost (the database stays consistent). The default.
+	SyncNormal = sqlite.Normal
+	// SyncFull: a committed unit survives power loss too; each group commit
+	// costs an fsync.
+	SyncFull = sqlite.Full
+)
+
+// Config configures a Cue. The zero Config is valid; each field documents
+// its default.
+type Config struct {
+	// MaxConcurrent caps the handlers running at once. Default 100.
+	MaxConcurrent int
+	// Synchronous is the SQLite durability setting used by Open. Default
+	// SyncNormal.
+	Synchronous Synchronous
+	// DefaultTimeout bounds runs of tasks and submissions that set no
+	// timeout. Default 30 minutes.
+	DefaultTimeout time.Duration
+	// LeaseBuffer is added to a run's timeout to make its lease. Default 60s.
+	LeaseBuffer time.Duration
+	// PollInterval is how often the Cue checks the database for commits made
+	// by other processes (submissions to run, cancellations, events to
+	// deliver). Work submitted elsewhere is picked up within PollInterval
+	// plus one commit. Default 100ms.
+	PollInterval time.Duration
+	// EventBuffer is the number of recent events kept in memory for
+	// subscribers; a subscriber further behind reads from the database.
+	// Default 4096.
+	EventBuffer int
+	// ShutdownTimeout bounds how long Close waits for running handlers
+	// after cancelling them. Default 10s.
+	ShutdownTimeout time.Duration
+	// Clock is the time source of every scheduling decision. Default
+	// clock.Real().
+	Clock clock.Clock
+	// Logger receives structured logs. Params and results are never logged.
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+func (cfg Config) withDefaults() Config {
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 100
+	}
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = 30 * time.Minute
+	}
+	if cfg.LeaseBuffer <= 0 {
+		cfg.LeaseBuffer = 60 * time.Second
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 100 * time.Millisecond
+	}
+	if cfg.EventBuffer <= 0 {
+		cfg.EventBuffer = 4096
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
+// Cue coordinates work units: it stores them, dispatches them to their
+// handlers within the limits of their services, and reports every change as
+// an event.
+//
+// Any number of Cues, in any number of processes, may open the same
+// database to submit and inspect work; one at a time owns it (Start) and
+// runs the work. A Cue is safe for simultaneous use by multiple goroutines.
+type Cue struct {
+	cfg       Config
+	st        store.Store
+	ownsStore bool
+	clock     clock.Clock
+	log       *slog.Logger
+	w         *writer.Writer
+	hub       *hub.Hub
+	ids       ulid.Generator
+
+	mu         sync.Mutex
+	tasks      map[string]*Task
+	services   map[string]Service
+	knownTasks map[string]bool // registered here or in the database
+	closed     bool
+	running    *dispatcher // the current or last run
+	stopAfter  func() bool // unregisters the Start ctx watcher
+
+	disp atomic.Pointer[dispatcher] // the running dispatcher, nil when stopped
+}
+
+// Open opens (creating if needed) the SQLite database at path and migrates
+// its schema. It does not take ownership: any number of Cues may open one
+// database to submit and inspect work, and Start makes one of them run it.
+func Open(path string, cfg Config) (*Cue, error) {
+	st, err := sqlite.Open(path, sqlite.Options{Synchronous: cfg.Synchronous})
+	if err != nil {
+		return nil, err
+	}
+	c, err := New(st, cfg)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	c.ownsStore = true
+	return c, nil
+}
+
+// New returns a Cue on an open store (for backends other than SQLite). Close
+// does not close st.
+func New(st store.Store, cfg Config) (*Cue, error) {
+	cfg = cfg.withDefaults()
+	ctx := context.Background()
+	last, err := st.LastSeq(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("runcue: read event log: %w", err)
+	}
+	stored, err := st.Tasks(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("runcue: read tasks: %w", err)
+	}
+	c := &Cue{
+		cfg: cfg, st: st, clock: cfg.Clock, log: cfg.Logger,
+		tasks: make(map[string]*Task), services: make(map[string]Service), knownTasks: make(map[string]bool),
+	}
+	for name := range stored {
+		c.knownTasks[name] = true
+	}
+	c.hub = hub.New(st, cfg.EventBuffer, last)
+	c.w = writer.New(writer.Config{
+		Store: st, Clock: cfg.Clock, Poll: cfg.PollInterval, LastSeq: last,
+		Hooks: writer.Hooks{Publish: c.publish, Failed: c.storeFailed},
+	})
+	return c, nil
+}
+
+// publish runs on the writer goroutine after each commit.
+func (c *Cue) publish(evs []store.Event, external bool) {
+	c.hub.Publish(evs)
+	if external {
+		if d := c.disp.Load(); d != nil {
+			d.in.Push(msg{kind: mExternal, events: evs})
+		}
+	}
+}
+
+func (c *Cue) storeFailed(err error) {
+	c.log.Error("runcue: store failed; dispatching stopped", "error", err)
+	c.hub.Publish([]store.Event{{Type: string(EventStoreFailed), Time: c.clock.Now(),
+		Data: eventData{Error: err.Error(), ErrorKind: "store"}.encode()}})
+	if d := c.disp.Load(); d != nil {
+		d.in.Push(msg{kind: mStoreFailed, err: err})
+	}
+}
+
+// inserted tells the running dispatcher about units this Cue committed.
+func (c *Cue) inserted(units []*store.Unit, r store.Result) {
+	d := c.disp.Load()
+	if d == nil {
+		return
+	}
+	var fresh []*store.Unit
+	for i, iu := range r.Units {
+		if !iu.Duplicate && iu.State == store.Queued {
+			fresh = append(fresh, units[i])
+		}
+	}
+	if len(fresh) > 0 {
+		d.in.Push(msg{kind: mInserted, units: fresh})
+	}
+}
+
+func (c *Cue) notifyRegistry() {
+	if d := c.disp.Load(); d != nil {
+		d.in.Push(msg{kind: mRegistry})
+	}
+}
+
+func (c *Cue) checkOpen() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	return nil
+}
+
+// Start takes ownership of the database and begins dispatching; it returns
+// at once. If another Cue owns the database, in this process or another,
+// Start returns a *LockedError (ErrLocked). Units the previous owner left
+// running are requeued first (work_recovered). Cancelling ctx is the same
+// as calling StopAndCancel. Calling Start on a running Cue does nothing.
+func (c *Cue) Start(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	if c.running != nil {
+		select {
+		case <-c.running.done:
+		default:
+			if c.running.stopReq.Load() {
+				return ErrStopping
+			}
+			return nil // already running
+		}
+	}
+	if err := c.w.Err(); err != nil {
+		return wrapStoreErr(err)
+	}
+	now := c.clock.Now()
+	host, _ := os.Hostname()
+	owner := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), c.ids.New(now))
+	own, err := c.st.Acquire(ctx, store.Holder{Owner: owner, PID: os.Getpid(), Host: host, Since: now})
+	if err != nil {
+		return err
+	}
+	d := newDispatcher(c, owner, own)
+	c.disp.Store(d) // from here on, commits reach d's inbox
+	if err := d.recover(ctx); err != nil {
+		c.disp.Store(nil)
+		own.Release()
+		return err
+	}
+	c.running = d
+	go d.run()
+	c.stopAfter = context.AfterFunc(ctx, func() {
+		_ = c.StopAndCancel(context.Background())
+	})
+	c.log.Info("runcue: started", "owner", owner)
+	return nil
+}
+
+// Stop stops dispatching and waits for running handlers to return and their
+// outcomes to be stored; then it releases ownership. If ctx ends first,
+// Stop returns ctx's error and the Cue goes on stopping in the background.
+// Stop on a Cue that is not running returns nil.
+func (c *Cue) Stop(ctx context.Context) error {
+	return c.stop(ctx, false)
+}
+
+// StopAndCancel is Stop that also cancels running handlers' contexts (cause
+// ErrShutdown). Runs that end with an error because of it return their
+// units to the queue without spending retry budget.
+func (c *Cue) StopAndCancel(ctx context.Context) error {
+	return c.stop(ctx, true)
+}
+
+func (c *Cue) stop(ctx context.Context, cancel bool) error {
+	c.mu.Lock()
+	d := c.running
+	if c.stopAfter != nil {
+		c.stopAfter()
+		c.stopAfter = nil
+	}
+	c.mu.Unlock()
+	if d == nil {
+		return nil
+	}
+	d.stopReq.Store(true)
+	d.in.Push(msg{kind: mStop, cancel: cancel})
+	select {
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Close stops the Cue if it is running (cancelling handlers and waiting up
+// to Config.ShutdownTimeout for them), commits what is pending and releases
+// the database. Handlers still running after that are abandoned: their
+// units stay running in the database and the next owner requeues them.
+// Close is idempotent.
+func (c *Cue) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.ShutdownTimeout)
+	err := c.StopAndCancel(ctx)
+	cancel()
+	c.mu.Lock()
+	c.closed = true
+	d := c.running
+	c.mu.Unlock()
+	if err != nil && d != nil {
+		// Handlers ignore their contexts: abandon them.
+		d.in.Push(msg{kind: mAbandon})
+		<-d.done
+	}
+	c.w.Close()
+	c.hub.Close()
+	var errs []error
+	if c.ownsStore {
+		errs = append(errs, c.st.Close())
+	}
+	if err != nil {
+		errs = append(errs, fmt.Errorf("runcue: close: handlers did not stop within %v: %w", c.cfg.ShutdownTimeout, err))
+	}
+	return errors.Join(errs...)
+}
+
+// Owner returns the lease name of the running dispatcher, or "" when this
+// Cue does not own the database.
+func (c *Cue) Owner() string {
+	if d := c.disp.Load(); d != nil {
+		return d.owner
+	}
+	return ""
+}

@@ -1,0 +1,811 @@
+package runcue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/internal/heaps"
+	"github.com/runcue/runcue/internal/inbox"
+	"github.com/runcue/runcue/internal/writer"
+	"github.com/runcue/runcue/store"
+)
+
+// The dispatcher is the one goroutine that makes scheduling decisions. It
+// wakes on a message (a commit, a handler's return, a control request) or
+// on its timer, and never polls.
+//
+// Queued units live in lanes, one per task type: a heap by submission
+// order, so choosing the next unit costs no query. A lane is ready when it
+// has units; the ready lanes form a heap by their oldest unit. Dispatch pops
+// the oldest ready lane and tries to acquire every resource it needs (the
+// task's cap and each of its services) at once; if one has no room, the lane
+// parks on that resource and is woken when the resource frees capacity.
+
+type msgKind uint8
+
+const (
+	mInserted    msgKind = iota // units committed by this Cue
+	mExternal                   // events committed by another process
+	mDone                       // a handler returned
+	mClaimFailed                // a claim did not apply
+	mStop                       // stop dispatching (cancel: and cancel runs)
+	mAbandon                    // exit now, leaving runs behind
+	mRegistry                   // tasks or services were registered
+	mStoreFailed                // the store failed
+	mDrain                      // reply when idle
+	mSync                       // reply after one loop iteration (tests)
+)
+
+type msg struct {
+	kind   msgKind
+	units  []*store.Unit
+	events []store.Event
+	run    *run
+	result []byte
+	err    error
+	end    time.Time
+	cancel bool
+	reply  chan struct{}
+	drain  chan drainReply
+}
+
+// unit states inside the dispatcher.
+const (
+	uWaiting = iota // until runAt (timer heap)
+	uReady          // in its lane
+	uRunning
+	uOrphan // task type not registered here
+)
+
+type unit struct {
+	id        string
+	seq       int64
+	task      string
+	target    string
+	params    []byte
+	hasParams bool
+	runs      int
+	failures  int
+	runAt     time.Time
+	timeout   time.Duration
+	state     int
+	laneIdx   int // position in lane heap
+	timerGen  uint64
+}
+
+type run struct {
+	u        *unit
+	lane     *lane
+	no       int
+	start    time.Time
+	deadline time.Time
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stopDL   context.CancelFunc
+	handler  Handler
+	target   string
+	params   []byte
+	// cause is why runcue cancelled the run (ErrShutdown, ErrTimeout), nil
+	// if it did not.
+	cause error
+	// ended: the run's outcome is decided (by its return or its deadline);
+	// its resources are released.
+	ended       bool
+	claimFailed bool
+}
+
+// resource is something a lane needs capacity of: a task's cap or a service.
+type resource struct {
+	name    string
+	limit   int // 0: unlimited
+	active  int
+	waiters *heaps.Heap[*lane]
+}
+
+func (r *resource) hasRoom() bool { return r.limit == 0 || r.active < r.limit }
+
+type lane struct {
+	task      *taskRT
+	resources []*resource
+	units     *heaps.Heap[*unit]
+	idx       int       // position in the ready heap or in parkedOn's waiters
+	parkedOn  *resource // nil when not parked
+	inReady   bool
+}
+
+func (l *lane) headSeq() int64 { return l.units.Peek().seq }
+
+type taskRT struct {
+	name     string
+	def      *Task
+	cap      *resource
+	services []*resource
+	lane     *lane
+	retry    RetryPolicy
+}
+
+type timerKind uint8
+
+const (
+	tUnitDue timerKind = iota
+	tDeadline
+)
+
+type timerEntry struct {
+	at   time.Time
+	n    uint64 // tie-break: insertion order
+	kind timerKind
+	u    *unit
+	gen  uint64
+	r    *run
+	idx  int
+}
+
+type dispatcher struct {
+	c     *Cue
+	owner string
+	own   store.Ownership
+	clock clock.Clock
+	in    *inbox.Inbox[msg]
+	done  chan struct{}
+	// stopReq is set once Stop or StopAndCancel has been called.
+	stopReq atomic.Bool
+
+	tasks    map[string]*taskRT
+	services map[string]*resource
+	units    map[string]*unit // queued, waiting and running units of registered tasks
+	orphans  map[string]map[string]*unit
+	runs     map[string]*run
+	ready    *heaps.Heap[*lane]
+	timers   *heaps.Heap[*timerEntry]
+	timerN   uint64
+	timer    clock.Timer
+	armedAt  time.Time
+	inflight int // runs whose outcome is not decided
+	live     int // handler goroutines not yet returned
+	handlers sync.WaitGroup
+
+	paramBytes int
+	stopping   bool
+	abandon    bool
+	failed     error
+	drains     []chan drainReply
+	syncs      []chan struct{}
+	rnd        *rand.Rand
+}
+
+// maxParamBytes bounds the parameters kept in memory for queued units;
+// beyond it, a unit's parameters are read from the store when it runs.
+const maxParamBytes = 64 << 20
+
+// newDispatcher is called with c.mu held.
+func newDispatcher(c *Cue, owner string, own store.Ownership) *dispatcher {
+	d := &dispatcher{
+		c: c, owner: owner, own: own, clock: c.clock, in: inbox.New[msg](), done: make(chan struct{}),
+		tasks: make(map[string]*taskRT), services: make(map[string]*resource),
+		units: make(map[string]*unit), orphans: make(map[string]map[string]*unit), runs: make(map[string]*run),
+		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
+	}
+	d.ready = heaps.New(func(a, b *lane) bool { return a.headSeq() < b.headSeq() }, func(l *lane, i int) { l.idx = i })
+	d.timers = heaps.New(func(a, b *timerEntry) bool {
+		if !a.at.Equal(b.at) {
+			return a.at.Before(b.at)
+		}
+		return a.n < b.n
+	}, func(e *timerEntry, i int) { e.idx = i })
+	d.refreshRegistry(c.services, c.tasks)
+	return d
+}
+
+// refreshRegistry brings the dispatcher's view of tasks and services up to
+// date with the Cue's registrations, and adopts orphans whose task type is
+// now registered.
+// The caller holds c.mu.
+func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[string]*Task) {
+	for name, s := range services {
+		if _, ok := d.services[name]; !ok {
+			d.services[name] = newResource("service "+name, s.MaxConcurrent)
+		}
+	}
+	for name, t := range tasks {
+		if _, ok := d.tasks[name]; ok {
+			continue
+		}
+		rt := &taskRT{name: name, def: t, cap: newResource("task "+name, t.MaxConcurrent), retry: RetryPolicy{}.withDefaults()}
+		for _, s := range t.Services {
+			rt.services = append(rt.services, d.services[s])
+		}
+		rt.lane = &lane{task: rt, units: heaps.New(func(a, b *unit) bool { return a.seq < b.seq }, func(u *unit, i int) { u.laneIdx = i })}
+		rt.lane.resources = append([]*resource{rt.cap}, rt.services...)
+		d.tasks[name] = rt
+		if orphans := d.orphans[name]; orphans != nil {
+			delete(d.orphans, name)
+			for _, u := range orphans {
+				d.units[u.id] = u
+				d.makeEligible(u)
+			}
+		}
+	}
+}
+
+func newResource(name string, limit int) *resource {
+	return &resource{name: name, limit: limit,
+		waiters: heaps.New(func(a, b *lane) bool { return a.headSeq() < b.headSeq() }, func(l *lane, i int) { l.idx = i })}
+}
+
+// addUnit indexes a queued unit, unless it is already known.
+func (d *dispatcher) addUnit(su *store.Unit, withParams bool) {
+	if _, ok := d.units[su.ID]; ok {
+		return
+	}
+	if o := d.orphans[su.Task]; o != nil && o[su.ID] != nil {
+		return
+	}
+	u := &unit{id: su.ID, seq: su.Seq, task: su.Task, target: su.Target, runs: su.Runs, failures: su.Failures,
+		runAt: su.RunAt, timeout: su.Timeout, laneIdx: -1}
+	if withParams && d.paramBytes+len(su.Params) <= maxParamBytes {
+		u.params, u.hasParams = su.Params, true
+		d.paramBytes += len(su.Params)
+	}
+	if _, ok := d.tasks[u.task]; !ok {
+		u.state = uOrphan
+		o := d.orphans[u.task]
+		if o == nil {
+			o = make(map[string]*unit)
+			d.orphans[u.task] = o
+			d.c.log.Warn("runcue: queued units have a task type not registered here; they stay queued", "task_type", u.task)
+		}
+		o[u.id] = u
+		return
+	}
+	d.units[u.id] = u
+	d.makeEligible(u)
+}
+
+// makeEligible puts u in its lane, or on the timer heap until its runAt.
+func (d *dispatcher) makeEligible(u *unit) {
+	if u.runAt.After(d.clock.Now()) {
+		u.state = uWaiting
+		u.timerGen++
+		d.pushTimer(&timerEntry{at: u.runAt, kind: tUnitDue, u: u, gen: u.timerGen})
+		return
+	}
+	u.state = uReady
+	l := d.tasks[u.task].lane
+	l.units.Push(u)
+	d.laneChanged(l)
+}
+
+// laneChanged re-files l after its units changed.
+func (d *dispatcher) laneChanged(l *lane) {
+	switch {
+	case l.units.Len() == 0:
+		if l.inReady {
+			d.ready.Remove(l.idx)
+			l.inReady = false
+		} else if l.parkedOn != nil {
+			l.parkedOn.waiters.Remove(l.idx)
+			l.parkedOn = nil
+		}
+	case l.inReady:
+		d.ready.Fix(l.idx)
+	case l.parkedOn != nil:
+		l.parkedOn.waiters.Fix(l.idx)
+	default:
+		l.inReady = true
+		d.ready.Push(l)
+	}
+}
+
+func (d *dispatcher) removeQueued(u *unit) {
+	switch u.state {
+	case uReady:
+		l := d.tasks[u.task].lane
+		l.units.Remove(u.laneIdx)
+		d.laneChanged(l)
+	case uWaiting:
+		u.timerGen++ // its timer entry is now stale
+	case uOrphan:
+		delete(d.orphans[u.task], u.id)
+		return
+	}
+	d.forget(u)
+}
+
+func (d *dispatcher) forget(u *unit) {
+	if u.hasParams {
+		d.paramBytes -= len(u.params)
+	}
+	delete(d.units, u.id)
+}
+
+func (d *dispatcher) pushTimer(e *timerEntry) {
+	d.timerN++
+	e.n = d.timerN
+	d.timers.Push(e)
+}
+
+func (d *dispatcher) run() {
+	for {
+		for _, m := range d.in.Take() {
+			d.handle(m)
+		}
+		d.fireTimers()
+		d.dispatch()
+		if d.idle() && len(d.drains) > 0 {
+			orphans := make(map[string]int)
+			for task, o := range d.orphans {
+				if len(o) > 0 {
+					orphans[task] = len(o)
+				}
+			}
+			for _, ch := range d.drains {
+				ch <- drainReply{orphans: orphans}
+			}
+			d.drains = d.drains[:0]
+		}
+		for _, ch := range d.syncs {
+			close(ch)
+		}
+		d.syncs = d.syncs[:0]
+		if d.abandon || (d.stopping && d.live == 0) {
+			d.exit()
+			return
+		}
+		var timerC <-chan time.Time
+		if d.timers.Len() > 0 {
+			next := d.timers.Peek().at
+			if d.timer == nil {
+				d.timer = d.clock.NewTimer(next.Sub(d.clock.Now()))
+			} else if !next.Equal(d.armedAt) {
+				d.timer.Reset(next.Sub(d.clock.Now()))
+			}
+			d.armedAt = next
+			timerC = d.timer.C()
+		}
+		select {
+		case <-d.in.Wake():
+		case <-timerC:
+			d.armedAt = time.Time{}
+		}
+	}
+}
+
+func (d *dispatcher) idle() bool { return len(d.units) == 0 }
+
+func (d *dispatcher) exit() {
+	if d.timer != nil {
+		d.timer.Stop()
+	}
+	for _, ch := range d.drains {
+		ch <- drainReply{stopped: true}
+	}
+	d.drains = nil
+	_ = d.c.w.Sync(context.Background())
+	_ = d.own.Release()
+	d.c.disp.CompareAndSwap(d, nil)
+	if d.abandon && d.live > 0 {
+		d.c.log.Warn("runcue: abandoned handlers that ignored cancellation", "handlers", d.live)
+	}
+	d.c.log.Info("runcue: stopped", "owner", d.owner)
+	close(d.done)
+}
+
+func (d *dispatcher) handle(m msg) {
+	switch m.kind {
+	case mInserted:
+		for _, su := range m.units {
+			d.addUnit(su, true)
+		}
+	case mExternal:
+		d.external(m.events)
+	case mDone:
+		d.live--
+		d.finished(m)
+	case mClaimFailed:
+		r := m.run
+		r.claimFailed = true
+		if !r.ended {
+			r.cause = ErrCancelled
+			r.cancel(ErrCancelled)
+		}
+	case mStop:
+		if !d.stopping {
+			d.stopping = true
+			d.c.log.Info("runcue: stopping", "owner", d.owner, "running", d.inflight, "cancel", m.cancel)
+		}
+		if m.cancel {
+			for _, r := range d.runs {
+				if r.cause == nil {
+					r.cause = ErrShutdown
+				}
+				r.cancel(ErrShutdown)
+			}
+		}
+	case mAbandon:
+		d.abandon = true
+	case mRegistry:
+		d.c.mu.Lock()
+		d.refreshRegistry(d.c.services, d.c.tasks)
+		d.c.mu.Unlock()
+	case mStoreFailed:
+		d.failed = m.err
+	case mDrain:
+		d.drains = append(d.drains, m.drain)
+	case mSync:
+		d.syncs = append(d.syncs, m.reply)
+	}
+}
+
+// external applies changes committed by other processes.
+func (d *dispatcher) external(evs []store.Event) {
+	var load []string
+	for _, ev := range evs {
+		switch ev.Type {
+		case string(EventWorkQueued):
+			if _, known := d.units[ev.WorkID]; !known {
+				load = append(load, ev.WorkID)
+			}
+		case string(EventWorkCancelled):
+			if u, ok := d.units[ev.WorkID]; ok && u.state != uRunning {
+				d.removeQueued(u)
+			} else if o := d.orphans[ev.Task]; o != nil {
+				delete(o, ev.WorkID)
+			}
+		}
+	}
+	for _, id := range load {
+		su, err := d.c.st.GetUnit(context.Background(), id)
+		if err != nil {
+			if !errors.Is(err, store.ErrNotFound) {
+				d.c.log.Error("runcue: load submitted unit", "work_id", id, "error", err)
+			}
+			continue
+		}
+		if su.State == store.Queued {
+			d.addUnit(su, true)
+		}
+	}
+}
+
+func (d *dispatcher) fireTimers() {
+	now := d.clock.Now()
+	for d.timers.Len() > 0 && !d.timers.Peek().at.After(now) {
+		e := d.timers.Pop()
+		switch e.kind {
+		case tUnitDue:
+			if e.u.state == uWaiting && e.gen == e.u.timerGen {
+				e.u.runAt = time.Time{}
+				d.makeEligible(e.u)
+			}
+		case tDeadline:
+			if !e.r.ended {
+				d.timedOut(e.r, now)
+			}
+		}
+	}
+}
+
+// dispatch starts as many units as the caps and services allow.
+func (d *dispatcher) dispatch() {
+	if d.stopping || d.failed != nil {
+		return
+	}
+	for d.inflight < d.c.cfg.MaxConcurrent && d.ready.Len() > 0 {
+		l := d.ready.Pop()
+		l.inReady = false
+		if r := blocking(l); r != nil {
+			d.park(l, r)
+			continue
+		}
+		u := l.units.Pop()
+		for _, r := range l.resources {
+			r.active++
+		}
+		if l.units.Len() > 0 {
+			l.inReady = true
+			d.ready.Push(l)
+		}
+		d.start(u, l)
+	}
+}
+
+func blocking(l *lane) *resource {
+	for _, r := range l.resources {
+		if !r.hasRoom() {
+			return r
+		}
+	}
+	return nil
+}
+
+// park files l as a waiter of r. If l was woken by another resource that
+// still has room, that resource wakes its next waiter, so capacity is never
+// left idle while lanes wait for it.
+func (d *dispatcher) park(l *lane, r *resource) {
+	l.parkedOn = r
+	r.waiters.Push(l)
+	for _, other := range l.resources {
+		if other != r {
+			d.wake(other)
+		}
+	}
+}
+
+// wake moves one waiter of r to the ready heap if r has room.
+func (d *dispatcher) wake(r *resource) {
+	if r.waiters.Len() == 0 || !r.hasRoom() {
+		return
+	}
+	l := r.waiters.Pop()
+	l.parkedOn = nil
+	l.inReady = true
+	d.ready.Push(l)
+}
+
+func (d *dispatcher) release(l *lane) {
+	for _, r := range l.resources {
+		r.active--
+		d.wake(r)
+	}
+}
+
+func (d *dispatcher) start(u *unit, l *lane) {
+	now := d.clock.Now()
+	t := l.task
+	timeout := u.timeout
+	if timeout <= 0 {
+		timeout = t.def.Timeout
+	}
+	if timeout <= 0 {
+		timeout = d.c.cfg.DefaultTimeout
+	}
+	u.runs++
+	u.state = uRunning
+	r := &run{u: u, lane: l, no: u.runs, start: now, deadline: now.Add(timeout), handler: t.def.Handler,
+		target: u.target, params: u.params}
+	r.ctx, r.cancel = context.WithCancelCause(context.Background())
+	if clock.IsReal(d.clock) {
+		// Let the handler see its deadline; the timer heap still decides.
+		r.ctx, r.stopDL = context.WithDeadlineCause(r.ctx, r.deadline, ErrTimeout)
+	}
+	d.runs[u.id] = r
+	d.inflight++
+	d.pushTimer(&timerEntry{at: r.deadline, kind: tDeadline, r: r})
+	claim := &store.Claim{ID: u.id, Owner: d.owner, Run: r.no, At: now, LeaseExpires: r.deadline.Add(d.c.cfg.LeaseBuffer),
+		Events: []store.Event{{Type: string(EventWorkStarted), Task: u.task, Attempt: r.no}}}
+	err := d.c.w.Submit(&writer.Request{Ops: []store.Op{claim}, Done: func(res []store.Result, err error) {
+		if err != nil || !res[0].Applied {
+			d.in.Push(msg{kind: mClaimFailed, run: r})
+		}
+	}})
+	if err != nil {
+		// The writer is closed or failed: the run cannot be recorded.
+		d.failed = err
+		r.claimFailed = true
+	}
+	d.live++
+	d.handlers.Go(func() { d.execute(r) })
+}
+
+// execute runs on the handler goroutine.
+func (d *dispatcher) execute(r *run) {
+	w := &Work{ID: r.u.id, Task: r.u.task, Target: r.target, Params: r.params, Attempt: r.no}
+	var res any
+	var err error
+	if !r.u.hasParams {
+		var su *store.Unit
+		if su, err = d.c.st.GetUnit(r.ctx, r.u.id); err == nil {
+			w.Target, w.Params = su.Target, su.Params
+		} else {
+			err = fmt.Errorf("runcue: load unit: %w", err)
+		}
+	}
+	var out []byte
+	if err == nil {
+		res, err = callHandler(r.ctx, r.handler, w)
+		if err == nil {
+			if out, err = json.Marshal(res); err != nil {
+				err = Permanent(fmt.Errorf("runcue: encode result: %w", err))
+			}
+		}
+	}
+	d.in.Push(msg{kind: mDone, run: r, result: out, err: err, end: d.clock.Now()})
+}
+
+// panicError records a handler panic.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	return fmt.Sprintf("panic: %v\n%s", e.value, e.stack)
+}
+
+func (e *panicError) Is(target error) bool { return target == ErrPanic }
+
+func callHandler(ctx context.Context, h Handler, w *Work) (res any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			stack := debug.Stack()
+			if len(stack) > 8<<10 {
+				stack = stack[:8<<10]
+			}
+			res, err = nil, &panicError{value: v, stack: stack}
+		}
+	}()
+	return h(ctx, w)
+}
+
+// end decides that r is over: its resources are released and its unit
+// leaves the running set.
+func (d *dispatcher) end(r *run) {
+	r.ended = true
+	d.inflight--
+	delete(d.runs, r.u.id)
+	if r.stopDL != nil {
+		r.stopDL()
+	}
+	d.release(r.lane)
+}
+
+// finished handles a handler's return.
+func (d *dispatcher) finished(m msg) {
+	r := m.run
+	if r.ended {
+		return // decided at its deadline: a late result is discarded
+	}
+	d.end(r)
+	r.cancel(nil)
+	u := r.u
+	if r.claimFailed {
+		// The store refused the claim (the unit was cancelled elsewhere,
+		// or the store failed): there is nothing to record.
+		d.forget(u)
+		return
+	}
+	att := store.Attempt{Run: r.no, Start: r.start, End: m.end}
+	fin := &store.Finish{ID: u.id, Owner: d.owner, Run: r.no, At: m.end, Attempt: att}
+	switch {
+	case m.err == nil:
+		fin.State, fin.Result = store.Completed, m.result
+		fin.Attempt.Outcome = "completed"
+		fin.Events = []store.Event{{Type: string(EventWorkCompleted), Task: u.task, Attempt: r.no, Result: m.result}}
+		d.forget(u)
+	case errors.Is(r.cause, ErrShutdown):
+		d.interrupted(r, fin, m.err)
+	default:
+		d.failedRun(r, fin, m.err, kindOf(m.err), m.end)
+	}
+	d.submit(fin)
+}
+
+func kindOf(err error) string {
+	if errors.Is(err, ErrPanic) {
+		return "panic"
+	}
+	return "error"
+}
+
+// interrupted requeues a run cut short by shutdown, without spending budget.
+func (d *dispatcher) interrupted(r *run, fin *store.Finish, err error) {
+	fin.State = store.Queued
+	fin.Error, fin.ErrorKind = err.Error(), "interrupted"
+	fin.Attempt.Outcome, fin.Attempt.Error = "interrupted", err.Error()
+	fin.Events = []store.Event{{Type: string(EventWorkRequeued), Task: r.u.task, Attempt: r.no,
+		Data: eventData{Reason: "shutdown"}.encode()}}
+	d.requeueLocal(r.u, time.Time{})
+}
+
+// failedRun records a failed run: a retry if the policy allows, otherwise
+// the unit fails for good.
+func (d *dispatcher) failedRun(r *run, fin *store.Finish, err error, kind string, now time.Time) {
+	u := r.u
+	policy := r.lane.task.retry
+	msgText := err.Error()
+	fin.Error, fin.ErrorKind = msgText, kind
+	fin.Attempt.Outcome, fin.Attempt.Error = kind, msgText
+	if kind == "error" {
+		fin.Attempt.Outcome = "failed"
+	}
+	fin.SpendBudget = true
+	u.failures++
+	if u.failures < policy.MaxAttempts && policy.retryable(err) {
+		next := now.Add(policy.Delay(u.failures, d.rnd.Float64()))
+		fin.State, fin.RunAt = store.Queued, next
+		fin.Events = []store.Event{
+			{Type: string(EventWorkFailed), Task: u.task, Attempt: r.no,
+				Data: eventData{Error: msgText, ErrorKind: kind, WillRetry: true}.encode()},
+			{Type: string(EventWorkRetrying), Task: u.task, Attempt: r.no,
+				Data: eventData{NextAttempt: next.UnixNano()}.encode()},
+		}
+		d.requeueLocal(u, next)
+		return
+	}
+	fin.State = store.Failed
+	fin.Events = []store.Event{{Type: string(EventWorkFailed), Task: u.task, Attempt: r.no,
+		Data: eventData{Error: msgText, ErrorKind: kind}.encode()}}
+	d.forget(u)
+}
+
+func (d *dispatcher) requeueLocal(u *unit, at time.Time) {
+	u.runAt = at
+	if d.stopping {
+		d.forget(u) // it stays queued in the store for the next run
+		return
+	}
+	d.makeEligible(u)
+}
+
+// timedOut ends a run at its deadline, whether or not its handler returns.
+func (d *dispatcher) timedOut(r *run, now time.Time) {
+	r.cause = ErrTimeout
+	r.cancel(ErrTimeout)
+	d.end(r)
+	if r.claimFailed {
+		d.forget(r.u)
+		return
+	}
+	fin := &store.Finish{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
+		Attempt: store.Attempt{Run: r.no, Start: r.start, End: now}}
+	d.failedRun(r, fin, fmt.Errorf("%w after %v", ErrTimeout, r.deadline.Sub(r.start)), "timeout", now)
+	d.submit(fin)
+}
+
+func (d *dispatcher) submit(ops ...store.Op) {
+	if err := d.c.w.Submit(&writer.Request{Ops: ops, Done: func([]store.Result, error) {}}); err != nil && d.failed == nil {
+		d.failed = err
+	}
+}
+
+// drain waits until the dispatcher holds no work of registered task types.
+func (d *dispatcher) drain(ctx context.Context) error {
+	ch := make(chan drainReply, 1)
+	d.in.Push(msg{kind: mDrain, drain: ch})
+	select {
+	case rep := <-ch:
+		if rep.stopped {
+			return errors.New("runcue: Drain: the Cue stopped before its work was finished")
+		}
+		d.c.reportOrphans(rep.orphans)
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+type drainReply struct {
+	orphans map[string]int
+	stopped bool
+}
+
+// sync returns after the dispatcher has handled every message sent before
+// the call and completed one loop iteration.
+func (d *dispatcher) sync(ctx context.Context) error {
+	ch := make(chan struct{})
+	d.in.Push(msg{kind: mSync, reply: ch})
+	select {
+	case <-ch:
+		return nil
+	case <-d.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ErrTimeout is the cause of a handler's context cancelled at its deadline,
+// and matches the error recorded for the run.
+var ErrTimeout = errors.New("runcue: timeout")
+
+// ErrCancelled is the cause of a handler's context cancelled by Cancel.
+var ErrCancelled = errors.New("runcue: cancelled")

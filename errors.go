@@ -1,0 +1,63 @@
+package runcue
+
+import (
+	"errors"
+
+	"github.com/runcue/runcue/internal/writer"
+	"github.com/runcue/runcue/store"
+)
+
+// Sentinel errors, for use with errors.Is.
+var (
+	// ErrUnknownTask: the task type is registered neither in this Cue nor in
+	// the database.
+	ErrUnknownTask = errors.New("runcue: unknown task type")
+	// ErrUnknownService: a task names a service that is not registered.
+	ErrUnknownService = errors.New("runcue: unknown service")
+	// ErrNotFound: no work unit has the ID.
+	ErrNotFound = store.ErrNotFound
+	// ErrClosed: the Cue has been closed.
+	ErrClosed = writer.ErrClosed
+	// ErrLocked: another Cue owns the database. The error is a *LockedError
+	// naming the holder.
+	ErrLocked = store.ErrLocked
+	// ErrSchemaTooNew: the database was written by a newer runcue.
+	ErrSchemaTooNew = store.ErrSchemaTooNew
+	// ErrDuplicateID: a submission's caller-chosen ID is taken.
+	ErrDuplicateID = store.ErrDuplicateID
+	// ErrInvalid: a registration or submission is malformed.
+	ErrInvalid = errors.New("runcue: invalid argument")
+	// ErrStopping: Start was called while a previous run of the Cue is still
+	// stopping.
+	ErrStopping = errors.New("runcue: previous run is still stopping")
+	// ErrStoreFailed wraps the error that made the store fail at run time.
+	// The Cue stops dispatching and every later write returns it; close the
+	// Cue and open the database again once the cause is fixed.
+	ErrStoreFailed = errors.New("runcue: store failed")
+	// ErrShutdown is the cause of a handler's context cancelled by
+	// StopAndCancel or Close.
+	ErrShutdown = errors.New("runcue: shutting down")
+	// ErrPanic marks a failure recorded for a handler that panicked.
+	ErrPanic = errors.New("runcue: handler panicked")
+)
+
+// LockedError reports that another Cue owns the database. It matches
+// ErrLocked.
+type LockedError = store.LockedError
+
+// Holder identifies a database's owner: its lease name, process ID, host and
+// the time it took ownership.
+type Holder = store.Holder
+
+// storeFailure wraps a store error so that it matches both ErrStoreFailed and
+// the underlying error.
+type storeFailure struct{ err error }
+
+func (e *storeFailure) Error() string   { return "runcue: store failed: " + e.err.Error() }
+func (e *storeFailure) Unwrap() []error { return []error{ErrStoreFailed, e.err} }
+func wrapStoreErr(err error) error {
+	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrStoreFailed) {
+		return err
+	}
+	return &storeFailure{err}
+}

@@ -1,0 +1,317 @@
+// Package hub distributes committed events to subscribers.
+//
+// Published events go into a bounded ring shared by every subscriber. Each
+// subscriber has its own goroutine and cursor: it reads from the ring while
+// it keeps up, and from the store's durable log, a page at a time, when it
+// falls behind. Publish never waits for a subscriber, and a subscriber's
+// memory is bounded by the ring and one page.
+//
+// Durable events carry a sequence number (Seq > 0); the writer publishes
+// them contiguously. Ephemeral events (Seq == 0) live only in the ring: a
+// subscriber that falls behind the ring skips the ephemeral ones it missed.
+package hub
+
+import (
+	"context"
+	"sync"
+
+	"github.com/runcue/runcue/store"
+)
+
+const page = 256
+
+type entry struct {
+	pos uint64 // position in publication order, from 1
+	ev  store.Event
+}
+
+// Hub is safe for simultaneous use by multiple goroutines.
+type Hub struct {
+	st store.Store
+
+	mu      sync.Mutex
+	ring    []entry
+	head    int // index of the oldest entry
+	n       int
+	pos     uint64 // position of the newest entry
+	lastSeq int64
+	changed chan struct{}
+	closed  bool
+	done    chan struct{}
+	watch   map[string]chan struct{}
+	subs    sync.WaitGroup
+
+	// BeforeSend, when set, is called by a subscriber before each send; tests
+	// use it to stall a subscriber.
+	BeforeSend func()
+}
+
+// New returns a Hub holding up to size events, whose sequence numbers
+// continue after lastSeq.
+func New(st store.Store, size int, lastSeq int64) *Hub {
+	if size < 16 {
+		size = 16
+	}
+	return &Hub{st: st, ring: make([]entry, size), lastSeq: lastSeq, changed: make(chan struct{}),
+		done: make(chan struct{}), watch: make(map[string]chan struct{})}
+}
+
+// LastSeq returns the highest sequence number published.
+func (h *Hub) LastSeq() int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lastSeq
+}
+
+// Publish appends events in order. It never blocks on subscribers.
+func (h *Hub) Publish(evs []store.Event) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return
+	}
+	for _, ev := range evs {
+		h.pos++
+		i := (h.head + h.n) % len(h.ring)
+		if h.n == len(h.ring) {
+			h.head = (h.head + 1) % len(h.ring)
+		} else {
+			h.n++
+		}
+		h.ring[i] = entry{pos: h.pos, ev: ev}
+		if ev.Seq > 0 {
+			h.lastSeq = ev.Seq
+		}
+		if ev.WorkID != "" {
+			if ch, ok := h.watch[ev.WorkID]; ok {
+				close(ch)
+				delete(h.watch, ev.WorkID)
+			}
+		}
+	}
+	close(h.changed)
+	h.changed = make(chan struct{})
+}
+
+// Changed returns a channel closed at the next Publish or Close.
+func (h *Hub) Changed() <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return h.done
+	}
+	return h.changed
+}
+
+// Watch returns a channel closed when the next event for work unit id is
+// published, or the hub closes.
+func (h *Hub) Watch(id string) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return h.done
+	}
+	ch, ok := h.watch[id]
+	if !ok {
+		ch = make(chan struct{})
+		h.watch[id] = ch
+	}
+	return ch
+}
+
+// Done returns a channel closed when the hub closes.
+func (h *Hub) Done() <-chan struct{} { return h.done }
+
+// Close ends every subscription and waits for their goroutines.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	if !h.closed {
+		h.closed = true
+		close(h.done)
+		close(h.changed)
+		for id, ch := range h.watch {
+			close(ch)
+			delete(h.watch, id)
+		}
+	}
+	h.mu.Unlock()
+	h.subs.Wait()
+}
+
+// Subscription options.
+type Options struct {
+	// After is the sequence number to resume after; events with a higher
+	// Seq are delivered. Negative means "from now".
+	After int64
+	// Accept filters events; nil accepts all.
+	Accept func(*store.Event) bool
+	// Buffer is the capacity of the returned channel.
+	Buffer int
+	// Gap, when set, is called before delivering the first event if events
+	// after After are no longer stored; it returns an event to deliver
+	// first (its Seq is the first one still stored).
+	Gap func(after, first int64) store.Event
+}
+
+// Subscribe delivers events, converted by conv, on the returned channel
+// until ctx ends or the hub closes, then closes the channel.
+func Subscribe[T any](ctx context.Context, h *Hub, o Options, conv func(*store.Event) T) <-chan T {
+	out := make(chan T, o.Buffer)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		close(out)
+		return out
+	}
+	s := &sub[T]{h: h, ctx: ctx, o: o, out: out, conv: conv, cursor: o.After}
+	if o.After < 0 || o.After >= h.lastSeq {
+		// From now (or ahead of us): attach at the ring's end.
+		if o.After < 0 {
+			s.cursor = h.lastSeq
+		}
+		s.attached, s.lastPos = o.After <= h.lastSeq, h.pos
+	}
+	h.subs.Add(1)
+	h.mu.Unlock()
+	go s.run()
+	return out
+}
+
+type sub[T any] struct {
+	h        *Hub
+	ctx      context.Context
+	o        Options
+	out      chan T
+	conv     func(*store.Event) T
+	cursor   int64  // last durable Seq delivered (or skipped)
+	lastPos  uint64 // last ring position consumed, when attached
+	attached bool
+}
+
+func (s *sub[T]) run() {
+	defer s.h.subs.Done()
+	defer close(s.out)
+	buf := make([]store.Event, 0, page)
+	for {
+		buf = buf[:0]
+		wait, fromStore, ok := s.next(&buf)
+		if !ok {
+			return
+		}
+		if fromStore {
+			evs, err := s.h.st.EventsAfter(s.ctx, s.cursor, page)
+			if err != nil {
+				// The store failed or ctx ended; wait for a change and retry.
+				select {
+				case <-s.ctx.Done():
+					return
+				case <-s.h.Changed():
+					continue
+				}
+			}
+			// Sequence numbers are contiguous, so a jump means the events
+			// in between were pruned by retention.
+			if s.o.Gap != nil && len(evs) > 0 && evs[0].Seq > s.cursor+1 {
+				if !s.send(s.o.Gap(s.cursor, evs[0].Seq)) {
+					return
+				}
+			}
+			if len(evs) == 0 {
+				// Nothing stored beyond the cursor yet: wait for the ring.
+				select {
+				case <-s.ctx.Done():
+					return
+				case <-wait:
+				}
+				continue
+			}
+			buf = append(buf, evs...)
+		}
+		for i := range buf {
+			ev := &buf[i]
+			if ev.Seq > 0 {
+				if ev.Seq <= s.cursor {
+					continue
+				}
+				s.cursor = ev.Seq
+			}
+			if s.o.Accept != nil && !s.o.Accept(ev) {
+				continue
+			}
+			if !s.send(*ev) {
+				return
+			}
+		}
+		if len(buf) == 0 && wait != nil {
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-wait:
+			}
+		}
+	}
+}
+
+func (s *sub[T]) send(ev store.Event) bool {
+	if f := s.h.BeforeSend; f != nil {
+		f()
+	}
+	select {
+	case s.out <- s.conv(&ev):
+		return true
+	case <-s.ctx.Done():
+		return false
+	case <-s.h.done:
+		return false
+	}
+}
+
+// next copies what the ring holds for the subscriber into buf. It returns a
+// channel to wait on when there is nothing new, or fromStore when the
+// subscriber must read the durable log instead.
+func (s *sub[T]) next(buf *[]store.Event) (wait <-chan struct{}, fromStore bool, ok bool) {
+	h := s.h
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed || s.ctx.Err() != nil {
+		return nil, false, false
+	}
+	oldest := h.pos - uint64(h.n) + 1 // position of the oldest entry held
+	if s.attached && s.lastPos+1 < oldest {
+		s.attached = false // overrun: the ring dropped entries we had not read
+	}
+	if !s.attached {
+		// Attach where the ring holds the event right after the cursor.
+		switch {
+		case s.cursor == h.lastSeq:
+			s.attached, s.lastPos = true, h.pos
+		case s.cursor > h.lastSeq:
+			return h.changed, true, true
+		default:
+			found := false
+			for k := 0; k < h.n; k++ {
+				e := &h.ring[(h.head+k)%len(h.ring)]
+				if e.ev.Seq == s.cursor {
+					s.attached, s.lastPos, found = true, e.pos, true
+					break
+				}
+				if e.ev.Seq > s.cursor {
+					break
+				}
+			}
+			if !found {
+				return h.changed, true, true
+			}
+		}
+	}
+	start := s.lastPos + 1
+	if start > h.pos {
+		return h.changed, false, true
+	}
+	for p := start; p <= h.pos && len(*buf) < page; p++ {
+		e := &h.ring[(h.head+int(p-oldest))%len(h.ring)]
+		*buf = append(*buf, e.ev)
+		s.lastPos = p
+	}
+	return nil, false, true
+}

@@ -1,0 +1,107 @@
+package runcue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/runcue/runcue/store"
+)
+
+// Service describes a rate-limited or capacity-limited external resource: an
+// API, a remote host, a local pool. Every limit's zero value means unlimited
+// (or, for the circuit breaker, disabled).
+type Service struct {
+	// MaxConcurrent caps the units using the service at once.
+	MaxConcurrent int
+	// RateLimit caps the dispatches that start within any interval of
+	// length RateWindow. Set both or neither.
+	RateLimit  int
+	RateWindow time.Duration
+	// CircuitThreshold is the number of consecutive failures that open the
+	// service's circuit; CircuitTimeout how long it then stays open before
+	// admitting one probe. Set both or neither.
+	CircuitThreshold int
+	CircuitTimeout   time.Duration
+}
+
+// MaxRateWindow is the longest RateWindow accepted.
+const MaxRateWindow = 7 * 24 * time.Hour
+
+func (s Service) validate() error {
+	switch {
+	case s.MaxConcurrent < 0, s.RateLimit < 0, s.RateWindow < 0, s.CircuitThreshold < 0, s.CircuitTimeout < 0:
+		return fmt.Errorf("%w: service limits must not be negative", ErrInvalid)
+	case s.RateLimit > 0 && s.RateWindow == 0:
+		return fmt.Errorf("%w: RateLimit %d needs a RateWindow", ErrInvalid, s.RateLimit)
+	case s.RateWindow > 0 && s.RateLimit == 0:
+		return fmt.Errorf("%w: RateWindow %v needs a RateLimit", ErrInvalid, s.RateWindow)
+	case s.RateWindow > MaxRateWindow:
+		return fmt.Errorf("%w: RateWindow %v is longer than %v", ErrInvalid, s.RateWindow, MaxRateWindow)
+	case s.RateWindow > 0 && s.RateWindow < time.Millisecond:
+		return fmt.Errorf("%w: RateWindow %v is shorter than 1ms", ErrInvalid, s.RateWindow)
+	case s.CircuitThreshold > 0 && s.CircuitTimeout == 0:
+		return fmt.Errorf("%w: CircuitThreshold %d needs a CircuitTimeout", ErrInvalid, s.CircuitThreshold)
+	case s.CircuitTimeout > 0 && s.CircuitThreshold == 0:
+		return fmt.Errorf("%w: CircuitTimeout %v needs a CircuitThreshold", ErrInvalid, s.CircuitTimeout)
+	}
+	return nil
+}
+
+// serviceDef is the persisted form of a Service.
+type serviceDef struct {
+	MaxConcurrent    int           `json:"max_concurrent,omitempty"`
+	RateLimit        int           `json:"rate_limit,omitempty"`
+	RateWindow       time.Duration `json:"rate_window,omitempty"`
+	CircuitThreshold int           `json:"circuit_threshold,omitempty"`
+	CircuitTimeout   time.Duration `json:"circuit_timeout,omitempty"`
+}
+
+func (s Service) def() serviceDef {
+	return serviceDef(s)
+}
+
+func validName(kind, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty %s name", ErrInvalid, kind)
+	case len(name) > 200:
+		return fmt.Errorf("%w: %s name longer than 200 bytes", ErrInvalid, kind)
+	case strings.ContainsAny(name, "\x00\n\r\t "):
+		return fmt.Errorf("%w: %s name %q contains whitespace or NUL", ErrInvalid, kind, name)
+	}
+	return nil
+}
+
+// Service registers a service under name. Its definition is stored in the
+// database. Registering a name twice is an error.
+func (c *Cue) Service(name string, s Service) error {
+	if err := validName("service", name); err != nil {
+		return err
+	}
+	if err := s.validate(); err != nil {
+		return fmt.Errorf("service %q: %w", name, err)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	if _, dup := c.services[name]; dup {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: service %q is already registered", ErrInvalid, name)
+	}
+	c.services[name] = s
+	c.mu.Unlock()
+	def, _ := json.Marshal(s.def())
+	if _, err := c.w.Do(context.Background(), &store.PutService{Name: name, Def: def}); err != nil {
+		c.mu.Lock()
+		delete(c.services, name)
+		c.mu.Unlock()
+		return fmt.Errorf("service %q: %w", name, wrapStoreErr(err))
+	}
+	c.notifyRegistry()
+	return nil
+}

@@ -1,0 +1,192 @@
+package store
+
+import "time"
+
+// Op is one mutation in a batch passed to Store.Apply. The types in this file
+// are the only Ops.
+//
+// Ops that change a unit carry the Events to append when they apply. The
+// store fills in each event's Seq, WorkID and Task, and its Time when zero;
+// it appends nothing for an op that does not apply.
+type Op interface{ isOp() }
+
+// DuplicatePolicy says what Insert does with an idempotency key held by a
+// failed unit.
+type DuplicatePolicy uint8
+
+const (
+	// RejectFailedDuplicate makes the Insert fail with ErrDuplicate.
+	RejectFailedDuplicate DuplicatePolicy = iota
+	// ResubmitFailedDuplicate moves the key to the new unit.
+	ResubmitFailedDuplicate
+)
+
+// Insert stores new units, all or none. Each unit gets a work_queued event
+// (the Event given, or a default one). A unit whose IdempotencyKey is held by
+// a queued, running or completed unit is not stored: its InsertedUnit names
+// the existing unit and is marked Duplicate. DependsOn may name units of the
+// same Insert that come before or after; an unknown dependency fails the op
+// with ErrUnknownDependency, a cycle with a *CycleError. A unit whose
+// dependency is already failed or cancelled is stored and, when
+// FailOnDeadDependency is set, failed at once with the ErrorKind
+// "prerequisite_failed" or "prerequisite_cancelled".
+type Insert struct {
+	Units                []*Unit
+	At                   time.Time
+	OnFailedDuplicate    DuplicatePolicy
+	FailOnDeadDependency bool
+}
+
+// InsertedUnit is the outcome of one unit of an Insert.
+type InsertedUnit struct {
+	ID        string
+	Seq       int64
+	Duplicate bool
+	// State is the unit's state after the insert (queued, or failed when a
+	// dependency was already dead; the existing unit's for a duplicate).
+	State State
+}
+
+// Claim moves a queued unit to running for Owner, as run number Run.
+// It applies only if the unit is queued and no cancellation was requested.
+// Each service in ServiceLog gets a dispatch entry at At.
+type Claim struct {
+	ID           string
+	Owner        string
+	Run          int
+	At           time.Time
+	LeaseExpires time.Time
+	ServiceLog   []string
+	Events       []Event
+}
+
+// Finish ends run Run of a running unit leased by Owner. It applies only if
+// the unit is running, leased by Owner, and on that run.
+//
+// State is the unit's next state: Completed, Failed, Cancelled, or Queued to
+// run again at RunAt (a retry, a deferral, or an interrupted run).
+type Finish struct {
+	ID    string
+	Owner string
+	Run   int
+	At    time.Time
+	State State
+	// Result is stored for Completed.
+	Result    []byte
+	Error     string
+	ErrorKind string
+	RunAt     time.Time
+	// SpendBudget counts the run as a failure; Deferral as a deferral.
+	SpendBudget bool
+	Deferral    bool
+	// Attempt is appended to the unit's history.
+	Attempt Attempt
+	// Propagate fails (or, with CascadeCancel, cancels) the dependents of a
+	// unit that ends Failed or Cancelled, transitively.
+	Propagate     bool
+	CascadeCancel bool
+	Events        []Event
+}
+
+// Recover returns every running unit to queued (its owner is gone), with a
+// work_recovered event and an "abandoned" attempt each. Result.IDs lists them.
+type Recover struct {
+	At time.Time
+}
+
+// Cancel cancels a unit. A queued unit becomes cancelled at once (Applied);
+// a running unit gets CancelRequested set when RequestIfRunning is true (for
+// a process that does not own it). Result.State reports the state found.
+// Dependents are handled as for Finish with Propagate.
+type Cancel struct {
+	ID               string
+	At               time.Time
+	Reason           string
+	Cascade          bool
+	RequestIfRunning bool
+	Events           []Event
+}
+
+// Requeue moves failed units back to queued with a fresh retry budget.
+// With IDs it takes those units; otherwise every failed unit matching Tasks
+// (all tasks when empty) that finished before FinishedBefore (when set).
+// Units that failed only because of them (ErrorKind prerequisite_failed) are
+// requeued too. Result.IDs lists the units requeued.
+type Requeue struct {
+	IDs            []string
+	Tasks          []string
+	FinishedBefore time.Time
+	At             time.Time
+}
+
+// Heartbeat extends the lease of a running unit leased by Owner on run Run.
+type Heartbeat struct {
+	ID           string
+	Owner        string
+	Run          int
+	LeaseExpires time.Time
+}
+
+// PutTask stores a task definition.
+type PutTask struct {
+	Name string
+	Def  []byte
+}
+
+// PutService stores a service's definition. Override, when non-nil, replaces
+// the stored override (an empty slice clears it); Paused, when non-nil, sets
+// the paused flag; Circuit, when non-nil, replaces the circuit state.
+type PutService struct {
+	Name     string
+	Def      []byte
+	Override []byte
+	Paused   *bool
+	Circuit  []byte
+}
+
+// AppendEvent appends an event not tied to a unit transition.
+type AppendEvent struct {
+	Event Event
+}
+
+// Prune deletes finished units (and their history) that finished before
+// Before, events older than EventsBefore, and, for each service in
+// LogBefore, service log entries older than its time. Zero times and a nil
+// map skip that part. At most Limit rows of each kind go per op (zero means
+// no limit). Result.Count is the number of units deleted.
+type Prune struct {
+	Before       time.Time
+	EventsBefore time.Time
+	LogBefore    map[string]time.Time
+	Limit        int
+}
+
+// Result is the outcome of one op.
+type Result struct {
+	// Applied reports whether the op changed anything.
+	Applied bool
+	// State is the unit's state as found (Cancel).
+	State State
+	// Units are Insert's outcomes, one per unit in order.
+	Units []InsertedUnit
+	// IDs are the units Recover or Requeue moved.
+	IDs []string
+	// Count is what Prune deleted.
+	Count int
+	// Events are the events the op appended, with their Seq.
+	Events []Event
+	// Err is the op's own failure; the op was rolled back.
+	Err error
+}
+
+func (*Insert) isOp()      {}
+func (*Claim) isOp()       {}
+func (*Finish) isOp()      {}
+func (*Recover) isOp()     {}
+func (*Cancel) isOp()      {}
+func (*Requeue) isOp()     {}
+func (*Heartbeat) isOp()   {}
+func (*PutTask) isOp()     {}
+func (*PutService) isOp()  {}
+func (*AppendEvent) isOp() {}
+func (*Prune) isOp()       {}

@@ -1,0 +1,818 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/runcue/runcue/store"
+)
+
+// txn is one Apply: the transaction and its statements, bound once.
+type txn struct {
+	s       *Store
+	ctx     context.Context
+	tx      *sql.Tx
+	bound   map[string]*sql.Stmt
+	missing []string // queries to prepare on the DB after the transaction
+}
+
+func (t *txn) stmt(query string) (*sql.Stmt, error) {
+	if st, ok := t.bound[query]; ok {
+		return st, nil
+	}
+	st, err := t.s.stmt(t.ctx, t.tx, query, &t.missing)
+	if err != nil {
+		return nil, err
+	}
+	t.bound[query] = st
+	return st, nil
+}
+
+func (t *txn) exec(query string, args ...any) (sql.Result, error) {
+	st, err := t.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.ExecContext(t.ctx, args...)
+}
+
+func (t *txn) query(query string, args ...any) (*sql.Rows, error) {
+	st, err := t.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.QueryContext(t.ctx, args...)
+}
+
+// Apply runs ops in one transaction. See store.Store.
+func (s *Store) Apply(ctx context.Context, ops []store.Op) ([]store.Result, error) {
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	t := &txn{s: s, ctx: ctx, tx: tx, bound: make(map[string]*sql.Stmt, 16)}
+	defer func() {
+		if len(t.missing) > 0 {
+			s.prepareMissing(ctx, t.missing)
+		}
+	}()
+	results := make([]store.Result, len(ops))
+	for i, op := range ops {
+		if err := t.apply(op, &results[i]); err != nil {
+			tx.Rollback()
+			return nil, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		tx.Rollback()
+		return nil, err
+	}
+	return results, nil
+}
+
+// opError is an op's own failure: roll back the op, keep the batch.
+type opError struct{ err error }
+
+func (e opError) Error() string { return e.err.Error() }
+
+func (t *txn) apply(op store.Op, r *store.Result) error {
+	switch op := op.(type) {
+	case *store.Insert:
+		return t.savepoint(r, func() error { return t.insert(op, r) })
+	case *store.Claim:
+		return t.claim(op, r)
+	case *store.Finish:
+		return t.finish(op, r)
+	case *store.Recover:
+		return t.recover(op, r)
+	case *store.Cancel:
+		return t.savepoint(r, func() error { return t.cancel(op, r) })
+	case *store.Requeue:
+		return t.requeue(op, r)
+	case *store.Heartbeat:
+		res, err := t.exec(`UPDATE work_units SET lease_expires_at=? WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
+			ns(op.LeaseExpires), op.ID, op.Owner, op.Run)
+		if err != nil {
+			return err
+		}
+		n, _ := res.RowsAffected()
+		r.Applied = n == 1
+		return nil
+	case *store.PutTask:
+		_, err := t.exec(`INSERT INTO tasks(name, def) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET def=excluded.def`, op.Name, op.Def)
+		r.Applied = err == nil
+		return err
+	case *store.PutService:
+		return t.putService(op, r)
+	case *store.AppendEvent:
+		ev := op.Event
+		if err := t.event(&ev, op.Event.Time); err != nil {
+			return err
+		}
+		r.Applied = true
+		r.Events = append(r.Events, ev)
+		return nil
+	case *store.Prune:
+		return t.prune(op, r)
+	}
+	return fmt.Errorf("runcue: sqlite: unknown op %T", op)
+}
+
+// savepoint runs f inside a savepoint; an opError rolls back only f's work
+// and is reported on r.
+func (t *txn) savepoint(r *store.Result, f func() error) error {
+	if _, err := t.exec("SAVEPOINT op"); err != nil {
+		return err
+	}
+	err := f()
+	var oe opError
+	if errors.As(err, &oe) {
+		if _, err := t.exec("ROLLBACK TO op"); err != nil {
+			return err
+		}
+		*r = store.Result{Err: oe.err}
+	} else if err != nil {
+		return err
+	}
+	_, err = t.exec("RELEASE op")
+	return err
+}
+
+// event appends ev, filling Seq, and Time from at when zero.
+func (t *txn) event(ev *store.Event, at time.Time) error {
+	if ev.Time.IsZero() {
+		ev.Time = at
+	}
+	res, err := t.exec(`INSERT INTO events(type, at, work_id, task, attempt, data) VALUES(?,?,?,?,?,?)`,
+		ev.Type, ns(ev.Time), nullStr(ev.WorkID), nullStr(ev.Task), ev.Attempt, nullBytes(ev.Data))
+	if err != nil {
+		return err
+	}
+	ev.Seq, err = res.LastInsertId()
+	return err
+}
+
+func (t *txn) events(r *store.Result, evs []store.Event, id string, at time.Time) error {
+	for _, e := range evs {
+		if e.WorkID == "" {
+			e.WorkID = id
+		}
+		if err := t.event(&e, at); err != nil {
+			return err
+		}
+		r.Events = append(r.Events, e)
+	}
+	return nil
+}
+
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
+
+func (t *txn) insert(op *store.Insert, r *store.Result) error {
+	units := op.Units
+	inBatch := make(map[string]int, len(units))
+	for i, u := range units {
+		if u.ID == "" || u.Task == "" {
+			return opError{errors.New("runcue: sqlite: unit without ID or task")}
+		}
+		if _, dup := inBatch[u.ID]; dup {
+			return opError{fmt.Errorf("%w: %q appears twice in the batch", store.ErrDuplicateID, u.ID)}
+		}
+		inBatch[u.ID] = i
+	}
+	if err := checkCycles(units, inBatch); err != nil {
+		return opError{err}
+	}
+	r.Units = make([]store.InsertedUnit, len(units))
+	// Units stored in this op, by ID, with their state, so dependencies
+	// inside the batch resolve; duplicates (by idempotency key) resolve to
+	// the existing unit's state.
+	state := make(map[string]store.State, len(units))
+	order := topoOrder(units, inBatch)
+	for _, i := range order {
+		u := units[i]
+		out := &r.Units[i]
+		out.ID = u.ID
+		if u.IdempotencyKey != "" {
+			var id string
+			var st store.State
+			var seq int64
+			err := t.queryRow(`SELECT id, state, seq FROM work_units WHERE idempotency_key=?`, u.IdempotencyKey).Scan(&id, &st, &seq)
+			switch {
+			case errors.Is(err, sql.ErrNoRows):
+			case err != nil:
+				return err
+			case st != store.Failed:
+				*out = store.InsertedUnit{ID: id, Seq: seq, Duplicate: true, State: st}
+				state[u.ID] = st
+				continue
+			case op.OnFailedDuplicate == store.RejectFailedDuplicate:
+				return opError{fmt.Errorf("%w: key %q (unit %s)", store.ErrDuplicate, u.IdempotencyKey, id)}
+			default:
+				if _, err := t.exec(`UPDATE work_units SET idempotency_key=NULL WHERE id=?`, id); err != nil {
+					return err
+				}
+			}
+		}
+		// Dependencies: known, and dead or alive.
+		deadKind := ""
+		for _, d := range u.DependsOn {
+			st, ok := state[d]
+			if !ok {
+				if _, inb := inBatch[d]; inb {
+					// A dependency later in topological order cannot happen.
+					return fmt.Errorf("runcue: sqlite: dependency %q not ordered", d)
+				}
+				err := t.queryRow(`SELECT state FROM work_units WHERE id=?`, d).Scan(&st)
+				if errors.Is(err, sql.ErrNoRows) {
+					return opError{fmt.Errorf("%w: %q (needed by %q)", store.ErrUnknownDependency, d, u.ID)}
+				} else if err != nil {
+					return err
+				}
+			}
+			switch {
+			case st == store.Failed && deadKind == "":
+				deadKind = "prerequisite_failed"
+			case st == store.Cancelled && deadKind == "":
+				deadKind = "prerequisite_cancelled"
+			}
+		}
+		u.State = store.Queued
+		var finished int64
+		var errMsg, errKind any
+		if deadKind != "" && op.FailOnDeadDependency {
+			u.State = store.Failed
+			finished = ns(op.At)
+			errMsg, errKind = deadKind, deadKind
+		}
+		if u.CreatedAt.IsZero() {
+			u.CreatedAt = op.At
+		}
+		res, err := t.exec(`INSERT INTO work_units(id, task, target, params, state, created_at, run_at, timeout, idempotency_key,
+				dependency_deadline, retry, trace, finished_at, error, error_kind)
+			VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+			u.ID, u.Task, u.Target, nullBytes(u.Params), string(u.State), ns(u.CreatedAt), ns(u.RunAt), int64(u.Timeout),
+			nullStr(u.IdempotencyKey), ns(u.DependencyDeadline), nullBytes(u.Retry), nullBytes(u.Trace), finished, errMsg, errKind)
+		if err != nil {
+			if isUnique(err) {
+				return opError{fmt.Errorf("%w: %q", store.ErrDuplicateID, u.ID)}
+			}
+			return err
+		}
+		u.Seq, _ = res.LastInsertId()
+		*out = store.InsertedUnit{ID: u.ID, Seq: u.Seq, State: u.State}
+		state[u.ID] = u.State
+		for _, d := range u.DependsOn {
+			if _, err := t.exec(`INSERT OR IGNORE INTO dependencies(unit_id, depends_on) VALUES(?,?)`, u.ID, d); err != nil {
+				return err
+			}
+		}
+		ev := store.Event{Type: store.EventWorkQueued, WorkID: u.ID, Task: u.Task}
+		if err := t.event(&ev, op.At); err != nil {
+			return err
+		}
+		r.Events = append(r.Events, ev)
+		if u.State == store.Failed {
+			data, _ := json.Marshal(map[string]any{"error": deadKind, "error_kind": deadKind, "will_retry": false})
+			ev := store.Event{Type: store.EventWorkFailed, WorkID: u.ID, Task: u.Task, Data: data}
+			if err := t.event(&ev, op.At); err != nil {
+				return err
+			}
+			r.Events = append(r.Events, ev)
+		}
+	}
+	r.Applied = true
+	return nil
+}
+
+// checkCycles finds a cycle among the batch's own dependencies.
+func checkCycles(units []*store.Unit, inBatch map[string]int) error {
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := make([]uint8, len(units))
+	var stack []int
+	var visit func(i int) []string
+	visit = func(i int) []string {
+		color[i] = grey
+		stack = append(stack, i)
+		for _, d := range units[i].DependsOn {
+			j, ok := inBatch[d]
+			if !ok {
+				continue
+			}
+			switch color[j] {
+			case grey:
+				k := slices.Index(stack, j)
+				var members []string
+				for _, m := range stack[k:] {
+					members = append(members, units[m].ID)
+				}
+				return members
+			case white:
+				if c := visit(j); c != nil {
+					return c
+				}
+			}
+		}
+		stack = stack[:len(stack)-1]
+		color[i] = black
+		return nil
+	}
+	for i := range units {
+		if color[i] == white {
+			if c := visit(i); c != nil {
+				return &store.CycleError{Members: c}
+			}
+		}
+	}
+	return nil
+}
+
+// topoOrder lists the batch so that every unit comes after the batch units
+// it depends on (the batch is acyclic), keeping submission order otherwise.
+func topoOrder(units []*store.Unit, inBatch map[string]int) []int {
+	hasDeps := false
+	for _, u := range units {
+		if len(u.DependsOn) > 0 {
+			hasDeps = true
+			break
+		}
+	}
+	order := make([]int, 0, len(units))
+	if !hasDeps {
+		for i := range units {
+			order = append(order, i)
+		}
+		return order
+	}
+	done := make([]bool, len(units))
+	var visit func(i int)
+	visit = func(i int) {
+		done[i] = true
+		for _, d := range units[i].DependsOn {
+			if j, ok := inBatch[d]; ok && !done[j] {
+				visit(j)
+			}
+		}
+		order = append(order, i)
+	}
+	for i := range units {
+		if !done[i] {
+			visit(i)
+		}
+	}
+	return order
+}
+
+func (t *txn) queryRow(query string, args ...any) *sql.Row {
+	st, err := t.stmt(query)
+	if err != nil {
+		// A Row with the error: prepare once more through the tx to carry it.
+		return t.tx.QueryRowContext(t.ctx, query, args...)
+	}
+	return st.QueryRowContext(t.ctx, args...)
+}
+
+func (t *txn) claim(op *store.Claim, r *store.Result) error {
+	res, err := t.exec(`UPDATE work_units SET state='running', runs=?, started_at=?, leased_by=?, lease_expires_at=?
+		WHERE id=? AND state='queued' AND cancel_requested=0`,
+		op.Run, ns(op.At), op.Owner, ns(op.LeaseExpires), op.ID)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return nil
+	}
+	r.Applied = true
+	for _, svc := range op.ServiceLog {
+		if _, err := t.exec(`INSERT INTO service_log(service, started_at, work_id) VALUES(?,?,?)`, svc, ns(op.At), op.ID); err != nil {
+			return err
+		}
+	}
+	return t.events(r, op.Events, op.ID, op.At)
+}
+
+func attemptJSON(a store.Attempt) string {
+	b, _ := json.Marshal(a)
+	return string(b)
+}
+
+func (t *txn) finish(op *store.Finish, r *store.Result) error {
+	var finished int64
+	if op.State.Terminal() {
+		finished = ns(op.At)
+	}
+	var result any
+	if op.State == store.Completed {
+		result = nullBytes(op.Result)
+	}
+	spend, defer_ := 0, 0
+	if op.SpendBudget {
+		spend = 1
+	}
+	if op.Deferral {
+		defer_ = 1
+	}
+	res, err := t.exec(`UPDATE work_units SET state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
+			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, cancel_requested=0,
+			attempts=json_insert(coalesce(attempts,'[]'), '$[#]', json(?))
+		WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
+		string(op.State), finished, result, nullStr(op.Error), nullStr(op.ErrorKind), ns(op.RunAt),
+		spend, defer_, attemptJSON(op.Attempt), op.ID, op.Owner, op.Run)
+	if err != nil {
+		return err
+	}
+	if n, _ := res.RowsAffected(); n != 1 {
+		return nil
+	}
+	r.Applied = true
+	if err := t.events(r, op.Events, op.ID, op.At); err != nil {
+		return err
+	}
+	if op.Propagate && (op.State == store.Failed || op.State == store.Cancelled) {
+		return t.propagate(op.ID, op.State, op.CascadeCancel, op.At, r)
+	}
+	return nil
+}
+
+// propagate ends the queued dependents of id, transitively: cancelled when
+// cascade is set, otherwise failed with prerequisite_cancelled (direct
+// dependents of a cancelled unit) or prerequisite_failed.
+func (t *txn) propagate(id string, rootState store.State, cascade bool, at time.Time, r *store.Result) error {
+	type item struct {
+		id   string
+		kind string
+	}
+	frontier := []item{{id: id}}
+	for len(frontier) > 0 {
+		cur := frontier[0]
+		frontier = frontier[1:]
+		rows, err := t.query(`SELECT w.id, w.task FROM dependencies d JOIN work_units w ON w.id = d.unit_id
+			WHERE d.depends_on = ? AND w.state = 'queued'`, cur.id)
+		if err != nil {
+			return err
+		}
+		type dep struct{ id, task string }
+		var deps []dep
+		for rows.Next() {
+			var d dep
+			if err := rows.Scan(&d.id, &d.task); err != nil {
+				rows.Close()
+				return err
+			}
+			deps = append(deps, d)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, d := range deps {
+			var state store.State
+			var kind, evType string
+			switch {
+			case cascade:
+				state, kind, evType = store.Cancelled, "cancelled", store.EventWorkCancelled
+			case cur.id == id && rootState == store.Cancelled:
+				state, kind, evType = store.Failed, "prerequisite_cancelled", store.EventWorkFailed
+			default:
+				state, kind, evType = store.Failed, "prerequisite_failed", store.EventWorkFailed
+			}
+			res, err := t.exec(`UPDATE work_units SET state=?, finished_at=?, error=?, error_kind=? WHERE id=? AND state='queued'`,
+				string(state), ns(at), "prerequisite "+cur.id+": "+kind, kind, d.id)
+			if err != nil {
+				return err
+			}
+			if n, _ := res.RowsAffected(); n != 1 {
+				continue
+			}
+			data := map[string]any{"error": kind, "error_kind": kind, "prerequisite": cur.id}
+			if state == store.Failed {
+				data["will_retry"] = false
+			} else {
+				data["reason"] = "cascade"
+			}
+			b, _ := json.Marshal(data)
+			ev := store.Event{Type: evType, WorkID: d.id, Task: d.task, Data: b}
+			if err := t.event(&ev, at); err != nil {
+				return err
+			}
+			r.Events = append(r.Events, ev)
+			frontier = append(frontier, item{id: d.id, kind: kind})
+		}
+	}
+	return nil
+}
+
+func (t *txn) recover(op *store.Recover, r *store.Result) error {
+	rows, err := t.query(`SELECT id, task, runs, started_at, cancel_requested FROM work_units WHERE state='running' ORDER BY seq`)
+	if err != nil {
+		return err
+	}
+	type run struct {
+		id, task  string
+		runs      int
+		started   int64
+		cancelReq bool
+	}
+	var runs []run
+	for rows.Next() {
+		var x run
+		if err := rows.Scan(&x.id, &x.task, &x.runs, &x.started, &x.cancelReq); err != nil {
+			rows.Close()
+			return err
+		}
+		runs = append(runs, x)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, x := range runs {
+		att := attemptJSON(store.Attempt{Run: x.runs, Start: tm(x.started), End: op.At, Outcome: "abandoned",
+			Error: "owner stopped before the run finished"})
+		if x.cancelReq {
+			if _, err := t.exec(`UPDATE work_units SET state='cancelled', finished_at=?, error='cancelled', error_kind='cancelled',
+					leased_by=NULL, lease_expires_at=0, cancel_requested=0, attempts=json_insert(coalesce(attempts,'[]'), '$[#]', json(?))
+				WHERE id=?`, ns(op.At), att, x.id); err != nil {
+				return err
+			}
+			ev := store.Event{Type: store.EventWorkCancelled, WorkID: x.id, Task: x.task, Attempt: x.runs}
+			if err := t.event(&ev, op.At); err != nil {
+				return err
+			}
+			r.Events = append(r.Events, ev)
+			if err := t.propagate(x.id, store.Cancelled, false, op.At, r); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, err := t.exec(`UPDATE work_units SET state='queued', leased_by=NULL, lease_expires_at=0,
+				attempts=json_insert(coalesce(attempts,'[]'), '$[#]', json(?)) WHERE id=?`, att, x.id); err != nil {
+			return err
+		}
+		ev := store.Event{Type: store.EventWorkRecovered, WorkID: x.id, Task: x.task, Attempt: x.runs}
+		if err := t.event(&ev, op.At); err != nil {
+			return err
+		}
+		r.Events = append(r.Events, ev)
+		r.IDs = append(r.IDs, x.id)
+	}
+	r.Applied = len(runs) > 0
+	return nil
+}
+
+func (t *txn) cancel(op *store.Cancel, r *store.Result) error {
+	var state store.State
+	var task string
+	var cancelReq bool
+	err := t.queryRow(`SELECT state, task, cancel_requested FROM work_units WHERE id=?`, op.ID).Scan(&state, &task, &cancelReq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return opError{fmt.Errorf("%w: %q", store.ErrNotFound, op.ID)}
+	} else if err != nil {
+		return err
+	}
+	r.State = state
+	switch state {
+	case store.Queued:
+		reason := op.Reason
+		if reason == "" {
+			reason = "cancelled"
+		}
+		if _, err := t.exec(`UPDATE work_units SET state='cancelled', finished_at=?, error=?, error_kind='cancelled' WHERE id=?`,
+			ns(op.At), reason, op.ID); err != nil {
+			return err
+		}
+		r.Applied = true
+		evs := op.Events
+		if len(evs) == 0 {
+			evs = []store.Event{{Type: store.EventWorkCancelled, Task: task}}
+		}
+		if err := t.events(r, evs, op.ID, op.At); err != nil {
+			return err
+		}
+		return t.propagate(op.ID, store.Cancelled, op.Cascade, op.At, r)
+	case store.Running:
+		if op.RequestIfRunning && !cancelReq {
+			if _, err := t.exec(`UPDATE work_units SET cancel_requested=? WHERE id=?`, cancelFlag(op.Cascade), op.ID); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// cancelFlag encodes a cancellation request: 1 plain, 2 cascading.
+func cancelFlag(cascade bool) int {
+	if cascade {
+		return 2
+	}
+	return 1
+}
+
+func (t *txn) requeue(op *store.Requeue, r *store.Result) error {
+	var roots []string
+	if len(op.IDs) > 0 {
+		roots = op.IDs
+	} else {
+		q := `SELECT id FROM work_units WHERE state='failed'`
+		var args []any
+		if len(op.Tasks) > 0 {
+			q += ` AND task IN (` + placeholders(len(op.Tasks)) + `)`
+			for _, t := range op.Tasks {
+				args = append(args, t)
+			}
+		}
+		if !op.FinishedBefore.IsZero() {
+			q += ` AND finished_at < ?`
+			args = append(args, ns(op.FinishedBefore))
+		}
+		q += ` ORDER BY seq`
+		rows, err := t.tx.QueryContext(t.ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return err
+			}
+			roots = append(roots, id)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	requeued := make(map[string]bool)
+	var frontier []string
+	for _, id := range roots {
+		ok, err := t.requeueOne(id, op.At, r)
+		if err != nil {
+			return err
+		}
+		if ok {
+			requeued[id] = true
+			frontier = append(frontier, id)
+		}
+	}
+	// Dependents that failed only because of a requeued unit: every one of
+	// their dependencies is now alive.
+	for len(frontier) > 0 {
+		cur := frontier[0]
+		frontier = frontier[1:]
+		deps, err := t.stringList(`SELECT d.unit_id FROM dependencies d JOIN work_units w ON w.id = d.unit_id
+			WHERE d.depends_on=? AND w.state='failed' AND w.error_kind IN ('prerequisite_failed','prerequisite_cancelled')`, cur)
+		if err != nil {
+			return err
+		}
+		for _, dep := range deps {
+			if requeued[dep] {
+				continue
+			}
+			var dead int
+			if err := t.queryRow(`SELECT count(*) FROM dependencies d JOIN work_units w ON w.id = d.depends_on
+				WHERE d.unit_id=? AND w.state IN ('failed','cancelled')`, dep).Scan(&dead); err != nil {
+				return err
+			}
+			if dead > 0 {
+				continue
+			}
+			ok, err := t.requeueOne(dep, op.At, r)
+			if err != nil {
+				return err
+			}
+			if ok {
+				requeued[dep] = true
+				frontier = append(frontier, dep)
+			}
+		}
+	}
+	r.Applied = len(r.IDs) > 0
+	return nil
+}
+
+func (t *txn) requeueOne(id string, at time.Time, r *store.Result) (bool, error) {
+	var task string
+	err := t.queryRow(`UPDATE work_units SET state='queued', failures=0, deferrals=0, run_at=0, finished_at=0,
+			error=NULL, error_kind=NULL, leased_by=NULL, lease_expires_at=0
+		WHERE id=? AND state='failed' RETURNING task`, id).Scan(&task)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	} else if err != nil {
+		return false, err
+	}
+	ev := store.Event{Type: store.EventWorkQueued, WorkID: id, Task: task, Data: []byte(`{"reason":"retry"}`)}
+	if err := t.event(&ev, at); err != nil {
+		return false, err
+	}
+	r.Events = append(r.Events, ev)
+	r.IDs = append(r.IDs, id)
+	return true, nil
+}
+
+func (t *txn) stringList(query string, args ...any) ([]string, error) {
+	rows, err := t.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
+
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}
+
+func (t *txn) putService(op *store.PutService, r *store.Result) error {
+	if _, err := t.exec(`INSERT INTO services(name, def) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET def=coalesce(excluded.def, def)`,
+		op.Name, nullBytes(op.Def)); err != nil {
+		return err
+	}
+	if op.Override != nil {
+		if _, err := t.exec(`UPDATE services SET override=? WHERE name=?`, nullBytes(op.Override), op.Name); err != nil {
+			return err
+		}
+	}
+	if op.Paused != nil {
+		if _, err := t.exec(`UPDATE services SET paused=? WHERE name=?`, *op.Paused, op.Name); err != nil {
+			return err
+		}
+	}
+	if op.Circuit != nil {
+		if len(op.Circuit) == 0 {
+			if _, err := t.exec(`DELETE FROM circuit_state WHERE service=?`, op.Name); err != nil {
+				return err
+			}
+		} else if _, err := t.exec(`INSERT INTO circuit_state(service, state) VALUES(?, ?)
+				ON CONFLICT(service) DO UPDATE SET state=excluded.state`, op.Name, op.Circuit); err != nil {
+			return err
+		}
+	}
+	r.Applied = true
+	return nil
+}
+
+func (t *txn) prune(op *store.Prune, r *store.Result) error {
+	limit := op.Limit
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	if !op.Before.IsZero() {
+		ids, err := t.stringList(`SELECT id FROM work_units WHERE finished_at > 0 AND finished_at < ?
+			AND state IN ('completed','failed','cancelled') ORDER BY finished_at LIMIT ?`, ns(op.Before), limit)
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if _, err := t.exec(`DELETE FROM work_units WHERE id=?`, id); err != nil {
+				return err
+			}
+			// Edges from and to the unit: a dependency that finished and
+			// was pruned is satisfied, not unknown.
+			if _, err := t.exec(`DELETE FROM dependencies WHERE unit_id=?1 OR depends_on=?1`, id); err != nil {
+				return err
+			}
+		}
+		r.Count = len(ids)
+	}
+	if !op.EventsBefore.IsZero() {
+		// Events are appended in time order, so the old ones are a prefix.
+		if _, err := t.exec(`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <
+				coalesce((SELECT seq FROM events WHERE at >= ? ORDER BY seq LIMIT 1), (SELECT max(seq) + 1 FROM events)) ORDER BY seq LIMIT ?)`,
+			ns(op.EventsBefore), limit); err != nil {
+			return err
+		}
+	}
+	if op.LogBefore != nil {
+		for svc, before := range op.LogBefore {
+			if _, err := t.exec(`DELETE FROM service_log WHERE rowid IN (SELECT rowid FROM service_log
+					WHERE service=? AND started_at < ? LIMIT ?)`, svc, ns(before), limit); err != nil {
+				return err
+			}
+		}
+	}
+	r.Applied = true
+	return nil
+}

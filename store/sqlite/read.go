@@ -1,0 +1,342 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/runcue/runcue/store"
+)
+
+const unitColumns = `seq, id, task, target, params, state, runs, failures, deferrals, created_at, run_at, started_at,
+	finished_at, timeout, coalesce(leased_by, ''), lease_expires_at, result, coalesce(error, ''), coalesce(error_kind, ''),
+	coalesce(idempotency_key, ''), dependency_deadline, retry, trace, cancel_requested, attempts`
+
+type scanner interface{ Scan(dest ...any) error }
+
+func scanUnit(sc scanner) (*store.Unit, error) {
+	var u store.Unit
+	var created, runAt, started, finished, timeout, leaseExp, depDeadline int64
+	var cancelReq int
+	var attempts sql.NullString
+	if err := sc.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &u.State, &u.Runs, &u.Failures, &u.Deferrals,
+		&created, &runAt, &started, &finished, &timeout, &u.LeasedBy, &leaseExp, &u.Result, &u.Error, &u.ErrorKind,
+		&u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace, &cancelReq, &attempts); err != nil {
+		return nil, err
+	}
+	u.CreatedAt, u.RunAt, u.StartedAt, u.FinishedAt = tm(created), tm(runAt), tm(started), tm(finished)
+	u.Timeout = time.Duration(timeout)
+	u.LeaseExpiresAt, u.DependencyDeadline = tm(leaseExp), tm(depDeadline)
+	u.CancelRequested = cancelReq != 0
+	if attempts.Valid && attempts.String != "" {
+		if err := json.Unmarshal([]byte(attempts.String), &u.Attempts); err != nil {
+			return nil, fmt.Errorf("unit %s: attempts: %w", u.ID, err)
+		}
+	}
+	return &u, nil
+}
+
+func (s *Store) dependsOn(ctx context.Context, units []*store.Unit) error {
+	if len(units) == 0 {
+		return nil
+	}
+	byID := make(map[string]*store.Unit, len(units))
+	args := make([]any, 0, len(units))
+	for _, u := range units {
+		byID[u.ID] = u
+		args = append(args, u.ID)
+	}
+	// Chunk to stay under SQLite's host-parameter limit.
+	for len(args) > 0 {
+		n := min(len(args), 500)
+		rows, err := s.read.QueryContext(ctx, `SELECT unit_id, depends_on FROM dependencies WHERE unit_id IN (`+placeholders(n)+`) ORDER BY rowid`, args[:n]...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id, dep string
+			if err := rows.Scan(&id, &dep); err != nil {
+				rows.Close()
+				return err
+			}
+			byID[id].DependsOn = append(byID[id].DependsOn, dep)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		args = args[n:]
+	}
+	return nil
+}
+
+// GetUnit returns the unit with the given ID, or store.ErrNotFound.
+func (s *Store) GetUnit(ctx context.Context, id string) (*store.Unit, error) {
+	u, err := scanUnit(s.read.QueryRowContext(ctx, `SELECT `+unitColumns+` FROM work_units WHERE id=?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, fmt.Errorf("%w: %q", store.ErrNotFound, id)
+	} else if err != nil {
+		return nil, err
+	}
+	if err := s.dependsOn(ctx, []*store.Unit{u}); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// ListUnits returns units matching f.
+func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Unit, error) {
+	var where []string
+	var args []any
+	if len(f.States) > 0 {
+		where = append(where, "state IN ("+placeholders(len(f.States))+")")
+		for _, st := range f.States {
+			args = append(args, string(st))
+		}
+	}
+	if len(f.Tasks) > 0 {
+		where = append(where, "task IN ("+placeholders(len(f.Tasks))+")")
+		for _, t := range f.Tasks {
+			args = append(args, t)
+		}
+	}
+	if f.AfterSeq > 0 {
+		where = append(where, "seq > ?")
+		args = append(args, f.AfterSeq)
+	}
+	if f.BeforeSeq > 0 {
+		where = append(where, "seq < ?")
+		args = append(args, f.BeforeSeq)
+	}
+	if !f.FinishedBefore.IsZero() {
+		where = append(where, "finished_at > 0 AND finished_at < ?")
+		args = append(args, ns(f.FinishedBefore))
+	}
+	q := `SELECT ` + unitColumns + ` FROM work_units`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	if f.Desc {
+		q += " ORDER BY seq DESC"
+	} else {
+		q += " ORDER BY seq"
+	}
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	q += " LIMIT ?"
+	args = append(args, limit)
+	rows, err := s.read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*store.Unit
+	for rows.Next() {
+		u, err := scanUnit(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if err := s.dependsOn(ctx, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// LoadActive calls fn for every queued or running unit, in Seq order,
+// without Params, Result and Attempts. It reads in pages, so no read
+// transaction stays open across calls to fn.
+func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) error {
+	var after int64
+	for {
+		rows, err := s.read.QueryContext(ctx, `SELECT seq, id, task, target, state, runs, failures, deferrals, created_at, run_at,
+				started_at, timeout, coalesce(leased_by, ''), lease_expires_at, coalesce(idempotency_key, ''), dependency_deadline,
+				retry, trace, cancel_requested
+			FROM work_units WHERE state IN ('queued','running') AND seq > ? ORDER BY seq LIMIT 1000`, after)
+		if err != nil {
+			return err
+		}
+		var page []*store.Unit
+		for rows.Next() {
+			var u store.Unit
+			var created, runAt, started, timeout, leaseExp, depDeadline int64
+			var cancelReq int
+			if err := rows.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.State, &u.Runs, &u.Failures, &u.Deferrals, &created,
+				&runAt, &started, &timeout, &u.LeasedBy, &leaseExp, &u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace,
+				&cancelReq); err != nil {
+				rows.Close()
+				return err
+			}
+			u.CreatedAt, u.RunAt, u.StartedAt = tm(created), tm(runAt), tm(started)
+			u.Timeout, u.LeaseExpiresAt, u.DependencyDeadline = time.Duration(timeout), tm(leaseExp), tm(depDeadline)
+			u.CancelRequested = cancelReq != 0
+			page = append(page, &u)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		if len(page) == 0 {
+			return nil
+		}
+		if err := s.dependsOn(ctx, page); err != nil {
+			return err
+		}
+		for _, u := range page {
+			if err := fn(u); err != nil {
+				return err
+			}
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
+// CountActive returns queued plus running units per task.
+func (s *Store) CountActive(ctx context.Context) (map[string]int, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT task, count(*) FROM work_units WHERE state IN ('queued','running') GROUP BY task`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string]int)
+	for rows.Next() {
+		var task string
+		var n int
+		if err := rows.Scan(&task, &n); err != nil {
+			return nil, err
+		}
+		out[task] = n
+	}
+	return out, rows.Err()
+}
+
+// Dependents returns the IDs of the units that depend on id.
+func (s *Store) Dependents(ctx context.Context, id string) ([]string, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT unit_id FROM dependencies WHERE depends_on=? ORDER BY unit_id`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var d string
+		if err := rows.Scan(&d); err != nil {
+			return nil, err
+		}
+		out = append(out, d)
+	}
+	return out, rows.Err()
+}
+
+// EventsAfter returns up to limit events after the given sequence number.
+// A work_completed event carries its unit's result if the unit is stored.
+func (s *Store) EventsAfter(ctx context.Context, after int64, limit int) ([]store.Event, error) {
+	if limit <= 0 {
+		limit = 1000
+	}
+	rows, err := s.read.QueryContext(ctx, `SELECT e.seq, e.type, e.at, coalesce(e.work_id, ''), coalesce(e.task, ''), e.attempt, e.data,
+			CASE WHEN e.type = 'work_completed' THEN (SELECT result FROM work_units w WHERE w.id = e.work_id) END
+		FROM events e WHERE e.seq > ? ORDER BY e.seq LIMIT ?`, after, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Event
+	for rows.Next() {
+		var e store.Event
+		var at int64
+		if err := rows.Scan(&e.Seq, &e.Type, &at, &e.WorkID, &e.Task, &e.Attempt, &e.Data, &e.Result); err != nil {
+			return nil, err
+		}
+		e.Time = tm(at)
+		out = append(out, e)
+	}
+	return out, rows.Err()
+}
+
+// LastSeq returns the highest event sequence number ever assigned.
+func (s *Store) LastSeq(ctx context.Context) (int64, error) {
+	var seq int64
+	err := s.read.QueryRowContext(ctx, `SELECT seq FROM sqlite_sequence WHERE name='events'`).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return seq, err
+}
+
+// FirstSeq returns the lowest event sequence number still stored.
+func (s *Store) FirstSeq(ctx context.Context) (int64, error) {
+	var seq sql.NullInt64
+	err := s.read.QueryRowContext(ctx, `SELECT min(seq) FROM events`).Scan(&seq)
+	return seq.Int64, err
+}
+
+// Tasks returns the stored task definitions.
+func (s *Store) Tasks(ctx context.Context) (map[string][]byte, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT name, def FROM tasks`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string][]byte)
+	for rows.Next() {
+		var name string
+		var def []byte
+		if err := rows.Scan(&name, &def); err != nil {
+			return nil, err
+		}
+		out[name] = def
+	}
+	return out, rows.Err()
+}
+
+// Services returns the stored services with their circuit state.
+func (s *Store) Services(ctx context.Context) ([]store.ServiceRecord, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT s.name, s.def, s.override, s.paused, c.state
+		FROM services s LEFT JOIN circuit_state c ON c.service = s.name
+		UNION ALL
+		SELECT c.service, NULL, NULL, 0, c.state FROM circuit_state c WHERE c.service NOT IN (SELECT name FROM services)
+		ORDER BY 1`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.ServiceRecord
+	for rows.Next() {
+		var r store.ServiceRecord
+		if err := rows.Scan(&r.Name, &r.Def, &r.Override, &r.Paused, &r.Circuit); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}
+
+// ServiceLog returns the dispatch times of service since the given time.
+func (s *Store) ServiceLog(ctx context.Context, service string, since time.Time) ([]time.Time, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT started_at FROM service_log WHERE service=? AND started_at >= ? ORDER BY started_at`,
+		service, ns(since))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []time.Time
+	for rows.Next() {
+		var at int64
+		if err := rows.Scan(&at); err != nil {
+			return nil, err
+		}
+		out = append(out, tm(at))
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,352 @@
+// Package sqlite is runcue's SQLite backend, built on modernc.org/sqlite (pure
+// Go, no cgo).
+//
+// A Store keeps one writer connection, which runs every Apply in a single
+// BEGIN IMMEDIATE transaction, and a separate pool of read-only connections.
+// The database is in WAL mode, so reads never wait for the writer. Several
+// processes may open the same file; SQLite serializes their writes.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/url"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/runcue/runcue/store"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Synchronous is SQLite's synchronous setting for the WAL.
+type Synchronous uint8
+
+const (
+	// Normal syncs the WAL only at checkpoints. A committed transaction
+	// survives the crash of the process but may be lost if the operating
+	// system crashes or the machine loses power before the next checkpoint.
+	// The database is never corrupted.
+	Normal Synchronous = iota
+	// Full syncs the WAL at every commit: a committed transaction survives
+	// power loss. Commits cost one fsync each (group commit shares it).
+	Full
+)
+
+func (s Synchronous) pragma() string {
+	if s == Full {
+		return "FULL"
+	}
+	return "NORMAL"
+}
+
+// Options configure a Store. The zero value is valid.
+type Options struct {
+	// Synchronous is the durability setting. Default Normal.
+	Synchronous Synchronous
+	// ReadConns is the size of the read pool. Default 4.
+	ReadConns int
+	// BusyTimeout is how long a connection waits for another process's lock
+	// before failing. Default 10s.
+	BusyTimeout time.Duration
+}
+
+// Store is a store.Store on a SQLite file.
+type Store struct {
+	path  string
+	write *sql.DB // exactly one connection
+	read  *sql.DB
+
+	stmtMu sync.Mutex
+	stmts  map[string]*sql.Stmt // prepared on write
+
+	dataVersion int64
+
+	lockMu sync.Mutex
+	lock   *fileLock
+}
+
+// SchemaVersion is the schema version this package writes.
+var SchemaVersion = func() int {
+	n, _ := latestMigration()
+	return n
+}()
+
+// Open opens or creates the database at path and migrates its schema. A file
+// that is not a SQLite database gives an error naming path; a schema newer
+// than this package knows gives store.ErrSchemaTooNew.
+func Open(path string, opts Options) (*Store, error) {
+	if path == "" || path == ":memory:" || strings.HasPrefix(path, "file:") {
+		return nil, fmt.Errorf("runcue: sqlite: %q: a plain file path is required", path)
+	}
+	if opts.ReadConns <= 0 {
+		opts.ReadConns = 4
+	}
+	if opts.BusyTimeout <= 0 {
+		opts.BusyTimeout = 10 * time.Second
+	}
+	s := &Store{path: path, stmts: make(map[string]*sql.Stmt)}
+	var err error
+	s.write, err = sql.Open("sqlite", dsn(path, opts, false))
+	if err != nil {
+		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
+	}
+	s.write.SetMaxOpenConns(1)
+	s.write.SetMaxIdleConns(1)
+	s.write.SetConnMaxLifetime(0)
+	s.write.SetConnMaxIdleTime(0)
+	if err := s.migrate(context.Background()); err != nil {
+		s.write.Close()
+		if errors.Is(err, store.ErrSchemaTooNew) {
+			return nil, fmt.Errorf("runcue: open %s: %w", path, err)
+		}
+		return nil, fmt.Errorf("runcue: open %s: %w", path, describe(err))
+	}
+	s.read, err = sql.Open("sqlite", dsn(path, opts, true))
+	if err != nil {
+		s.write.Close()
+		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
+	}
+	s.read.SetMaxOpenConns(opts.ReadConns)
+	s.read.SetMaxIdleConns(opts.ReadConns)
+	if _, err := s.Changed(context.Background()); err != nil { // prime data_version
+		s.Close()
+		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
+	}
+	return s, nil
+}
+
+func dsn(path string, opts Options, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", "busy_timeout("+strconv.FormatInt(opts.BusyTimeout.Milliseconds(), 10)+")")
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous("+opts.Synchronous.pragma()+")")
+	q.Add("_pragma", "foreign_keys(0)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	} else {
+		q.Set("_txlock", "immediate")
+	}
+	return "file:" + (&url.URL{Path: path}).EscapedPath() + "?" + q.Encode()
+}
+
+// describe turns SQLite's "file is not a database" into a clearer message.
+func describe(err error) error {
+	var se *sqlite.Error
+	if errors.As(err, &se) && se.Code() == sqlite3.SQLITE_NOTADB {
+		return fmt.Errorf("not a SQLite database: %w", err)
+	}
+	return err
+}
+
+func latestMigration() (int, error) {
+	entries, err := fs.ReadDir(migrations, "migrations")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			return 0, fmt.Errorf("bad migration name %q", e.Name())
+		}
+		n = max(n, v)
+	}
+	return n, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	entries, err := fs.ReadDir(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
+	tx, err := s.write.BeginTx(ctx, nil) // BEGIN IMMEDIATE: one migrator at a time
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	var version int
+	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+		return err
+	}
+	latest := 0
+	for _, e := range entries {
+		v, _ := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		latest = max(latest, v)
+		if v <= version {
+			continue
+		}
+		body, err := migrations.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return err
+		}
+		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
+			return fmt.Errorf("migration %s: %w", e.Name(), err)
+		}
+		if _, err := tx.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(v)); err != nil {
+			return err
+		}
+	}
+	if version > latest {
+		return fmt.Errorf("%w (file has version %d, this runcue knows up to %d)", store.ErrSchemaTooNew, version, latest)
+	}
+	return tx.Commit()
+}
+
+// Path returns the database file's path.
+func (s *Store) Path() string { return s.path }
+
+// Close closes the database. It releases ownership if held.
+func (s *Store) Close() error {
+	s.lockMu.Lock()
+	if s.lock != nil {
+		s.lock.Release()
+		s.lock = nil
+	}
+	s.lockMu.Unlock()
+	s.stmtMu.Lock()
+	for _, st := range s.stmts {
+		st.Close()
+	}
+	s.stmts = nil
+	s.stmtMu.Unlock()
+	var errs []error
+	if s.read != nil {
+		errs = append(errs, s.read.Close())
+	}
+	errs = append(errs, s.write.Close())
+	return errors.Join(errs...)
+}
+
+// Changed reports whether another connection committed since the last call,
+// using PRAGMA data_version on the writer connection.
+func (s *Store) Changed(ctx context.Context) (bool, error) {
+	var v int64
+	if err := s.write.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err != nil {
+		return false, err
+	}
+	changed := v != s.dataVersion
+	s.dataVersion = v
+	return changed, nil
+}
+
+// Acquire takes ownership with an advisory lock on path+".lock", which the
+// operating system releases when the process dies.
+func (s *Store) Acquire(ctx context.Context, h store.Holder) (store.Ownership, error) {
+	s.lockMu.Lock()
+	defer s.lockMu.Unlock()
+	if s.lock != nil {
+		return nil, &store.LockedError{Holder: s.lock.holder}
+	}
+	l, err := acquireLock(s.path+".lock", h)
+	if err != nil {
+		return nil, err
+	}
+	s.lock = l
+	return &ownership{s: s, l: l}, nil
+}
+
+type ownership struct {
+	s    *Store
+	l    *fileLock
+	once sync.Once
+}
+
+func (o *ownership) Release() error {
+	var err error
+	o.once.Do(func() {
+		o.s.lockMu.Lock()
+		if o.s.lock == o.l {
+			o.s.lock = nil
+		}
+		o.s.lockMu.Unlock()
+		err = o.l.Release()
+	})
+	return err
+}
+
+// stmt returns query prepared for tx. Statements are prepared on the writer
+// DB so that transactions reuse them; the writer has one connection, which
+// tx holds, so a statement not prepared yet is prepared on tx alone and
+// queued for preparation on the DB once tx is over (see prepareMissing).
+func (s *Store) stmt(ctx context.Context, tx *sql.Tx, query string, missing *[]string) (*sql.Stmt, error) {
+	s.stmtMu.Lock()
+	st, ok := s.stmts[query]
+	s.stmtMu.Unlock()
+	if ok {
+		return tx.StmtContext(ctx, st), nil
+	}
+	*missing = append(*missing, query)
+	return tx.PrepareContext(ctx, query)
+}
+
+// prepareMissing prepares on the DB the statements first met inside a
+// transaction. It runs when no transaction holds the writer connection.
+func (s *Store) prepareMissing(ctx context.Context, queries []string) {
+	for _, q := range queries {
+		s.stmtMu.Lock()
+		_, ok := s.stmts[q]
+		s.stmtMu.Unlock()
+		if ok {
+			continue
+		}
+		st, err := s.write.PrepareContext(ctx, q)
+		if err != nil {
+			continue // prepared per transaction until it succeeds
+		}
+		s.stmtMu.Lock()
+		if s.stmts == nil { // closed meanwhile
+			st.Close()
+		} else {
+			s.stmts[q] = st
+		}
+		s.stmtMu.Unlock()
+	}
+}
+
+var _ store.Store = (*Store)(nil)
+
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func tm(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func isUnique(err error) bool {
+	var se *sqlite.Error
+	return errors.As(err, &se) && (se.Code() == sqlite3.SQLITE_CONSTRAINT_UNIQUE || se.Code() == sqlite3.SQLITE_CONSTRAINT_PRIMARYKEY)
+}
+
+// hostname is cached for lock holder records.
+var hostname = func() string {
+	h, _ := os.Hostname()
+	return h
+}()

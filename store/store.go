@@ -1,0 +1,256 @@
+// Package store defines the persistence contract runcue's Cue is built on:
+// the records it keeps and the Store interface a backend implements.
+//
+// The interface is shaped for group commit: a Cue collects the mutations of
+// many goroutines (submits, dispatches, completions) and hands them to Apply
+// as one ordered batch, which the backend runs in a single transaction. A
+// backend that can run a batch atomically (SQLite, PostgreSQL) can serve a
+// Cue; package store/storetest holds the conformance suite every backend must
+// pass, and package store/sqlite is the reference backend.
+//
+// Times are stored with nanosecond precision. The zero time.Time means "not
+// set" everywhere.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// State is the state of a work unit. The string values are part of the
+// persisted format and of runcue's public vocabulary.
+type State string
+
+// The states of a work unit.
+const (
+	Queued    State = "queued"
+	Running   State = "running"
+	Completed State = "completed"
+	Failed    State = "failed"
+	Cancelled State = "cancelled"
+)
+
+// Terminal reports whether s is a final state.
+func (s State) Terminal() bool { return s == Completed || s == Failed || s == Cancelled }
+
+// Valid reports whether s is one of the five states.
+func (s State) Valid() bool {
+	switch s {
+	case Queued, Running, Completed, Failed, Cancelled:
+		return true
+	}
+	return false
+}
+
+// Unit is a work unit as stored.
+type Unit struct {
+	// Seq orders units by submission; the store assigns it on insert.
+	Seq    int64
+	ID     string
+	Task   string
+	Target string
+	// Params is the JSON encoding of the submission's parameters.
+	Params []byte
+	State  State
+	// Runs counts the runs started, including interrupted ones.
+	Runs int
+	// Failures counts the failed runs that spent retry budget.
+	Failures int
+	// Deferrals counts the runs that ended in a Retry-After deferral.
+	Deferrals int
+	CreatedAt time.Time
+	// RunAt is the time before which the unit is not eligible (a delayed
+	// submission or a retry's next attempt); zero means at once.
+	RunAt      time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
+	// Timeout is the submission's own timeout; zero means the task's.
+	Timeout        time.Duration
+	LeasedBy       string
+	LeaseExpiresAt time.Time
+	// Result is the JSON encoding of a completed unit's result.
+	Result []byte
+	// Error and ErrorKind describe the last failure.
+	Error     string
+	ErrorKind string
+	// IdempotencyKey, when set, is unique among stored units.
+	IdempotencyKey string
+	// DependsOn lists the units that must complete before this one runs.
+	DependsOn []string
+	// DependencyDeadline, when set, is the time at which a unit still waiting
+	// for its dependencies fails.
+	DependencyDeadline time.Time
+	// Retry is an opaque per-submission retry policy; the store keeps it.
+	Retry []byte
+	// Trace is an opaque propagation carrier for the submitter's trace.
+	Trace []byte
+	// CancelRequested is set when a running unit was asked to stop by a
+	// process that does not own it.
+	CancelRequested bool
+	// Attempts is the history of runs, oldest first.
+	Attempts []Attempt
+}
+
+// Attempt records one run of a unit.
+type Attempt struct {
+	Run     int       `json:"run"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	Outcome string    `json:"outcome"`
+	Error   string    `json:"error,omitempty"`
+}
+
+// Event is one entry of the durable event log. Seq is assigned by the store
+// in commit order; it increases strictly and is never reused.
+type Event struct {
+	Seq     int64
+	Type    string
+	Time    time.Time
+	WorkID  string
+	Task    string
+	Attempt int
+	// Data is a JSON object with the event's other fields.
+	Data []byte
+	// Result is a completed unit's result. The store does not keep it twice:
+	// EventsAfter fills it in from the unit, if the unit is still stored.
+	Result []byte
+}
+
+// Event types the store itself writes (for transitions it derives, such as
+// recovery). The rest are chosen by the caller.
+const (
+	EventWorkQueued    = "work_queued"
+	EventWorkRecovered = "work_recovered"
+	EventWorkCancelled = "work_cancelled"
+	EventWorkFailed    = "work_failed"
+)
+
+// Errors reported by stores.
+var (
+	ErrNotFound          = errors.New("runcue: work unit not found")
+	ErrDuplicateID       = errors.New("runcue: a work unit with this ID already exists")
+	ErrDuplicate         = errors.New("runcue: a failed work unit holds this idempotency key")
+	ErrUnknownDependency = errors.New("runcue: unknown dependency")
+	ErrCycle             = errors.New("runcue: dependency cycle")
+	ErrSchemaTooNew      = errors.New("runcue: database schema is newer than this version of runcue")
+	ErrLocked            = errors.New("runcue: database is owned by another Cue")
+)
+
+// LockedError reports that another Cue owns the database. It matches
+// ErrLocked with errors.Is.
+type LockedError struct {
+	Holder Holder
+}
+
+func (e *LockedError) Error() string {
+	h := e.Holder
+	if h.PID == 0 {
+		return "runcue: database is owned by another Cue (holder unknown)"
+	}
+	return fmt.Sprintf("runcue: database is owned by another Cue (pid %d on %s since %s)",
+		h.PID, h.Host, h.Since.Format(time.RFC3339))
+}
+
+// Is reports whether target is ErrLocked.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+// Holder identifies the owner of a database.
+type Holder struct {
+	// Owner is the lease name the owner writes into leased_by.
+	Owner string    `json:"owner"`
+	PID   int       `json:"pid"`
+	Host  string    `json:"host"`
+	Since time.Time `json:"since"`
+}
+
+// CycleError names the units of a dependency cycle. It matches ErrCycle.
+type CycleError struct{ Members []string }
+
+func (e *CycleError) Error() string {
+	return fmt.Sprintf("runcue: dependency cycle among %v", e.Members)
+}
+
+// Is reports whether target is ErrCycle.
+func (e *CycleError) Is(target error) bool { return target == ErrCycle }
+
+// Ownership is held by the one Cue that dispatches a database's work.
+type Ownership interface {
+	// Release gives ownership up. It is safe to call more than once.
+	Release() error
+}
+
+// ListFilter selects units for ListUnits.
+type ListFilter struct {
+	States []State
+	Tasks  []string
+	// AfterSeq and BeforeSeq bound Seq exclusively; zero means unbounded.
+	AfterSeq  int64
+	BeforeSeq int64
+	// Desc lists newest first.
+	Desc bool
+	// Limit caps the number of units; zero means 100.
+	Limit int
+	// FinishedBefore selects units finished before the time.
+	FinishedBefore time.Time
+}
+
+// Store is a runcue backend.
+//
+// Apply and Changed are called by one goroutine at a time (the Cue's writer);
+// every other method is safe for simultaneous use by multiple goroutines.
+type Store interface {
+	// Apply runs ops in order in one transaction and returns one Result per
+	// op. An op that fails on its own (a duplicate ID, an unknown
+	// dependency) is rolled back alone and reports Result.Err; the others
+	// stand. A non-nil error means the transaction as a whole failed and
+	// nothing in it was stored.
+	Apply(ctx context.Context, ops []Op) ([]Result, error)
+	// Changed reports whether another connection or process has committed
+	// since the previous call.
+	Changed(ctx context.Context) (bool, error)
+
+	GetUnit(ctx context.Context, id string) (*Unit, error)
+	ListUnits(ctx context.Context, f ListFilter) ([]*Unit, error)
+	// LoadActive calls fn for every queued or running unit in Seq order,
+	// without Params, Result or Attempts.
+	LoadActive(ctx context.Context, fn func(*Unit) error) error
+	// CountActive returns the number of queued and running units per task.
+	CountActive(ctx context.Context) (map[string]int, error)
+	// Dependents returns the units that depend on id.
+	Dependents(ctx context.Context, id string) ([]string, error)
+
+	// EventsAfter returns up to limit events with Seq > after, in order.
+	EventsAfter(ctx context.Context, after int64, limit int) ([]Event, error)
+	// LastSeq returns the highest event Seq ever assigned.
+	LastSeq(ctx context.Context) (int64, error)
+	// FirstSeq returns the lowest event Seq still stored, 0 if none.
+	FirstSeq(ctx context.Context) (int64, error)
+
+	// Tasks and Services return the stored definitions by name.
+	Tasks(ctx context.Context) (map[string][]byte, error)
+	Services(ctx context.Context) ([]ServiceRecord, error)
+	// ServiceLog returns the dispatch times logged for service at or after
+	// since, oldest first.
+	ServiceLog(ctx context.Context, service string, since time.Time) ([]time.Time, error)
+
+	// Acquire takes ownership of the database for h. If another holder has
+	// it, Acquire returns a *LockedError at once. Ownership ends when
+	// released or when the holding process dies.
+	Acquire(ctx context.Context, h Holder) (Ownership, error)
+
+	Close() error
+}
+
+// ServiceRecord is a service as stored.
+type ServiceRecord struct {
+	Name string
+	// Def is the definition registered in code, Override the run-time
+	// override (nil when none); both are opaque to the store.
+	Def      []byte
+	Override []byte
+	Paused   bool
+	// Circuit is the persisted circuit breaker state (opaque), nil if none.
+	Circuit []byte
+}

@@ -1,0 +1,936 @@
+// Package storetest is the conformance suite for runcue stores. Every
+// backend must pass Run:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, func(t *testing.T) (store.Store, func() store.Store) { ... })
+//	}
+package storetest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runcue/runcue/store"
+)
+
+// Opener returns a new, empty store, and a function that opens another
+// handle (its own connections) on the same database. Both are closed by the
+// suite.
+type Opener func(t *testing.T) (st store.Store, again func() store.Store)
+
+// Run runs the conformance suite.
+func Run(t *testing.T, open Opener) {
+	tests := []struct {
+		name string
+		fn   func(t *testing.T, h *harness)
+	}{
+		{"InsertGet", testInsertGet},
+		{"InsertDuplicateID", testInsertDuplicateID},
+		{"InsertAllOrNone", testInsertAllOrNone},
+		{"Idempotency", testIdempotency},
+		{"Dependencies", testDependencies},
+		{"DeadDependency", testDeadDependency},
+		{"ClaimFinish", testClaimFinish},
+		{"FinishPreconditions", testFinishPreconditions},
+		{"RetryAndHistory", testRetryAndHistory},
+		{"Propagate", testPropagate},
+		{"Recover", testRecover},
+		{"Cancel", testCancel},
+		{"Requeue", testRequeue},
+		{"Heartbeat", testHeartbeat},
+		{"TasksServices", testTasksServices},
+		{"ServiceLog", testServiceLog},
+		{"Prune", testPrune},
+		{"List", testList},
+		{"LoadActiveCount", testLoadActiveCount},
+		{"Events", testEvents},
+		{"Changed", testChanged},
+		{"Acquire", testAcquire},
+		{"ConcurrentApply", testConcurrentApply},
+		{"ConcurrentReads", testConcurrentReads},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st, again := open(t)
+			h := &harness{t: t, st: st, again: again, ctx: context.Background(), now: time.Unix(1_800_000_000, 0)}
+			t.Cleanup(func() { st.Close() })
+			tc.fn(t, h)
+		})
+	}
+}
+
+type harness struct {
+	t     *testing.T
+	st    store.Store
+	again func() store.Store
+	ctx   context.Context
+	now   time.Time
+	n     int
+}
+
+func (h *harness) tick() time.Time {
+	h.now = h.now.Add(time.Second)
+	return h.now
+}
+
+func (h *harness) apply(ops ...store.Op) []store.Result {
+	h.t.Helper()
+	res, err := h.st.Apply(h.ctx, ops)
+	require.NoError(h.t, err)
+	require.Len(h.t, res, len(ops))
+	return res
+}
+
+func (h *harness) unit(task string, mods ...func(*store.Unit)) *store.Unit {
+	h.n++
+	u := &store.Unit{ID: fmt.Sprintf("u%04d", h.n), Task: task, State: store.Queued}
+	for _, m := range mods {
+		m(u)
+	}
+	return u
+}
+
+func (h *harness) insert(units ...*store.Unit) store.Result {
+	h.t.Helper()
+	r := h.apply(&store.Insert{Units: units, At: h.tick()})[0]
+	require.NoError(h.t, r.Err)
+	return r
+}
+
+func (h *harness) get(id string) *store.Unit {
+	h.t.Helper()
+	u, err := h.st.GetUnit(h.ctx, id)
+	require.NoError(h.t, err)
+	return u
+}
+
+func (h *harness) claim(id string, run int) store.Result {
+	h.t.Helper()
+	at := h.tick()
+	return h.apply(&store.Claim{ID: id, Owner: "owner", Run: run, At: at, LeaseExpires: at.Add(time.Minute),
+		Events: []store.Event{{Type: "work_started", Task: "t", Attempt: run}}})[0]
+}
+
+func (h *harness) finish(id string, run int, state store.State, mods ...func(*store.Finish)) store.Result {
+	h.t.Helper()
+	at := h.tick()
+	f := &store.Finish{ID: id, Owner: "owner", Run: run, At: at, State: state,
+		Attempt: store.Attempt{Run: run, Start: at.Add(-time.Second), End: at, Outcome: string(state)}}
+	for _, m := range mods {
+		m(f)
+	}
+	return h.apply(f)[0]
+}
+
+func (h *harness) events(after int64) []store.Event {
+	h.t.Helper()
+	evs, err := h.st.EventsAfter(h.ctx, after, 10000)
+	require.NoError(h.t, err)
+	return evs
+}
+
+func types(evs []store.Event) []string {
+	var out []string
+	for _, e := range evs {
+		out = append(out, e.Type+":"+e.WorkID)
+	}
+	return out
+}
+
+func testInsertGet(t *testing.T, h *harness) {
+	runAt := h.now.Add(time.Hour)
+	u := h.unit("fetch", func(u *store.Unit) {
+		u.Target = "https://example.org"
+		u.Params = []byte(`{"a":1}`)
+		u.Timeout = 90 * time.Second
+		u.RunAt = runAt
+		u.IdempotencyKey = "k1"
+		u.DependencyDeadline = runAt.Add(time.Minute)
+		u.Retry = []byte(`{"max":5}`)
+		u.Trace = []byte(`{"traceparent":"x"}`)
+	})
+	u2 := h.unit("fetch")
+	r := h.insert(u, u2)
+	require.True(t, r.Applied)
+	require.Len(t, r.Units, 2)
+	assert.Equal(t, u.ID, r.Units[0].ID)
+	assert.False(t, r.Units[0].Duplicate)
+	assert.Equal(t, store.Queued, r.Units[0].State)
+	assert.Greater(t, r.Units[1].Seq, r.Units[0].Seq, "Seq follows submission order")
+	require.Len(t, r.Events, 2)
+	assert.Equal(t, store.EventWorkQueued, r.Events[0].Type)
+	assert.Equal(t, u.ID, r.Events[0].WorkID)
+	assert.Equal(t, "fetch", r.Events[0].Task)
+	assert.Equal(t, r.Events[0].Seq+1, r.Events[1].Seq)
+	assert.Equal(t, h.now.UnixNano(), r.Events[0].Time.UnixNano(), "event time defaults to the op's time")
+
+	got := h.get(u.ID)
+	assert.Equal(t, r.Units[0].Seq, got.Seq)
+	assert.Equal(t, "fetch", got.Task)
+	assert.Equal(t, "https://example.org", got.Target)
+	assert.JSONEq(t, `{"a":1}`, string(got.Params))
+	assert.Equal(t, store.Queued, got.State)
+	assert.Equal(t, 90*time.Second, got.Timeout)
+	assert.True(t, got.RunAt.Equal(runAt))
+	assert.True(t, got.CreatedAt.Equal(h.now), "CreatedAt defaults to the op's time")
+	assert.Equal(t, "k1", got.IdempotencyKey)
+	assert.True(t, got.DependencyDeadline.Equal(runAt.Add(time.Minute)))
+	assert.Equal(t, `{"max":5}`, string(got.Retry))
+	assert.Equal(t, `{"traceparent":"x"}`, string(got.Trace))
+	assert.Zero(t, got.Runs)
+	assert.True(t, got.StartedAt.IsZero())
+
+	_, err := h.st.GetUnit(h.ctx, "nope")
+	assert.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func testInsertDuplicateID(t *testing.T, h *harness) {
+	h.insert(h.unit("a", func(u *store.Unit) { u.ID = "same" }))
+	other := h.unit("a")
+	res := h.apply(
+		&store.Insert{Units: []*store.Unit{{ID: "same", Task: "a"}}, At: h.tick()},
+		&store.Insert{Units: []*store.Unit{other}, At: h.tick()},
+	)
+	assert.ErrorIs(t, res[0].Err, store.ErrDuplicateID)
+	assert.Empty(t, res[0].Events)
+	require.NoError(t, res[1].Err, "a failed op does not fail its batch")
+	h.get(other.ID)
+	// The same ID twice in one insert.
+	res = h.apply(&store.Insert{Units: []*store.Unit{{ID: "x", Task: "a"}, {ID: "x", Task: "a"}}, At: h.tick()})
+	assert.ErrorIs(t, res[0].Err, store.ErrDuplicateID)
+	_, err := h.st.GetUnit(h.ctx, "x")
+	assert.ErrorIs(t, err, store.ErrNotFound)
+}
+
+func testInsertAllOrNone(t *testing.T, h *harness) {
+	h.insert(h.unit("a", func(u *store.Unit) { u.ID = "taken" }))
+	last, err := h.st.LastSeq(h.ctx)
+	require.NoError(t, err)
+	a, b := h.unit("a"), h.unit("a", func(u *store.Unit) { u.ID = "taken" })
+	res := h.apply(&store.Insert{Units: []*store.Unit{a, b}, At: h.tick()})
+	require.ErrorIs(t, res[0].Err, store.ErrDuplicateID)
+	_, err = h.st.GetUnit(h.ctx, a.ID)
+	assert.ErrorIs(t, err, store.ErrNotFound, "no unit of a failed insert is stored")
+	last2, err := h.st.LastSeq(h.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, last, last2, "no event of a failed insert is stored")
+	// Event sequence numbers stay contiguous after a rolled-back op.
+	r := h.insert(h.unit("a"))
+	assert.Equal(t, last+1, r.Events[0].Seq)
+}
+
+func testIdempotency(t *testing.T, h *harness) {
+	key := func(k string) func(*store.Unit) { return func(u *store.Unit) { u.IdempotencyKey = k } }
+	first := h.insert(h.unit("a", key("k")))
+	dup := h.insert(h.unit("a", key("k")))
+	assert.True(t, dup.Units[0].Duplicate)
+	assert.Equal(t, first.Units[0].ID, dup.Units[0].ID)
+	assert.Equal(t, store.Queued, dup.Units[0].State)
+	assert.Empty(t, dup.Events, "a duplicate appends no event")
+
+	// Running and completed units keep their key.
+	id := first.Units[0].ID
+	h.claim(id, 1)
+	assert.True(t, h.insert(h.unit("a", key("k"))).Units[0].Duplicate)
+	h.finish(id, 1, store.Completed)
+	d := h.insert(h.unit("a", key("k")))
+	assert.True(t, d.Units[0].Duplicate)
+	assert.Equal(t, store.Completed, d.Units[0].State)
+
+	// A failed unit: reject or resubmit.
+	f := h.insert(h.unit("a", key("f")))
+	fid := f.Units[0].ID
+	h.claim(fid, 1)
+	h.finish(fid, 1, store.Failed)
+	res := h.apply(&store.Insert{Units: []*store.Unit{h.unit("a", key("f"))}, At: h.tick()})
+	assert.ErrorIs(t, res[0].Err, store.ErrDuplicate)
+	fresh := h.unit("a", key("f"))
+	res = h.apply(&store.Insert{Units: []*store.Unit{fresh}, At: h.tick(), OnFailedDuplicate: store.ResubmitFailedDuplicate})
+	require.NoError(t, res[0].Err)
+	assert.False(t, res[0].Units[0].Duplicate)
+	assert.Equal(t, fresh.ID, res[0].Units[0].ID)
+	assert.Equal(t, "f", h.get(fresh.ID).IdempotencyKey)
+	assert.Empty(t, h.get(fid).IdempotencyKey, "the key moved to the new unit")
+	// Two units with one key in one insert: the second is a duplicate.
+	a, b := h.unit("a", key("pair")), h.unit("a", key("pair"))
+	r := h.insert(a, b)
+	assert.False(t, r.Units[0].Duplicate)
+	assert.True(t, r.Units[1].Duplicate)
+	assert.Equal(t, a.ID, r.Units[1].ID)
+}
+
+func testDependencies(t *testing.T, h *harness) {
+	root := h.unit("a")
+	h.insert(root)
+	// Forward reference inside the batch: b depends on c, which comes later.
+	b := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{"c-later", root.ID} })
+	c := h.unit("a", func(u *store.Unit) { u.ID = "c-later" })
+	r := h.insert(b, c)
+	assert.Equal(t, []string{"c-later", root.ID}, h.get(b.ID).DependsOn, "dependencies keep their order")
+	assert.Less(t, r.Units[1].Seq, r.Units[0].Seq, "a dependency is stored before its dependent")
+	deps, err := h.st.Dependents(h.ctx, root.ID)
+	require.NoError(t, err)
+	assert.Equal(t, []string{b.ID}, deps)
+
+	res := h.apply(&store.Insert{Units: []*store.Unit{h.unit("a", func(u *store.Unit) { u.DependsOn = []string{"ghost"} })}, At: h.tick()})
+	assert.ErrorIs(t, res[0].Err, store.ErrUnknownDependency)
+
+	x := h.unit("a", func(u *store.Unit) { u.ID = "x"; u.DependsOn = []string{"z"} })
+	y := h.unit("a", func(u *store.Unit) { u.ID = "y"; u.DependsOn = []string{"x"} })
+	z := h.unit("a", func(u *store.Unit) { u.ID = "z"; u.DependsOn = []string{"y"} })
+	free := h.unit("a")
+	res = h.apply(&store.Insert{Units: []*store.Unit{free, x, y, z}, At: h.tick()})
+	var ce *store.CycleError
+	require.ErrorAs(t, res[0].Err, &ce)
+	assert.ErrorIs(t, res[0].Err, store.ErrCycle)
+	assert.ElementsMatch(t, []string{"x", "y", "z"}, ce.Members)
+	_, err = h.st.GetUnit(h.ctx, free.ID)
+	assert.ErrorIs(t, err, store.ErrNotFound, "nothing of a cyclic batch is stored")
+}
+
+func testDeadDependency(t *testing.T, h *harness) {
+	dead := h.unit("a")
+	h.insert(dead)
+	h.claim(dead.ID, 1)
+	h.finish(dead.ID, 1, store.Failed)
+	gone := h.unit("a")
+	h.insert(gone)
+	h.apply(&store.Cancel{ID: gone.ID, At: h.tick()})
+
+	d1 := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{dead.ID} })
+	d2 := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{gone.ID} })
+	d3 := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{d1.ID} })
+	res := h.apply(&store.Insert{Units: []*store.Unit{d1, d2, d3}, At: h.tick(), FailOnDeadDependency: true})
+	require.NoError(t, res[0].Err)
+	assert.Equal(t, store.Failed, res[0].Units[0].State)
+	assert.Equal(t, "prerequisite_failed", h.get(d1.ID).ErrorKind)
+	assert.Equal(t, "prerequisite_cancelled", h.get(d2.ID).ErrorKind)
+	assert.Equal(t, store.Failed, h.get(d3.ID).State, "a dependent of a unit failed in the same insert fails too")
+	assert.Equal(t, []string{"work_queued:" + d1.ID, "work_failed:" + d1.ID, "work_queued:" + d2.ID, "work_failed:" + d2.ID,
+		"work_queued:" + d3.ID, "work_failed:" + d3.ID}, types(res[0].Events))
+
+	// Without the flag the units are stored queued.
+	d4 := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{dead.ID} })
+	h.insert(d4)
+	assert.Equal(t, store.Queued, h.get(d4.ID).State)
+}
+
+func testClaimFinish(t *testing.T, h *harness) {
+	u := h.unit("a")
+	h.insert(u)
+	r := h.claim(u.ID, 1)
+	require.True(t, r.Applied)
+	require.Len(t, r.Events, 1)
+	assert.Equal(t, u.ID, r.Events[0].WorkID, "the store fills in the event's unit")
+	got := h.get(u.ID)
+	assert.Equal(t, store.Running, got.State)
+	assert.Equal(t, 1, got.Runs)
+	assert.Equal(t, "owner", got.LeasedBy)
+	assert.True(t, got.LeaseExpiresAt.Equal(got.StartedAt.Add(time.Minute)))
+	assert.False(t, h.claim(u.ID, 2).Applied, "a running unit cannot be claimed")
+
+	fr := h.finish(u.ID, 1, store.Completed, func(f *store.Finish) {
+		f.Result = []byte(`{"ok":true}`)
+		f.Events = []store.Event{{Type: "work_completed", Task: "a", Attempt: 1}}
+	})
+	require.True(t, fr.Applied)
+	got = h.get(u.ID)
+	assert.Equal(t, store.Completed, got.State)
+	assert.JSONEq(t, `{"ok":true}`, string(got.Result))
+	assert.Empty(t, got.LeasedBy)
+	assert.True(t, got.LeaseExpiresAt.IsZero())
+	assert.True(t, got.FinishedAt.Equal(h.now))
+	require.Len(t, got.Attempts, 1)
+	assert.Equal(t, 1, got.Attempts[0].Run)
+	assert.Equal(t, "completed", got.Attempts[0].Outcome)
+	assert.Equal(t, time.Second, got.Attempts[0].End.Sub(got.Attempts[0].Start))
+	// Exactly one completion: finishing again does nothing.
+	assert.False(t, h.finish(u.ID, 1, store.Completed).Applied)
+	assert.False(t, h.claim(u.ID, 2).Applied, "a completed unit cannot be claimed")
+	evs := h.events(0)
+	n := 0
+	for _, e := range evs {
+		if e.Type == "work_completed" {
+			n++
+			assert.JSONEq(t, `{"ok":true}`, string(e.Result), "EventsAfter joins the result")
+		}
+	}
+	assert.Equal(t, 1, n)
+}
+
+func testFinishPreconditions(t *testing.T, h *harness) {
+	u := h.unit("a")
+	h.insert(u)
+	assert.False(t, h.finish(u.ID, 1, store.Completed).Applied, "a queued unit cannot finish")
+	h.claim(u.ID, 1)
+	f := &store.Finish{ID: u.ID, Owner: "someone-else", Run: 1, At: h.tick(), State: store.Completed}
+	assert.False(t, h.apply(f)[0].Applied, "only the lease holder finishes")
+	assert.False(t, h.finish(u.ID, 2, store.Completed).Applied, "only the current run finishes")
+	assert.Equal(t, store.Running, h.get(u.ID).State)
+	assert.True(t, h.finish(u.ID, 1, store.Completed).Applied)
+}
+
+func testRetryAndHistory(t *testing.T, h *harness) {
+	u := h.unit("a")
+	h.insert(u)
+	next := h.now.Add(time.Hour)
+	h.claim(u.ID, 1)
+	r := h.finish(u.ID, 1, store.Queued, func(f *store.Finish) {
+		f.RunAt, f.SpendBudget, f.Error, f.ErrorKind = next, true, "boom", "error"
+		f.Attempt.Outcome, f.Attempt.Error = "failed", "boom"
+		f.Events = []store.Event{{Type: "work_failed", Task: "a", Data: []byte(`{"will_retry":true}`)}, {Type: "work_retrying", Task: "a"}}
+	})
+	require.True(t, r.Applied)
+	require.Len(t, r.Events, 2)
+	assert.Equal(t, r.Events[0].Seq+1, r.Events[1].Seq)
+	got := h.get(u.ID)
+	assert.Equal(t, store.Queued, got.State)
+	assert.True(t, got.RunAt.Equal(next))
+	assert.Equal(t, 1, got.Failures)
+	assert.Equal(t, "boom", got.Error)
+	assert.True(t, got.FinishedAt.IsZero(), "a retrying unit is not finished")
+
+	h.claim(u.ID, 2)
+	h.finish(u.ID, 2, store.Queued, func(f *store.Finish) { f.Deferral = true; f.Attempt.Outcome = "deferred" })
+	got = h.get(u.ID)
+	assert.Equal(t, 1, got.Failures, "a deferral spends no budget")
+	assert.Equal(t, 1, got.Deferrals)
+	h.claim(u.ID, 3)
+	h.finish(u.ID, 3, store.Completed)
+	got = h.get(u.ID)
+	assert.Equal(t, 3, got.Runs)
+	require.Len(t, got.Attempts, 3)
+	assert.Equal(t, []string{"failed", "deferred", "completed"}, []string{got.Attempts[0].Outcome, got.Attempts[1].Outcome, got.Attempts[2].Outcome})
+	assert.Equal(t, "boom", got.Attempts[0].Error)
+}
+
+func chain(h *harness, n int) []*store.Unit {
+	var units []*store.Unit
+	for i := range n {
+		u := h.unit("a")
+		if i > 0 {
+			u.DependsOn = []string{units[i-1].ID}
+		}
+		units = append(units, u)
+	}
+	h.insert(units...)
+	return units
+}
+
+func testPropagate(t *testing.T, h *harness) {
+	c := chain(h, 4)
+	side := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{c[1].ID} })
+	h.insert(side)
+	h.claim(c[0].ID, 1)
+	r := h.finish(c[0].ID, 1, store.Failed, func(f *store.Finish) { f.Propagate = true })
+	require.True(t, r.Applied)
+	for _, u := range append(c[1:], side) {
+		got := h.get(u.ID)
+		assert.Equal(t, store.Failed, got.State, u.ID)
+		assert.Equal(t, "prerequisite_failed", got.ErrorKind, u.ID)
+	}
+	assert.Len(t, r.Events, 4, "one event per failed dependent, in the same transaction")
+
+	// A cancelled root: direct dependents fail with prerequisite_cancelled,
+	// theirs with prerequisite_failed.
+	c = chain(h, 3)
+	h.claim(c[0].ID, 1)
+	h.finish(c[0].ID, 1, store.Cancelled, func(f *store.Finish) { f.Propagate = true })
+	assert.Equal(t, "prerequisite_cancelled", h.get(c[1].ID).ErrorKind)
+	assert.Equal(t, "prerequisite_failed", h.get(c[2].ID).ErrorKind)
+
+	// Cascade: dependents are cancelled.
+	c = chain(h, 3)
+	h.claim(c[0].ID, 1)
+	h.finish(c[0].ID, 1, store.Cancelled, func(f *store.Finish) { f.Propagate, f.CascadeCancel = true, true })
+	assert.Equal(t, store.Cancelled, h.get(c[1].ID).State)
+	assert.Equal(t, store.Cancelled, h.get(c[2].ID).State)
+
+	// Without Propagate nothing happens to dependents.
+	c = chain(h, 2)
+	h.claim(c[0].ID, 1)
+	h.finish(c[0].ID, 1, store.Failed)
+	assert.Equal(t, store.Queued, h.get(c[1].ID).State)
+}
+
+func testRecover(t *testing.T, h *harness) {
+	a, b, q := h.unit("a"), h.unit("b"), h.unit("a")
+	h.insert(a, b, q)
+	h.claim(a.ID, 1)
+	h.claim(b.ID, 1)
+	h.apply(&store.Cancel{ID: b.ID, At: h.tick(), RequestIfRunning: true})
+	dep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{b.ID} })
+	h.insert(dep)
+	r := h.apply(&store.Recover{At: h.tick()})[0]
+	assert.Equal(t, []string{a.ID}, r.IDs)
+	got := h.get(a.ID)
+	assert.Equal(t, store.Queued, got.State)
+	assert.Empty(t, got.LeasedBy)
+	assert.Equal(t, 1, got.Runs, "the interrupted run is counted")
+	assert.Zero(t, got.Failures, "but spends no budget")
+	require.Len(t, got.Attempts, 1)
+	assert.Equal(t, "abandoned", got.Attempts[0].Outcome)
+	assert.Equal(t, store.Cancelled, h.get(b.ID).State, "a unit asked to cancel is cancelled, not requeued")
+	assert.Equal(t, store.Failed, h.get(dep.ID).State)
+	assert.Equal(t, store.Queued, h.get(q.ID).State)
+	var kinds []string
+	for _, e := range r.Events {
+		kinds = append(kinds, e.Type+":"+e.WorkID)
+	}
+	assert.Contains(t, kinds, "work_recovered:"+a.ID)
+	assert.Contains(t, kinds, "work_cancelled:"+b.ID)
+	assert.Empty(t, h.apply(&store.Recover{At: h.tick()})[0].IDs, "nothing left to recover")
+}
+
+func testCancel(t *testing.T, h *harness) {
+	q := h.unit("a")
+	dep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{q.ID} })
+	h.insert(q, dep)
+	r := h.apply(&store.Cancel{ID: q.ID, At: h.tick(), Reason: "user"})[0]
+	require.True(t, r.Applied)
+	assert.Equal(t, store.Queued, r.State)
+	got := h.get(q.ID)
+	assert.Equal(t, store.Cancelled, got.State)
+	assert.Equal(t, "user", got.Error)
+	assert.Equal(t, "prerequisite_cancelled", h.get(dep.ID).ErrorKind)
+	require.NotEmpty(t, r.Events)
+	assert.Equal(t, store.EventWorkCancelled, r.Events[0].Type)
+	assert.Equal(t, "a", r.Events[0].Task)
+
+	// Cascade.
+	q2 := h.unit("a")
+	dep2 := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{q2.ID} })
+	h.insert(q2, dep2)
+	h.apply(&store.Cancel{ID: q2.ID, At: h.tick(), Cascade: true})
+	assert.Equal(t, store.Cancelled, h.get(dep2.ID).State)
+
+	// Running: only a request, and only when asked.
+	run := h.unit("a")
+	h.insert(run)
+	h.claim(run.ID, 1)
+	r = h.apply(&store.Cancel{ID: run.ID, At: h.tick()})[0]
+	assert.False(t, r.Applied)
+	assert.Equal(t, store.Running, r.State)
+	assert.False(t, h.get(run.ID).CancelRequested)
+	h.apply(&store.Cancel{ID: run.ID, At: h.tick(), RequestIfRunning: true})
+	assert.True(t, h.get(run.ID).CancelRequested)
+	assert.Equal(t, store.Running, h.get(run.ID).State)
+
+	// Finished units are unchanged; unknown IDs are reported.
+	done := h.unit("a")
+	h.insert(done)
+	h.claim(done.ID, 1)
+	h.finish(done.ID, 1, store.Completed)
+	r = h.apply(&store.Cancel{ID: done.ID, At: h.tick()})[0]
+	assert.False(t, r.Applied)
+	assert.Equal(t, store.Completed, r.State)
+	assert.Equal(t, store.Completed, h.get(done.ID).State)
+	r = h.apply(&store.Cancel{ID: "ghost", At: h.tick()})[0]
+	assert.ErrorIs(t, r.Err, store.ErrNotFound)
+
+	// A queued unit with cancel requested cannot be claimed.
+	q3 := h.unit("a")
+	h.insert(q3)
+	h.claim(q3.ID, 1)
+	h.apply(&store.Cancel{ID: q3.ID, At: h.tick(), RequestIfRunning: true})
+	h.finish(q3.ID, 1, store.Queued)
+	assert.False(t, h.get(q3.ID).CancelRequested, "finishing clears the request")
+}
+
+func testRequeue(t *testing.T, h *harness) {
+	failA, failB, other := h.unit("a"), h.unit("b"), h.unit("a")
+	h.insert(failA, failB, other)
+	for _, u := range []*store.Unit{failA, failB} {
+		h.claim(u.ID, 1)
+		h.finish(u.ID, 1, store.Failed, func(f *store.Finish) { f.SpendBudget = true; f.Propagate = true })
+	}
+	cutoff := h.tick()
+	late := h.unit("a")
+	h.insert(late)
+	h.claim(late.ID, 1)
+	h.finish(late.ID, 1, store.Failed)
+	r := h.apply(&store.Requeue{Tasks: []string{"a"}, FinishedBefore: cutoff, At: h.tick()})[0]
+	assert.Equal(t, []string{failA.ID}, r.IDs, "only failed units of the task that finished before the cutoff")
+	got := h.get(failA.ID)
+	assert.Equal(t, store.Queued, got.State)
+	assert.Zero(t, got.Failures, "a fresh budget")
+	assert.Empty(t, got.Error)
+	assert.True(t, got.FinishedAt.IsZero())
+	assert.Equal(t, store.Failed, h.get(failB.ID).State)
+	assert.Equal(t, store.Failed, h.get(late.ID).State)
+	assert.Equal(t, store.Queued, h.get(other.ID).State)
+
+	// By ID, with dependents that failed only because of it.
+	c := chain(h, 3)
+	alsoDead := h.unit("a")
+	h.insert(alsoDead)
+	h.claim(alsoDead.ID, 1)
+	h.finish(alsoDead.ID, 1, store.Failed)
+	two := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{c[0].ID, alsoDead.ID} })
+	h.insert(two)
+	h.claim(c[0].ID, 1)
+	h.finish(c[0].ID, 1, store.Failed, func(f *store.Finish) { f.Propagate = true })
+	require.Equal(t, store.Failed, h.get(c[2].ID).State)
+	r = h.apply(&store.Requeue{IDs: []string{c[0].ID}, At: h.tick()})[0]
+	assert.Equal(t, []string{c[0].ID, c[1].ID, c[2].ID}, r.IDs)
+	for _, u := range c {
+		assert.Equal(t, store.Queued, h.get(u.ID).State)
+	}
+	assert.Equal(t, store.Failed, h.get(two.ID).State, "a dependent with another dead dependency stays failed")
+	assert.Len(t, r.Events, 3)
+	// Requeueing a unit that is not failed does nothing.
+	r = h.apply(&store.Requeue{IDs: []string{other.ID}, At: h.tick()})[0]
+	assert.Empty(t, r.IDs)
+	assert.False(t, r.Applied)
+}
+
+func testHeartbeat(t *testing.T, h *harness) {
+	u := h.unit("a")
+	h.insert(u)
+	h.claim(u.ID, 1)
+	later := h.now.Add(time.Hour)
+	assert.True(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "owner", Run: 1, LeaseExpires: later})[0].Applied)
+	assert.True(t, h.get(u.ID).LeaseExpiresAt.Equal(later))
+	assert.False(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "x", Run: 1, LeaseExpires: later})[0].Applied)
+	assert.False(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "owner", Run: 2, LeaseExpires: later})[0].Applied)
+}
+
+func testTasksServices(t *testing.T, h *harness) {
+	h.apply(&store.PutTask{Name: "a", Def: []byte(`{"v":1}`)}, &store.PutTask{Name: "b", Def: []byte(`{}`)})
+	h.apply(&store.PutTask{Name: "a", Def: []byte(`{"v":2}`)})
+	tasks, err := h.st.Tasks(h.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string][]byte{"a": []byte(`{"v":2}`), "b": []byte(`{}`)}, tasks)
+
+	yes, no := true, false
+	h.apply(&store.PutService{Name: "api", Def: []byte(`{"c":1}`)})
+	h.apply(&store.PutService{Name: "api", Override: []byte(`{"c":5}`), Paused: &yes, Circuit: []byte(`{"open":true}`)})
+	h.apply(&store.PutService{Name: "s3", Def: []byte(`{}`)})
+	svcs, err := h.st.Services(h.ctx)
+	require.NoError(t, err)
+	require.Len(t, svcs, 2)
+	assert.Equal(t, store.ServiceRecord{Name: "api", Def: []byte(`{"c":1}`), Override: []byte(`{"c":5}`), Paused: true,
+		Circuit: []byte(`{"open":true}`)}, svcs[0], "a nil Def keeps the stored one")
+	h.apply(&store.PutService{Name: "api", Override: []byte{}, Paused: &no, Circuit: []byte{}})
+	svcs, _ = h.st.Services(h.ctx)
+	assert.Nil(t, svcs[0].Override, "an empty override clears it")
+	assert.False(t, svcs[0].Paused)
+	assert.Nil(t, svcs[0].Circuit)
+}
+
+func testServiceLog(t *testing.T, h *harness) {
+	u1, u2 := h.unit("a"), h.unit("a")
+	h.insert(u1, u2)
+	at := h.tick()
+	h.apply(&store.Claim{ID: u1.ID, Owner: "o", Run: 1, At: at, ServiceLog: []string{"api", "s3"}})
+	at2 := h.tick()
+	h.apply(&store.Claim{ID: u2.ID, Owner: "o", Run: 1, At: at2, ServiceLog: []string{"api"}})
+	h.apply(&store.Claim{ID: u2.ID, Owner: "o", Run: 1, At: h.tick(), ServiceLog: []string{"api"}}) // not applied: no entry
+	log, err := h.st.ServiceLog(h.ctx, "api", time.Time{})
+	require.NoError(t, err)
+	require.Len(t, log, 2)
+	assert.True(t, log[0].Equal(at) && log[1].Equal(at2))
+	log, _ = h.st.ServiceLog(h.ctx, "api", at2)
+	assert.Len(t, log, 1, "since is inclusive")
+	log, _ = h.st.ServiceLog(h.ctx, "s3", time.Time{})
+	assert.Len(t, log, 1)
+	h.apply(&store.Prune{LogBefore: map[string]time.Time{"api": at2}})
+	log, _ = h.st.ServiceLog(h.ctx, "api", time.Time{})
+	assert.Len(t, log, 1)
+	log, _ = h.st.ServiceLog(h.ctx, "s3", time.Time{})
+	assert.Len(t, log, 1, "other services' logs are kept")
+}
+
+func testPrune(t *testing.T, h *harness) {
+	old, oldFail, queued := h.unit("a"), h.unit("a"), h.unit("a")
+	dep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{old.ID} })
+	h.insert(old, oldFail, queued, dep)
+	h.claim(old.ID, 1)
+	h.finish(old.ID, 1, store.Completed)
+	h.claim(oldFail.ID, 1)
+	h.finish(oldFail.ID, 1, store.Failed)
+	cutoff := h.tick()
+	recent := h.unit("a")
+	h.insert(recent)
+	h.claim(recent.ID, 1)
+	h.finish(recent.ID, 1, store.Completed)
+	firstBefore, _ := h.st.FirstSeq(h.ctx)
+	lastBefore, _ := h.st.LastSeq(h.ctx)
+
+	r := h.apply(&store.Prune{Before: cutoff, EventsBefore: cutoff})[0]
+	assert.Equal(t, 2, r.Count)
+	for _, id := range []string{old.ID, oldFail.ID} {
+		_, err := h.st.GetUnit(h.ctx, id)
+		assert.ErrorIs(t, err, store.ErrNotFound)
+	}
+	for _, id := range []string{queued.ID, dep.ID, recent.ID} {
+		h.get(id)
+	}
+	assert.Empty(t, h.get(dep.ID).DependsOn, "the pruned dependency's edge goes too")
+	first, _ := h.st.FirstSeq(h.ctx)
+	last, _ := h.st.LastSeq(h.ctx)
+	assert.Greater(t, first, firstBefore)
+	assert.Equal(t, lastBefore, last)
+	for _, e := range h.events(0) {
+		assert.False(t, e.Time.Before(cutoff), "events before the cutoff are gone")
+	}
+	// Pruning everything never lets a sequence number be reused.
+	h.apply(&store.Prune{EventsBefore: h.tick()})
+	r2 := h.insert(h.unit("a"))
+	assert.Equal(t, last+1, r2.Events[0].Seq)
+	// Limit.
+	var batch []*store.Unit
+	for range 5 {
+		u := h.unit("z")
+		batch = append(batch, u)
+	}
+	h.insert(batch...)
+	for _, u := range batch {
+		h.claim(u.ID, 1)
+		h.finish(u.ID, 1, store.Completed)
+	}
+	r = h.apply(&store.Prune{Before: h.tick(), Limit: 2})[0]
+	assert.Equal(t, 2, r.Count)
+}
+
+func testList(t *testing.T, h *harness) {
+	var ids []string
+	for i := range 10 {
+		task := "a"
+		if i%2 == 1 {
+			task = "b"
+		}
+		u := h.unit(task)
+		h.insert(u)
+		ids = append(ids, u.ID)
+	}
+	h.claim(ids[0], 1)
+	h.finish(ids[0], 1, store.Failed)
+	h.claim(ids[2], 1)
+	list := func(f store.ListFilter) []string {
+		units, err := h.st.ListUnits(h.ctx, f)
+		require.NoError(t, err)
+		var out []string
+		for _, u := range units {
+			out = append(out, u.ID)
+		}
+		return out
+	}
+	assert.Equal(t, ids, list(store.ListFilter{}))
+	assert.Equal(t, []string{ids[9], ids[8]}, list(store.ListFilter{Desc: true, Limit: 2}))
+	assert.Equal(t, []string{ids[0]}, list(store.ListFilter{States: []store.State{store.Failed}}))
+	assert.Equal(t, []string{ids[0], ids[2]}, list(store.ListFilter{States: []store.State{store.Failed, store.Running}}))
+	assert.Equal(t, []string{ids[1], ids[3], ids[5], ids[7], ids[9]}, list(store.ListFilter{Tasks: []string{"b"}}))
+	assert.Equal(t, []string{ids[4], ids[6], ids[8]}, list(store.ListFilter{Tasks: []string{"a"}, States: []store.State{store.Queued}}))
+	seq := h.get(ids[4]).Seq
+	assert.Equal(t, ids[5:7], list(store.ListFilter{AfterSeq: seq, Limit: 2}))
+	assert.Equal(t, []string{ids[3], ids[2]}, list(store.ListFilter{BeforeSeq: seq, Desc: true, Limit: 2}))
+	units, _ := h.st.ListUnits(h.ctx, store.ListFilter{Limit: 1})
+	assert.Equal(t, "failed", units[0].Attempts[0].Outcome, "listed units are whole")
+}
+
+func testLoadActiveCount(t *testing.T, h *harness) {
+	var want []string
+	for i := range 2500 { // more than one page
+		u := h.unit([]string{"a", "b"}[i%2])
+		if i%3 == 0 {
+			u.Params = []byte(`{"big":true}`)
+			u.DependsOn = nil
+		}
+		h.insert(u)
+		want = append(want, u.ID)
+	}
+	h.claim(want[0], 1)
+	h.claim(want[1], 1)
+	h.finish(want[1], 1, store.Completed)
+	withDep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{want[2]} })
+	h.insert(withDep)
+	var got []string
+	var seqs []int64
+	err := h.st.LoadActive(h.ctx, func(u *store.Unit) error {
+		got = append(got, u.ID)
+		seqs = append(seqs, u.Seq)
+		if u.ID == want[0] {
+			assert.Equal(t, store.Running, u.State)
+		}
+		if u.ID == withDep.ID {
+			assert.Equal(t, []string{want[2]}, u.DependsOn)
+		}
+		assert.Nil(t, u.Params, "LoadActive leaves Params out")
+		return nil
+	})
+	require.NoError(t, err)
+	expect := append([]string{want[0]}, want[2:]...)
+	expect = append(expect, withDep.ID)
+	assert.Equal(t, expect, got)
+	assert.True(t, slices.IsSorted(seqs))
+	stop := errors.New("stop")
+	assert.ErrorIs(t, h.st.LoadActive(h.ctx, func(*store.Unit) error { return stop }), stop)
+
+	counts, err := h.st.CountActive(h.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]int{"a": 1251, "b": 1249}, counts, "want[1] completed; withDep added")
+}
+
+func testEvents(t *testing.T, h *harness) {
+	last, err := h.st.LastSeq(h.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, last)
+	first, err := h.st.FirstSeq(h.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, first)
+	var units []*store.Unit
+	for range 30 {
+		units = append(units, h.unit("a"))
+	}
+	h.insert(units...)
+	r := h.apply(&store.AppendEvent{Event: store.Event{Type: "backpressure_active", Time: h.tick(), Data: []byte(`{"queued":5}`)}})[0]
+	require.True(t, r.Applied)
+	require.Len(t, r.Events, 1)
+	assert.Equal(t, int64(31), r.Events[0].Seq)
+	evs := h.events(0)
+	require.Len(t, evs, 31)
+	for i, e := range evs {
+		assert.Equal(t, int64(i+1), e.Seq)
+	}
+	assert.Equal(t, "backpressure_active", evs[30].Type)
+	assert.Equal(t, `{"queued":5}`, string(evs[30].Data))
+	page, err := h.st.EventsAfter(h.ctx, 10, 5)
+	require.NoError(t, err)
+	require.Len(t, page, 5)
+	assert.Equal(t, int64(11), page[0].Seq)
+	last, _ = h.st.LastSeq(h.ctx)
+	assert.Equal(t, int64(31), last)
+	first, _ = h.st.FirstSeq(h.ctx)
+	assert.Equal(t, int64(1), first)
+	// Event data round-trips.
+	var d map[string]any
+	require.NoError(t, json.Unmarshal(evs[30].Data, &d))
+}
+
+func testChanged(t *testing.T, h *harness) {
+	_, err := h.st.Changed(h.ctx)
+	require.NoError(t, err)
+	h.insert(h.unit("a"))
+	changed, err := h.st.Changed(h.ctx)
+	require.NoError(t, err)
+	assert.False(t, changed, "own commits are not changes")
+	other := h.again()
+	defer other.Close()
+	_, err = other.Apply(h.ctx, []store.Op{&store.Insert{Units: []*store.Unit{h.unit("a")}, At: h.tick()}})
+	require.NoError(t, err)
+	changed, err = h.st.Changed(h.ctx)
+	require.NoError(t, err)
+	assert.True(t, changed, "another handle's commit is a change")
+	changed, _ = h.st.Changed(h.ctx)
+	assert.False(t, changed, "reported once")
+}
+
+func testAcquire(t *testing.T, h *harness) {
+	since := time.Unix(1_800_000_000, 0)
+	own, err := h.st.Acquire(h.ctx, store.Holder{Owner: "first", PID: 4242, Host: "hostA", Since: since})
+	require.NoError(t, err)
+	other := h.again()
+	defer other.Close()
+	_, err = other.Acquire(h.ctx, store.Holder{Owner: "second"})
+	require.ErrorIs(t, err, store.ErrLocked)
+	var le *store.LockedError
+	require.ErrorAs(t, err, &le)
+	assert.Equal(t, "first", le.Holder.Owner)
+	assert.Equal(t, 4242, le.Holder.PID)
+	assert.Equal(t, "hostA", le.Holder.Host)
+	assert.True(t, le.Holder.Since.Equal(since))
+	assert.Contains(t, err.Error(), "4242")
+	_, err = h.st.Acquire(h.ctx, store.Holder{Owner: "again"})
+	assert.ErrorIs(t, err, store.ErrLocked, "the same handle cannot acquire twice")
+	require.NoError(t, own.Release())
+	require.NoError(t, own.Release(), "Release is idempotent")
+	own2, err := other.Acquire(h.ctx, store.Holder{Owner: "second"})
+	require.NoError(t, err)
+	require.NoError(t, own2.Release())
+}
+
+func testConcurrentApply(t *testing.T, h *harness) {
+	other := h.again()
+	defer other.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		st := h.st
+		if g%2 == 1 {
+			st = other
+		}
+		wg.Go(func() {
+			for i := range 25 {
+				u := &store.Unit{ID: fmt.Sprintf("g%d-%d", g, i), Task: "a"}
+				res, err := st.Apply(h.ctx, []store.Op{&store.Insert{Units: []*store.Unit{u}, At: time.Now()}})
+				if err == nil && res[0].Err != nil {
+					err = res[0].Err
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	evs := h.events(0)
+	require.Len(t, evs, 200)
+	for i, e := range evs {
+		assert.Equal(t, int64(i+1), e.Seq, "sequence numbers are unique and contiguous across writers")
+	}
+	counts, _ := h.st.CountActive(h.ctx)
+	assert.Equal(t, 200, counts["a"])
+}
+
+func testConcurrentReads(t *testing.T, h *harness) {
+	var units []*store.Unit
+	for range 50 {
+		units = append(units, h.unit("a"))
+	}
+	h.insert(units...)
+	ctx, cancel := context.WithCancel(h.ctx)
+	defer cancel()
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var failures []error
+	for range 4 {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				if _, err := h.st.GetUnit(ctx, units[0].ID); err != nil && ctx.Err() == nil {
+					mu.Lock()
+					failures = append(failures, err)
+					mu.Unlock()
+				}
+				if _, err := h.st.ListUnits(ctx, store.ListFilter{Limit: 10}); err != nil && ctx.Err() == nil {
+					mu.Lock()
+					failures = append(failures, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	for i, u := range units {
+		h.claim(u.ID, 1)
+		if i%2 == 0 {
+			h.finish(u.ID, 1, store.Completed)
+		}
+	}
+	cancel()
+	wg.Wait()
+	assert.Empty(t, failures, "reads never fail while the writer works")
+}

@@ -1,0 +1,128 @@
+package runcue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/runcue/runcue/store"
+)
+
+// Handler performs one run of a work unit. It should return when ctx is
+// done; context.Cause(ctx) tells why (ErrTimeout, ErrCancelled, ErrShutdown).
+// The result is stored as its JSON encoding. Return an error made with
+// Permanent for failures that retrying cannot fix.
+type Handler func(ctx context.Context, w *Work) (any, error)
+
+// Task describes a type of work: the services each unit of it needs and the
+// handler that performs it.
+type Task struct {
+	// Services lists the services every unit of the task uses; each must be
+	// registered first. A unit is dispatched only when all of them have
+	// capacity, and holds all of them while it runs.
+	Services []string
+	// Handler performs a unit. Required.
+	Handler Handler
+	// Timeout bounds a run. Default Config.DefaultTimeout. A submission's
+	// own Timeout takes precedence.
+	Timeout time.Duration
+	// MaxConcurrent caps the units of this task running at once, under the
+	// Cue's MaxConcurrent. Zero means no cap of its own.
+	MaxConcurrent int
+}
+
+// Work is the unit a Handler performs.
+type Work struct {
+	// ID is the unit's identifier.
+	ID string
+	// Task is the unit's task type.
+	Task string
+	// Target is what the unit works on (a path, a URL, a record ID).
+	Target string
+	// Params is the JSON encoding of the submission's parameters; null or
+	// empty when there were none.
+	Params json.RawMessage
+	// Attempt is the run number, from 1.
+	Attempt int
+}
+
+// Bind decodes Params into v. With no params, v is left unchanged.
+func (w *Work) Bind(v any) error {
+	if len(w.Params) == 0 || string(w.Params) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(w.Params, v); err != nil {
+		return fmt.Errorf("runcue: params of %s: %w", w.ID, err)
+	}
+	return nil
+}
+
+// Handle adapts a function with typed parameters and result to a Handler.
+// Parameters that do not decode into P fail the run permanently.
+func Handle[P, R any](fn func(ctx context.Context, w *Work, params P) (R, error)) Handler {
+	return func(ctx context.Context, w *Work) (any, error) {
+		var p P
+		if err := w.Bind(&p); err != nil {
+			return nil, Permanent(err)
+		}
+		return fn(ctx, w, p)
+	}
+}
+
+// taskDef is the persisted form of a Task.
+type taskDef struct {
+	Services []string `json:"services,omitempty"`
+}
+
+// Task registers a task type under name. Every service it names must be
+// registered. Registering a name twice is an error. Tasks may be registered
+// after Start; units of the task already queued then become runnable.
+func (c *Cue) Task(name string, t Task) error {
+	if err := validName("task", name); err != nil {
+		return err
+	}
+	if t.Handler == nil {
+		return fmt.Errorf("%w: task %q has no handler", ErrInvalid, name)
+	}
+	if t.Timeout < 0 || t.MaxConcurrent < 0 {
+		return fmt.Errorf("%w: task %q: negative Timeout or MaxConcurrent", ErrInvalid, name)
+	}
+	t.Services = slices.Clone(t.Services)
+	slices.Sort(t.Services)
+	for i, s := range t.Services {
+		if i > 0 && t.Services[i-1] == s {
+			return fmt.Errorf("%w: task %q lists service %q twice", ErrInvalid, name, s)
+		}
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return ErrClosed
+	}
+	if _, dup := c.tasks[name]; dup {
+		c.mu.Unlock()
+		return fmt.Errorf("%w: task %q is already registered", ErrInvalid, name)
+	}
+	for _, s := range t.Services {
+		if _, ok := c.services[s]; !ok {
+			c.mu.Unlock()
+			return fmt.Errorf("task %q: %w: %q", name, ErrUnknownService, s)
+		}
+	}
+	c.tasks[name] = &t
+	c.mu.Unlock()
+	def, _ := json.Marshal(taskDef{Services: t.Services})
+	if _, err := c.w.Do(context.Background(), &store.PutTask{Name: name, Def: def}); err != nil {
+		c.mu.Lock()
+		delete(c.tasks, name)
+		c.mu.Unlock()
+		return fmt.Errorf("task %q: %w", name, wrapStoreErr(err))
+	}
+	c.mu.Lock()
+	c.knownTasks[name] = true
+	c.mu.Unlock()
+	c.notifyRegistry()
+	return nil
+}

@@ -1,0 +1,415 @@
+package runcue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/runcue/runcue/internal/writer"
+	"github.com/runcue/runcue/store"
+)
+
+// State is the state of a work unit. It prints as the spec names it.
+type State = store.State
+
+// The states of a work unit.
+const (
+	StateQueued    State = store.Queued
+	StateRunning   State = store.Running
+	StateCompleted State = store.Completed
+	StateFailed    State = store.Failed
+	StateCancelled State = store.Cancelled
+)
+
+// Submission is a request to perform a unit of work.
+type Submission struct {
+	// Task is the unit's task type. Required. It must be registered in this
+	// Cue or, by another process, in the database.
+	Task string
+	// ID is an optional caller-chosen identifier, unique in the database.
+	// Default: a generated, time-ordered identifier.
+	ID string
+	// Target is what the unit works on.
+	Target string
+	// Params are the unit's parameters; anything encoding/json can encode.
+	// A json.RawMessage is stored as it is.
+	Params any
+	// Timeout bounds each run, overriding the task's.
+	Timeout time.Duration
+	// RunAt, when set, makes the unit ineligible before that time.
+	RunAt time.Time
+}
+
+// Submitted reports a stored submission.
+type Submitted struct {
+	// ID is the unit's identifier.
+	ID string
+	// Duplicate reports that an existing unit matched the submission's
+	// idempotency key; ID is that unit's.
+	Duplicate bool
+}
+
+// Attempt records one run of a unit.
+type Attempt struct {
+	// Run is the run number, from 1.
+	Run   int
+	Start time.Time
+	End   time.Time
+	// Outcome is completed, failed, timeout, cancelled, panic, interrupted
+	// (by shutdown), deferred (Retry-After) or abandoned (owner died).
+	Outcome string
+	Error   string
+}
+
+// Duration returns how long the run took.
+func (a Attempt) Duration() time.Duration { return a.End.Sub(a.Start) }
+
+// WorkInfo is a snapshot of a work unit.
+type WorkInfo struct {
+	ID     string
+	Task   string
+	Target string
+	Params json.RawMessage
+	State  State
+	// Runs counts the runs started; Failures the failed runs that spent
+	// retry budget.
+	Runs     int
+	Failures int
+	// CreatedAt is the submission time; RunAt the time before which the unit
+	// is not eligible (a delayed submission or a retry), zero if none.
+	CreatedAt  time.Time
+	RunAt      time.Time
+	StartedAt  time.Time
+	FinishedAt time.Time
+	Timeout    time.Duration
+	// Result is a completed unit's result.
+	Result json.RawMessage
+	// Error and ErrorKind describe the last failure.
+	Error     string
+	ErrorKind string
+	// LeasedBy and LeaseExpiresAt describe a running unit's lease.
+	LeasedBy       string
+	LeaseExpiresAt time.Time
+	// Attempts is the history of runs, oldest first.
+	Attempts []Attempt
+}
+
+func infoFrom(u *store.Unit) WorkInfo {
+	wi := WorkInfo{
+		ID: u.ID, Task: u.Task, Target: u.Target, Params: u.Params, State: u.State,
+		Runs: u.Runs, Failures: u.Failures,
+		CreatedAt: u.CreatedAt, RunAt: u.RunAt, StartedAt: u.StartedAt, FinishedAt: u.FinishedAt, Timeout: u.Timeout,
+		Result: u.Result, Error: u.Error, ErrorKind: u.ErrorKind,
+		LeasedBy: u.LeasedBy, LeaseExpiresAt: u.LeaseExpiresAt,
+	}
+	for _, a := range u.Attempts {
+		wi.Attempts = append(wi.Attempts, Attempt{Run: a.Run, Start: a.Start, End: a.End, Outcome: a.Outcome, Error: a.Error})
+	}
+	return wi
+}
+
+func validID(id string) error {
+	switch {
+	case len(id) > 255:
+		return fmt.Errorf("%w: ID longer than 255 bytes", ErrInvalid)
+	case strings.ContainsRune(id, 0):
+		return fmt.Errorf("%w: ID contains NUL", ErrInvalid)
+	}
+	return nil
+}
+
+func encodeParams(p any) ([]byte, error) {
+	switch v := p.(type) {
+	case nil:
+		return nil, nil
+	case json.RawMessage:
+		if len(v) == 0 {
+			return nil, nil
+		}
+		if !json.Valid(v) {
+			return nil, fmt.Errorf("%w: Params is not valid JSON", ErrInvalid)
+		}
+		return v, nil
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("%w: Params: %v", ErrInvalid, err)
+	}
+	return b, nil
+}
+
+// Submit stores a unit of work and returns once it is committed. If ctx ends
+// first, Submit returns ctx's error and the unit may or may not be stored.
+// Submit works before Start; the unit then stays queued until a Cue that
+// owns the database runs it.
+func (c *Cue) Submit(ctx context.Context, s Submission) (Submitted, error) {
+	out, err := c.SubmitBatch(ctx, []Submission{s})
+	if err != nil {
+		return Submitted{}, err
+	}
+	return out[0], nil
+}
+
+// SubmitBatch stores all the submissions, or none of them, in one
+// transaction, and returns their outcomes in order.
+func (c *Cue) SubmitBatch(ctx context.Context, subs []Submission) ([]Submitted, error) {
+	if len(subs) == 0 {
+		return nil, nil
+	}
+	if err := c.checkTasks(ctx, subs); err != nil {
+		return nil, err
+	}
+	now := c.clock.Now()
+	units := make([]*store.Unit, len(subs))
+	for i, s := range subs {
+		u, err := c.unitFor(s, now)
+		if err != nil {
+			if len(subs) > 1 {
+				err = fmt.Errorf("submission %d: %w", i, err)
+			}
+			return nil, err
+		}
+		units[i] = u
+	}
+	op := &store.Insert{Units: units, At: now}
+	type out struct {
+		res store.Result
+		err error
+	}
+	ch := make(chan out, 1)
+	err := c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+		if err == nil && res[0].Err == nil {
+			c.inserted(units, res[0])
+		}
+		var r store.Result
+		if err == nil {
+			r = res[0]
+		}
+		ch <- out{r, err}
+	}})
+	if err != nil {
+		return nil, wrapStoreErr(err)
+	}
+	var o out
+	select {
+	case o = <-ch:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if o.err != nil {
+		return nil, wrapStoreErr(o.err)
+	}
+	if o.res.Err != nil {
+		return nil, o.res.Err
+	}
+	res := make([]Submitted, len(units))
+	for i, iu := range o.res.Units {
+		res[i] = Submitted{ID: iu.ID, Duplicate: iu.Duplicate}
+	}
+	return res, nil
+}
+
+func (c *Cue) unitFor(s Submission, now time.Time) (*store.Unit, error) {
+	if s.Task == "" {
+		return nil, fmt.Errorf("%w: submission without a task", ErrInvalid)
+	}
+	if s.Timeout < 0 {
+		return nil, fmt.Errorf("%w: negative Timeout", ErrInvalid)
+	}
+	id := s.ID
+	if id == "" {
+		id = c.ids.New(now)
+	} else if err := validID(id); err != nil {
+		return nil, err
+	}
+	params, err := encodeParams(s.Params)
+	if err != nil {
+		return nil, err
+	}
+	return &store.Unit{
+		ID: id, Task: s.Task, Target: s.Target, Params: params, State: store.Queued,
+		CreatedAt: now, RunAt: s.RunAt, Timeout: s.Timeout,
+	}, nil
+}
+
+// checkTasks verifies that every submission's task is known here or in the
+// database (registered there by another process).
+func (c *Cue) checkTasks(ctx context.Context, subs []Submission) error {
+	var missing []string
+	c.mu.Lock()
+	for _, s := range subs {
+		if s.Task != "" && !c.knownTasks[s.Task] {
+			missing = append(missing, s.Task)
+		}
+	}
+	c.mu.Unlock()
+	if len(missing) == 0 {
+		return nil
+	}
+	stored, err := c.st.Tasks(ctx)
+	if err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name := range stored {
+		c.knownTasks[name] = true
+	}
+	for _, t := range missing {
+		if !c.knownTasks[t] {
+			return fmt.Errorf("%w: %q", ErrUnknownTask, t)
+		}
+	}
+	return nil
+}
+
+// Get returns a snapshot of the unit with the given ID, or ErrNotFound.
+func (c *Cue) Get(ctx context.Context, id string) (WorkInfo, error) {
+	if err := c.checkOpen(); err != nil {
+		return WorkInfo{}, err
+	}
+	u, err := c.st.GetUnit(ctx, id)
+	if err != nil {
+		return WorkInfo{}, err
+	}
+	return infoFrom(u), nil
+}
+
+// ListOptions select the units List returns.
+type ListOptions struct {
+	// States and Tasks filter; empty means all.
+	States []State
+	Tasks  []string
+	// Newest lists the most recently submitted units first. Default oldest
+	// first.
+	Newest bool
+	// Limit caps the page. Default 100, at most 1000.
+	Limit int
+	// Cursor continues from a previous page's Next.
+	Cursor string
+}
+
+// WorkPage is one page of List.
+type WorkPage struct {
+	Units []WorkInfo
+	// Next is the cursor for the following page; empty on the last page.
+	Next string
+}
+
+// List returns one page of units in submission order.
+func (c *Cue) List(ctx context.Context, o ListOptions) (WorkPage, error) {
+	if err := c.checkOpen(); err != nil {
+		return WorkPage{}, err
+	}
+	limit := o.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	limit = min(limit, 1000)
+	f := store.ListFilter{States: o.States, Tasks: o.Tasks, Desc: o.Newest, Limit: limit + 1}
+	if o.Cursor != "" {
+		seq, err := strconv.ParseInt(o.Cursor, 36, 64)
+		if err != nil || seq <= 0 {
+			return WorkPage{}, fmt.Errorf("%w: bad cursor %q", ErrInvalid, o.Cursor)
+		}
+		if o.Newest {
+			f.BeforeSeq = seq
+		} else {
+			f.AfterSeq = seq
+		}
+	}
+	units, err := c.st.ListUnits(ctx, f)
+	if err != nil {
+		return WorkPage{}, err
+	}
+	var page WorkPage
+	if len(units) > limit {
+		units = units[:limit]
+		page.Next = strconv.FormatInt(units[limit-1].Seq, 36)
+	}
+	page.Units = make([]WorkInfo, len(units))
+	for i, u := range units {
+		page.Units[i] = infoFrom(u)
+	}
+	return page, nil
+}
+
+// Wait returns the unit's snapshot once it is finished (completed, failed
+// or cancelled), or ctx's error. It works in any process that has the
+// database open, owner or not.
+func (c *Cue) Wait(ctx context.Context, id string) (WorkInfo, error) {
+	for {
+		if err := c.checkOpen(); err != nil {
+			return WorkInfo{}, err
+		}
+		watch := c.hub.Watch(id)
+		u, err := c.st.GetUnit(ctx, id)
+		if err != nil {
+			return WorkInfo{}, err
+		}
+		if u.State.Terminal() {
+			return infoFrom(u), nil
+		}
+		select {
+		case <-watch:
+		case <-ctx.Done():
+			return WorkInfo{}, ctx.Err()
+		}
+	}
+}
+
+// Drain returns once no work that this Cue can run is queued, running or
+// waiting (for its RunAt or a retry), or ctx ends. Units of task types not
+// registered in this Cue do not hold it; Drain logs them. In a Cue that
+// does not own the database, Drain watches the database instead: it returns
+// when the owner has finished the work.
+func (c *Cue) Drain(ctx context.Context) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	if err := c.w.Poll(ctx); err != nil && !errors.Is(err, ErrClosed) {
+		return wrapStoreErr(err)
+	}
+	if d := c.disp.Load(); d != nil {
+		if err := d.drain(ctx); err != nil {
+			return err
+		}
+		return c.w.Sync(ctx)
+	}
+	for {
+		changed := c.hub.Changed()
+		counts, err := c.st.CountActive(ctx)
+		if err != nil {
+			return err
+		}
+		busy, orphans := 0, map[string]int{}
+		c.mu.Lock()
+		for task, n := range counts {
+			if _, ok := c.tasks[task]; ok {
+				busy += n
+			} else {
+				orphans[task] = n
+			}
+		}
+		c.mu.Unlock()
+		if busy == 0 {
+			c.reportOrphans(orphans)
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (c *Cue) reportOrphans(orphans map[string]int) {
+	for task, n := range orphans {
+		c.log.Warn("runcue: units of a task type not registered here remain queued", "task_type", task, "units", n)
+	}
+}
