@@ -219,7 +219,7 @@ func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[stri
 		if _, ok := d.tasks[name]; ok {
 			continue
 		}
-		rt := &taskRT{name: name, def: t, cap: newResource("task "+name, t.MaxConcurrent), retry: RetryPolicy{}.withDefaults()}
+		rt := &taskRT{name: name, def: t, cap: newResource("task "+name, t.MaxConcurrent), retry: t.Retry.withDefaults()}
 		for _, s := range t.Services {
 			rt.services = append(rt.services, d.services[s])
 		}

@@ -31,6 +31,9 @@ type Task struct {
 	// MaxConcurrent caps the units of this task running at once, under the
 	// Cue's MaxConcurrent. Zero means no cap of its own.
 	MaxConcurrent int
+	// Retry is the retry policy for failed runs. Its zero value is the
+	// default policy (see RetryPolicy).
+	Retry RetryPolicy
 }
 
 // Work is the unit a Handler performs.
@@ -88,6 +91,9 @@ func (c *Cue) Task(name string, t Task) error {
 	}
 	if t.Timeout < 0 || t.MaxConcurrent < 0 {
 		return fmt.Errorf("%w: task %q: negative Timeout or MaxConcurrent", ErrInvalid, name)
+	}
+	if err := t.Retry.validate(); err != nil {
+		return fmt.Errorf("task %q: %w", name, err)
 	}
 	t.Services = slices.Clone(t.Services)
 	slices.Sort(t.Services)

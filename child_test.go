@@ -1,0 +1,79 @@
+package runcue_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/runcue/runcue"
+)
+
+// runChild is the main of a child process (see TestMain). Modes:
+//
+//	journal: own the database at RUNCUE_DB and run "journal" units, each
+//	  appending its ID to RUNCUE_JOURNAL and then pausing 5-25ms, until
+//	  drained; then exit 0.
+//	hold: own the database and run "quick" units at once and "hold" units
+//	  forever (until killed), printing "started <id>" for each hold run.
+func runChild(mode string) int {
+	path := os.Getenv("RUNCUE_DB")
+	c, err := runcue.Open(path, runcue.Config{MaxConcurrent: 16, Logger: quietLogger})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "open:", err)
+		return 2
+	}
+	ctx := context.Background()
+	switch mode {
+	case "journal":
+		j, err := os.OpenFile(os.Getenv("RUNCUE_JOURNAL"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "journal:", err)
+			return 2
+		}
+		must(c.Task("journal", runcue.Task{Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			// Journal first, so that every run a kill interrupts shows.
+			if _, err := j.WriteString(w.ID + "\n"); err != nil {
+				return nil, err
+			}
+			time.Sleep(5*time.Millisecond + time.Duration(rand.IntN(20_000))*time.Microsecond)
+			return nil, nil
+		}}))
+	case "hold":
+		must(c.Service("one", runcue.Service{MaxConcurrent: 1}))
+		must(c.Task("quick", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return "quick", nil }}))
+		must(c.Task("hold", runcue.Task{Services: []string{"one"}, Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			fmt.Println("started " + w.ID)
+			select {}
+		}}))
+	default:
+		fmt.Fprintln(os.Stderr, "unknown mode", mode)
+		return 2
+	}
+	if err := c.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "start:", err)
+		return 2
+	}
+	fmt.Println("ready")
+	if err := c.Drain(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "drain:", err)
+		return 2
+	}
+	if err := c.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "close:", err)
+		return 2
+	}
+	fmt.Println("drained")
+	return 0
+}
+
+func must(err error) {
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+}
+
+var _ = strconv.Itoa

@@ -1,0 +1,83 @@
+// Command runcue-bench measures runcue's throughput and latency against a
+// minimal hand-written SQLite queue cycle on the same machine, interleaving
+// the two so that the ratio of their medians is meaningful on a busy host.
+//
+//	go run ./cmd/runcue-bench            # defaults: 20,000 units, 5 repetitions
+//	go run ./cmd/runcue-bench -sync full
+//
+// Never run it with -race: the race detector slows runcue and the raw cycle
+// unevenly.
+package main
+
+import (
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/internal/benchkit"
+)
+
+func main() {
+	units := flag.Int("n", 20000, "units per run")
+	reps := flag.Int("reps", 5, "repetitions (at least 5 for the headline ratio)")
+	syncMode := flag.String("sync", "normal", "SQLite synchronous setting: normal or full")
+	submitters := flag.Int("submitters", 0, "submit one unit per call from this many goroutines (0: batches of 100)")
+	latencyUnits := flag.Int("latency-units", 5000, "units for the completion-to-dispatch measurement")
+	dir := flag.String("dir", "", "directory for the database files (default: a temporary directory)")
+	flag.Parse()
+
+	sync := runcue.SyncNormal
+	switch *syncMode {
+	case "normal":
+	case "full":
+		sync = runcue.SyncFull
+	default:
+		log.Fatalf("unknown -sync %q", *syncMode)
+	}
+	if *dir == "" {
+		d, err := os.MkdirTemp("", "runcue-bench")
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer os.RemoveAll(d)
+		*dir = d
+	}
+	fmt.Printf("runcue-bench: %d units, %d repetitions, synchronous=%s, GOMAXPROCS=%d, %s\n",
+		*units, *reps, *syncMode, runtime.GOMAXPROCS(0), runtime.Version())
+
+	var raw, rc []float64
+	var submitLat []time.Duration
+	for i := range *reps {
+		r, err := benchkit.RawCycle(*dir, *units, sync)
+		if err != nil {
+			log.Fatal("raw cycle: ", err)
+		}
+		res, err := benchkit.Throughput(*dir, benchkit.Options{Units: *units, Submitters: *submitters, Sync: sync})
+		if err != nil {
+			log.Fatal("runcue: ", err)
+		}
+		raw, rc = append(raw, r), append(rc, res.UnitsPerSec)
+		submitLat = append(submitLat, res.SubmitLatency...)
+		fmt.Printf("  rep %d: raw cycle %8.0f units/s   runcue %8.0f units/s   ratio %.2f\n", i+1, r, res.UnitsPerSec, res.UnitsPerSec/r)
+	}
+	mr, mc := benchkit.Median(raw), benchkit.Median(rc)
+	fmt.Printf("median: raw cycle %.0f units/s, runcue %.0f units/s, ratio %.2f\n", mr, mc, mc/mr)
+	what := "SubmitBatch of 100"
+	if *submitters > 0 {
+		what = fmt.Sprintf("Submit, %d concurrent submitters", *submitters)
+	}
+	fmt.Printf("submit latency (%s): p50 %v, p99 %v\n", what,
+		benchkit.Percentile(submitLat, 50).Round(time.Microsecond), benchkit.Percentile(submitLat, 99).Round(time.Microsecond))
+
+	lat, err := benchkit.DispatchLatency(*dir, *latencyUnits)
+	if err != nil {
+		log.Fatal("latency: ", err)
+	}
+	fmt.Printf("completion-to-dispatch (MaxConcurrent 1, %d units): p50 %v, p99 %v, max %v\n", len(lat)+1,
+		benchkit.Percentile(lat, 50).Round(time.Microsecond), benchkit.Percentile(lat, 99).Round(time.Microsecond),
+		benchkit.Percentile(lat, 100).Round(time.Microsecond))
+}

@@ -1,0 +1,235 @@
+//go:build unix
+
+package runcue_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/sqlite"
+)
+
+// child starts this test binary in a child mode.
+func child(t *testing.T, mode, db string, extra ...string) (*exec.Cmd, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode, "RUNCUE_DB="+db)
+	cmd.Env = append(cmd.Env, extra...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	return cmd, bufio.NewScanner(out)
+}
+
+// TestCrashRecovery kills a Cue with SIGKILL at random moments while it runs
+// 2,000 units and checks that no unit is lost and no completion is recorded
+// twice.
+func TestCrashRecovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills child processes")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("RUNCUE_CRASH_SEED"); s != "" {
+		var err error
+		seed, err = parseUint(s)
+		require.NoError(t, err)
+	}
+	t.Logf("seed %d (set RUNCUE_CRASH_SEED to repeat)", seed)
+	rnd := rand.New(rand.NewPCG(seed, seed))
+	dir := t.TempDir()
+	db, journal := filepath.Join(dir, "runcue.db"), filepath.Join(dir, "journal")
+
+	const units = 2000
+	c, err := runcue.Open(db, runcue.Config{Logger: quietLogger})
+	require.NoError(t, err)
+	require.NoError(t, c.Task("journal", runcue.Task{Handler: noop}))
+	subs := make([]runcue.Submission, units)
+	for i := range subs {
+		subs[i] = runcue.Submission{Task: "journal"}
+	}
+	submitted, err := c.SubmitBatch(context.Background(), subs)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+
+	ctx := context.Background()
+	st, err := sqlite.Open(db, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	completedNow := func() int {
+		counts, err := st.CountActive(ctx)
+		require.NoError(t, err)
+		return units - counts["journal"]
+	}
+	journaled := func() int {
+		b, _ := os.ReadFile(journal)
+		return strings.Count(string(b), "\n")
+	}
+	kills, midWork, prev := 0, 0, 0
+	for kills < 14 {
+		cmd, out := child(t, "journal", db, "RUNCUE_JOURNAL="+journal)
+		// Kill at a random moment: every fourth kill during start-up and
+		// recovery, the others while units run (timed from "ready", so that
+		// a slow start, as under -race, does not shift the moments).
+		duringStartup := kills%4 == 0
+		if duringStartup {
+			time.Sleep(time.Duration(rnd.IntN(50_000)) * time.Microsecond)
+		} else {
+			for out.Scan() && out.Text() != "ready" {
+			}
+			time.Sleep(time.Duration(20_000+rnd.IntN(130_000)) * time.Microsecond)
+		}
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
+		for out.Scan() {
+			if out.Text() == "drained" {
+				t.Fatalf("the child finished all the work before kill %d; the test needs slower units", kills+1)
+			}
+		}
+		kills++
+		if now := journaled(); now > prev {
+			if !duringStartup {
+				midWork++ // handlers were running when this child died
+			}
+			prev = now
+		}
+	}
+	completedBefore := completedNow()
+	t.Logf("%d kills; %d of the %d after start-up interrupted running handlers; %d units completed before the final run",
+		kills, midWork, kills-4, completedBefore)
+	require.GreaterOrEqual(t, midWork, 5, "kills must land while units run")
+	require.Less(t, completedBefore, units, "the kills must interrupt the work")
+	// A last run to completion.
+	cmd, out := child(t, "journal", db, "RUNCUE_JOURNAL="+journal)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		t.Fatal("the final run did not finish")
+	}
+	_ = out
+
+	completions := map[string]int{}
+	var after int64
+	for {
+		evs, err := st.EventsAfter(ctx, after, 5000)
+		require.NoError(t, err)
+		if len(evs) == 0 {
+			break
+		}
+		for _, ev := range evs {
+			if ev.Type == string(runcue.EventWorkCompleted) {
+				completions[ev.WorkID]++
+			}
+		}
+		after = evs[len(evs)-1].Seq
+	}
+	b, err := os.ReadFile(journal)
+	require.NoError(t, err)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	inJournal := map[string]int{}
+	for _, l := range lines {
+		inJournal[l]++
+	}
+	reruns := 0
+	for _, s := range submitted {
+		u, err := st.GetUnit(ctx, s.ID)
+		require.NoError(t, err)
+		require.Equal(t, store.Completed, u.State, "unit %s", s.ID)
+		require.Equal(t, 1, completions[s.ID], "exactly one completion recorded for %s", s.ID)
+		require.GreaterOrEqual(t, inJournal[s.ID], 1, "unit %s never ran", s.ID)
+		completed := 0
+		for _, a := range u.Attempts {
+			if a.Outcome == "completed" {
+				completed++
+			}
+		}
+		require.Equal(t, 1, completed, "one completed attempt in %s's history", s.ID)
+		reruns += inJournal[s.ID] - 1
+	}
+	// A kill can cost at most the runs in flight (16) plus those finished
+	// but not yet committed (bounded by the same window): 2×16 per kill.
+	t.Logf("%d kills, %d runs journaled for %d units (%d re-runs)", kills, len(lines), units, reruns)
+	assert.LessOrEqual(t, reruns, kills*32, "re-runs are bounded")
+	assert.Len(t, inJournal, units, "nothing ran that was not submitted")
+}
+
+// TestRestart checks what a restart does to units that were queued, running
+// (their owner killed) and completed.
+func TestRestart(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, "runcue.db")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	// Register the tasks and submit through a Cue that does not own the DB.
+	c, err := runcue.Open(db, runcue.Config{Logger: quietLogger})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Service("one", runcue.Service{MaxConcurrent: 1}))
+	require.NoError(t, c.Task("quick", runcue.Task{Handler: noop}))
+	require.NoError(t, c.Task("hold", runcue.Task{Services: []string{"one"}, Handler: noop}))
+	done, err := c.Submit(ctx, runcue.Submission{Task: "quick"})
+	require.NoError(t, err)
+	running, err := c.Submit(ctx, runcue.Submission{Task: "hold"})
+	require.NoError(t, err)
+	queued, err := c.Submit(ctx, runcue.Submission{Task: "hold"}) // waits behind "one"
+	require.NoError(t, err)
+
+	cmd, out := child(t, "hold", db)
+	for out.Scan() && out.Text() != "started "+running.ID {
+	}
+	wi, err := c.Wait(ctx, done.ID)
+	require.NoError(t, err)
+	require.Equal(t, runcue.StateCompleted, wi.State)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+	before := map[string]runcue.WorkInfo{}
+	for _, id := range []string{done.ID, running.ID, queued.ID} {
+		before[id], err = c.Get(ctx, id)
+		require.NoError(t, err)
+	}
+	require.Equal(t, runcue.StateRunning, before[running.ID].State)
+	require.Equal(t, runcue.StateQueued, before[queued.ID].State)
+
+	// Restart: this Cue takes ownership (the lock died with the child).
+	rec := record(t, c)
+	require.NoError(t, c.Start(ctx))
+	require.NoError(t, c.Drain(ctx))
+	after := func(id string) runcue.WorkInfo {
+		wi, err := c.Get(ctx, id)
+		require.NoError(t, err)
+		return wi
+	}
+	assert.Equal(t, before[done.ID], after(done.ID), "a completed unit is left alone")
+	re := after(running.ID)
+	assert.Equal(t, runcue.StateCompleted, re.State, "a running unit is re-run")
+	assert.Equal(t, 2, re.Runs)
+	assert.Equal(t, []string{"abandoned", "completed"}, []string{re.Attempts[0].Outcome, re.Attempts[1].Outcome})
+	q := after(queued.ID)
+	assert.Equal(t, runcue.StateCompleted, q.State, "a queued unit is run")
+	assert.Equal(t, 1, q.Runs)
+	rec.waitFor(t, 1, ofType(runcue.EventWorkRecovered, running.ID))
+}
+
+func parseUint(s string) (uint64, error) {
+	var v uint64
+	_, err := fmt.Sscan(s, &v)
+	return v, err
+}

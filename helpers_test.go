@@ -1,0 +1,236 @@
+package runcue_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/clock"
+)
+
+// childEnv selects a child-process mode (see child_test.go): the test binary
+// re-executes itself to be killed with SIGKILL.
+const childEnv = "RUNCUE_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(childEnv); mode != "" {
+		os.Exit(runChild(mode))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// wait bounds how long a test waits for something that should happen. It is
+// a guard against hangs, never a timing assertion.
+const wait = 30 * time.Second
+
+type env struct {
+	t    *testing.T
+	c    *runcue.Cue
+	clk  *clock.Fake
+	path string
+	ctx  context.Context
+	logs *syncBuffer
+}
+
+// newEnv opens a Cue on a new file with a fake clock.
+func newEnv(t *testing.T, cfg runcue.Config) *env {
+	t.Helper()
+	e := &env{t: t, path: filepath.Join(t.TempDir(), "runcue.db"), clk: clock.NewFake(epoch), logs: &syncBuffer{}}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	e.c = e.open(cfg)
+	return e
+}
+
+// open opens another Cue on the env's file, sharing its clock and logs.
+func (e *env) open(cfg runcue.Config) *runcue.Cue {
+	e.t.Helper()
+	if cfg.Clock == nil {
+		cfg.Clock = e.clk
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	c, err := runcue.Open(e.path, cfg)
+	require.NoError(e.t, err)
+	e.t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func (e *env) settle(cs ...*runcue.Cue) {
+	e.t.Helper()
+	if len(cs) == 0 {
+		cs = []*runcue.Cue{e.c}
+	}
+	for _, c := range cs {
+		require.NoError(e.t, runcue.Settle(e.ctx, c))
+	}
+}
+
+func (e *env) submit(task string, mods ...func(*runcue.Submission)) string {
+	e.t.Helper()
+	s := runcue.Submission{Task: task}
+	for _, m := range mods {
+		m(&s)
+	}
+	out, err := e.c.Submit(e.ctx, s)
+	require.NoError(e.t, err)
+	return out.ID
+}
+
+func (e *env) get(id string) runcue.WorkInfo {
+	e.t.Helper()
+	wi, err := e.c.Get(e.ctx, id)
+	require.NoError(e.t, err)
+	return wi
+}
+
+func (e *env) wait(id string) runcue.WorkInfo {
+	e.t.Helper()
+	wi, err := e.c.Wait(e.ctx, id)
+	require.NoError(e.t, err)
+	return wi
+}
+
+func (e *env) start() {
+	e.t.Helper()
+	require.NoError(e.t, e.c.Start(e.ctx))
+}
+
+func noop(context.Context, *runcue.Work) (any, error) { return nil, nil }
+
+// recorder collects a Cue's events.
+type recorder struct {
+	mu     sync.Mutex
+	events []runcue.Event
+	more   chan struct{}
+	done   chan struct{}
+}
+
+func record(t *testing.T, c *runcue.Cue) *recorder {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &recorder{more: make(chan struct{}), done: make(chan struct{})}
+	ch := c.Events(ctx)
+	go func() {
+		defer close(r.done)
+		for ev := range ch {
+			r.mu.Lock()
+			r.events = append(r.events, ev)
+			close(r.more)
+			r.more = make(chan struct{})
+			r.mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-r.done })
+	return r
+}
+
+func (r *recorder) all() []runcue.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]runcue.Event(nil), r.events...)
+}
+
+// waitFor waits until n events satisfy match and returns them.
+func (r *recorder) waitFor(t *testing.T, n int, match func(runcue.Event) bool) []runcue.Event {
+	t.Helper()
+	deadline := time.After(wait)
+	for {
+		r.mu.Lock()
+		var got []runcue.Event
+		for _, ev := range r.events {
+			if match(ev) {
+				got = append(got, ev)
+			}
+		}
+		more := r.more
+		r.mu.Unlock()
+		if len(got) >= n {
+			return got
+		}
+		select {
+		case <-more:
+		case <-deadline:
+			t.Fatalf("timed out waiting for %d matching events; have %d", n, len(got))
+		}
+	}
+}
+
+func ofType(typ runcue.EventType, id string) func(runcue.Event) bool {
+	return func(ev runcue.Event) bool { return ev.Type == typ && (id == "" || ev.WorkID == id) }
+}
+
+// syncBuffer is a goroutine-safe log sink.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+var quietLogger = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// gate is a handler whose runs block until released, reporting each start.
+type gate struct {
+	started chan string
+	release chan error
+}
+
+func newGate() *gate {
+	return &gate{started: make(chan string, 1000), release: make(chan error, 1000)}
+}
+
+func (g *gate) handler(ctx context.Context, w *runcue.Work) (any, error) {
+	g.started <- w.ID
+	select {
+	case err := <-g.release:
+		return w.ID, err
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
+}
+
+// next returns the ID of the next run to start.
+func (g *gate) next(t *testing.T) string {
+	t.Helper()
+	select {
+	case id := <-g.started:
+		return id
+	case <-time.After(wait):
+		t.Fatal("no run started")
+		return ""
+	}
+}
+
+// none asserts that no further run has started.
+func (g *gate) none(t *testing.T) {
+	t.Helper()
+	select {
+	case id := <-g.started:
+		t.Fatalf("unexpected start of %s", id)
+	default:
+	}
+}

@@ -1,0 +1,300 @@
+// Package benchkit measures runcue against a minimal hand-written SQLite
+// queue. It backs cmd/runcue-bench and the package benchmarks.
+//
+// Absolute figures drift on shared machines; the ratio of runcue's
+// throughput to the raw cycle's, measured interleaved in one run, does not.
+package benchkit
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runcue/runcue"
+)
+
+// RawCycle runs n units through a minimal queue on raw SQLite: insert,
+// claim, log, complete, 64 units per transaction, WAL, one connection, the
+// given synchronous setting. It returns units per second.
+func RawCycle(dir string, n int, sync runcue.Synchronous) (float64, error) {
+	path := filepath.Join(dir, fmt.Sprintf("raw-%d.db", time.Now().UnixNano()))
+	defer removeDB(path)
+	mode := "NORMAL"
+	if sync == runcue.SyncFull {
+		mode = "FULL"
+	}
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=synchronous("+mode+")&_pragma=busy_timeout(5000)&_txlock=immediate")
+	if err != nil {
+		return 0, err
+	}
+	defer db.Close()
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(`CREATE TABLE jobs(id INTEGER PRIMARY KEY, kind TEXT NOT NULL, payload TEXT, state TEXT NOT NULL,
+			leased_by TEXT, lease_expires INTEGER, result TEXT, created INTEGER NOT NULL, updated INTEGER NOT NULL);
+		CREATE INDEX jobs_state ON jobs(state, id);
+		CREATE TABLE job_log(id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL, event TEXT NOT NULL, at INTEGER NOT NULL);`); err != nil {
+		return 0, err
+	}
+	ins, err := db.Prepare(`INSERT INTO jobs(kind, payload, state, created, updated) VALUES('noop', '{}', 'queued', ?, ?)`)
+	if err != nil {
+		return 0, err
+	}
+	claim, err := db.Prepare(`UPDATE jobs SET state='running', leased_by='bench', lease_expires=?, updated=?
+		WHERE id IN (SELECT id FROM jobs WHERE state='queued' ORDER BY id LIMIT 64) RETURNING id`)
+	if err != nil {
+		return 0, err
+	}
+	logEv, err := db.Prepare(`INSERT INTO job_log(job_id, event, at) VALUES(?, ?, ?)`)
+	if err != nil {
+		return 0, err
+	}
+	done, err := db.Prepare(`UPDATE jobs SET state='done', result='null', leased_by=NULL, updated=? WHERE id=?`)
+	if err != nil {
+		return 0, err
+	}
+	ctx := context.Background()
+	start := time.Now()
+	for left := n; left > 0; left -= 64 {
+		batch := min(left, 64)
+		tx, err := db.BeginTx(ctx, nil)
+		if err != nil {
+			return 0, err
+		}
+		txIns, txClaim, txLog, txDone := tx.Stmt(ins), tx.Stmt(claim), tx.Stmt(logEv), tx.Stmt(done)
+		for range batch {
+			now := time.Now().UnixNano()
+			if _, err := txIns.Exec(now, now); err != nil {
+				tx.Rollback()
+				return 0, err
+			}
+		}
+		now := time.Now().UnixNano()
+		rows, err := txClaim.Query(now+int64(time.Minute), now)
+		if err != nil {
+			tx.Rollback()
+			return 0, err
+		}
+		ids := make([]int64, 0, batch)
+		for rows.Next() {
+			var id int64
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				tx.Rollback()
+				return 0, err
+			}
+			ids = append(ids, id)
+		}
+		rows.Close()
+		for _, id := range ids {
+			now := time.Now().UnixNano()
+			if _, err := txLog.Exec(id, "completed", now); err != nil {
+				tx.Rollback()
+				return 0, err
+			}
+			if _, err := txDone.Exec(now, id); err != nil {
+				tx.Rollback()
+				return 0, err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
+}
+
+func removeDB(path string) {
+	for _, suffix := range []string{"", "-wal", "-shm", ".lock"} {
+		os.Remove(path + suffix)
+	}
+}
+
+// Options describe a runcue throughput run.
+type Options struct {
+	Units int
+	// Submitters > 0 submits one unit per call from that many goroutines;
+	// otherwise units are submitted in batches of Batch (default 100).
+	Submitters int
+	Batch      int
+	// MaxConcurrent is the Cue's handler cap. Default 100.
+	MaxConcurrent int
+	Sync          runcue.Synchronous
+	// Service puts one service (with the given limits) in every unit's path.
+	Service *runcue.Service
+}
+
+// Result of a runcue throughput run.
+type Result struct {
+	UnitsPerSec float64
+	// SubmitLatency holds one sample per Submit or SubmitBatch call.
+	SubmitLatency []time.Duration
+	Elapsed       time.Duration
+}
+
+// Throughput submits opts.Units no-op units to a fresh Cue on a file and runs
+// them all to completion; the clock runs from the first submit to the last
+// completion.
+func Throughput(dir string, opts Options) (Result, error) {
+	if opts.MaxConcurrent == 0 {
+		opts.MaxConcurrent = 100
+	}
+	if opts.Batch == 0 {
+		opts.Batch = 100
+	}
+	path := filepath.Join(dir, fmt.Sprintf("runcue-%d.db", time.Now().UnixNano()))
+	defer removeDB(path)
+	c, err := runcue.Open(path, runcue.Config{MaxConcurrent: opts.MaxConcurrent, Synchronous: opts.Sync,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return Result{}, err
+	}
+	defer c.Close()
+	task := runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}
+	if opts.Service != nil {
+		if err := c.Service("svc", *opts.Service); err != nil {
+			return Result{}, err
+		}
+		task.Services = []string{"svc"}
+	}
+	if err := c.Task("noop", task); err != nil {
+		return Result{}, err
+	}
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		return Result{}, err
+	}
+	var res Result
+	var mu sync.Mutex
+	record := func(d time.Duration) {
+		mu.Lock()
+		res.SubmitLatency = append(res.SubmitLatency, d)
+		mu.Unlock()
+	}
+	start := time.Now()
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	if opts.Submitters > 0 {
+		var next atomic.Int64
+		for range opts.Submitters {
+			wg.Go(func() {
+				for next.Add(1) <= int64(opts.Units) {
+					t := time.Now()
+					if _, err := c.Submit(ctx, runcue.Submission{Task: "noop"}); err != nil {
+						failed.Store(err)
+						return
+					}
+					record(time.Since(t))
+				}
+			})
+		}
+	} else {
+		wg.Go(func() {
+			for left := opts.Units; left > 0; left -= opts.Batch {
+				subs := make([]runcue.Submission, min(left, opts.Batch))
+				for i := range subs {
+					subs[i] = runcue.Submission{Task: "noop"}
+				}
+				t := time.Now()
+				if _, err := c.SubmitBatch(ctx, subs); err != nil {
+					failed.Store(err)
+					return
+				}
+				record(time.Since(t))
+			}
+		})
+	}
+	wg.Wait()
+	if err, _ := failed.Load().(error); err != nil {
+		return Result{}, err
+	}
+	if err := c.Drain(ctx); err != nil {
+		return Result{}, err
+	}
+	res.Elapsed = time.Since(start)
+	res.UnitsPerSec = float64(opts.Units) / res.Elapsed.Seconds()
+	if err := c.Stop(ctx); err != nil {
+		return Result{}, err
+	}
+	return res, nil
+}
+
+// DispatchLatency measures, with MaxConcurrent 1 and a deep queue of no-op
+// units, the time from a handler's return to the next handler's start:
+// nothing needs a commit in between. It returns one sample per unit after
+// the first.
+func DispatchLatency(dir string, units int) ([]time.Duration, error) {
+	path := filepath.Join(dir, fmt.Sprintf("latency-%d.db", time.Now().UnixNano()))
+	defer removeDB(path)
+	c, err := runcue.Open(path, runcue.Config{MaxConcurrent: 1, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	var mu sync.Mutex
+	var lastEnd time.Time
+	samples := make([]time.Duration, 0, units)
+	err = c.Task("noop", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) {
+		now := time.Now()
+		mu.Lock()
+		if !lastEnd.IsZero() {
+			samples = append(samples, now.Sub(lastEnd))
+		}
+		lastEnd = time.Now() // the handler returns right after this
+		mu.Unlock()
+		return nil, nil
+	}})
+	if err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	subs := make([]runcue.Submission, units)
+	for i := range subs {
+		subs[i] = runcue.Submission{Task: "noop"}
+	}
+	if _, err := c.SubmitBatch(ctx, subs); err != nil {
+		return nil, err
+	}
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.Drain(ctx); err != nil {
+		return nil, err
+	}
+	if err := c.Stop(ctx); err != nil {
+		return nil, err
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return samples, nil
+}
+
+// Percentile returns the p-th percentile (0..100) of ds.
+func Percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	i := int(p / 100 * float64(len(s)-1))
+	return s[i]
+}
+
+// Median returns the median of xs.
+func Median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
