@@ -2,75 +2,152 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
+	"database/sql/driver"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/runcue/runcue/store"
 )
 
-// txn is one Apply: the transaction and its statements, bound once.
+// txn is one Apply on the writer's driver connection. It talks to the
+// driver directly: database/sql's per-statement bookkeeping is a large part
+// of the writer's cost, and the writer is the one serial path.
 type txn struct {
-	s       *Store
-	ctx     context.Context
-	tx      *sql.Tx
-	bound   map[string]*sql.Stmt
-	missing []string // queries to prepare on the DB after the transaction
+	s    *Store
+	ctx  context.Context
+	dc   driverConn
+	args []driver.NamedValue // scratch, reused by every statement
+	// merged maps a Finish to the outcome of the Claim it was merged into
+	// (see mergeClaims).
+	merged map[*store.Finish]bool
+	pairs  map[*store.Claim]*store.Finish
 }
 
-func (t *txn) stmt(query string) (*sql.Stmt, error) {
-	if st, ok := t.bound[query]; ok {
-		return st, nil
+func (t *txn) bind(args []any) []driver.NamedValue {
+	nv := t.args[:0]
+	for i, a := range args {
+		switch v := a.(type) {
+		case int:
+			a = int64(v)
+		case bool:
+			if v {
+				a = int64(1)
+			} else {
+				a = int64(0)
+			}
+		}
+		nv = append(nv, driver.NamedValue{Ordinal: i + 1, Value: a})
 	}
-	st, err := t.s.stmt(t.ctx, t.tx, query, &t.missing)
+	t.args = nv
+	return nv
+}
+
+func (t *txn) exec(query string, args ...any) (driver.Result, error) {
+	st, err := t.s.prepare(t.ctx, t.dc, query)
 	if err != nil {
 		return nil, err
 	}
-	t.bound[query] = st
-	return st, nil
+	return st.(driver.StmtExecContext).ExecContext(t.ctx, t.bind(args))
 }
 
-func (t *txn) exec(query string, args ...any) (sql.Result, error) {
-	st, err := t.stmt(query)
+// changed runs an UPDATE or DELETE and reports whether it touched a row.
+func (t *txn) changed(query string, args ...any) (bool, error) {
+	res, err := t.exec(query, args...)
+	if err != nil {
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// all runs a query and returns every row.
+func (t *txn) all(query string, args ...any) ([][]driver.Value, error) {
+	st, err := t.s.prepare(t.ctx, t.dc, query)
 	if err != nil {
 		return nil, err
 	}
-	return st.ExecContext(t.ctx, args...)
-}
-
-func (t *txn) query(query string, args ...any) (*sql.Rows, error) {
-	st, err := t.stmt(query)
+	rows, err := st.(driver.StmtQueryContext).QueryContext(t.ctx, t.bind(args))
 	if err != nil {
 		return nil, err
 	}
-	return st.QueryContext(t.ctx, args...)
+	defer rows.Close()
+	n := len(rows.Columns())
+	var out [][]driver.Value
+	for {
+		row := make([]driver.Value, n)
+		if err := rows.Next(row); err == io.EOF {
+			return out, nil
+		} else if err != nil {
+			return nil, err
+		}
+		out = append(out, row)
+	}
+}
+
+// one runs a query and returns its first row, if any.
+func (t *txn) one(query string, args ...any) ([]driver.Value, bool, error) {
+	rows, err := t.all(query, args...)
+	if err != nil || len(rows) == 0 {
+		return nil, false, err
+	}
+	return rows[0], true, nil
+}
+
+func asInt(v driver.Value) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case float64:
+		return int64(x)
+	case bool:
+		if x {
+			return 1
+		}
+	}
+	return 0
+}
+
+func asStr(v driver.Value) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case []byte:
+		return string(x)
+	}
+	return ""
 }
 
 // Apply runs ops in one transaction. See store.Store.
 func (s *Store) Apply(ctx context.Context, ops []store.Op) ([]store.Result, error) {
-	tx, err := s.write.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, err
-	}
-	t := &txn{s: s, ctx: ctx, tx: tx, bound: make(map[string]*sql.Stmt, 16)}
-	defer func() {
-		if len(t.missing) > 0 {
-			s.prepareMissing(ctx, t.missing)
-		}
-	}()
 	results := make([]store.Result, len(ops))
-	for i, op := range ops {
-		if err := t.apply(op, &results[i]); err != nil {
-			tx.Rollback()
-			return nil, err
+	err := s.wconn.Raw(func(dc any) error {
+		t := &txn{s: s, ctx: ctx, dc: dc.(driverConn), pairs: mergeClaims(ops)}
+		if len(t.pairs) > 0 {
+			t.merged = make(map[*store.Finish]bool, len(t.pairs))
 		}
-	}
-	if err := tx.Commit(); err != nil {
-		tx.Rollback()
+		tx, err := t.dc.BeginTx(ctx, driver.TxOptions{})
+		if err != nil {
+			return err
+		}
+		for i, op := range ops {
+			if err := t.apply(op, &results[i]); err != nil {
+				tx.Rollback()
+				return err
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			tx.Rollback()
+			return err
+		}
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	return results, nil
@@ -84,10 +161,27 @@ func (e opError) Error() string { return e.err.Error() }
 func (t *txn) apply(op store.Op, r *store.Result) error {
 	switch op := op.(type) {
 	case *store.Insert:
+		if simpleInsert(op) {
+			// One unit, no dependency, no idempotency key: its single
+			// INSERT applies whole or fails whole, so no savepoint.
+			err := t.insert(op, r)
+			var oe opError
+			if errors.As(err, &oe) {
+				*r = store.Result{Err: oe.err}
+				return nil
+			}
+			return err
+		}
 		return t.savepoint(r, func() error { return t.insert(op, r) })
 	case *store.Claim:
+		if f := t.pairs[op]; f != nil {
+			return t.claimFinish(op, f, r)
+		}
 		return t.claim(op, r)
 	case *store.Finish:
+		if applied, ok := t.merged[op]; ok {
+			return t.finishMerged(op, applied, r)
+		}
 		return t.finish(op, r)
 	case *store.Recover:
 		return t.recover(op, r)
@@ -96,16 +190,12 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 	case *store.Requeue:
 		return t.requeue(op, r)
 	case *store.Heartbeat:
-		res, err := t.exec(`UPDATE work_units SET lease_expires_at=? WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
+		ok, err := t.changed(`UPDATE work_units SET lease_expires_at=? WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
 			ns(op.LeaseExpires), op.ID, op.Owner, op.Run)
-		if err != nil {
-			return err
-		}
-		n, _ := res.RowsAffected()
-		r.Applied = n == 1
-		return nil
+		r.Applied = ok
+		return err
 	case *store.PutTask:
-		_, err := t.exec(`INSERT INTO tasks(name, def) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET def=excluded.def`, op.Name, op.Def)
+		_, err := t.exec(`INSERT INTO tasks(name, def) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET def=excluded.def`, op.Name, nullBytes(op.Def))
 		r.Applied = err == nil
 		return err
 	case *store.PutService:
@@ -150,7 +240,7 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 		ev.Time = at
 	}
 	res, err := t.exec(`INSERT INTO events(type, at, work_id, task, attempt, data) VALUES(?,?,?,?,?,?)`,
-		ev.Type, ns(ev.Time), nullStr(ev.WorkID), nullStr(ev.Task), ev.Attempt, nullBytes(ev.Data))
+		ev.Type, ns(ev.Time), nullStr(ev.WorkID), nullStr(ev.Task), int64(ev.Attempt), nullBytes(ev.Data))
 	if err != nil {
 		return err
 	}
@@ -204,14 +294,18 @@ func (t *txn) insert(op *store.Insert, r *store.Result) error {
 		out := &r.Units[i]
 		out.ID = u.ID
 		if u.IdempotencyKey != "" {
+			row, found, err := t.one(`SELECT id, state, seq FROM work_units WHERE idempotency_key=?`, u.IdempotencyKey)
+			if err != nil {
+				return err
+			}
 			var id string
 			var st store.State
 			var seq int64
-			err := t.queryRow(`SELECT id, state, seq FROM work_units WHERE idempotency_key=?`, u.IdempotencyKey).Scan(&id, &st, &seq)
+			if found {
+				id, st, seq = asStr(row[0]), store.State(asStr(row[1])), asInt(row[2])
+			}
 			switch {
-			case errors.Is(err, sql.ErrNoRows):
-			case err != nil:
-				return err
+			case !found:
 			case st != store.Failed:
 				*out = store.InsertedUnit{ID: id, Seq: seq, Duplicate: true, State: st}
 				state[u.ID] = st
@@ -233,12 +327,14 @@ func (t *txn) insert(op *store.Insert, r *store.Result) error {
 					// A dependency later in topological order cannot happen.
 					return fmt.Errorf("runcue: sqlite: dependency %q not ordered", d)
 				}
-				err := t.queryRow(`SELECT state FROM work_units WHERE id=?`, d).Scan(&st)
-				if errors.Is(err, sql.ErrNoRows) {
-					return opError{fmt.Errorf("%w: %q (needed by %q)", store.ErrUnknownDependency, d, u.ID)}
-				} else if err != nil {
+				row, found, err := t.one(`SELECT state FROM work_units WHERE id=?`, d)
+				if err != nil {
 					return err
 				}
+				if !found {
+					return opError{fmt.Errorf("%w: %q (needed by %q)", store.ErrUnknownDependency, d, u.ID)}
+				}
+				st = store.State(asStr(row[0]))
 			}
 			switch {
 			case st == store.Failed && deadKind == "":
@@ -249,7 +345,7 @@ func (t *txn) insert(op *store.Insert, r *store.Result) error {
 		}
 		u.State = store.Queued
 		var finished int64
-		var errMsg, errKind any
+		var errMsg, errKind any = nil, nil
 		if deadKind != "" && op.FailOnDeadDependency {
 			u.State = store.Failed
 			finished = ns(op.At)
@@ -377,24 +473,12 @@ func topoOrder(units []*store.Unit, inBatch map[string]int) []int {
 	return order
 }
 
-func (t *txn) queryRow(query string, args ...any) *sql.Row {
-	st, err := t.stmt(query)
-	if err != nil {
-		// A Row with the error: prepare once more through the tx to carry it.
-		return t.tx.QueryRowContext(t.ctx, query, args...)
-	}
-	return st.QueryRowContext(t.ctx, args...)
-}
-
 func (t *txn) claim(op *store.Claim, r *store.Result) error {
-	res, err := t.exec(`UPDATE work_units SET state='running', runs=?, started_at=?, leased_by=?, lease_expires_at=?
+	ok, err := t.changed(`UPDATE work_units SET state='running', runs=?, started_at=?, leased_by=?, lease_expires_at=?
 		WHERE id=? AND state='queued' AND cancel_requested=0`,
 		op.Run, ns(op.At), op.Owner, ns(op.LeaseExpires), op.ID)
-	if err != nil {
+	if err != nil || !ok {
 		return err
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return nil
 	}
 	r.Applied = true
 	for _, svc := range op.ServiceLog {
@@ -405,17 +489,48 @@ func (t *txn) claim(op *store.Claim, r *store.Result) error {
 	return t.events(r, op.Events, op.ID, op.At)
 }
 
+// attemptJSON formats an attempt as its history entry:
+// {"run":N,"start":ns,"end":ns,"outcome":"...","error":"..."}.
 func attemptJSON(a store.Attempt) string {
-	b, _ := json.Marshal(a)
-	return string(b)
+	b := make([]byte, 0, 96+len(a.Error))
+	b = append(b, `{"run":`...)
+	b = strconv.AppendInt(b, int64(a.Run), 10)
+	b = append(b, `,"start":`...)
+	b = strconv.AppendInt(b, ns(a.Start), 10)
+	b = append(b, `,"end":`...)
+	b = strconv.AppendInt(b, ns(a.End), 10)
+	b = append(b, `,"outcome":`...)
+	b = appendJSONString(b, a.Outcome)
+	if a.Error != "" {
+		b = append(b, `,"error":`...)
+		b = appendJSONString(b, a.Error)
+	}
+	return string(append(b, '}'))
 }
+
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x7f {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+// appendAttempt is the SQL expression that appends ? (an attemptJSON) to the
+// attempts column, a JSON array, by string operations.
+const appendAttempt = `CASE WHEN attempts IS NULL THEN '[' || ? || ']'
+	ELSE substr(attempts, 1, length(attempts) - 1) || ',' || ? || ']' END`
 
 func (t *txn) finish(op *store.Finish, r *store.Result) error {
 	var finished int64
 	if op.State.Terminal() {
 		finished = ns(op.At)
 	}
-	var result any
+	var result any = nil
 	if op.State == store.Completed {
 		result = nullBytes(op.Result)
 	}
@@ -426,17 +541,15 @@ func (t *txn) finish(op *store.Finish, r *store.Result) error {
 	if op.Deferral {
 		defer_ = 1
 	}
-	res, err := t.exec(`UPDATE work_units SET state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
+	att := attemptJSON(op.Attempt)
+	ok, err := t.changed(`UPDATE work_units SET state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
 			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, cancel_requested=0,
-			attempts=json_insert(coalesce(attempts,'[]'), '$[#]', json(?))
+			attempts=`+appendAttempt+`
 		WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
 		string(op.State), finished, result, nullStr(op.Error), nullStr(op.ErrorKind), ns(op.RunAt),
-		spend, defer_, attemptJSON(op.Attempt), op.ID, op.Owner, op.Run)
-	if err != nil {
+		spend, defer_, att, att, op.ID, op.Owner, op.Run)
+	if err != nil || !ok {
 		return err
-	}
-	if n, _ := res.RowsAffected(); n != 1 {
-		return nil
 	}
 	r.Applied = true
 	if err := t.events(r, op.Events, op.ID, op.At); err != nil {
@@ -460,26 +573,13 @@ func (t *txn) propagate(id string, rootState store.State, cascade bool, at time.
 	for len(frontier) > 0 {
 		cur := frontier[0]
 		frontier = frontier[1:]
-		rows, err := t.query(`SELECT w.id, w.task FROM dependencies d JOIN work_units w ON w.id = d.unit_id
-			WHERE d.depends_on = ? AND w.state = 'queued'`, cur.id)
+		rows, err := t.all(`SELECT w.id, w.task FROM dependencies d JOIN work_units w ON w.id = d.unit_id
+			WHERE d.depends_on = ? AND w.state = 'queued' ORDER BY d.rowid`, cur.id)
 		if err != nil {
 			return err
 		}
-		type dep struct{ id, task string }
-		var deps []dep
-		for rows.Next() {
-			var d dep
-			if err := rows.Scan(&d.id, &d.task); err != nil {
-				rows.Close()
-				return err
-			}
-			deps = append(deps, d)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, d := range deps {
+		for _, row := range rows {
+			d := struct{ id, task string }{asStr(row[0]), asStr(row[1])}
 			var state store.State
 			var kind, evType string
 			switch {
@@ -490,12 +590,12 @@ func (t *txn) propagate(id string, rootState store.State, cascade bool, at time.
 			default:
 				state, kind, evType = store.Failed, "prerequisite_failed", store.EventWorkFailed
 			}
-			res, err := t.exec(`UPDATE work_units SET state=?, finished_at=?, error=?, error_kind=? WHERE id=? AND state='queued'`,
+			ok, err := t.changed(`UPDATE work_units SET state=?, finished_at=?, error=?, error_kind=? WHERE id=? AND state='queued'`,
 				string(state), ns(at), "prerequisite "+cur.id+": "+kind, kind, d.id)
 			if err != nil {
 				return err
 			}
-			if n, _ := res.RowsAffected(); n != 1 {
+			if !ok {
 				continue
 			}
 			data := map[string]any{"error": kind, "error_kind": kind, "prerequisite": cur.id}
@@ -517,7 +617,7 @@ func (t *txn) propagate(id string, rootState store.State, cascade bool, at time.
 }
 
 func (t *txn) recover(op *store.Recover, r *store.Result) error {
-	rows, err := t.query(`SELECT id, task, runs, started_at, cancel_requested FROM work_units WHERE state='running' ORDER BY seq`)
+	rows, err := t.all(`SELECT id, task, runs, started_at, cancel_requested FROM work_units WHERE state='running' ORDER BY seq`)
 	if err != nil {
 		return err
 	}
@@ -528,25 +628,16 @@ func (t *txn) recover(op *store.Recover, r *store.Result) error {
 		cancelReq bool
 	}
 	var runs []run
-	for rows.Next() {
-		var x run
-		if err := rows.Scan(&x.id, &x.task, &x.runs, &x.started, &x.cancelReq); err != nil {
-			rows.Close()
-			return err
-		}
-		runs = append(runs, x)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
+	for _, row := range rows {
+		runs = append(runs, run{asStr(row[0]), asStr(row[1]), int(asInt(row[2])), asInt(row[3]), asInt(row[4]) != 0})
 	}
 	for _, x := range runs {
 		att := attemptJSON(store.Attempt{Run: x.runs, Start: tm(x.started), End: op.At, Outcome: "abandoned",
 			Error: "owner stopped before the run finished"})
 		if x.cancelReq {
 			if _, err := t.exec(`UPDATE work_units SET state='cancelled', finished_at=?, error='cancelled', error_kind='cancelled',
-					leased_by=NULL, lease_expires_at=0, cancel_requested=0, attempts=json_insert(coalesce(attempts,'[]'), '$[#]', json(?))
-				WHERE id=?`, ns(op.At), att, x.id); err != nil {
+					leased_by=NULL, lease_expires_at=0, cancel_requested=0, attempts=`+appendAttempt+`
+				WHERE id=?`, ns(op.At), att, att, x.id); err != nil {
 				return err
 			}
 			ev := store.Event{Type: store.EventWorkCancelled, WorkID: x.id, Task: x.task, Attempt: x.runs}
@@ -560,7 +651,7 @@ func (t *txn) recover(op *store.Recover, r *store.Result) error {
 			continue
 		}
 		if _, err := t.exec(`UPDATE work_units SET state='queued', leased_by=NULL, lease_expires_at=0,
-				attempts=json_insert(coalesce(attempts,'[]'), '$[#]', json(?)) WHERE id=?`, att, x.id); err != nil {
+				attempts=`+appendAttempt+` WHERE id=?`, att, att, x.id); err != nil {
 			return err
 		}
 		ev := store.Event{Type: store.EventWorkRecovered, WorkID: x.id, Task: x.task, Attempt: x.runs}
@@ -575,15 +666,14 @@ func (t *txn) recover(op *store.Recover, r *store.Result) error {
 }
 
 func (t *txn) cancel(op *store.Cancel, r *store.Result) error {
-	var state store.State
-	var task string
-	var cancelReq bool
-	err := t.queryRow(`SELECT state, task, cancel_requested FROM work_units WHERE id=?`, op.ID).Scan(&state, &task, &cancelReq)
-	if errors.Is(err, sql.ErrNoRows) {
-		return opError{fmt.Errorf("%w: %q", store.ErrNotFound, op.ID)}
-	} else if err != nil {
+	row, found, err := t.one(`SELECT state, task, cancel_requested FROM work_units WHERE id=?`, op.ID)
+	if err != nil {
 		return err
 	}
+	if !found {
+		return opError{fmt.Errorf("%w: %q", store.ErrNotFound, op.ID)}
+	}
+	state, task, cancelReq := store.State(asStr(row[0])), asStr(row[1]), asInt(row[2]) != 0
 	r.State = state
 	switch state {
 	case store.Queued:
@@ -640,20 +730,8 @@ func (t *txn) requeue(op *store.Requeue, r *store.Result) error {
 			args = append(args, ns(op.FinishedBefore))
 		}
 		q += ` ORDER BY seq`
-		rows, err := t.tx.QueryContext(t.ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
-				rows.Close()
-				return err
-			}
-			roots = append(roots, id)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		var err error
+		if roots, err = t.stringList(q, args...); err != nil {
 			return err
 		}
 	}
@@ -683,12 +761,12 @@ func (t *txn) requeue(op *store.Requeue, r *store.Result) error {
 			if requeued[dep] {
 				continue
 			}
-			var dead int
-			if err := t.queryRow(`SELECT count(*) FROM dependencies d JOIN work_units w ON w.id = d.depends_on
-				WHERE d.unit_id=? AND w.state IN ('failed','cancelled')`, dep).Scan(&dead); err != nil {
+			row, _, err := t.one(`SELECT count(*) FROM dependencies d JOIN work_units w ON w.id = d.depends_on
+				WHERE d.unit_id=? AND w.state IN ('failed','cancelled')`, dep)
+			if err != nil {
 				return err
 			}
-			if dead > 0 {
+			if asInt(row[0]) > 0 {
 				continue
 			}
 			ok, err := t.requeueOne(dep, op.At, r)
@@ -706,15 +784,13 @@ func (t *txn) requeue(op *store.Requeue, r *store.Result) error {
 }
 
 func (t *txn) requeueOne(id string, at time.Time, r *store.Result) (bool, error) {
-	var task string
-	err := t.queryRow(`UPDATE work_units SET state='queued', failures=0, deferrals=0, run_at=0, finished_at=0,
+	row, found, err := t.one(`UPDATE work_units SET state='queued', failures=0, deferrals=0, run_at=0, finished_at=0,
 			error=NULL, error_kind=NULL, leased_by=NULL, lease_expires_at=0
-		WHERE id=? AND state='failed' RETURNING task`, id).Scan(&task)
-	if errors.Is(err, sql.ErrNoRows) {
-		return false, nil
-	} else if err != nil {
+		WHERE id=? AND state='failed' RETURNING task`, id)
+	if err != nil || !found {
 		return false, err
 	}
+	task := asStr(row[0])
 	ev := store.Event{Type: store.EventWorkQueued, WorkID: id, Task: task, Data: []byte(`{"reason":"retry"}`)}
 	if err := t.event(&ev, at); err != nil {
 		return false, err
@@ -725,20 +801,15 @@ func (t *txn) requeueOne(id string, at time.Time, r *store.Result) (bool, error)
 }
 
 func (t *txn) stringList(query string, args ...any) ([]string, error) {
-	rows, err := t.query(query, args...)
+	rows, err := t.all(query, args...)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var s string
-		if err := rows.Scan(&s); err != nil {
-			return nil, err
-		}
-		out = append(out, s)
+	out := make([]string, len(rows))
+	for i, row := range rows {
+		out[i] = asStr(row[0])
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func placeholders(n int) string {
@@ -781,7 +852,7 @@ func (t *txn) prune(op *store.Prune, r *store.Result) error {
 	}
 	if !op.Before.IsZero() {
 		ids, err := t.stringList(`SELECT id FROM work_units WHERE finished_at > 0 AND finished_at < ?
-			AND state IN ('completed','failed','cancelled') ORDER BY finished_at LIMIT ?`, ns(op.Before), limit)
+			AND state IN ('completed','failed','cancelled') ORDER BY finished_at LIMIT ?`, ns(op.Before), int64(limit))
 		if err != nil {
 			return err
 		}
@@ -801,18 +872,119 @@ func (t *txn) prune(op *store.Prune, r *store.Result) error {
 		// Events are appended in time order, so the old ones are a prefix.
 		if _, err := t.exec(`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <
 				coalesce((SELECT seq FROM events WHERE at >= ? ORDER BY seq LIMIT 1), (SELECT max(seq) + 1 FROM events)) ORDER BY seq LIMIT ?)`,
-			ns(op.EventsBefore), limit); err != nil {
+			ns(op.EventsBefore), int64(limit)); err != nil {
 			return err
 		}
 	}
 	if op.LogBefore != nil {
 		for svc, before := range op.LogBefore {
 			if _, err := t.exec(`DELETE FROM service_log WHERE rowid IN (SELECT rowid FROM service_log
-					WHERE service=? AND started_at < ? LIMIT ?)`, svc, ns(before), limit); err != nil {
+					WHERE service=? AND started_at < ? LIMIT ?)`, svc, ns(before), int64(limit)); err != nil {
 				return err
 			}
 		}
 	}
 	r.Applied = true
+	return nil
+}
+
+func simpleInsert(op *store.Insert) bool {
+	if len(op.Units) != 1 {
+		return false
+	}
+	u := op.Units[0]
+	return len(u.DependsOn) == 0 && u.IdempotencyKey == ""
+}
+
+// mergeClaims finds each Claim followed in the same batch by the Finish of
+// the same run, with no op between them that could touch the unit. Such a
+// pair is applied as one UPDATE (claimFinish): with fast handlers, a unit's
+// claim and its outcome often share a group commit, and merging saves a
+// write of the row and its index entries. Each op's events still go at its
+// own place, so the event log is the same as without merging.
+func mergeClaims(ops []store.Op) map[*store.Claim]*store.Finish {
+	var open map[string]*store.Claim // claims waiting for their finish
+	var pairs map[*store.Claim]*store.Finish
+	for _, op := range ops {
+		switch op := op.(type) {
+		case *store.Claim:
+			if open == nil {
+				open = make(map[string]*store.Claim)
+			}
+			open[op.ID] = op
+		case *store.Finish:
+			if c := open[op.ID]; c != nil && c.Run == op.Run && c.Owner == op.Owner {
+				if pairs == nil {
+					pairs = make(map[*store.Claim]*store.Finish)
+				}
+				pairs[c] = op
+			}
+			delete(open, op.ID)
+		case *store.Heartbeat:
+			delete(open, op.ID)
+		case *store.Cancel:
+			delete(open, op.ID)
+		case *store.Insert, *store.AppendEvent, *store.PutTask, *store.PutService:
+			// Cannot touch a claimed unit.
+		default:
+			// Recover, Requeue, Prune may touch any unit.
+			clear(open)
+		}
+	}
+	return pairs
+}
+
+// claimFinish applies a Claim and its later Finish as one update, with the
+// Claim's precondition.
+func (t *txn) claimFinish(c *store.Claim, f *store.Finish, r *store.Result) error {
+	var finished int64
+	if f.State.Terminal() {
+		finished = ns(f.At)
+	}
+	var result any = nil
+	if f.State == store.Completed {
+		result = nullBytes(f.Result)
+	}
+	spend, defer_ := 0, 0
+	if f.SpendBudget {
+		spend = 1
+	}
+	if f.Deferral {
+		defer_ = 1
+	}
+	att := attemptJSON(f.Attempt)
+	ok, err := t.changed(`UPDATE work_units SET runs=?, started_at=?, state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
+			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, attempts=`+appendAttempt+`
+		WHERE id=? AND state='queued' AND cancel_requested=0`,
+		c.Run, ns(c.At), string(f.State), finished, result, nullStr(f.Error), nullStr(f.ErrorKind), ns(f.RunAt),
+		spend, defer_, att, att, c.ID)
+	if err != nil {
+		return err
+	}
+	t.merged[f] = ok
+	if !ok {
+		return nil
+	}
+	r.Applied = true
+	for _, svc := range c.ServiceLog {
+		if _, err := t.exec(`INSERT INTO service_log(service, started_at, work_id) VALUES(?,?,?)`, svc, ns(c.At), c.ID); err != nil {
+			return err
+		}
+	}
+	return t.events(r, c.Events, c.ID, c.At)
+}
+
+// finishMerged completes a Finish already applied by claimFinish.
+func (t *txn) finishMerged(op *store.Finish, applied bool, r *store.Result) error {
+	if !applied {
+		return nil
+	}
+	r.Applied = true
+	if err := t.events(r, op.Events, op.ID, op.At); err != nil {
+		return err
+	}
+	if op.Propagate && (op.State == store.Failed || op.State == store.Cancelled) {
+		return t.propagate(op.ID, op.State, op.CascadeCancel, op.At, r)
+	}
 	return nil
 }

@@ -33,11 +33,25 @@ func scanUnit(sc scanner) (*store.Unit, error) {
 	u.LeaseExpiresAt, u.DependencyDeadline = tm(leaseExp), tm(depDeadline)
 	u.CancelRequested = cancelReq != 0
 	if attempts.Valid && attempts.String != "" {
-		if err := json.Unmarshal([]byte(attempts.String), &u.Attempts); err != nil {
+		var recs []attemptRec
+		if err := json.Unmarshal([]byte(attempts.String), &recs); err != nil {
 			return nil, fmt.Errorf("unit %s: attempts: %w", u.ID, err)
+		}
+		u.Attempts = make([]store.Attempt, len(recs))
+		for i, a := range recs {
+			u.Attempts[i] = store.Attempt{Run: a.Run, Start: tm(a.Start), End: tm(a.End), Outcome: a.Outcome, Error: a.Error}
 		}
 	}
 	return &u, nil
+}
+
+// attemptRec is an attempt as stored (see attemptJSON).
+type attemptRec struct {
+	Run     int    `json:"run"`
+	Start   int64  `json:"start"`
+	End     int64  `json:"end"`
+	Outcome string `json:"outcome"`
+	Error   string `json:"error"`
 }
 
 func (s *Store) dependsOn(ctx context.Context, units []*store.Unit) error {

@@ -10,6 +10,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"embed"
 	"errors"
 	"fmt"
@@ -66,11 +67,13 @@ type Options struct {
 // Store is a store.Store on a SQLite file.
 type Store struct {
 	path  string
-	write *sql.DB // exactly one connection
+	write *sql.DB   // exactly one connection, pinned by wconn
+	wconn *sql.Conn // the writer connection, used through Raw
 	read  *sql.DB
 
-	stmtMu sync.Mutex
-	stmts  map[string]*sql.Stmt // prepared on write
+	// stmts are prepared on the writer's driver connection and live as long
+	// as it does; only the writer goroutine uses them (inside wconn.Raw).
+	stmts map[string]driver.Stmt
 
 	dataVersion int64
 
@@ -97,7 +100,7 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 10 * time.Second
 	}
-	s := &Store{path: path, stmts: make(map[string]*sql.Stmt)}
+	s := &Store{path: path, stmts: make(map[string]driver.Stmt)}
 	var err error
 	s.write, err = sql.Open("sqlite", dsn(path, opts, false))
 	if err != nil {
@@ -114,8 +117,13 @@ func Open(path string, opts Options) (*Store, error) {
 		}
 		return nil, fmt.Errorf("runcue: open %s: %w", path, describe(err))
 	}
+	if s.wconn, err = s.write.Conn(context.Background()); err != nil {
+		s.write.Close()
+		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
+	}
 	s.read, err = sql.Open("sqlite", dsn(path, opts, true))
 	if err != nil {
+		s.wconn.Close()
 		s.write.Close()
 		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
 	}
@@ -217,13 +225,17 @@ func (s *Store) Close() error {
 		s.lock = nil
 	}
 	s.lockMu.Unlock()
-	s.stmtMu.Lock()
-	for _, st := range s.stmts {
-		st.Close()
-	}
-	s.stmts = nil
-	s.stmtMu.Unlock()
 	var errs []error
+	if s.wconn != nil {
+		errs = append(errs, s.wconn.Raw(func(any) error {
+			for _, st := range s.stmts {
+				st.Close()
+			}
+			s.stmts = nil
+			return nil
+		}))
+		errs = append(errs, s.wconn.Close())
+	}
 	if s.read != nil {
 		errs = append(errs, s.read.Close())
 	}
@@ -235,7 +247,15 @@ func (s *Store) Close() error {
 // using PRAGMA data_version on the writer connection.
 func (s *Store) Changed(ctx context.Context) (bool, error) {
 	var v int64
-	if err := s.write.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err != nil {
+	err := s.wconn.Raw(func(dc any) error {
+		t := &txn{s: s, ctx: ctx, dc: dc.(driverConn)}
+		row, ok, err := t.one("PRAGMA data_version")
+		if err == nil && ok {
+			v = asInt(row[0])
+		}
+		return err
+	})
+	if err != nil {
 		return false, err
 	}
 	changed := v != s.dataVersion
@@ -278,43 +298,26 @@ func (o *ownership) Release() error {
 	return err
 }
 
-// stmt returns query prepared for tx. Statements are prepared on the writer
-// DB so that transactions reuse them; the writer has one connection, which
-// tx holds, so a statement not prepared yet is prepared on tx alone and
-// queued for preparation on the DB once tx is over (see prepareMissing).
-func (s *Store) stmt(ctx context.Context, tx *sql.Tx, query string, missing *[]string) (*sql.Stmt, error) {
-	s.stmtMu.Lock()
-	st, ok := s.stmts[query]
-	s.stmtMu.Unlock()
-	if ok {
-		return tx.StmtContext(ctx, st), nil
-	}
-	*missing = append(*missing, query)
-	return tx.PrepareContext(ctx, query)
+// driverConn is what the writer needs of modernc's connection.
+type driverConn interface {
+	driver.ConnPrepareContext
+	driver.ConnBeginTx
 }
 
-// prepareMissing prepares on the DB the statements first met inside a
-// transaction. It runs when no transaction holds the writer connection.
-func (s *Store) prepareMissing(ctx context.Context, queries []string) {
-	for _, q := range queries {
-		s.stmtMu.Lock()
-		_, ok := s.stmts[q]
-		s.stmtMu.Unlock()
-		if ok {
-			continue
-		}
-		st, err := s.write.PrepareContext(ctx, q)
-		if err != nil {
-			continue // prepared per transaction until it succeeds
-		}
-		s.stmtMu.Lock()
-		if s.stmts == nil { // closed meanwhile
-			st.Close()
-		} else {
-			s.stmts[q] = st
-		}
-		s.stmtMu.Unlock()
+// prepare returns query prepared on dc, preparing it on first use.
+func (s *Store) prepare(ctx context.Context, dc driverConn, query string) (driver.Stmt, error) {
+	if st, ok := s.stmts[query]; ok {
+		return st, nil
 	}
+	if s.stmts == nil {
+		return nil, errors.New("runcue: sqlite: store closed")
+	}
+	st, err := dc.PrepareContext(ctx, query)
+	if err != nil {
+		return nil, err
+	}
+	s.stmts[query] = st
+	return st, nil
 }
 
 var _ store.Store = (*Store)(nil)

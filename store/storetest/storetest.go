@@ -41,6 +41,7 @@ func Run(t *testing.T, open Opener) {
 		{"DeadDependency", testDeadDependency},
 		{"ClaimFinish", testClaimFinish},
 		{"FinishPreconditions", testFinishPreconditions},
+		{"ClaimFinishOneBatch", testClaimFinishOneBatch},
 		{"RetryAndHistory", testRetryAndHistory},
 		{"Propagate", testPropagate},
 		{"Recover", testRecover},
@@ -933,4 +934,85 @@ func testConcurrentReads(t *testing.T, h *harness) {
 	cancel()
 	wg.Wait()
 	assert.Empty(t, failures, "reads never fail while the writer works")
+}
+
+// testClaimFinishOneBatch checks that a claim and its finish in one batch
+// (which a store may merge) behave exactly as in two batches.
+func testClaimFinishOneBatch(t *testing.T, h *harness) {
+	mk := func(n int) []*store.Unit {
+		var us []*store.Unit
+		for range n {
+			us = append(us, h.unit("a"))
+		}
+		h.insert(us...)
+		return us
+	}
+	us := mk(4)
+	at := h.tick()
+	claim := func(u *store.Unit) *store.Claim {
+		return &store.Claim{ID: u.ID, Owner: "o", Run: 1, At: at, LeaseExpires: at.Add(time.Minute), ServiceLog: []string{"svc"},
+			Events: []store.Event{{Type: "work_started", Task: "a", Attempt: 1}}}
+	}
+	finish := func(u *store.Unit, st store.State) *store.Finish {
+		return &store.Finish{ID: u.ID, Owner: "o", Run: 1, At: at.Add(time.Millisecond), State: st, Result: []byte(`1`),
+			SpendBudget: st != store.Completed, Propagate: true,
+			Attempt: store.Attempt{Run: 1, Start: at, End: at.Add(time.Millisecond), Outcome: string(st)},
+			Events:  []store.Event{{Type: "work_" + string(st), Task: "a", Attempt: 1}}}
+	}
+	dep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{us[1].ID} })
+	h.insert(dep)
+	// us[2]: a cancel request lands between its claim and finish; us[3]: its
+	// claim is refused (the unit was cancelled), so its finish must not apply.
+	h.apply(&store.Cancel{ID: us[3].ID, At: h.tick()})
+	res := h.apply(
+		claim(us[0]), claim(us[1]), claim(us[2]),
+		&store.AppendEvent{Event: store.Event{Type: "between"}},
+		finish(us[0], store.Completed),
+		&store.Cancel{ID: us[2].ID, At: at, RequestIfRunning: true},
+		finish(us[1], store.Failed),
+		finish(us[2], store.Completed),
+		claim(us[3]), finish(us[3], store.Completed),
+	)
+	for i := range 3 {
+		assert.True(t, res[i].Applied, "claim %d", i)
+	}
+	assert.True(t, res[4].Applied)
+	assert.True(t, res[6].Applied)
+	assert.True(t, res[7].Applied, "a cancel request does not stop a run that finishes")
+	assert.False(t, res[8].Applied, "a cancelled unit is not claimed")
+	assert.False(t, res[9].Applied, "so its finish does not apply")
+
+	u0 := h.get(us[0].ID)
+	assert.Equal(t, store.Completed, u0.State)
+	assert.Equal(t, 1, u0.Runs)
+	assert.True(t, u0.StartedAt.Equal(at))
+	assert.Equal(t, "1", string(u0.Result))
+	assert.Empty(t, u0.LeasedBy)
+	require.Len(t, u0.Attempts, 1)
+	u1 := h.get(us[1].ID)
+	assert.Equal(t, store.Failed, u1.State)
+	assert.Equal(t, 1, u1.Failures)
+	assert.Equal(t, store.Failed, h.get(dep.ID).State, "propagation runs for a merged finish")
+	assert.Equal(t, store.Completed, h.get(us[2].ID).State)
+	assert.Equal(t, store.Cancelled, h.get(us[3].ID).State)
+	log, err := h.st.ServiceLog(h.ctx, "svc", time.Time{})
+	require.NoError(t, err)
+	assert.Len(t, log, 3, "each applied claim logs its dispatch")
+	// Events are in op order: claims, the marker, then the finishes.
+	var got []string
+	for _, r := range res {
+		for _, e := range r.Events {
+			got = append(got, e.Type+":"+e.WorkID)
+		}
+	}
+	want := []string{"work_started:" + us[0].ID, "work_started:" + us[1].ID, "work_started:" + us[2].ID, "between:",
+		"work_completed:" + us[0].ID, "work_failed:" + us[1].ID, "work_failed:" + dep.ID, "work_completed:" + us[2].ID}
+	assert.Equal(t, want, got)
+	var prev int64
+	for _, r := range res {
+		for _, e := range r.Events {
+			assert.Greater(t, e.Seq, prev)
+			prev = e.Seq
+		}
+	}
 }
