@@ -56,12 +56,41 @@ type Config struct {
 	// ShutdownTimeout bounds how long Close waits for running handlers
 	// after cancelling them. Default 10s.
 	ShutdownTimeout time.Duration
+	// CancelGrace is how long a cancelled handler has to return before its
+	// unit is recorded cancelled without it (its late result is discarded).
+	// Default 30s.
+	CancelGrace time.Duration
+	// FailedDuplicates decides what Submit does when a submission's
+	// IdempotencyKey belongs to a failed or cancelled unit. Default
+	// RejectFailedDuplicates.
+	FailedDuplicates FailedDuplicatePolicy
+	// Retention, when set, makes the owner delete finished units (and their
+	// history) that finished longer ago than this, in the background. Default
+	// 0: keep them until Prune.
+	Retention time.Duration
 	// Clock is the time source of every scheduling decision. Default
 	// clock.Real().
 	Clock clock.Clock
 	// Logger receives structured logs. Params and results are never logged.
 	// Default slog.Default().
 	Logger *slog.Logger
+}
+
+// FailedDuplicatePolicy says what to do with a submission whose idempotency
+// key belongs to a failed or cancelled unit.
+type FailedDuplicatePolicy uint8
+
+const (
+	// RejectFailedDuplicates makes Submit return ErrDuplicate.
+	RejectFailedDuplicates FailedDuplicatePolicy = iota
+	// ResubmitFailedDuplicates stores a new unit, which takes the key over.
+	ResubmitFailedDuplicates
+)
+
+// retentionInterval is how often the owner prunes: a tenth of Retention,
+// between a minute and an hour.
+func (cfg Config) retentionInterval() time.Duration {
+	return min(max(cfg.Retention/10, time.Minute), time.Hour)
 }
 
 func (cfg Config) withDefaults() Config {
@@ -82,6 +111,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.CancelGrace <= 0 {
+		cfg.CancelGrace = 30 * time.Second
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()

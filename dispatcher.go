@@ -42,6 +42,10 @@ const (
 	mStoreFailed                // the store failed
 	mDrain                      // reply when idle
 	mSync                       // reply after one loop iteration (tests)
+	mCancel                     // Cancel from this Cue
+	mHeartbeat                  // a handler reported liveness
+	mPruned                     // a retention pass finished
+	mApplied                    // events of this Cue's own commits that end queued units
 )
 
 type msg struct {
@@ -55,6 +59,11 @@ type msg struct {
 	cancel bool
 	reply  chan struct{}
 	drain  chan drainReply
+
+	id         string
+	cancelOpts CancelOptions
+	errc       chan error
+	count      int
 }
 
 // unit states inside the dispatcher.
@@ -76,6 +85,7 @@ type unit struct {
 	failures  int
 	runAt     time.Time
 	timeout   time.Duration
+	retry     *RetryPolicy // the submission's own policy, if any
 	state     int
 	laneIdx   int // position in lane heap
 	timerGen  uint64
@@ -96,10 +106,17 @@ type run struct {
 	// cause is why runcue cancelled the run (ErrShutdown, ErrTimeout), nil
 	// if it did not.
 	cause error
-	// ended: the run's outcome is decided (by its return or its deadline);
-	// its resources are released.
-	ended       bool
+	// ended: the run's outcome is decided (by its return, its deadline or
+	// its cancellation grace); its resources are released, unless holding.
+	ended bool
+	// holding: ended before its handler returned, by a task that holds its
+	// slots until then.
+	holding     bool
 	claimFailed bool
+	// cancelled holds the options of a Cancel that reached the run.
+	cancelled *CancelOptions
+	// lastBeat is the time of the last heartbeat written (Unix ns).
+	lastBeat atomic.Int64
 }
 
 // resource is something a lane needs capacity of: a task's cap or a service.
@@ -137,6 +154,8 @@ type timerKind uint8
 const (
 	tUnitDue timerKind = iota
 	tDeadline
+	tGrace // a cancelled run's grace period ends
+	tPrune // time for a retention pass
 )
 
 type timerEntry struct {
@@ -174,6 +193,7 @@ type dispatcher struct {
 	handlers sync.WaitGroup
 
 	paramBytes int
+	pruning    bool
 	stopping   bool
 	abandon    bool
 	failed     error
@@ -251,6 +271,13 @@ func (d *dispatcher) addUnit(su *store.Unit, withParams bool) {
 	}
 	u := &unit{id: su.ID, seq: su.Seq, task: su.Task, target: su.Target, runs: su.Runs, failures: su.Failures,
 		runAt: su.RunAt, timeout: su.Timeout, laneIdx: -1}
+	if len(su.Retry) > 0 {
+		if p, err := decodeRetry(su.Retry); err == nil {
+			u.retry = &p
+		} else {
+			d.c.log.Warn("runcue: ignoring a unit's unreadable retry policy", "work_id", su.ID, "error", err)
+		}
+	}
 	if withParams && d.paramBytes+len(su.Params) <= maxParamBytes {
 		u.params, u.hasParams = su.Params, true
 		d.paramBytes += len(su.Params)
@@ -442,6 +469,23 @@ func (d *dispatcher) handle(m msg) {
 		d.drains = append(d.drains, m.drain)
 	case mSync:
 		d.syncs = append(d.syncs, m.reply)
+	case mCancel:
+		d.cancelUnit(m.id, m.cancelOpts, m.errc)
+	case mHeartbeat:
+		if r := d.runs[m.id]; r != nil && r == m.run {
+			now := d.clock.Now()
+			d.submit(&store.Heartbeat{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
+				LeaseExpires: now.Add(d.c.cfg.LeaseBuffer)})
+		}
+	case mPruned:
+		d.pruning = false
+		next := d.c.cfg.retentionInterval()
+		if m.count >= pruneBatch {
+			next = 0 // more to do
+		}
+		d.schedulePrune(d.clock.Now().Add(next))
+	case mApplied:
+		d.applyEnded(m.events)
 	}
 }
 
@@ -454,11 +498,16 @@ func (d *dispatcher) external(evs []store.Event) {
 			if _, known := d.units[ev.WorkID]; !known {
 				load = append(load, ev.WorkID)
 			}
-		case string(EventWorkCancelled):
-			if u, ok := d.units[ev.WorkID]; ok && u.state != uRunning {
-				d.removeQueued(u)
-			} else if o := d.orphans[ev.Task]; o != nil {
-				delete(o, ev.WorkID)
+		case string(EventWorkCancelled), string(EventWorkFailed):
+			d.applyEnded([]store.Event{ev})
+		case store.EventWorkCancelRequested:
+			if r := d.runs[ev.WorkID]; r != nil {
+				var data struct {
+					Cascade bool   `json:"cascade"`
+					Reason  string `json:"reason"`
+				}
+				_ = json.Unmarshal(ev.Data, &data)
+				d.cancelRun(r, CancelOptions{Cascade: data.Cascade, Reason: data.Reason})
 			}
 		}
 	}
@@ -476,6 +525,26 @@ func (d *dispatcher) external(evs []store.Event) {
 	}
 }
 
+// applyEnded drops from memory the queued units that events report ended
+// (cancelled, or failed by the store because a dependency died). Events
+// about running units, or failures that will retry, are not about queued
+// units and are skipped.
+func (d *dispatcher) applyEnded(evs []store.Event) {
+	for _, ev := range evs {
+		if ev.Type == string(EventWorkFailed) && eventFrom(&ev).WillRetry {
+			continue
+		}
+		if ev.Type != string(EventWorkCancelled) && ev.Type != string(EventWorkFailed) {
+			continue
+		}
+		if u, ok := d.units[ev.WorkID]; ok && u.state != uRunning {
+			d.removeQueued(u)
+		} else if o := d.orphans[ev.Task]; o != nil {
+			delete(o, ev.WorkID)
+		}
+	}
+}
+
 func (d *dispatcher) fireTimers() {
 	now := d.clock.Now()
 	for d.timers.Len() > 0 && !d.timers.Peek().at.After(now) {
@@ -488,8 +557,18 @@ func (d *dispatcher) fireTimers() {
 			}
 		case tDeadline:
 			if !e.r.ended {
-				d.timedOut(e.r, now)
+				if e.r.cancelled != nil {
+					d.cancelledEnd(e.r, now, nil)
+				} else {
+					d.timedOut(e.r, now)
+				}
 			}
+		case tGrace:
+			if !e.r.ended {
+				d.cancelledEnd(e.r, now, nil)
+			}
+		case tPrune:
+			d.prune(now)
 		}
 	}
 }
@@ -598,7 +677,8 @@ func (d *dispatcher) start(u *unit, l *lane) {
 
 // execute runs on the handler goroutine.
 func (d *dispatcher) execute(r *run) {
-	w := &Work{ID: r.u.id, Task: r.u.task, Target: r.target, Params: r.params, Attempt: r.no}
+	w := &Work{ID: r.u.id, Task: r.u.task, Target: r.target, Params: r.params, Attempt: r.no,
+		beat: func() { d.heartbeat(r) }}
 	var res any
 	var err error
 	if !r.u.hasParams {
@@ -646,15 +726,20 @@ func callHandler(ctx context.Context, h Handler, w *Work) (res any, err error) {
 	return h(ctx, w)
 }
 
-// end decides that r is over: its resources are released and its unit
-// leaves the running set.
-func (d *dispatcher) end(r *run) {
+// end decides that r is over and its unit leaves the running set. Its
+// resources are released now, unless its handler has not returned and its
+// task holds slots until then.
+func (d *dispatcher) end(r *run, returned bool) {
 	r.ended = true
-	d.inflight--
 	delete(d.runs, r.u.id)
 	if r.stopDL != nil {
 		r.stopDL()
 	}
+	if !returned && r.lane.task.def.HoldSlotsUntilReturn {
+		r.holding = true
+		return
+	}
+	d.inflight--
 	d.release(r.lane)
 }
 
@@ -662,9 +747,16 @@ func (d *dispatcher) end(r *run) {
 func (d *dispatcher) finished(m msg) {
 	r := m.run
 	if r.ended {
-		return // decided at its deadline: a late result is discarded
+		// Decided at its deadline or grace: a late result is discarded.
+		if r.holding {
+			r.holding = false
+			d.inflight--
+			d.release(r.lane)
+		}
+		r.cancel(nil)
+		return
 	}
-	d.end(r)
+	d.end(r, true)
 	r.cancel(nil)
 	u := r.u
 	if r.claimFailed {
@@ -681,6 +773,9 @@ func (d *dispatcher) finished(m msg) {
 		fin.Attempt.Outcome = "completed"
 		fin.Events = []store.Event{{Type: string(EventWorkCompleted), Task: u.task, Attempt: r.no, Result: m.result}}
 		d.forget(u)
+	case r.cancelled != nil:
+		d.recordCancelled(r, fin, m.err)
+		return
 	case errors.Is(r.cause, ErrShutdown):
 		d.interrupted(r, fin, m.err)
 	default:
@@ -711,6 +806,11 @@ func (d *dispatcher) interrupted(r *run, fin *store.Finish, err error) {
 func (d *dispatcher) failedRun(r *run, fin *store.Finish, err error, kind string, now time.Time) {
 	u := r.u
 	policy := r.lane.task.retry
+	if u.retry != nil {
+		p := *u.retry
+		p.RetryOn = policy.RetryOn
+		policy = p.withDefaults()
+	}
 	msgText := err.Error()
 	fin.Error, fin.ErrorKind = msgText, kind
 	fin.Attempt.Outcome, fin.Attempt.Error = kind, msgText
@@ -731,7 +831,7 @@ func (d *dispatcher) failedRun(r *run, fin *store.Finish, err error, kind string
 		d.requeueLocal(u, next)
 		return
 	}
-	fin.State = store.Failed
+	fin.State, fin.Propagate = store.Failed, true
 	fin.Events = []store.Event{{Type: string(EventWorkFailed), Task: u.task, Attempt: r.no,
 		Data: eventData{Error: msgText, ErrorKind: kind}.encode()}}
 	d.forget(u)
@@ -750,7 +850,7 @@ func (d *dispatcher) requeueLocal(u *unit, at time.Time) {
 func (d *dispatcher) timedOut(r *run, now time.Time) {
 	r.cause = ErrTimeout
 	r.cancel(ErrTimeout)
-	d.end(r)
+	d.end(r, false)
 	if r.claimFailed {
 		d.forget(r.u)
 		return
@@ -761,8 +861,145 @@ func (d *dispatcher) timedOut(r *run, now time.Time) {
 	d.submit(fin)
 }
 
+// cancelUnit handles Cancel for a unit this Cue owns.
+func (d *dispatcher) cancelUnit(id string, opts CancelOptions, errc chan error) {
+	if r := d.runs[id]; r != nil {
+		d.cancelRun(r, opts)
+		errc <- nil
+		return
+	}
+	u := d.units[id]
+	if u == nil {
+		for _, o := range d.orphans {
+			if u = o[id]; u != nil {
+				break
+			}
+		}
+	}
+	var task string
+	if u != nil {
+		task = u.task
+		d.removeQueued(u) // so it cannot be dispatched while the cancel commits
+	}
+	op := &store.Cancel{ID: id, At: d.clock.Now(), Reason: opts.Reason, Cascade: opts.Cascade, RequestIfRunning: true}
+	if task != "" {
+		op.Events = []store.Event{{Type: string(EventWorkCancelled), Task: task, Data: eventData{Reason: opts.Reason}.encode()}}
+	}
+	err := d.c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+		if err != nil {
+			errc <- wrapStoreErr(err)
+			return
+		}
+		if len(res[0].Events) > 0 {
+			d.in.Push(msg{kind: mApplied, events: res[0].Events})
+		}
+		errc <- cancelResult(id, res[0])
+	}})
+	if err != nil {
+		errc <- wrapStoreErr(err)
+	}
+}
+
+// cancelRun cancels a running handler's context and starts its grace.
+func (d *dispatcher) cancelRun(r *run, opts CancelOptions) {
+	if r.cancelled != nil || r.ended {
+		return
+	}
+	r.cancelled = &opts
+	r.cause = ErrCancelled
+	r.cancel(ErrCancelled)
+	d.pushTimer(&timerEntry{at: d.clock.Now().Add(d.c.cfg.CancelGrace), kind: tGrace, r: r})
+}
+
+// cancelledEnd records a cancelled run whose handler has not returned (its
+// grace or deadline passed); err is nil then.
+func (d *dispatcher) cancelledEnd(r *run, now time.Time, err error) {
+	d.end(r, false)
+	if r.claimFailed {
+		d.forget(r.u)
+		return
+	}
+	fin := &store.Finish{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
+		Attempt: store.Attempt{Run: r.no, Start: r.start, End: now}}
+	d.recordCancelled(r, fin, err)
+}
+
+// recordCancelled stores the outcome of a cancelled run that did not
+// succeed. It spends no retry budget.
+func (d *dispatcher) recordCancelled(r *run, fin *store.Finish, err error) {
+	reason := r.cancelled.Reason
+	if reason == "" {
+		reason = "cancelled"
+	}
+	fin.State = store.Cancelled
+	fin.Error, fin.ErrorKind = reason, "cancelled"
+	fin.Attempt.Outcome = "cancelled"
+	if err != nil {
+		fin.Attempt.Error = err.Error()
+	}
+	fin.Propagate, fin.CascadeCancel = true, r.cancelled.Cascade
+	fin.Events = []store.Event{{Type: string(EventWorkCancelled), Task: r.u.task, Attempt: r.no,
+		Data: eventData{Reason: r.cancelled.Reason}.encode()}}
+	d.forget(r.u)
+	d.submit(fin)
+}
+
+// heartbeat records that r's handler is alive, at most once a second.
+func (d *dispatcher) heartbeat(r *run) {
+	now := d.clock.Now().UnixNano()
+	last := r.lastBeat.Load()
+	if now-last < int64(time.Second) || !r.lastBeat.CompareAndSwap(last, now) {
+		return
+	}
+	d.in.Push(msg{kind: mHeartbeat, id: r.u.id, run: r})
+}
+
+// pruneBatch caps the units one retention pass deletes in a transaction.
+const pruneBatch = 1000
+
+func (d *dispatcher) schedulePrune(at time.Time) {
+	if d.c.cfg.Retention > 0 {
+		d.pushTimer(&timerEntry{at: at, kind: tPrune})
+	}
+}
+
+func (d *dispatcher) prune(now time.Time) {
+	if d.pruning || d.stopping {
+		return
+	}
+	d.pruning = true
+	op := &store.Prune{Before: now.Add(-d.c.cfg.Retention), Limit: pruneBatch}
+	err := d.c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+		n := 0
+		if err == nil {
+			n = res[0].Count
+		}
+		d.in.Push(msg{kind: mPruned, count: n})
+	}})
+	if err != nil {
+		d.pruning = false
+	}
+}
+
+// submit queues ops for the writer without waiting. Events the store
+// derived for other units (dependents failed or cancelled with a unit) come
+// back to the dispatcher, which drops those units from memory.
 func (d *dispatcher) submit(ops ...store.Op) {
-	if err := d.c.w.Submit(&writer.Request{Ops: ops, Done: func([]store.Result, error) {}}); err != nil && d.failed == nil {
+	err := d.c.w.Submit(&writer.Request{Ops: ops, Done: func(res []store.Result, err error) {
+		if err != nil {
+			return
+		}
+		var derived []store.Event
+		for i, r := range res {
+			if f, ok := ops[i].(*store.Finish); ok && len(r.Events) > len(f.Events) {
+				derived = append(derived, r.Events[len(f.Events):]...)
+			}
+		}
+		if len(derived) > 0 {
+			d.in.Push(msg{kind: mApplied, events: derived})
+		}
+	}})
+	if err != nil && d.failed == nil {
 		d.failed = err
 	}
 }

@@ -25,6 +25,9 @@ var (
 	ErrSchemaTooNew = store.ErrSchemaTooNew
 	// ErrDuplicateID: a submission's caller-chosen ID is taken.
 	ErrDuplicateID = store.ErrDuplicateID
+	// ErrDuplicate: a submission's idempotency key belongs to a failed or
+	// cancelled unit and Config.FailedDuplicates rejects it.
+	ErrDuplicate = store.ErrDuplicate
 	// ErrInvalid: a registration or submission is malformed.
 	ErrInvalid = errors.New("runcue: invalid argument")
 	// ErrStopping: Start was called while a previous run of the Cue is still

@@ -27,6 +27,9 @@ const (
 	EventWorkRetrying EventType = "work_retrying"
 	// EventWorkCancelled: a unit was cancelled.
 	EventWorkCancelled EventType = "work_cancelled"
+	// EventWorkCancelRequested: a process that does not own the database
+	// asked to cancel a running unit; the owner acts on it.
+	EventWorkCancelRequested EventType = store.EventWorkCancelRequested
 	// EventWorkRecovered: a unit left running by an owner that died was
 	// requeued.
 	EventWorkRecovered EventType = "work_recovered"

@@ -31,10 +31,15 @@ func (d *dispatcher) recover(ctx context.Context) error {
 	if n := len(res[0].IDs); n > 0 {
 		d.c.log.Info("runcue: requeued units left running by the previous owner", "units", n)
 	}
-	return d.c.st.LoadActive(ctx, func(u *store.Unit) error {
+	err = d.c.st.LoadActive(ctx, func(u *store.Unit) error {
 		if u.State == store.Queued {
 			d.addUnit(u, false)
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	d.schedulePrune(d.clock.Now())
+	return nil
 }

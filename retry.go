@@ -1,10 +1,14 @@
 package runcue
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/runcue/runcue/store"
 )
 
 // Backoff is the shape of the delays between retries.
@@ -166,4 +170,83 @@ func Permanent(err error) error {
 		return nil
 	}
 	return &PermanentError{Err: err}
+}
+
+// retryJSON is the stored form of a per-submission RetryPolicy.
+type retryJSON struct {
+	MaxAttempts int           `json:"max_attempts,omitempty"`
+	Backoff     Backoff       `json:"backoff,omitempty"`
+	BaseDelay   time.Duration `json:"base_delay,omitempty"`
+	MaxDelay    time.Duration `json:"max_delay,omitempty"`
+	Jitter      Jitter        `json:"jitter,omitempty"`
+}
+
+func encodeRetry(p RetryPolicy) []byte {
+	b, _ := json.Marshal(retryJSON{p.MaxAttempts, p.Backoff, p.BaseDelay, p.MaxDelay, p.Jitter})
+	return b
+}
+
+func decodeRetry(b []byte) (RetryPolicy, error) {
+	var r retryJSON
+	if err := json.Unmarshal(b, &r); err != nil {
+		return RetryPolicy{}, err
+	}
+	p := RetryPolicy{MaxAttempts: r.MaxAttempts, Backoff: r.Backoff, BaseDelay: r.BaseDelay, MaxDelay: r.MaxDelay, Jitter: r.Jitter}
+	return p, p.validate()
+}
+
+// ErrNotFailed is returned by Retry for a unit that is not failed.
+var ErrNotFailed = errors.New("runcue: work unit is not failed")
+
+// Retry requeues a failed unit with a fresh retry budget, and with it the
+// dependents that failed only because of it. Failed units stay in the
+// database until pruned: they are runcue's dead-letter queue.
+func (c *Cue) Retry(ctx context.Context, id string) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	res, err := c.w.Do(ctx, &store.Requeue{IDs: []string{id}, At: c.clock.Now()})
+	if err != nil {
+		return wrapStoreErr(err)
+	}
+	if len(res[0].IDs) == 0 {
+		wi, err := c.Get(ctx, id)
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("%w: %s is %s", ErrNotFailed, id, wi.State)
+	}
+	c.requeued(res[0])
+	return nil
+}
+
+// RetryFilter selects the failed units RetryFailed requeues.
+type RetryFilter struct {
+	// Tasks limits the retry to these task types; empty means all.
+	Tasks []string
+	// FinishedBefore, when set, takes only units that failed before it.
+	FinishedBefore time.Time
+}
+
+// RetryFailed requeues every failed unit matching f with a fresh retry
+// budget, and the dependents that failed only because of them, in one
+// transaction. It returns the number of units requeued.
+func (c *Cue) RetryFailed(ctx context.Context, f RetryFilter) (int, error) {
+	if err := c.checkOpen(); err != nil {
+		return 0, err
+	}
+	res, err := c.w.Do(ctx, &store.Requeue{Tasks: f.Tasks, FinishedBefore: f.FinishedBefore, At: c.clock.Now()})
+	if err != nil {
+		return 0, wrapStoreErr(err)
+	}
+	c.requeued(res[0])
+	return len(res[0].IDs), nil
+}
+
+// requeued hands units this Cue requeued to its dispatcher, which loads
+// them as it does units queued by other processes.
+func (c *Cue) requeued(r store.Result) {
+	if d := c.disp.Load(); d != nil && len(r.Events) > 0 {
+		d.in.Push(msg{kind: mExternal, events: r.Events})
+	}
 }

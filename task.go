@@ -26,7 +26,10 @@ type Task struct {
 	// Handler performs a unit. Required.
 	Handler Handler
 	// Timeout bounds a run. Default Config.DefaultTimeout. A submission's
-	// own Timeout takes precedence.
+	// own Timeout takes precedence. At the deadline the handler's context is
+	// cancelled with cause ErrTimeout and the run is recorded as failed (kind
+	// "timeout") and retried per Retry, even if the handler ignores its
+	// context; whatever the handler returns later is discarded.
 	Timeout time.Duration
 	// MaxConcurrent caps the units of this task running at once, under the
 	// Cue's MaxConcurrent. Zero means no cap of its own.
@@ -34,6 +37,14 @@ type Task struct {
 	// Retry is the retry policy for failed runs. Its zero value is the
 	// default policy (see RetryPolicy).
 	Retry RetryPolicy
+	// HoldSlotsUntilReturn keeps a timed-out or cancelled run's service
+	// slots (and its place under the caps) until its handler actually
+	// returns. By default they are released at the deadline, as soon as the
+	// unit is recorded failed: a handler that ignores its context can then
+	// still be talking to the service while the next unit starts, so the
+	// service may see more than MaxConcurrent requests at once. Set this for
+	// services where that matters more than throughput.
+	HoldSlotsUntilReturn bool
 }
 
 // Work is the unit a Handler performs.
@@ -49,6 +60,21 @@ type Work struct {
 	Params json.RawMessage
 	// Attempt is the run number, from 1.
 	Attempt int
+
+	beat func()
+}
+
+// Heartbeat reports that the handler is alive: the unit's HeartbeatAt is
+// set and its lease extended to at least now + Config.LeaseBuffer. Handlers
+// waiting a long time on an external system may call it as often as they
+// like; runcue writes at most one heartbeat a second. On SQLite the owner's
+// lock, not the lease, proves a run alive (a run is never taken from a live
+// owner, only its timeout ends it), so there a heartbeat is a progress sign
+// for UIs; it keeps leases meaningful for stores shared by several nodes.
+func (w *Work) Heartbeat() {
+	if w.beat != nil {
+		w.beat()
+	}
 }
 
 // Bind decodes Params into v. With no params, v is left unchanged.

@@ -42,6 +42,15 @@ type Submission struct {
 	Timeout time.Duration
 	// RunAt, when set, makes the unit ineligible before that time.
 	RunAt time.Time
+	// IdempotencyKey, when set, makes the submission idempotent: if a unit
+	// with the key is queued, running or completed, Submit stores nothing and
+	// returns that unit's ID with Submitted.Duplicate set. A key held by a
+	// failed or cancelled unit is handled per Config.FailedDuplicates. Safe
+	// under concurrent submits, across processes too.
+	IdempotencyKey string
+	// Retry, when set, replaces the task's retry policy for this unit. Its
+	// RetryOn is not stored: the task's RetryOn applies.
+	Retry *RetryPolicy
 }
 
 // Submitted reports a stored submission.
@@ -91,9 +100,11 @@ type WorkInfo struct {
 	// Error and ErrorKind describe the last failure.
 	Error     string
 	ErrorKind string
-	// LeasedBy and LeaseExpiresAt describe a running unit's lease.
+	// LeasedBy and LeaseExpiresAt describe a running unit's lease;
+	// HeartbeatAt is its handler's last Work.Heartbeat.
 	LeasedBy       string
 	LeaseExpiresAt time.Time
+	HeartbeatAt    time.Time
 	// Attempts is the history of runs, oldest first.
 	Attempts []Attempt
 }
@@ -104,7 +115,7 @@ func infoFrom(u *store.Unit) WorkInfo {
 		Runs: u.Runs, Failures: u.Failures,
 		CreatedAt: u.CreatedAt, RunAt: u.RunAt, StartedAt: u.StartedAt, FinishedAt: u.FinishedAt, Timeout: u.Timeout,
 		Result: u.Result, Error: u.Error, ErrorKind: u.ErrorKind,
-		LeasedBy: u.LeasedBy, LeaseExpiresAt: u.LeaseExpiresAt,
+		LeasedBy: u.LeasedBy, LeaseExpiresAt: u.LeaseExpiresAt, HeartbeatAt: u.HeartbeatAt,
 	}
 	for _, a := range u.Attempts {
 		wi.Attempts = append(wi.Attempts, Attempt{Run: a.Run, Start: a.Start, End: a.End, Outcome: a.Outcome, Error: a.Error})
@@ -176,6 +187,9 @@ func (c *Cue) SubmitBatch(ctx context.Context, subs []Submission) ([]Submitted, 
 		units[i] = u
 	}
 	op := &store.Insert{Units: units, At: now}
+	if c.cfg.FailedDuplicates == ResubmitFailedDuplicates {
+		op.OnFailedDuplicate = store.ResubmitFailedDuplicate
+	}
 	type out struct {
 		res store.Result
 		err error
@@ -230,10 +244,17 @@ func (c *Cue) unitFor(s Submission, now time.Time) (*store.Unit, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &store.Unit{
+	u := &store.Unit{
 		ID: id, Task: s.Task, Target: s.Target, Params: params, State: store.Queued,
-		CreatedAt: now, RunAt: s.RunAt, Timeout: s.Timeout,
-	}, nil
+		CreatedAt: now, RunAt: s.RunAt, Timeout: s.Timeout, IdempotencyKey: s.IdempotencyKey,
+	}
+	if s.Retry != nil {
+		if err := s.Retry.validate(); err != nil {
+			return nil, err
+		}
+		u.Retry = encodeRetry(*s.Retry)
+	}
+	return u, nil
 }
 
 // checkTasks verifies that every submission's task is known here or in the
@@ -411,5 +432,27 @@ func (c *Cue) Drain(ctx context.Context) error {
 func (c *Cue) reportOrphans(orphans map[string]int) {
 	for task, n := range orphans {
 		c.log.Warn("runcue: units of a task type not registered here remain queued", "task_type", task, "units", n)
+	}
+}
+
+// Prune deletes the finished units (completed, failed or cancelled) that
+// finished more than olderThan ago, with their history, and returns how many
+// it deleted. It deletes in batches, one transaction each. See also
+// Config.Retention.
+func (c *Cue) Prune(ctx context.Context, olderThan time.Duration) (int, error) {
+	if err := c.checkOpen(); err != nil {
+		return 0, err
+	}
+	before := c.clock.Now().Add(-olderThan)
+	total := 0
+	for {
+		res, err := c.w.Do(ctx, &store.Prune{Before: before, Limit: pruneBatch})
+		if err != nil {
+			return total, wrapStoreErr(err)
+		}
+		total += res[0].Count
+		if res[0].Count < pruneBatch {
+			return total, nil
+		}
 	}
 }

@@ -11,7 +11,7 @@ import "time"
 type Op interface{ isOp() }
 
 // DuplicatePolicy says what Insert does with an idempotency key held by a
-// failed unit.
+// failed or cancelled unit.
 type DuplicatePolicy uint8
 
 const (
@@ -21,10 +21,11 @@ const (
 	ResubmitFailedDuplicate
 )
 
-// Insert stores new units, all or none. Each unit gets a work_queued event
-// (the Event given, or a default one). A unit whose IdempotencyKey is held by
-// a queued, running or completed unit is not stored: its InsertedUnit names
-// the existing unit and is marked Duplicate. DependsOn may name units of the
+// Insert stores new units, all or none. Each unit gets a work_queued event.
+// A unit whose IdempotencyKey is held by a queued, running or completed unit
+// is not stored: its InsertedUnit names the existing unit and is marked
+// Duplicate. A key held by a failed or cancelled unit is handled per
+// OnFailedDuplicate. DependsOn may name units of the
 // same Insert that come before or after; an unknown dependency fails the op
 // with ErrUnknownDependency, a cycle with a *CycleError. A unit whose
 // dependency is already failed or cancelled is stored and, when
@@ -94,10 +95,12 @@ type Recover struct {
 	At time.Time
 }
 
-// Cancel cancels a unit. A queued unit becomes cancelled at once (Applied);
-// a running unit gets CancelRequested set when RequestIfRunning is true (for
-// a process that does not own it). Result.State reports the state found.
-// Dependents are handled as for Finish with Propagate.
+// Cancel cancels a unit. A queued unit becomes cancelled at once (Applied),
+// with Events (default: one work_cancelled). A running unit, when
+// RequestIfRunning is true (for a process that does not own it), gets
+// CancelRequested set and a work_cancel_requested event, which tells its
+// owner. Result.State reports the state found. Dependents of a cancelled unit
+// are handled as for Finish with Propagate.
 type Cancel struct {
 	ID               string
 	At               time.Time
@@ -119,11 +122,14 @@ type Requeue struct {
 	At             time.Time
 }
 
-// Heartbeat extends the lease of a running unit leased by Owner on run Run.
+// Heartbeat records, for a running unit leased by Owner on run Run, that
+// its handler was alive at At, and extends its lease to at least
+// LeaseExpires (a lease never shrinks).
 type Heartbeat struct {
 	ID           string
 	Owner        string
 	Run          int
+	At           time.Time
 	LeaseExpires time.Time
 }
 

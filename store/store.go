@@ -70,6 +70,8 @@ type Unit struct {
 	Timeout        time.Duration
 	LeasedBy       string
 	LeaseExpiresAt time.Time
+	// HeartbeatAt is the time of the running unit's last heartbeat.
+	HeartbeatAt time.Time
 	// Result is the JSON encoding of a completed unit's result.
 	Result []byte
 	// Error and ErrorKind describe the last failure.
@@ -125,13 +127,16 @@ const (
 	EventWorkRecovered = "work_recovered"
 	EventWorkCancelled = "work_cancelled"
 	EventWorkFailed    = "work_failed"
+	// EventWorkCancelRequested records a request to cancel a running unit,
+	// made by a process that does not own it; Data is {"cascade":bool}.
+	EventWorkCancelRequested = "work_cancel_requested"
 )
 
 // Errors reported by stores.
 var (
 	ErrNotFound          = errors.New("runcue: work unit not found")
 	ErrDuplicateID       = errors.New("runcue: a work unit with this ID already exists")
-	ErrDuplicate         = errors.New("runcue: a failed work unit holds this idempotency key")
+	ErrDuplicate         = errors.New("runcue: a failed or cancelled work unit holds this idempotency key")
 	ErrUnknownDependency = errors.New("runcue: unknown dependency")
 	ErrCycle             = errors.New("runcue: dependency cycle")
 	ErrSchemaTooNew      = errors.New("runcue: database schema is newer than this version of runcue")

@@ -190,8 +190,9 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 	case *store.Requeue:
 		return t.requeue(op, r)
 	case *store.Heartbeat:
-		ok, err := t.changed(`UPDATE work_units SET lease_expires_at=? WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
-			ns(op.LeaseExpires), op.ID, op.Owner, op.Run)
+		ok, err := t.changed(`UPDATE work_units SET heartbeat_at=?, lease_expires_at=max(lease_expires_at, ?)
+			WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
+			ns(op.At), ns(op.LeaseExpires), op.ID, op.Owner, op.Run)
 		r.Applied = ok
 		return err
 	case *store.PutTask:
@@ -306,7 +307,7 @@ func (t *txn) insert(op *store.Insert, r *store.Result) error {
 			}
 			switch {
 			case !found:
-			case st != store.Failed:
+			case st != store.Failed && st != store.Cancelled:
 				*out = store.InsertedUnit{ID: id, Seq: seq, Duplicate: true, State: st}
 				state[u.ID] = st
 				continue
@@ -474,7 +475,7 @@ func topoOrder(units []*store.Unit, inBatch map[string]int) []int {
 }
 
 func (t *txn) claim(op *store.Claim, r *store.Result) error {
-	ok, err := t.changed(`UPDATE work_units SET state='running', runs=?, started_at=?, leased_by=?, lease_expires_at=?
+	ok, err := t.changed(`UPDATE work_units SET state='running', runs=?, started_at=?, leased_by=?, lease_expires_at=?, heartbeat_at=0
 		WHERE id=? AND state='queued' AND cancel_requested=0`,
 		op.Run, ns(op.At), op.Owner, ns(op.LeaseExpires), op.ID)
 	if err != nil || !ok {
@@ -699,6 +700,12 @@ func (t *txn) cancel(op *store.Cancel, r *store.Result) error {
 			if _, err := t.exec(`UPDATE work_units SET cancel_requested=? WHERE id=?`, cancelFlag(op.Cascade), op.ID); err != nil {
 				return err
 			}
+			data, _ := json.Marshal(map[string]any{"cascade": op.Cascade, "reason": op.Reason})
+			ev := store.Event{Type: store.EventWorkCancelRequested, WorkID: op.ID, Task: task, Data: data}
+			if err := t.event(&ev, op.At); err != nil {
+				return err
+			}
+			r.Events = append(r.Events, ev)
 		}
 	}
 	return nil

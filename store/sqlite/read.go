@@ -13,24 +13,24 @@ import (
 )
 
 const unitColumns = `seq, id, task, target, params, state, runs, failures, deferrals, created_at, run_at, started_at,
-	finished_at, timeout, coalesce(leased_by, ''), lease_expires_at, result, coalesce(error, ''), coalesce(error_kind, ''),
+	finished_at, timeout, coalesce(leased_by, ''), lease_expires_at, heartbeat_at, result, coalesce(error, ''), coalesce(error_kind, ''),
 	coalesce(idempotency_key, ''), dependency_deadline, retry, trace, cancel_requested, attempts`
 
 type scanner interface{ Scan(dest ...any) error }
 
 func scanUnit(sc scanner) (*store.Unit, error) {
 	var u store.Unit
-	var created, runAt, started, finished, timeout, leaseExp, depDeadline int64
+	var created, runAt, started, finished, timeout, leaseExp, heartbeat, depDeadline int64
 	var cancelReq int
 	var attempts sql.NullString
 	if err := sc.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &u.State, &u.Runs, &u.Failures, &u.Deferrals,
-		&created, &runAt, &started, &finished, &timeout, &u.LeasedBy, &leaseExp, &u.Result, &u.Error, &u.ErrorKind,
+		&created, &runAt, &started, &finished, &timeout, &u.LeasedBy, &leaseExp, &heartbeat, &u.Result, &u.Error, &u.ErrorKind,
 		&u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace, &cancelReq, &attempts); err != nil {
 		return nil, err
 	}
 	u.CreatedAt, u.RunAt, u.StartedAt, u.FinishedAt = tm(created), tm(runAt), tm(started), tm(finished)
 	u.Timeout = time.Duration(timeout)
-	u.LeaseExpiresAt, u.DependencyDeadline = tm(leaseExp), tm(depDeadline)
+	u.LeaseExpiresAt, u.DependencyDeadline, u.HeartbeatAt = tm(leaseExp), tm(depDeadline), tm(heartbeat)
 	u.CancelRequested = cancelReq != 0
 	if attempts.Valid && attempts.String != "" {
 		var recs []attemptRec

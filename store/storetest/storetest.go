@@ -261,6 +261,11 @@ func testIdempotency(t *testing.T, h *harness) {
 	assert.Equal(t, fresh.ID, res[0].Units[0].ID)
 	assert.Equal(t, "f", h.get(fresh.ID).IdempotencyKey)
 	assert.Empty(t, h.get(fid).IdempotencyKey, "the key moved to the new unit")
+	// A cancelled unit's key is handled like a failed one's.
+	cn := h.insert(h.unit("a", key("c")))
+	h.apply(&store.Cancel{ID: cn.Units[0].ID, At: h.tick()})
+	res = h.apply(&store.Insert{Units: []*store.Unit{h.unit("a", key("c"))}, At: h.tick()})
+	assert.ErrorIs(t, res[0].Err, store.ErrDuplicate)
 	// Two units with one key in one insert: the second is a duplicate.
 	a, b := h.unit("a", key("pair")), h.unit("a", key("pair"))
 	r := h.insert(a, b)
@@ -522,9 +527,14 @@ func testCancel(t *testing.T, h *harness) {
 	assert.False(t, r.Applied)
 	assert.Equal(t, store.Running, r.State)
 	assert.False(t, h.get(run.ID).CancelRequested)
-	h.apply(&store.Cancel{ID: run.ID, At: h.tick(), RequestIfRunning: true})
+	r = h.apply(&store.Cancel{ID: run.ID, At: h.tick(), RequestIfRunning: true, Cascade: true})[0]
 	assert.True(t, h.get(run.ID).CancelRequested)
 	assert.Equal(t, store.Running, h.get(run.ID).State)
+	require.Len(t, r.Events, 1, "the request is an event, so the owner learns of it")
+	assert.Equal(t, store.EventWorkCancelRequested, r.Events[0].Type)
+	assert.JSONEq(t, `{"cascade":true,"reason":""}`, string(r.Events[0].Data))
+	r = h.apply(&store.Cancel{ID: run.ID, At: h.tick(), RequestIfRunning: true})[0]
+	assert.Empty(t, r.Events, "asked once")
 
 	// Finished units are unchanged; unknown IDs are reported.
 	done := h.unit("a")
@@ -598,11 +608,17 @@ func testHeartbeat(t *testing.T, h *harness) {
 	u := h.unit("a")
 	h.insert(u)
 	h.claim(u.ID, 1)
-	later := h.now.Add(time.Hour)
-	assert.True(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "owner", Run: 1, LeaseExpires: later})[0].Applied)
-	assert.True(t, h.get(u.ID).LeaseExpiresAt.Equal(later))
-	assert.False(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "x", Run: 1, LeaseExpires: later})[0].Applied)
-	assert.False(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "owner", Run: 2, LeaseExpires: later})[0].Applied)
+	lease := h.get(u.ID).LeaseExpiresAt
+	at := h.tick()
+	later := lease.Add(time.Hour)
+	assert.True(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "owner", Run: 1, At: at, LeaseExpires: later})[0].Applied)
+	got := h.get(u.ID)
+	assert.True(t, got.LeaseExpiresAt.Equal(later))
+	assert.True(t, got.HeartbeatAt.Equal(at))
+	assert.True(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "owner", Run: 1, At: h.tick(), LeaseExpires: lease})[0].Applied)
+	assert.True(t, h.get(u.ID).LeaseExpiresAt.Equal(later), "a lease never shrinks")
+	assert.False(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "x", Run: 1, At: h.tick(), LeaseExpires: later})[0].Applied)
+	assert.False(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "owner", Run: 2, At: h.tick(), LeaseExpires: later})[0].Applied)
 }
 
 func testTasksServices(t *testing.T, h *harness) {
@@ -1006,7 +1022,8 @@ func testClaimFinishOneBatch(t *testing.T, h *harness) {
 		}
 	}
 	want := []string{"work_started:" + us[0].ID, "work_started:" + us[1].ID, "work_started:" + us[2].ID, "between:",
-		"work_completed:" + us[0].ID, "work_failed:" + us[1].ID, "work_failed:" + dep.ID, "work_completed:" + us[2].ID}
+		"work_completed:" + us[0].ID, "work_cancel_requested:" + us[2].ID, "work_failed:" + us[1].ID, "work_failed:" + dep.ID,
+		"work_completed:" + us[2].ID}
 	assert.Equal(t, want, got)
 	var prev int64
 	for _, r := range res {

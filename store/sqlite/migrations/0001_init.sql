@@ -18,6 +18,7 @@ CREATE TABLE work_units (
     timeout             INTEGER NOT NULL DEFAULT 0,
     leased_by           TEXT,
     lease_expires_at    INTEGER NOT NULL DEFAULT 0,
+    heartbeat_at        INTEGER NOT NULL DEFAULT 0,
     result              BLOB,
     error               TEXT,
     error_kind          TEXT,
