@@ -87,9 +87,12 @@ const (
 	ResubmitFailedDuplicates
 )
 
-// retentionInterval is how often the owner prunes: a tenth of Retention,
-// between a minute and an hour.
-func (cfg Config) retentionInterval() time.Duration {
+// pruneInterval is how often the owner prunes finished units (a tenth of
+// Retention) and the service log, between a minute and an hour.
+func (cfg Config) pruneInterval() time.Duration {
+	if cfg.Retention == 0 {
+		return time.Minute
+	}
 	return min(max(cfg.Retention/10, time.Minute), time.Hour)
 }
 
@@ -150,6 +153,13 @@ type Cue struct {
 	stopAfter  func() bool // unregisters the Start ctx watcher
 
 	disp atomic.Pointer[dispatcher] // the running dispatcher, nil when stopped
+
+	testHooks testHooks
+}
+
+// testHooks are set by tests (see export_test.go).
+type testHooks struct {
+	checkInvariants func(d *dispatcher)
 }
 
 // Open opens (creating if needed) the SQLite database at path and migrates
@@ -279,7 +289,12 @@ func (c *Cue) Start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	d := newDispatcher(c, owner, own)
+	stored, err := c.st.Services(ctx)
+	if err != nil {
+		own.Release()
+		return err
+	}
+	d := newDispatcher(c, owner, own, stored)
 	c.disp.Store(d) // from here on, commits reach d's inbox
 	if err := d.recover(ctx); err != nil {
 		c.disp.Store(nil)

@@ -22,48 +22,56 @@ import (
 // wakes on a message (a commit, a handler's return, a control request) or
 // on its timer, and never polls.
 //
-// Queued units live in lanes, one per task type: a heap by submission
-// order, so choosing the next unit costs no query. A lane is ready when it
-// has units; the ready lanes form a heap by their oldest unit. Dispatch pops
-// the oldest ready lane and tries to acquire every resource it needs (the
-// task's cap and each of its services) at once; if one has no room, the lane
-// parks on that resource and is woken when the resource frees capacity.
+// Queued units live in lanes: one per task type and set of keyed services
+// (see broker.go), each a heap by submission order, so choosing the next
+// unit costs no query. A lane is ready when it has units; the ready lanes
+// form a heap by their oldest unit. Dispatch pops the oldest ready lane and
+// acquires every resource it needs (the task's cap, each service, each keyed
+// service) at once, or none: a lane that cannot have one of them parks on
+// it and is woken when that resource has room again.
 
 type msgKind uint8
 
 const (
-	mInserted    msgKind = iota // units committed by this Cue
-	mExternal                   // events committed by another process
-	mDone                       // a handler returned
-	mClaimFailed                // a claim did not apply
-	mStop                       // stop dispatching (cancel: and cancel runs)
-	mAbandon                    // exit now, leaving runs behind
-	mRegistry                   // tasks or services were registered
-	mStoreFailed                // the store failed
-	mDrain                      // reply when idle
-	mSync                       // reply after one loop iteration (tests)
-	mCancel                     // Cancel from this Cue
-	mHeartbeat                  // a handler reported liveness
-	mPruned                     // a retention pass finished
-	mApplied                    // events of this Cue's own commits that end queued units
+	mInserted       msgKind = iota // units committed by this Cue
+	mExternal                      // events committed by another process (or requeues by this one)
+	mDone                          // a handler returned
+	mClaimFailed                   // a write-behind claim did not apply
+	mClaimed                       // a write-ahead claim committed (or not)
+	mStop                          // stop dispatching (cancel: and cancel runs)
+	mAbandon                       // exit now, leaving runs behind
+	mRegistry                      // tasks or services were registered
+	mStoreFailed                   // the store failed
+	mDrain                         // reply when idle
+	mSync                          // reply after one loop iteration (tests)
+	mCancel                        // Cancel from this Cue
+	mHeartbeat                     // a handler reported liveness
+	mPruned                        // a retention pass finished
+	mApplied                       // events of this Cue's commits that end queued units
+	mServiceChanged                // a service's override or pause changed
+	mStatus                        // snapshot of service status
+	mInspect                       // run a function on the dispatcher goroutine (tests)
 )
 
 type msg struct {
-	kind   msgKind
-	units  []*store.Unit
-	events []store.Event
-	run    *run
-	result []byte
-	err    error
-	end    time.Time
-	cancel bool
-	reply  chan struct{}
-	drain  chan drainReply
+	kind    msgKind
+	units   []*store.Unit
+	events  []store.Event
+	run     *run
+	result  []byte
+	err     error
+	end     time.Time
+	cancel  bool
+	applied bool
+	reply   chan struct{}
+	drain   chan drainReply
 
 	id         string
 	cancelOpts CancelOptions
 	errc       chan error
 	count      int
+	status     chan []ServiceStatus
+	inspect    func(*dispatcher)
 }
 
 // unit states inside the dispatcher.
@@ -83,10 +91,14 @@ type unit struct {
 	hasParams bool
 	runs      int
 	failures  int
+	deferrals int
 	runAt     time.Time
 	timeout   time.Duration
 	retry     *RetryPolicy // the submission's own policy, if any
+	keys      []string     // keyed services, sorted
+	keyErr    error        // deriving keys failed: the run fails with it
 	state     int
+	lane      *lane
 	laneIdx   int // position in lane heap
 	timerGen  uint64
 }
@@ -103,8 +115,10 @@ type run struct {
 	handler  Handler
 	target   string
 	params   []byte
-	// cause is why runcue cancelled the run (ErrShutdown, ErrTimeout), nil
-	// if it did not.
+	// probes are the resources whose half-open circuit this run probes.
+	probes []*resource
+	// cause is why runcue cancelled the run (ErrShutdown, ErrTimeout,
+	// ErrCancelled), nil if it did not.
 	cause error
 	// ended: the run's outcome is decided (by its return, its deadline or
 	// its cancellation grace); its resources are released, unless holding.
@@ -113,49 +127,34 @@ type run struct {
 	// slots until then.
 	holding     bool
 	claimFailed bool
+	// waitClaim: the handler starts only once the claim (and its service
+	// log entry) is committed.
+	waitClaim bool
 	// cancelled holds the options of a Cancel that reached the run.
 	cancelled *CancelOptions
 	// lastBeat is the time of the last heartbeat written (Unix ns).
 	lastBeat atomic.Int64
 }
 
-// resource is something a lane needs capacity of: a task's cap or a service.
-type resource struct {
-	name    string
-	limit   int // 0: unlimited
-	active  int
-	waiters *heaps.Heap[*lane]
-}
-
-func (r *resource) hasRoom() bool { return r.limit == 0 || r.active < r.limit }
-
-type lane struct {
-	task      *taskRT
-	resources []*resource
-	units     *heaps.Heap[*unit]
-	idx       int       // position in the ready heap or in parkedOn's waiters
-	parkedOn  *resource // nil when not parked
-	inReady   bool
-}
-
-func (l *lane) headSeq() int64 { return l.units.Peek().seq }
-
 type taskRT struct {
 	name     string
 	def      *Task
 	cap      *resource
 	services []*resource
-	lane     *lane
+	base     *lane // the lane of units without keyed services
 	retry    RetryPolicy
 }
 
 type timerKind uint8
 
 const (
-	tUnitDue timerKind = iota
-	tDeadline
-	tGrace // a cancelled run's grace period ends
-	tPrune // time for a retention pass
+	tUnitDue  timerKind = iota
+	tDeadline           // a run's timeout
+	tGrace              // a cancelled run's grace period ends
+	tPrune              // time for a retention pass
+	tResource           // a resource may have room again
+	tStatus             // a coalesced service_status is due
+	tEvict              // a keyed service may be idle
 )
 
 type timerEntry struct {
@@ -165,6 +164,7 @@ type timerEntry struct {
 	u    *unit
 	gen  uint64
 	r    *run
+	res  *resource
 	idx  int
 }
 
@@ -179,18 +179,28 @@ type dispatcher struct {
 	stopReq atomic.Bool
 
 	tasks    map[string]*taskRT
-	services map[string]*resource
-	units    map[string]*unit // queued, waiting and running units of registered tasks
-	orphans  map[string]map[string]*unit
-	runs     map[string]*run
-	ready    *heaps.Heap[*lane]
-	timers   *heaps.Heap[*timerEntry]
-	timerN   uint64
-	timer    clock.Timer
-	armedAt  time.Time
-	inflight int // runs whose outcome is not decided
-	live     int // handler goroutines not yet returned
-	handlers sync.WaitGroup
+	regs     map[string]Service   // registered limits, copied under c.mu
+	services map[string]*resource // registered services
+	keyed    map[string]*resource // keyed service instances, created on demand
+	lanes    map[string]*lane
+	stored   map[string]store.ServiceRecord // persisted service state, by name
+	// started is when this owner started; classLogs caches, per class of
+	// keyed services, the log entries of the previous owner (see priorLog).
+	started   time.Time
+	classLogs map[string]map[string][]time.Time
+	units     map[string]*unit // queued, waiting and running units of registered tasks
+	orphans   map[string]map[string]*unit
+	runs      map[string]*run
+	ready     *heaps.Heap[*lane]
+	timers    *heaps.Heap[*timerEntry]
+	timerN    uint64
+	timer     clock.Timer
+	armedAt   time.Time
+	inflight  int // runs whose outcome is not decided
+	live      int // handler goroutines not yet returned
+	claims    int // write-ahead claims not yet committed
+	handlers  sync.WaitGroup
+	dirty     map[*resource]struct{} // resources whose status may have changed
 
 	paramBytes int
 	pruning    bool
@@ -200,6 +210,10 @@ type dispatcher struct {
 	drains     []chan drainReply
 	syncs      []chan struct{}
 	rnd        *rand.Rand
+
+	// checkInvariants, set by tests, verifies the broker's bookkeeping after
+	// every loop iteration.
+	checkInvariants func(d *dispatcher)
 }
 
 // maxParamBytes bounds the parameters kept in memory for queued units;
@@ -207,48 +221,57 @@ type dispatcher struct {
 const maxParamBytes = 64 << 20
 
 // newDispatcher is called with c.mu held.
-func newDispatcher(c *Cue, owner string, own store.Ownership) *dispatcher {
+func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.ServiceRecord) *dispatcher {
 	d := &dispatcher{
 		c: c, owner: owner, own: own, clock: c.clock, in: inbox.New[msg](), done: make(chan struct{}),
-		tasks: make(map[string]*taskRT), services: make(map[string]*resource),
+		tasks: make(map[string]*taskRT), regs: make(map[string]Service), services: make(map[string]*resource), keyed: make(map[string]*resource),
+		lanes: make(map[string]*lane), stored: make(map[string]store.ServiceRecord),
 		units: make(map[string]*unit), orphans: make(map[string]map[string]*unit), runs: make(map[string]*run),
+		dirty: make(map[*resource]struct{}), started: c.clock.Now(), classLogs: make(map[string]map[string][]time.Time),
 		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
 	}
-	d.ready = heaps.New(func(a, b *lane) bool { return a.headSeq() < b.headSeq() }, func(l *lane, i int) { l.idx = i })
+	for _, rec := range stored {
+		d.stored[rec.Name] = rec
+	}
+	d.ready = heaps.New(laneLess, func(l *lane, i int) { l.idx = i })
 	d.timers = heaps.New(func(a, b *timerEntry) bool {
 		if !a.at.Equal(b.at) {
 			return a.at.Before(b.at)
 		}
 		return a.n < b.n
 	}, func(e *timerEntry, i int) { e.idx = i })
+	d.checkInvariants = c.testHooks.checkInvariants
 	d.refreshRegistry(c.services, c.tasks)
 	return d
 }
 
 // refreshRegistry brings the dispatcher's view of tasks and services up to
 // date with the Cue's registrations, and adopts orphans whose task type is
-// now registered.
-// The caller holds c.mu.
+// now registered. The caller holds c.mu.
 func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[string]*Task) {
+	now := d.clock.Now()
+	for name, s := range services {
+		d.regs[name] = s
+	}
 	for name, s := range services {
 		if _, ok := d.services[name]; !ok {
-			d.services[name] = newResource("service "+name, s.MaxConcurrent)
+			d.services[name] = d.newServiceResource(name, name, s, now)
 		}
 	}
 	for name, t := range tasks {
 		if _, ok := d.tasks[name]; ok {
 			continue
 		}
-		rt := &taskRT{name: name, def: t, cap: newResource("task "+name, t.MaxConcurrent), retry: t.Retry.withDefaults()}
+		rt := &taskRT{name: name, def: t, cap: newResource("task "+name, "", t.MaxConcurrent), retry: t.Retry.withDefaults()}
 		for _, s := range t.Services {
 			rt.services = append(rt.services, d.services[s])
 		}
-		rt.lane = &lane{task: rt, units: heaps.New(func(a, b *unit) bool { return a.seq < b.seq }, func(u *unit, i int) { u.laneIdx = i })}
-		rt.lane.resources = append([]*resource{rt.cap}, rt.services...)
 		d.tasks[name] = rt
+		rt.base = d.laneFor(rt, nil, nil)
 		if orphans := d.orphans[name]; orphans != nil {
 			delete(d.orphans, name)
 			for _, u := range orphans {
+				d.deriveKeys(u, rt)
 				d.units[u.id] = u
 				d.makeEligible(u)
 			}
@@ -256,21 +279,16 @@ func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[stri
 	}
 }
 
-func newResource(name string, limit int) *resource {
-	return &resource{name: name, limit: limit,
-		waiters: heaps.New(func(a, b *lane) bool { return a.headSeq() < b.headSeq() }, func(l *lane, i int) { l.idx = i })}
-}
-
 // addUnit indexes a queued unit, unless it is already known.
-func (d *dispatcher) addUnit(su *store.Unit, withParams bool) {
+func (d *dispatcher) addUnit(su *store.Unit, keepParams bool) {
 	if _, ok := d.units[su.ID]; ok {
 		return
 	}
 	if o := d.orphans[su.Task]; o != nil && o[su.ID] != nil {
 		return
 	}
-	u := &unit{id: su.ID, seq: su.Seq, task: su.Task, target: su.Target, runs: su.Runs, failures: su.Failures,
-		runAt: su.RunAt, timeout: su.Timeout, laneIdx: -1}
+	u := &unit{id: su.ID, seq: su.Seq, task: su.Task, target: su.Target, params: su.Params, hasParams: true,
+		runs: su.Runs, failures: su.Failures, deferrals: su.Deferrals, runAt: su.RunAt, timeout: su.Timeout, laneIdx: -1}
 	if len(su.Retry) > 0 {
 		if p, err := decodeRetry(su.Retry); err == nil {
 			u.retry = &p
@@ -278,11 +296,8 @@ func (d *dispatcher) addUnit(su *store.Unit, withParams bool) {
 			d.c.log.Warn("runcue: ignoring a unit's unreadable retry policy", "work_id", su.ID, "error", err)
 		}
 	}
-	if withParams && d.paramBytes+len(su.Params) <= maxParamBytes {
-		u.params, u.hasParams = su.Params, true
-		d.paramBytes += len(su.Params)
-	}
-	if _, ok := d.tasks[u.task]; !ok {
+	rt, ok := d.tasks[u.task]
+	if !ok {
 		u.state = uOrphan
 		o := d.orphans[u.task]
 		if o == nil {
@@ -292,6 +307,12 @@ func (d *dispatcher) addUnit(su *store.Unit, withParams bool) {
 		}
 		o[u.id] = u
 		return
+	}
+	d.deriveKeys(u, rt)
+	if keepParams && d.paramBytes+len(u.params) <= maxParamBytes {
+		d.paramBytes += len(u.params)
+	} else {
+		u.params, u.hasParams = nil, false // read again when it runs
 	}
 	d.units[u.id] = u
 	d.makeEligible(u)
@@ -306,7 +327,12 @@ func (d *dispatcher) makeEligible(u *unit) {
 		return
 	}
 	u.state = uReady
-	l := d.tasks[u.task].lane
+	rt := d.tasks[u.task]
+	l := rt.base
+	if len(u.keys) > 0 || u.keyErr != nil {
+		l = d.laneFor(rt, u.keys, u.keyErr)
+	}
+	u.lane = l
 	l.units.Push(u)
 	d.laneChanged(l)
 }
@@ -322,6 +348,7 @@ func (d *dispatcher) laneChanged(l *lane) {
 			l.parkedOn.waiters.Remove(l.idx)
 			l.parkedOn = nil
 		}
+		d.maybeDropLane(l)
 	case l.inReady:
 		d.ready.Fix(l.idx)
 	case l.parkedOn != nil:
@@ -335,7 +362,7 @@ func (d *dispatcher) laneChanged(l *lane) {
 func (d *dispatcher) removeQueued(u *unit) {
 	switch u.state {
 	case uReady:
-		l := d.tasks[u.task].lane
+		l := u.lane
 		l.units.Remove(u.laneIdx)
 		d.laneChanged(l)
 	case uWaiting:
@@ -350,6 +377,7 @@ func (d *dispatcher) removeQueued(u *unit) {
 func (d *dispatcher) forget(u *unit) {
 	if u.hasParams {
 		d.paramBytes -= len(u.params)
+		u.params, u.hasParams = nil, false
 	}
 	delete(d.units, u.id)
 }
@@ -367,6 +395,10 @@ func (d *dispatcher) run() {
 		}
 		d.fireTimers()
 		d.dispatch()
+		d.flushStatus()
+		if d.checkInvariants != nil {
+			d.checkInvariants(d)
+		}
 		if d.idle() && len(d.drains) > 0 {
 			orphans := make(map[string]int)
 			for task, o := range d.orphans {
@@ -383,7 +415,7 @@ func (d *dispatcher) run() {
 			close(ch)
 		}
 		d.syncs = d.syncs[:0]
-		if d.abandon || (d.stopping && d.live == 0) {
+		if d.abandon || (d.stopping && d.live == 0 && d.claims == 0) {
 			d.exit()
 			return
 		}
@@ -444,6 +476,9 @@ func (d *dispatcher) handle(m msg) {
 			r.cause = ErrCancelled
 			r.cancel(ErrCancelled)
 		}
+	case mClaimed:
+		d.claims--
+		d.claimed(m.run, m.applied)
 	case mStop:
 		if !d.stopping {
 			d.stopping = true
@@ -479,13 +514,19 @@ func (d *dispatcher) handle(m msg) {
 		}
 	case mPruned:
 		d.pruning = false
-		next := d.c.cfg.retentionInterval()
-		if m.count >= pruneBatch {
-			next = 0 // more to do
+		next := d.c.cfg.pruneInterval()
+		if m.applied {
+			next = 0 // a batch was full: more to do
 		}
 		d.schedulePrune(d.clock.Now().Add(next))
 	case mApplied:
 		d.applyEnded(m.events)
+	case mServiceChanged:
+		d.serviceChanged(m.id)
+	case mStatus:
+		m.status <- d.statusAll()
+	case mInspect:
+		m.inspect(d)
 	}
 }
 
@@ -509,6 +550,13 @@ func (d *dispatcher) external(evs []store.Event) {
 				_ = json.Unmarshal(ev.Data, &data)
 				d.cancelRun(r, CancelOptions{Cascade: data.Cascade, Reason: data.Reason})
 			}
+		case string(EventServiceChanged):
+			var data struct {
+				Service string `json:"service"`
+			}
+			if json.Unmarshal(ev.Data, &data) == nil {
+				d.reloadService(data.Service)
+			}
 		}
 	}
 	for _, id := range load {
@@ -527,14 +575,13 @@ func (d *dispatcher) external(evs []store.Event) {
 
 // applyEnded drops from memory the queued units that events report ended
 // (cancelled, or failed by the store because a dependency died). Events
-// about running units, or failures that will retry, are not about queued
-// units and are skipped.
+// about running units, or failures that will retry, are skipped.
 func (d *dispatcher) applyEnded(evs []store.Event) {
 	for _, ev := range evs {
-		if ev.Type == string(EventWorkFailed) && eventFrom(&ev).WillRetry {
+		if ev.Type != string(EventWorkCancelled) && ev.Type != string(EventWorkFailed) {
 			continue
 		}
-		if ev.Type != string(EventWorkCancelled) && ev.Type != string(EventWorkFailed) {
+		if ev.Type == string(EventWorkFailed) && eventFrom(&ev).WillRetry {
 			continue
 		}
 		if u, ok := d.units[ev.WorkID]; ok && u.state != uRunning {
@@ -569,6 +616,17 @@ func (d *dispatcher) fireTimers() {
 			}
 		case tPrune:
 			d.prune(now)
+		case tResource:
+			if e.at.Equal(e.res.timerAt) {
+				e.res.timerAt = time.Time{}
+				d.markStatus(e.res)
+				d.wake(e.res)
+			}
+		case tStatus:
+			e.res.statusTimer = false
+			d.markStatus(e.res)
+		case tEvict:
+			d.maybeEvict(e.res)
 		}
 	}
 }
@@ -581,64 +639,26 @@ func (d *dispatcher) dispatch() {
 	for d.inflight < d.c.cfg.MaxConcurrent && d.ready.Len() > 0 {
 		l := d.ready.Pop()
 		l.inReady = false
-		if r := blocking(l); r != nil {
-			d.park(l, r)
+		now := d.clock.Now()
+		blocker, until, probes := d.admit(l, now)
+		if blocker != nil {
+			d.park(l, blocker, until)
 			continue
 		}
 		u := l.units.Pop()
-		for _, r := range l.resources {
-			r.active++
-		}
+		d.acquire(l, now, probes)
 		if l.units.Len() > 0 {
 			l.inReady = true
 			d.ready.Push(l)
 		}
-		d.start(u, l)
-	}
-}
-
-func blocking(l *lane) *resource {
-	for _, r := range l.resources {
-		if !r.hasRoom() {
-			return r
-		}
-	}
-	return nil
-}
-
-// park files l as a waiter of r. If l was woken by another resource that
-// still has room, that resource wakes its next waiter, so capacity is never
-// left idle while lanes wait for it.
-func (d *dispatcher) park(l *lane, r *resource) {
-	l.parkedOn = r
-	r.waiters.Push(l)
-	for _, other := range l.resources {
-		if other != r {
-			d.wake(other)
+		d.start(u, l, now, probes)
+		for _, r := range l.resources {
+			d.wake(r) // the next waiter, while room remains
 		}
 	}
 }
 
-// wake moves one waiter of r to the ready heap if r has room.
-func (d *dispatcher) wake(r *resource) {
-	if r.waiters.Len() == 0 || !r.hasRoom() {
-		return
-	}
-	l := r.waiters.Pop()
-	l.parkedOn = nil
-	l.inReady = true
-	d.ready.Push(l)
-}
-
-func (d *dispatcher) release(l *lane) {
-	for _, r := range l.resources {
-		r.active--
-		d.wake(r)
-	}
-}
-
-func (d *dispatcher) start(u *unit, l *lane) {
-	now := d.clock.Now()
+func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) {
 	t := l.task
 	timeout := u.timeout
 	if timeout <= 0 {
@@ -650,7 +670,7 @@ func (d *dispatcher) start(u *unit, l *lane) {
 	u.runs++
 	u.state = uRunning
 	r := &run{u: u, lane: l, no: u.runs, start: now, deadline: now.Add(timeout), handler: t.def.Handler,
-		target: u.target, params: u.params}
+		target: u.target, params: u.params, probes: probes}
 	r.ctx, r.cancel = context.WithCancelCause(context.Background())
 	if clock.IsReal(d.clock) {
 		// Let the handler see its deadline; the timer heap still decides.
@@ -660,19 +680,60 @@ func (d *dispatcher) start(u *unit, l *lane) {
 	d.inflight++
 	d.pushTimer(&timerEntry{at: r.deadline, kind: tDeadline, r: r})
 	claim := &store.Claim{ID: u.id, Owner: d.owner, Run: r.no, At: now, LeaseExpires: r.deadline.Add(d.c.cfg.LeaseBuffer),
-		Events: []store.Event{{Type: string(EventWorkStarted), Task: u.task, Attempt: r.no}}}
-	err := d.c.w.Submit(&writer.Request{Ops: []store.Op{claim}, Done: func(res []store.Result, err error) {
+		ServiceLog: l.logged, Events: []store.Event{{Type: string(EventWorkStarted), Task: u.task, Attempt: r.no}}}
+	// A dispatch counted in a rate window is logged before the handler
+	// starts, so that a crash cannot forget a request the service saw.
+	// Other claims are written behind the handler's start: a crash before
+	// the commit leaves the unit queued, and it runs again.
+	r.waitClaim = len(l.logged) > 0
+	done := func(res []store.Result, err error) {
 		if err != nil || !res[0].Applied {
 			d.in.Push(msg{kind: mClaimFailed, run: r})
 		}
-	}})
-	if err != nil {
+	}
+	if r.waitClaim {
+		d.claims++
+		done = func(res []store.Result, err error) {
+			d.in.Push(msg{kind: mClaimed, run: r, applied: err == nil && res[0].Applied})
+		}
+	}
+	if err := d.c.w.Submit(&writer.Request{Ops: []store.Op{claim}, Done: done}); err != nil {
 		// The writer is closed or failed: the run cannot be recorded.
 		d.failed = err
 		r.claimFailed = true
+		if r.waitClaim {
+			d.claims--
+			d.claimed(r, false)
+			return
+		}
 	}
+	if !r.waitClaim {
+		d.launch(r)
+	}
+}
+
+func (d *dispatcher) launch(r *run) {
 	d.live++
 	d.handlers.Go(func() { d.execute(r) })
+}
+
+// claimed continues a run whose write-ahead claim has committed.
+func (d *dispatcher) claimed(r *run, applied bool) {
+	switch {
+	case !applied:
+		r.claimFailed = true
+		if !r.ended {
+			d.end(r, true, verdictNone)
+			d.forget(r.u)
+		}
+	case r.ended:
+		// Its deadline passed first; nothing to run.
+	case r.cause != nil:
+		// Shutdown or cancellation came first: do not start the handler.
+		d.finished(msg{run: r, err: context.Cause(r.ctx), end: d.clock.Now()})
+	default:
+		d.launch(r)
+	}
 }
 
 // execute runs on the handler goroutine.
@@ -691,7 +752,11 @@ func (d *dispatcher) execute(r *run) {
 	}
 	var out []byte
 	if err == nil {
-		res, err = callHandler(r.ctx, r.handler, w)
+		if r.lane.keyErr != nil {
+			err = Permanent(r.lane.keyErr)
+		} else {
+			res, err = callHandler(r.ctx, r.handler, w)
+		}
 		if err == nil {
 			if out, err = json.Marshal(res); err != nil {
 				err = Permanent(fmt.Errorf("runcue: encode result: %w", err))
@@ -726,15 +791,17 @@ func callHandler(ctx context.Context, h Handler, w *Work) (res any, err error) {
 	return h(ctx, w)
 }
 
-// end decides that r is over and its unit leaves the running set. Its
-// resources are released now, unless its handler has not returned and its
-// task holds slots until then.
-func (d *dispatcher) end(r *run, returned bool) {
+// end decides that r is over and its unit leaves the running set. The
+// verdict goes to the circuits of the run's services. Its resources are
+// released now, unless its handler has not returned and its task holds
+// slots until then.
+func (d *dispatcher) end(r *run, returned bool, v verdict) {
 	r.ended = true
 	delete(d.runs, r.u.id)
 	if r.stopDL != nil {
 		r.stopDL()
 	}
+	d.judge(r, v)
 	if !returned && r.lane.task.def.HoldSlotsUntilReturn {
 		r.holding = true
 		return
@@ -743,7 +810,8 @@ func (d *dispatcher) end(r *run, returned bool) {
 	d.release(r.lane)
 }
 
-// finished handles a handler's return.
+// finished handles a handler's return (or a run that never started its
+// handler because shutdown or cancellation came first).
 func (d *dispatcher) finished(m msg) {
 	r := m.run
 	if r.ended {
@@ -756,31 +824,45 @@ func (d *dispatcher) finished(m msg) {
 		r.cancel(nil)
 		return
 	}
-	d.end(r, true)
-	r.cancel(nil)
 	u := r.u
 	if r.claimFailed {
 		// The store refused the claim (the unit was cancelled elsewhere,
 		// or the store failed): there is nothing to record.
+		d.end(r, true, verdictNone)
+		r.cancel(nil)
 		d.forget(u)
 		return
 	}
 	att := store.Attempt{Run: r.no, Start: r.start, End: m.end}
 	fin := &store.Finish{ID: u.id, Owner: d.owner, Run: r.no, At: m.end, Attempt: att}
+	delay, deferServices, isDeferral := retryAfterOf(m.err)
 	switch {
 	case m.err == nil:
+		d.end(r, true, verdictSuccess)
 		fin.State, fin.Result = store.Completed, m.result
 		fin.Attempt.Outcome = "completed"
 		fin.Events = []store.Event{{Type: string(EventWorkCompleted), Task: u.task, Attempt: r.no, Result: m.result}}
 		d.forget(u)
 	case r.cancelled != nil:
+		d.end(r, true, verdictNone)
 		d.recordCancelled(r, fin, m.err)
+		r.cancel(nil)
 		return
 	case errors.Is(r.cause, ErrShutdown):
+		d.end(r, true, verdictNone)
 		d.interrupted(r, fin, m.err)
+	case isDeferral && u.deferrals < r.lane.task.def.maxDeferrals():
+		d.end(r, true, verdictNone)
+		d.deferred(r, fin, m.err, delay, deferServices, m.end)
 	default:
+		v := verdictFailure
+		if errors.Is(m.err, ErrPermanent) || isDeferral {
+			v = verdictNone // input errors and politeness never open a circuit
+		}
+		d.end(r, true, v)
 		d.failedRun(r, fin, m.err, kindOf(m.err), m.end)
 	}
+	r.cancel(nil)
 	d.submit(fin)
 }
 
@@ -799,6 +881,21 @@ func (d *dispatcher) interrupted(r *run, fin *store.Finish, err error) {
 	fin.Events = []store.Event{{Type: string(EventWorkRequeued), Task: r.u.task, Attempt: r.no,
 		Data: eventData{Reason: "shutdown"}.encode()}}
 	d.requeueLocal(r.u, time.Time{})
+}
+
+// deferred reschedules a unit whose service asked it to come back later
+// (Retry-After), pausing the services named.
+func (d *dispatcher) deferred(r *run, fin *store.Finish, err error, delay time.Duration, services []string, now time.Time) {
+	u := r.u
+	next := now.Add(delay)
+	d.blockServices(r.lane, services, next)
+	u.deferrals++
+	fin.State, fin.RunAt, fin.Deferral = store.Queued, next, true
+	fin.Error, fin.ErrorKind = err.Error(), "retry_after"
+	fin.Attempt.Outcome, fin.Attempt.Error = "deferred", err.Error()
+	fin.Events = []store.Event{{Type: string(EventWorkRetrying), Task: u.task, Attempt: r.no,
+		Data: eventData{NextAttempt: next.UnixNano(), Reason: "retry_after", Error: err.Error()}.encode()}}
+	d.requeueLocal(u, next)
 }
 
 // failedRun records a failed run: a retry if the policy allows, otherwise
@@ -850,7 +947,7 @@ func (d *dispatcher) requeueLocal(u *unit, at time.Time) {
 func (d *dispatcher) timedOut(r *run, now time.Time) {
 	r.cause = ErrTimeout
 	r.cancel(ErrTimeout)
-	d.end(r, false)
+	d.end(r, false, verdictFailure)
 	if r.claimFailed {
 		d.forget(r.u)
 		return
@@ -912,9 +1009,9 @@ func (d *dispatcher) cancelRun(r *run, opts CancelOptions) {
 }
 
 // cancelledEnd records a cancelled run whose handler has not returned (its
-// grace or deadline passed); err is nil then.
+// grace or deadline passed).
 func (d *dispatcher) cancelledEnd(r *run, now time.Time, err error) {
-	d.end(r, false)
+	d.end(r, false, verdictNone)
 	if r.claimFailed {
 		d.forget(r.u)
 		return
@@ -954,27 +1051,30 @@ func (d *dispatcher) heartbeat(r *run) {
 	d.in.Push(msg{kind: mHeartbeat, id: r.u.id, run: r})
 }
 
-// pruneBatch caps the units one retention pass deletes in a transaction.
+// pruneBatch caps the rows one retention pass deletes in a transaction.
 const pruneBatch = 1000
 
 func (d *dispatcher) schedulePrune(at time.Time) {
-	if d.c.cfg.Retention > 0 {
-		d.pushTimer(&timerEntry{at: at, kind: tPrune})
-	}
+	d.pushTimer(&timerEntry{at: at, kind: tPrune})
 }
 
+// prune deletes, in one batch, finished units past Config.Retention and the
+// service log entries that no rate window needs any more.
 func (d *dispatcher) prune(now time.Time) {
 	if d.pruning || d.stopping {
 		return
 	}
+	op := &store.Prune{Limit: pruneBatch, LogBefore: d.logCutoffs(now)}
+	if d.c.cfg.Retention > 0 {
+		op.Before = now.Add(-d.c.cfg.Retention)
+	}
+	if op.Before.IsZero() && len(op.LogBefore) == 0 {
+		d.schedulePrune(now.Add(d.c.cfg.pruneInterval()))
+		return
+	}
 	d.pruning = true
-	op := &store.Prune{Before: now.Add(-d.c.cfg.Retention), Limit: pruneBatch}
 	err := d.c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
-		n := 0
-		if err == nil {
-			n = res[0].Count
-		}
-		d.in.Push(msg{kind: mPruned, count: n})
+		d.in.Push(msg{kind: mPruned, applied: err == nil && res[0].More})
 	}})
 	if err != nil {
 		d.pruning = false

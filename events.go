@@ -39,6 +39,15 @@ const (
 	// EventStoreFailed: the store failed; the Cue stopped dispatching. Not
 	// durable (it could not be stored); Seq is 0.
 	EventStoreFailed EventType = "store_failed"
+	// EventServiceStatus: a service's health or load changed: its circuit,
+	// a pause, a Retry-After, or it became saturated or free (coalesced to
+	// at most one a second per service). Service holds its status. Not
+	// durable; Seq is 0.
+	EventServiceStatus EventType = "service_status"
+	// EventServiceChanged: a service's override or pause was changed
+	// (SetService, ResetService, PauseService, ResumeService). Service.Name
+	// names it and Reason says what changed.
+	EventServiceChanged EventType = "service_changed"
 )
 
 // Event reports a change. Events of a Cue are delivered in commit order.
@@ -67,6 +76,9 @@ type Event struct {
 	NextAttempt time.Time
 	// Reason qualifies the event (for example "shutdown" or "retry").
 	Reason string
+	// Service is the service's status, for EventServiceStatus, or just its
+	// Name, for EventServiceChanged.
+	Service *ServiceStatus
 }
 
 // eventData is the JSON payload of a stored event.
@@ -90,6 +102,23 @@ func (d eventData) encode() []byte {
 func eventFrom(se *store.Event) Event {
 	ev := Event{Seq: se.Seq, Type: EventType(se.Type), Time: se.Time, WorkID: se.WorkID, Task: se.Task,
 		Attempt: se.Attempt, Result: se.Result}
+	switch ev.Type {
+	case EventServiceStatus:
+		var st ServiceStatus
+		if json.Unmarshal(se.Data, &st) == nil {
+			ev.Service = &st
+		}
+		return ev
+	case EventServiceChanged:
+		var data struct {
+			Service string `json:"service"`
+			Change  string `json:"change"`
+		}
+		if json.Unmarshal(se.Data, &data) == nil {
+			ev.Service, ev.Reason = &ServiceStatus{Name: data.Service, Class: data.Service}, data.Change
+		}
+		return ev
+	}
 	if len(se.Data) > 0 {
 		var d eventData
 		if json.Unmarshal(se.Data, &d) == nil {

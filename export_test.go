@@ -2,6 +2,8 @@ package runcue
 
 import (
 	"context"
+	"fmt"
+	"slices"
 
 	"github.com/runcue/runcue/internal/writer"
 )
@@ -31,5 +33,99 @@ func PollNow(ctx context.Context, c *Cue) error { return c.w.Poll(ctx) }
 
 // WriterStats returns the group-commit counters.
 func WriterStats(c *Cue) (batches, ops int64) { return c.w.Stats() }
+
+// CheckInvariants makes the dispatcher verify the broker's bookkeeping after
+// every loop iteration, reporting violations to report. Call before Start.
+func CheckInvariants(c *Cue, report func(error)) {
+	c.testHooks.checkInvariants = func(d *dispatcher) {
+		if err := d.verify(); err != nil {
+			report(err)
+		}
+	}
+}
+
+// DispatcherState is a snapshot of dispatcher internals for tests.
+type DispatcherState struct {
+	Live, Inflight, Claims, Keyed, Lanes, Units int
+}
+
+// Inspect returns a snapshot taken on the dispatcher goroutine.
+func Inspect(ctx context.Context, c *Cue) (DispatcherState, error) {
+	d := c.disp.Load()
+	if d == nil {
+		return DispatcherState{}, fmt.Errorf("not running")
+	}
+	ch := make(chan DispatcherState, 1)
+	d.in.Push(msg{kind: mInspect, inspect: func(d *dispatcher) {
+		ch <- DispatcherState{Live: d.live, Inflight: d.inflight, Claims: d.claims, Keyed: len(d.keyed), Lanes: len(d.lanes), Units: len(d.units)}
+	}})
+	select {
+	case st := <-ch:
+		return st, nil
+	case <-ctx.Done():
+		return DispatcherState{}, ctx.Err()
+	}
+}
+
+// verify checks that every resource's count matches the runs holding it:
+// a running unit holds all of its resources and a waiting one holds none.
+func (d *dispatcher) verify() error {
+	if d.inflight > d.c.cfg.MaxConcurrent {
+		return fmt.Errorf("inflight %d > MaxConcurrent %d", d.inflight, d.c.cfg.MaxConcurrent)
+	}
+	holders := map[*resource]int{}
+	for _, r := range d.runs {
+		for _, res := range r.lane.resources {
+			holders[res]++
+		}
+	}
+	check := func(res *resource) error {
+		if res.active != holders[res] && !res.holdingPossible(d) {
+			return fmt.Errorf("%s: active %d, but %d running units hold it", res.name, res.active, holders[res])
+		}
+		if res.limit > 0 && res.active > res.limit {
+			return fmt.Errorf("%s: active %d > limit %d", res.name, res.active, res.limit)
+		}
+		if res.window != nil && res.window.Count(d.clock.Now()) > res.window.Limit() {
+			return fmt.Errorf("%s: window over its limit", res.name)
+		}
+		return nil
+	}
+	for _, t := range d.tasks {
+		if err := check(t.cap); err != nil {
+			return err
+		}
+	}
+	for _, name := range sortedNames(d.services) {
+		if err := check(d.services[name]); err != nil {
+			return err
+		}
+	}
+	for _, res := range d.keyed {
+		if err := check(res); err != nil {
+			return err
+		}
+	}
+	for _, l := range d.lanes {
+		if l.inReady && l.parkedOn != nil {
+			return fmt.Errorf("lane %q both ready and parked", l.key)
+		}
+		if l.parkedOn != nil && !slices.Contains(l.resources, l.parkedOn) {
+			return fmt.Errorf("lane %q parked on a resource it does not use", l.key)
+		}
+	}
+	return nil
+}
+
+// holdingPossible reports whether a run that ended but holds its slots
+// (HoldSlotsUntilReturn) may account for a difference.
+func (r *resource) holdingPossible(d *dispatcher) bool {
+	for _, t := range d.tasks {
+		if t.def.HoldSlotsUntilReturn {
+			return true
+		}
+	}
+	return false
+}
 
 var _ = writer.ErrClosed

@@ -250,3 +250,53 @@ func (c *Cue) requeued(r store.Result) {
 		d.in.Push(msg{kind: mExternal, events: r.Events})
 	}
 }
+
+// RetryAfterError asks runcue to try a unit again after Delay because a
+// service answered "not now" (HTTP 429 or 503 with Retry-After). Make one
+// with RetryAfter.
+type RetryAfterError struct {
+	Delay time.Duration
+	Err   error
+	// Services are the services to hold back; empty means all of the
+	// unit's services (keyed instances included).
+	Services []string
+}
+
+func (e *RetryAfterError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("retry after %v", e.Delay)
+	}
+	return fmt.Sprintf("retry after %v: %v", e.Delay, e.Err)
+}
+
+// Unwrap returns the underlying error.
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter returns an error that makes runcue hold back the named
+// services (all of the unit's when none are named; a class name covers its
+// keyed instances) until d has passed, and run the unit again no earlier
+// than that. The run is recorded (outcome "deferred") but spends no retry
+// budget, up to the task's MaxDeferrals, and never counts toward a circuit.
+//
+// A handler may instead return any error with a method
+// RetryAfter() time.Duration, such as one an HTTP client builds from a
+// Retry-After header; it then holds back all of the unit's services.
+func RetryAfter(d time.Duration, err error, services ...string) error {
+	return &RetryAfterError{Delay: d, Err: err, Services: services}
+}
+
+// retryAfterOf extracts a Retry-After from err.
+func retryAfterOf(err error) (time.Duration, []string, bool) {
+	if err == nil {
+		return 0, nil, false
+	}
+	var ra *RetryAfterError
+	if errors.As(err, &ra) {
+		return max(ra.Delay, 0), ra.Services, true
+	}
+	var withDelay interface{ RetryAfter() time.Duration }
+	if errors.As(err, &withDelay) {
+		return max(withDelay.RetryAfter(), 0), nil, true
+	}
+	return 0, nil, false
+}

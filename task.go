@@ -37,6 +37,17 @@ type Task struct {
 	// Retry is the retry policy for failed runs. Its zero value is the
 	// default policy (see RetryPolicy).
 	Retry RetryPolicy
+	// ServiceKeys, when set, derives from a unit the keyed services it uses
+	// besides Services: each key "class:key" (say "host:example.org") names
+	// an instance of the registered service "class" with that service's
+	// limits of its own, created on first use and forgotten when idle. Use it
+	// for limits whose keys are known only at run time: per host, per tenant.
+	// A unit whose keys cannot be derived (a panic, a malformed key, an
+	// unknown class) fails permanently without running its handler.
+	ServiceKeys func(w *Work) []string
+	// MaxDeferrals caps the runs of a unit that end in a Retry-After and
+	// spend no retry budget; further ones count as failed runs. Default 10.
+	MaxDeferrals int
 	// HoldSlotsUntilReturn keeps a timed-out or cancelled run's service
 	// slots (and its place under the caps) until its handler actually
 	// returns. By default they are released at the deadline, as soon as the
@@ -115,8 +126,8 @@ func (c *Cue) Task(name string, t Task) error {
 	if t.Handler == nil {
 		return fmt.Errorf("%w: task %q has no handler", ErrInvalid, name)
 	}
-	if t.Timeout < 0 || t.MaxConcurrent < 0 {
-		return fmt.Errorf("%w: task %q: negative Timeout or MaxConcurrent", ErrInvalid, name)
+	if t.Timeout < 0 || t.MaxConcurrent < 0 || t.MaxDeferrals < 0 {
+		return fmt.Errorf("%w: task %q: negative Timeout, MaxConcurrent or MaxDeferrals", ErrInvalid, name)
 	}
 	if err := t.Retry.validate(); err != nil {
 		return fmt.Errorf("task %q: %w", name, err)
@@ -157,4 +168,14 @@ func (c *Cue) Task(name string, t Task) error {
 	c.mu.Unlock()
 	c.notifyRegistry()
 	return nil
+}
+
+// DefaultMaxDeferrals is Task.MaxDeferrals' default.
+const DefaultMaxDeferrals = 10
+
+func (t *Task) maxDeferrals() int {
+	if t.MaxDeferrals == 0 {
+		return DefaultMaxDeferrals
+	}
+	return t.MaxDeferrals
 }

@@ -451,7 +451,7 @@ func (c *Cue) Prune(ctx context.Context, olderThan time.Duration) (int, error) {
 			return total, wrapStoreErr(err)
 		}
 		total += res[0].Count
-		if res[0].Count < pruneBatch {
+		if !res[0].More {
 			return total, nil
 		}
 	}

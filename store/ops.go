@@ -157,9 +157,11 @@ type AppendEvent struct {
 
 // Prune deletes finished units (and their history) that finished before
 // Before, events older than EventsBefore, and, for each service in
-// LogBefore, service log entries older than its time. Zero times and a nil
-// map skip that part. At most Limit rows of each kind go per op (zero means
-// no limit). Result.Count is the number of units deleted.
+// LogBefore, service log entries older than its time; a LogBefore key
+// ending in ":" (a class, "host:") covers every service named with that
+// prefix. Zero times and a nil map skip that part. At most Limit rows of
+// each kind go per op (zero means no limit). Result.Count is the number of
+// units deleted; Result.IDs is empty.
 type Prune struct {
 	Before       time.Time
 	EventsBefore time.Time
@@ -177,8 +179,10 @@ type Result struct {
 	Units []InsertedUnit
 	// IDs are the units Recover or Requeue moved.
 	IDs []string
-	// Count is what Prune deleted.
+	// Count is the number of units Prune deleted; More reports that some
+	// part of a Prune stopped at its Limit, so there is more to delete.
 	Count int
+	More  bool
 	// Events are the events the op appended, with their Seq.
 	Events []Event
 	// Err is the op's own failure; the op was rolled back.

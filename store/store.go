@@ -219,7 +219,7 @@ type Store interface {
 	GetUnit(ctx context.Context, id string) (*Unit, error)
 	ListUnits(ctx context.Context, f ListFilter) ([]*Unit, error)
 	// LoadActive calls fn for every queued or running unit in Seq order,
-	// without Params, Result or Attempts.
+	// without Result or Attempts.
 	LoadActive(ctx context.Context, fn func(*Unit) error) error
 	// CountActive returns the number of queued and running units per task.
 	CountActive(ctx context.Context) (map[string]int, error)
@@ -239,6 +239,9 @@ type Store interface {
 	// ServiceLog returns the dispatch times logged for service at or after
 	// since, oldest first.
 	ServiceLog(ctx context.Context, service string, since time.Time) ([]time.Time, error)
+	// ServiceLogPrefix returns, for every service whose name starts with
+	// prefix, the dispatch times logged at or after since, oldest first.
+	ServiceLogPrefix(ctx context.Context, prefix string, since time.Time) (map[string][]time.Time, error)
 
 	// Acquire takes ownership of the database for h. If another holder has
 	// it, Acquire returns a *LockedError at once. Ownership ends when

@@ -28,6 +28,9 @@ func main() {
 	submitters := flag.Int("submitters", 0, "submit one unit per call from this many goroutines (0: batches of 100)")
 	latencyUnits := flag.Int("latency-units", 5000, "units for the completion-to-dispatch measurement")
 	dir := flag.String("dir", "", "directory for the database files (default: a temporary directory)")
+	rate := flag.Int("rate", 1000, "per-second limit for the rate-limited run (0 skips it)")
+	serviceReps := flag.Int("service-reps", 5, "repetitions of the no-service vs one-unlimited-service comparison (0 skips it)")
+	rateSpan := flag.Duration("rate-span", 10*time.Second, "how long the rate-limited run is measured")
 	flag.Parse()
 
 	sync := runcue.SyncNormal
@@ -72,6 +75,33 @@ func main() {
 	}
 	fmt.Printf("submit latency (%s): p50 %v, p99 %v\n", what,
 		benchkit.Percentile(submitLat, 50).Round(time.Microsecond), benchkit.Percentile(submitLat, 99).Round(time.Microsecond))
+
+	if *serviceReps > 0 {
+		var plain, svc []float64
+		for range *serviceReps {
+			a, err := benchkit.Throughput(*dir, benchkit.Options{Units: *units, Sync: sync})
+			if err != nil {
+				log.Fatal(err)
+			}
+			b, err := benchkit.Throughput(*dir, benchkit.Options{Units: *units, Sync: sync, Service: &runcue.Service{}})
+			if err != nil {
+				log.Fatal(err)
+			}
+			plain, svc = append(plain, a.UnitsPerSec), append(svc, b.UnitsPerSec)
+		}
+		mp, ms := benchkit.Median(plain), benchkit.Median(svc)
+		fmt.Printf("one unlimited service in the path (%d interleaved reps): %.0f units/s vs %.0f without, ratio %.2f\n",
+			*serviceReps, ms, mp, ms/mp)
+	}
+
+	if *rate > 0 {
+		r, err := benchkit.RateLimited(*dir, *rate, time.Second, *rateSpan)
+		if err != nil {
+			log.Fatal("rate: ", err)
+		}
+		fmt.Printf("rate limit %d/s, deep queue, %v: %.1f dispatches/s achieved (%.2f%% of the limit), at most %d in any 1s window (from service_log)\n",
+			*rate, *rateSpan, r.Achieved, 100*r.Achieved/float64(*rate), r.MaxInWindow)
+	}
 
 	lat, err := benchkit.DispatchLatency(*dir, *latencyUnits)
 	if err != nil {

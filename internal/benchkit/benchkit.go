@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/store/sqlite"
 )
 
 // RawCycle runs n units through a minimal queue on raw SQLite: insert,
@@ -297,4 +298,81 @@ func Median(xs []float64) float64 {
 		return s[len(s)/2]
 	}
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// RateResult is the outcome of a rate-limited run.
+type RateResult struct {
+	// Achieved is dispatches per second over the measured span, from the
+	// service log.
+	Achieved float64
+	// MaxInWindow is the most dispatches found in any interval of the
+	// window's length.
+	MaxInWindow int
+	Dispatches  int
+}
+
+// RateLimited runs a deep queue of no-op units through one service limited
+// to limit dispatches per window, on the real clock, for span, and measures
+// the dispatch rate from the service log.
+func RateLimited(dir string, limit int, window, span time.Duration) (RateResult, error) {
+	path := filepath.Join(dir, fmt.Sprintf("rate-%d.db", time.Now().UnixNano()))
+	defer removeDB(path)
+	c, err := runcue.Open(path, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return RateResult{}, err
+	}
+	defer c.Close()
+	if err := c.Service("api", runcue.Service{RateLimit: limit, RateWindow: window}); err != nil {
+		return RateResult{}, err
+	}
+	if err := c.Task("call", runcue.Task{Services: []string{"api"},
+		Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}); err != nil {
+		return RateResult{}, err
+	}
+	ctx := context.Background()
+	n := int(float64(limit)*(span.Seconds()/window.Seconds())*1.3) + limit
+	for left := n; left > 0; left -= 1000 {
+		subs := make([]runcue.Submission, min(left, 1000))
+		for i := range subs {
+			subs[i] = runcue.Submission{Task: "call"}
+		}
+		if _, err := c.SubmitBatch(ctx, subs); err != nil {
+			return RateResult{}, err
+		}
+	}
+	if err := c.Start(ctx); err != nil {
+		return RateResult{}, err
+	}
+	time.Sleep(span + window)
+	if err := c.StopAndCancel(ctx); err != nil {
+		return RateResult{}, err
+	}
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		return RateResult{}, err
+	}
+	defer st.Close()
+	times, err := st.ServiceLog(ctx, "api", time.Time{})
+	if err != nil {
+		return RateResult{}, err
+	}
+	if len(times) == 0 {
+		return RateResult{}, fmt.Errorf("no dispatch logged")
+	}
+	var res RateResult
+	// The measured span starts at the first dispatch.
+	end := times[0].Add(span)
+	for _, t := range times {
+		if t.Before(end) {
+			res.Dispatches++
+		}
+	}
+	res.Achieved = float64(res.Dispatches) / span.Seconds()
+	for i, j := 0, 0; i < len(times); i++ {
+		for times[i].Sub(times[j]) >= window {
+			j++
+		}
+		res.MaxInWindow = max(res.MaxInWindow, i-j+1)
+	}
+	return res, nil
 }

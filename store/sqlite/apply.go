@@ -874,21 +874,42 @@ func (t *txn) prune(op *store.Prune, r *store.Result) error {
 			}
 		}
 		r.Count = len(ids)
+		r.More = limit > 0 && len(ids) == limit
+	}
+	more := func(res driver.Result) {
+		if n, _ := res.RowsAffected(); limit > 0 && n == int64(limit) {
+			r.More = true
+		}
 	}
 	if !op.EventsBefore.IsZero() {
 		// Events are appended in time order, so the old ones are a prefix.
-		if _, err := t.exec(`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <
+		if res, err := t.exec(`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <
 				coalesce((SELECT seq FROM events WHERE at >= ? ORDER BY seq LIMIT 1), (SELECT max(seq) + 1 FROM events)) ORDER BY seq LIMIT ?)`,
 			ns(op.EventsBefore), int64(limit)); err != nil {
 			return err
+		} else {
+			more(res)
 		}
 	}
 	if op.LogBefore != nil {
 		for svc, before := range op.LogBefore {
-			if _, err := t.exec(`DELETE FROM service_log WHERE rowid IN (SELECT rowid FROM service_log
-					WHERE service=? AND started_at < ? LIMIT ?)`, svc, ns(before), int64(limit)); err != nil {
+			if strings.HasSuffix(svc, ":") {
+				// A class: every keyed instance, by a range on the index.
+				hi := svc[:len(svc)-1] + ";" // ';' follows ':'
+				res, err := t.exec(`DELETE FROM service_log WHERE rowid IN (SELECT rowid FROM service_log
+						WHERE service >= ? AND service < ? AND started_at < ? LIMIT ?)`, svc, hi, ns(before), int64(limit))
+				if err != nil {
+					return err
+				}
+				more(res)
+				continue
+			}
+			res, err := t.exec(`DELETE FROM service_log WHERE rowid IN (SELECT rowid FROM service_log
+					WHERE service=? AND started_at < ? LIMIT ?)`, svc, ns(before), int64(limit))
+			if err != nil {
 				return err
 			}
+			more(res)
 		}
 	}
 	r.Applied = true

@@ -168,12 +168,12 @@ func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Uni
 }
 
 // LoadActive calls fn for every queued or running unit, in Seq order,
-// without Params, Result and Attempts. It reads in pages, so no read
+// without Result and Attempts. It reads in pages, so no read
 // transaction stays open across calls to fn.
 func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) error {
 	var after int64
 	for {
-		rows, err := s.read.QueryContext(ctx, `SELECT seq, id, task, target, state, runs, failures, deferrals, created_at, run_at,
+		rows, err := s.read.QueryContext(ctx, `SELECT seq, id, task, target, params, state, runs, failures, deferrals, created_at, run_at,
 				started_at, timeout, coalesce(leased_by, ''), lease_expires_at, coalesce(idempotency_key, ''), dependency_deadline,
 				retry, trace, cancel_requested
 			FROM work_units WHERE state IN ('queued','running') AND seq > ? ORDER BY seq LIMIT 1000`, after)
@@ -185,7 +185,7 @@ func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) erro
 			var u store.Unit
 			var created, runAt, started, timeout, leaseExp, depDeadline int64
 			var cancelReq int
-			if err := rows.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.State, &u.Runs, &u.Failures, &u.Deferrals, &created,
+			if err := rows.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &u.State, &u.Runs, &u.Failures, &u.Deferrals, &created,
 				&runAt, &started, &timeout, &u.LeasedBy, &leaseExp, &u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace,
 				&cancelReq); err != nil {
 				rows.Close()
@@ -351,6 +351,33 @@ func (s *Store) ServiceLog(ctx context.Context, service string, since time.Time)
 			return nil, err
 		}
 		out = append(out, tm(at))
+	}
+	return out, rows.Err()
+}
+
+// ServiceLogPrefix returns the recent dispatch times of every service whose
+// name starts with prefix.
+func (s *Store) ServiceLogPrefix(ctx context.Context, prefix string, since time.Time) (map[string][]time.Time, error) {
+	// A range on the index: prefix <= service < prefix with its last byte
+	// incremented.
+	hi := prefix + "\xff"
+	if n := len(prefix); n > 0 && prefix[n-1] < 0xff {
+		hi = prefix[:n-1] + string(rune(prefix[n-1]+1))
+	}
+	rows, err := s.read.QueryContext(ctx, `SELECT service, started_at FROM service_log
+		WHERE service >= ? AND service < ? AND started_at >= ? ORDER BY service, started_at`, prefix, hi, ns(since))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := make(map[string][]time.Time)
+	for rows.Next() {
+		var svc string
+		var at int64
+		if err := rows.Scan(&svc, &at); err != nil {
+			return nil, err
+		}
+		out[svc] = append(out[svc], tm(at))
 	}
 	return out, rows.Err()
 }

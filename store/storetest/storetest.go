@@ -665,6 +665,33 @@ func testServiceLog(t *testing.T, h *harness) {
 	assert.Len(t, log, 1)
 	log, _ = h.st.ServiceLog(h.ctx, "s3", time.Time{})
 	assert.Len(t, log, 1, "other services' logs are kept")
+
+	// A class prefix covers its keyed instances and nothing else.
+	var us []*store.Unit
+	for range 4 {
+		us = append(us, h.unit("a"))
+	}
+	h.insert(us...)
+	old := h.tick()
+	h.apply(&store.Claim{ID: us[0].ID, Owner: "o", Run: 1, At: old, ServiceLog: []string{"host:a.example", "hosting"}})
+	h.apply(&store.Claim{ID: us[1].ID, Owner: "o", Run: 1, At: old, ServiceLog: []string{"host:b.example"}})
+	cut := h.tick()
+	h.apply(&store.Claim{ID: us[2].ID, Owner: "o", Run: 1, At: h.tick(), ServiceLog: []string{"host:a.example"}})
+	h.apply(&store.Prune{LogBefore: map[string]time.Time{"host:": cut}})
+	for svc, want := range map[string]int{"host:a.example": 1, "host:b.example": 0, "hosting": 1} {
+		log, err := h.st.ServiceLog(h.ctx, svc, time.Time{})
+		require.NoError(t, err)
+		assert.Len(t, log, want, svc)
+	}
+	h.apply(&store.Claim{ID: us[3].ID, Owner: "o", Run: 1, At: h.tick(), ServiceLog: []string{"host:b.example", "host;x"}})
+	byKey, err := h.st.ServiceLogPrefix(h.ctx, "host:", time.Time{})
+	require.NoError(t, err)
+	assert.Len(t, byKey, 2, "only services with the prefix: %v", byKey)
+	assert.Len(t, byKey["host:a.example"], 1)
+	assert.Len(t, byKey["host:b.example"], 1)
+	byKey, err = h.st.ServiceLogPrefix(h.ctx, "host:", h.now)
+	require.NoError(t, err)
+	assert.Equal(t, map[string][]time.Time{"host:b.example": {h.now}}, byKey, "since is inclusive")
 }
 
 func testPrune(t *testing.T, h *harness) {
@@ -717,6 +744,21 @@ func testPrune(t *testing.T, h *harness) {
 	}
 	r = h.apply(&store.Prune{Before: h.tick(), Limit: 2})[0]
 	assert.Equal(t, 2, r.Count)
+	assert.True(t, r.More, "the limit was reached")
+	r = h.apply(&store.Prune{Before: h.tick(), Limit: 100})[0]
+	assert.Equal(t, 4, r.Count, "the other 3 of the batch and recent")
+	assert.False(t, r.More)
+	// More covers the service log too.
+	lu := h.unit("z")
+	h.insert(lu)
+	for i := range 3 {
+		require.True(t, h.apply(&store.Claim{ID: lu.ID, Owner: "owner", Run: 1, At: h.tick(), ServiceLog: []string{fmt.Sprint("svc", i%1)}})[0].Applied)
+		h.finish(lu.ID, 1, store.Queued)
+	}
+	r = h.apply(&store.Prune{LogBefore: map[string]time.Time{"svc0": h.tick()}, Limit: 2})[0]
+	assert.True(t, r.More)
+	r = h.apply(&store.Prune{LogBefore: map[string]time.Time{"svc0": h.tick()}, Limit: 2})[0]
+	assert.False(t, r.More)
 }
 
 func testList(t *testing.T, h *harness) {
@@ -782,7 +824,9 @@ func testLoadActiveCount(t *testing.T, h *harness) {
 		if u.ID == withDep.ID {
 			assert.Equal(t, []string{want[2]}, u.DependsOn)
 		}
-		assert.Nil(t, u.Params, "LoadActive leaves Params out")
+		if u.ID == want[0] || u.ID == want[3] {
+			assert.JSONEq(t, `{"big":true}`, string(u.Params), "LoadActive includes Params")
+		}
 		return nil
 	})
 	require.NoError(t, err)

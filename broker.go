@@ -1,0 +1,729 @@
+package runcue
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/runcue/runcue/internal/broker"
+	"github.com/runcue/runcue/internal/heaps"
+	"github.com/runcue/runcue/store"
+)
+
+// The resource broker: everything a unit needs capacity of before it may
+// start. A resource is a task's own cap, a registered service, or a keyed
+// instance of a service ("host:example.org" of service "host"). A resource
+// admits a dispatch when it is not paused, not blocked by a Retry-After, has
+// a free concurrency slot, room in its rate window and a circuit that lets
+// the dispatch through. A lane takes all of its resources at once or none,
+// and parks on the first that refuses it.
+
+type resource struct {
+	name    string
+	class   string // the service whose limits apply; "" for a task cap
+	keyed   bool
+	limit   int // 0: unlimited
+	active  int
+	waiters *heaps.Heap[*lane]
+	window  *broker.Window
+	circuit *broker.Circuit
+	paused  bool
+	// blockedUntil is set by a Retry-After.
+	blockedUntil time.Time
+	// timerAt is the pending wake-up timer, if any.
+	timerAt time.Time
+	// refs counts the lanes using a keyed instance, for eviction.
+	refs int
+	// lastCircuit is the circuit state last reported.
+	lastCircuit broker.CircuitState
+	// status coalescing
+	lastStatus  statusKey
+	statusAt    time.Time
+	statusTimer bool
+}
+
+func newResource(name, class string, limit int) *resource {
+	return &resource{name: name, class: class, limit: limit, waiters: heaps.New(laneLess, func(l *lane, i int) { l.idx = i })}
+}
+
+type lane struct {
+	key       string
+	task      *taskRT
+	resources []*resource // the task cap, then services by name
+	logged    []string    // names of the rate-limited resources
+	units     *heaps.Heap[*unit]
+	idx       int       // position in the ready heap or in parkedOn's waiters
+	parkedOn  *resource // nil when not parked
+	inReady   bool
+	running   int
+	keyErr    error
+}
+
+func laneLess(a, b *lane) bool { return a.headSeq() < b.headSeq() }
+
+func (l *lane) headSeq() int64 { return l.units.Peek().seq }
+
+// verdict is what a run's end says about its services' health.
+type verdict uint8
+
+const (
+	verdictNone    verdict = iota // says nothing: cancelled, interrupted, permanent input error, Retry-After
+	verdictSuccess                // closes a half-open circuit, resets the failure count
+	verdictFailure                // counts toward opening the circuit
+)
+
+// effective returns the limits in force for service name: its override if
+// one is stored, else its registration.
+func (d *dispatcher) effective(name string) (Service, bool) {
+	if rec, ok := d.stored[name]; ok && len(rec.Override) > 0 {
+		var def serviceDef
+		if json.Unmarshal(rec.Override, &def) == nil {
+			return Service(def), true
+		}
+	}
+	s, ok := d.regs[name]
+	return s, ok
+}
+
+// newServiceResource makes the resource of a service or keyed instance,
+// with its persisted pause, circuit and Retry-After state, and its rate
+// window rebuilt from the service log.
+func (d *dispatcher) newServiceResource(name, class string, reg Service, now time.Time) *resource {
+	s := reg
+	if eff, ok := d.effective(class); ok {
+		s = eff
+	}
+	r := newResource(name, class, s.MaxConcurrent)
+	r.keyed = name != class
+	r.paused = d.stored[class].Paused
+	d.applyLimits(r, s)
+	if r.window != nil {
+		for _, t := range d.priorLog(name, class, s, now) {
+			r.window.Add(t)
+		}
+	}
+	if rec, ok := d.stored[name]; ok && len(rec.Circuit) > 0 {
+		var cs circuitRecord
+		if json.Unmarshal(rec.Circuit, &cs) == nil {
+			cs.restore(r)
+		}
+	}
+	if r.circuit != nil {
+		r.lastCircuit = r.circuit.State
+	}
+	return r
+}
+
+// priorLog returns the dispatches of a service logged before this owner
+// started that may still count in its window (this owner's own are in
+// memory). For keyed instances one query per class serves every key: it is
+// read on the first key's creation and dropped once a window has passed
+// since the start.
+func (d *dispatcher) priorLog(name, class string, s Service, now time.Time) []time.Time {
+	since := now.Add(-s.RateWindow)
+	if !since.Before(d.started) {
+		return nil // everything in the window was dispatched by this owner
+	}
+	var times []time.Time
+	if name == class {
+		var err error
+		times, err = d.c.st.ServiceLog(context.Background(), name, since)
+		if err != nil {
+			d.c.log.Error("runcue: read service log; rate window starts empty", "service", name, "error", err)
+		}
+	} else {
+		logs, ok := d.classLogs[class]
+		if !ok {
+			var err error
+			logs, err = d.c.st.ServiceLogPrefix(context.Background(), class+":", d.started.Add(-s.RateWindow))
+			if err != nil {
+				d.c.log.Error("runcue: read service log; rate windows start empty", "service", class, "error", err)
+			}
+			d.classLogs[class] = logs
+		}
+		times = logs[name]
+		delete(logs, name)
+	}
+	i := 0
+	for i < len(times) && times[i].Before(since) {
+		i++
+	}
+	times = times[i:]
+	return times[max(0, len(times)-s.RateLimit):]
+}
+
+// applyLimits sets r's limits from s, keeping its window's entries and its
+// circuit's state.
+func (d *dispatcher) applyLimits(r *resource, s Service) {
+	r.limit = s.MaxConcurrent
+	switch {
+	case s.RateLimit == 0:
+		r.window = nil
+	case r.window == nil:
+		r.window = broker.NewWindow(s.RateLimit, s.RateWindow)
+	case r.window.Limit() != s.RateLimit || r.window.Length() != s.RateWindow:
+		r.window = r.window.Resize(s.RateLimit, s.RateWindow)
+	}
+	switch {
+	case s.CircuitThreshold == 0:
+		r.circuit = nil
+	case r.circuit == nil:
+		r.circuit = broker.NewCircuit(s.CircuitThreshold, s.CircuitTimeout)
+	default:
+		r.circuit.Threshold, r.circuit.Timeout = s.CircuitThreshold, s.CircuitTimeout
+	}
+}
+
+// laneFor returns (creating) the lane of a task's units with the given keyed
+// services.
+func (d *dispatcher) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
+	key := rt.name
+	if len(keys) > 0 {
+		key += "\x00" + strings.Join(keys, "\x00")
+	}
+	if keyErr != nil {
+		key += "\x00!"
+	}
+	if l, ok := d.lanes[key]; ok {
+		return l
+	}
+	l := &lane{key: key, task: rt, keyErr: keyErr,
+		units: heaps.New(func(a, b *unit) bool { return a.seq < b.seq }, func(u *unit, i int) { u.laneIdx = i })}
+	l.resources = append(l.resources, rt.cap)
+	svcs := slices.Clone(rt.services)
+	if keyErr == nil {
+		now := d.clock.Now()
+		for _, k := range keys {
+			r := d.keyed[k]
+			if r == nil {
+				class := k[:strings.IndexByte(k, ':')]
+				r = d.newServiceResource(k, class, d.regs[class], now)
+				d.keyed[k] = r
+			}
+			r.refs++
+			svcs = append(svcs, r)
+		}
+	}
+	slices.SortFunc(svcs, func(a, b *resource) int { return strings.Compare(a.name, b.name) })
+	l.resources = append(l.resources, svcs...)
+	for _, r := range svcs {
+		if r.window != nil {
+			l.logged = append(l.logged, r.name)
+		}
+	}
+	d.lanes[key] = l
+	return l
+}
+
+// maybeDropLane deletes an idle keyed lane, releasing its keyed services.
+func (d *dispatcher) maybeDropLane(l *lane) {
+	if l == l.task.base || l.units.Len() > 0 || l.running > 0 || l.inReady || l.parkedOn != nil {
+		return
+	}
+	delete(d.lanes, l.key)
+	for _, r := range l.resources {
+		if r.keyed {
+			r.refs--
+			d.maybeEvict(r)
+		}
+	}
+}
+
+// maybeEvict forgets an idle keyed instance: nothing uses it, its window is
+// empty, its circuit closed and no Retry-After holds it. If only its window
+// keeps it, it is looked at again when the window empties.
+func (d *dispatcher) maybeEvict(r *resource) {
+	if !r.keyed || r.refs > 0 || r.active > 0 || r.waiters.Len() > 0 || d.keyed[r.name] != r {
+		return
+	}
+	now := d.clock.Now()
+	if r.blockedUntil.After(now) || (r.circuit != nil && r.circuit.State != broker.Closed) {
+		return
+	}
+	if r.window != nil && r.window.Count(now) > 0 {
+		last, _ := r.window.Last()
+		d.pushTimer(&timerEntry{at: last.Add(r.window.Length()), kind: tEvict, res: r})
+		return
+	}
+	delete(d.keyed, r.name)
+	delete(d.dirty, r)
+}
+
+// deriveKeys computes u's keyed services with its task's ServiceKeys. A
+// failure (a panic, a malformed key, an unknown class) is kept: the unit
+// then fails permanently when it runs, without its handler.
+func (d *dispatcher) deriveKeys(u *unit, rt *taskRT) {
+	if rt.def.ServiceKeys == nil {
+		return
+	}
+	if !u.hasParams {
+		su, err := d.c.st.GetUnit(context.Background(), u.id)
+		if err != nil {
+			u.keyErr = fmt.Errorf("runcue: load unit to derive its service keys: %w", err)
+			return
+		}
+		u.params, u.hasParams = su.Params, true
+	}
+	keys, err := callKeys(rt.def.ServiceKeys, &Work{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: u.runs + 1})
+	if err == nil {
+		err = d.checkKeys(keys)
+	}
+	if err != nil {
+		u.keyErr = fmt.Errorf("runcue: service keys of %s: %w", u.id, err)
+		d.c.log.Warn("runcue: deriving service keys failed; the unit will fail", "work_id", u.id, "task_type", u.task, "error", err)
+		return
+	}
+	slices.Sort(keys)
+	u.keys = slices.Compact(keys)
+}
+
+func callKeys(f func(*Work) []string, w *Work) (keys []string, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("panic: %v", v)
+		}
+	}()
+	return f(w), nil
+}
+
+func (d *dispatcher) checkKeys(keys []string) error {
+	for _, k := range keys {
+		i := strings.IndexByte(k, ':')
+		if i <= 0 || i == len(k)-1 {
+			return fmt.Errorf("key %q is not of the form class:key", k)
+		}
+		if _, ok := d.services[k[:i]]; !ok {
+			return fmt.Errorf("key %q: %w %q", k, ErrUnknownService, k[:i])
+		}
+	}
+	return nil
+}
+
+// check reports whether r admits a dispatch at now. If not, until is when
+// it might (zero: when something happens). probe reports that the dispatch
+// would be r's half-open probe.
+func (d *dispatcher) check(r *resource, now time.Time) (ok bool, until time.Time, probe bool) {
+	switch {
+	case r.paused:
+		return false, time.Time{}, false
+	case r.blockedUntil.After(now):
+		return false, r.blockedUntil, false
+	case r.limit > 0 && r.active >= r.limit:
+		return false, time.Time{}, false
+	case r.window != nil && !r.window.Allow(now):
+		return false, r.window.NextFree(now), false
+	case r.circuit != nil:
+		ok, until, probe = r.circuit.Allow(now)
+		d.noteCircuit(r)
+		return ok, until, probe
+	}
+	return true, time.Time{}, false
+}
+
+// admit checks every resource of l; it returns the first that refuses.
+func (d *dispatcher) admit(l *lane, now time.Time) (blocker *resource, until time.Time, probes []*resource) {
+	for _, r := range l.resources {
+		ok, u, probe := d.check(r, now)
+		if !ok {
+			return r, u, nil
+		}
+		if probe {
+			probes = append(probes, r)
+		}
+	}
+	return nil, time.Time{}, probes
+}
+
+func (d *dispatcher) acquire(l *lane, now time.Time, probes []*resource) {
+	l.running++
+	for _, r := range l.resources {
+		r.active++
+		if r.window != nil {
+			r.window.Add(now)
+		}
+		d.markStatus(r)
+	}
+	for _, r := range probes {
+		r.circuit.Started(true)
+	}
+}
+
+func (d *dispatcher) release(l *lane) {
+	l.running--
+	for _, r := range l.resources {
+		r.active--
+		d.markStatus(r)
+		d.wake(r)
+	}
+	d.maybeDropLane(l)
+}
+
+// park files l as a waiter of r, arming r's timer if r refuses until a known
+// time. If l was woken by another resource that still has room, that
+// resource wakes its next waiter, so capacity is never left idle while
+// lanes wait for it.
+func (d *dispatcher) park(l *lane, r *resource, until time.Time) {
+	l.parkedOn = r
+	r.waiters.Push(l)
+	if !until.IsZero() {
+		d.resourceTimer(r, until)
+	}
+	d.markStatus(r)
+	for _, other := range l.resources {
+		if other != r {
+			d.wake(other)
+		}
+	}
+}
+
+// wake moves r's oldest waiter to the ready heap if r has room.
+func (d *dispatcher) wake(r *resource) {
+	if r.waiters.Len() == 0 {
+		return
+	}
+	if ok, until, _ := d.check(r, d.clock.Now()); !ok {
+		if !until.IsZero() {
+			d.resourceTimer(r, until)
+		}
+		return
+	}
+	l := r.waiters.Pop()
+	l.parkedOn = nil
+	l.inReady = true
+	d.ready.Push(l)
+}
+
+func (d *dispatcher) resourceTimer(r *resource, at time.Time) {
+	if !r.timerAt.IsZero() && !r.timerAt.After(at) {
+		return
+	}
+	r.timerAt = at
+	d.pushTimer(&timerEntry{at: at, kind: tResource, res: r})
+}
+
+// judge passes a run's verdict to the circuits of its services.
+func (d *dispatcher) judge(r *run, v verdict) {
+	now := d.clock.Now()
+	for _, res := range r.lane.resources {
+		if res.circuit == nil {
+			continue
+		}
+		probe := slices.Contains(r.probes, res)
+		changed := false
+		switch v {
+		case verdictSuccess:
+			changed = res.circuit.Success(probe)
+		case verdictFailure:
+			changed = res.circuit.Failure(now, probe)
+		default:
+			res.circuit.Neutral(probe)
+		}
+		if changed || (probe && v == verdictNone) {
+			d.noteCircuit(res)
+			d.wake(res)
+		}
+	}
+}
+
+// noteCircuit reports and persists a circuit's change of state.
+func (d *dispatcher) noteCircuit(r *resource) {
+	if r.circuit == nil || r.circuit.State == r.lastCircuit {
+		return
+	}
+	from := r.lastCircuit
+	r.lastCircuit = r.circuit.State
+	d.c.log.Info("runcue: circuit "+string(r.circuit.State), "service", r.name, "from", string(from))
+	if r.circuit.State == broker.Open {
+		d.resourceTimer(r, r.circuit.Until)
+	}
+	d.persistBroker(r)
+	d.markStatus(r)
+}
+
+// blockServices applies a Retry-After to the lane's services named (all of
+// them when none are).
+func (d *dispatcher) blockServices(l *lane, names []string, until time.Time) {
+	for _, r := range l.resources {
+		if r.class == "" {
+			continue // a task cap is not a service
+		}
+		if len(names) > 0 && !slices.Contains(names, r.name) && !slices.Contains(names, r.class) {
+			continue
+		}
+		if until.After(r.blockedUntil) {
+			r.blockedUntil = until
+			d.persistBroker(r)
+			d.markStatus(r)
+		}
+	}
+}
+
+// circuitRecord is the persisted broker state of a service: its circuit
+// and any Retry-After block.
+type circuitRecord struct {
+	State        broker.CircuitState `json:"state,omitempty"`
+	Failures     int                 `json:"failures,omitempty"`
+	Until        int64               `json:"until,omitempty"`
+	BlockedUntil int64               `json:"blocked_until,omitempty"`
+}
+
+func (cr circuitRecord) restore(r *resource) {
+	if r.circuit != nil && cr.State != "" {
+		r.circuit.State, r.circuit.Failures = cr.State, cr.Failures
+		if cr.State == broker.HalfOpen {
+			r.circuit.State = broker.Open // the probe died with the old owner: probe again
+		}
+		if cr.Until != 0 {
+			r.circuit.Until = time.Unix(0, cr.Until)
+		}
+	}
+	if cr.BlockedUntil != 0 {
+		r.blockedUntil = time.Unix(0, cr.BlockedUntil)
+	}
+}
+
+func (d *dispatcher) persistBroker(r *resource) {
+	var cr circuitRecord
+	if r.circuit != nil && r.circuit.State != broker.Closed {
+		cr.State, cr.Failures, cr.Until = r.circuit.State, r.circuit.Failures, ns(r.circuit.Until)
+	}
+	if r.blockedUntil.After(d.clock.Now()) {
+		cr.BlockedUntil = r.blockedUntil.UnixNano()
+	}
+	blob := []byte{} // empty: delete the row
+	if cr != (circuitRecord{}) {
+		blob, _ = json.Marshal(cr)
+	}
+	rec := d.stored[r.name]
+	rec.Name, rec.Circuit = r.name, blob
+	d.stored[r.name] = rec
+	d.submit(&store.PutService{Name: r.name, Circuit: blob})
+}
+
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+// logCutoffs returns, per rate-limited service (and per class of keyed
+// instances), the time before which its log is no longer needed.
+func (d *dispatcher) logCutoffs(now time.Time) map[string]time.Time {
+	out := make(map[string]time.Time)
+	for name := range d.services {
+		s, _ := d.effective(name)
+		if s.RateLimit == 0 {
+			continue
+		}
+		out[name] = now.Add(-s.RateWindow)
+		out[name+":"] = now.Add(-s.RateWindow)
+	}
+	return out
+}
+
+// serviceChanged re-reads a service's stored record (its override or pause
+// changed) and applies it.
+func (d *dispatcher) serviceChanged(name string) { d.reloadService(name) }
+
+func (d *dispatcher) reloadService(name string) {
+	svcs, err := d.c.st.Services(context.Background())
+	if err != nil {
+		d.c.log.Error("runcue: read services", "error", err)
+		return
+	}
+	for _, rec := range svcs {
+		if rec.Name == name {
+			cur := d.stored[name]
+			rec.Circuit = cur.Circuit // the owner's own state wins
+			d.stored[name] = rec
+		}
+	}
+	s, ok := d.effective(name)
+	if !ok {
+		return
+	}
+	apply := func(r *resource) {
+		d.applyLimits(r, s)
+		wasPaused := r.paused
+		r.paused = d.stored[name].Paused
+		if wasPaused != r.paused {
+			state := "resumed"
+			if r.paused {
+				state = "paused"
+			}
+			d.c.log.Info("runcue: service "+state, "service", r.name)
+		}
+		d.markStatus(r)
+		// Limits may have grown: let waiters try.
+		for range r.waiters.Len() {
+			before := r.waiters.Len()
+			d.wake(r)
+			if r.waiters.Len() == before {
+				break
+			}
+		}
+	}
+	if r := d.services[name]; r != nil {
+		apply(r)
+	}
+	for _, r := range d.keyed {
+		if r.class == name {
+			apply(r)
+		}
+	}
+}
+
+// statusKey is what a service_status event reports.
+type statusKey struct {
+	circuit   broker.CircuitState
+	paused    bool
+	blocked   bool
+	saturated bool
+}
+
+func (d *dispatcher) keyOf(r *resource, now time.Time) statusKey {
+	k := statusKey{paused: r.paused, blocked: r.blockedUntil.After(now)}
+	if r.circuit != nil {
+		k.circuit = r.circuit.State
+	}
+	k.saturated = k.paused || k.blocked || (r.limit > 0 && r.active >= r.limit) ||
+		(r.window != nil && r.window.Count(now) >= r.window.Limit()) || (r.circuit != nil && r.circuit.State != broker.Closed)
+	return k
+}
+
+func (d *dispatcher) markStatus(r *resource) {
+	if r.class != "" {
+		d.dirty[r] = struct{}{}
+	}
+}
+
+// statusEvery is the least time between two service_status events of a
+// service that only report saturation; changes of circuit, pause and
+// Retry-After are reported at once.
+const statusEvery = time.Second
+
+// flushStatus publishes the service_status events that are due.
+func (d *dispatcher) flushStatus() {
+	if len(d.dirty) == 0 {
+		return
+	}
+	now := d.clock.Now()
+	var evs []store.Event
+	for r := range d.dirty {
+		k := d.keyOf(r, now)
+		if k == r.lastStatus {
+			delete(d.dirty, r)
+			continue
+		}
+		onlySaturation := k.circuit == r.lastStatus.circuit && k.paused == r.lastStatus.paused && k.blocked == r.lastStatus.blocked
+		if onlySaturation && r.keyed {
+			delete(d.dirty, r) // keyed instances report changes of health, not load
+			r.lastStatus = k
+			continue
+		}
+		if onlySaturation && now.Sub(r.statusAt) < statusEvery {
+			if !r.statusTimer {
+				r.statusTimer = true
+				d.pushTimer(&timerEntry{at: r.statusAt.Add(statusEvery), kind: tStatus, res: r})
+			}
+			delete(d.dirty, r)
+			continue
+		}
+		delete(d.dirty, r)
+		r.lastStatus, r.statusAt = k, now
+		st := d.statusOf(r, now)
+		data, _ := json.Marshal(st)
+		evs = append(evs, store.Event{Type: string(EventServiceStatus), Time: now, Data: data})
+	}
+	if len(evs) > 0 {
+		d.c.hub.Publish(evs)
+	}
+}
+
+// statusOf reports one resource.
+func (d *dispatcher) statusOf(r *resource, now time.Time) ServiceStatus {
+	s, _ := d.effective(r.class)
+	st := ServiceStatus{Name: r.name, Class: r.class, Limits: s, Overridden: len(d.stored[r.class].Override) > 0,
+		Active: r.active, Paused: r.paused, Circuit: CircuitClosed, Waiting: r.waiters.Len()}
+	if r.window != nil {
+		st.InWindow = r.window.Count(now)
+	}
+	if r.circuit != nil {
+		st.Circuit = CircuitState(r.circuit.State)
+		if r.circuit.State == broker.Open {
+			st.CircuitOpenUntil = r.circuit.Until
+		}
+	}
+	if r.blockedUntil.After(now) {
+		st.BlockedUntil = r.blockedUntil
+	}
+	st.NextCapacity = d.nextCapacity(r, now)
+	return st
+}
+
+// nextCapacity is when r may next admit a dispatch: zero if it may now or
+// will only when something else happens (a run ends, a resume).
+func (d *dispatcher) nextCapacity(r *resource, now time.Time) time.Time {
+	next := now
+	if r.paused || (r.limit > 0 && r.active >= r.limit) {
+		return time.Time{}
+	}
+	if r.blockedUntil.After(next) {
+		next = r.blockedUntil
+	}
+	if r.window != nil {
+		if t := r.window.NextFree(next); t.After(next) {
+			next = t
+		}
+	}
+	if r.circuit != nil && r.circuit.State == broker.Open && r.circuit.Until.After(next) {
+		next = r.circuit.Until
+	}
+	if r.circuit != nil && r.circuit.State == broker.HalfOpen && r.circuit.Probing {
+		return time.Time{}
+	}
+	if next.Equal(now) {
+		return now
+	}
+	return next
+}
+
+// statusAll reports every registered service, with its keyed instances
+// folded into it.
+func (d *dispatcher) statusAll() []ServiceStatus {
+	now := d.clock.Now()
+	var out []ServiceStatus
+	for _, name := range sortedNames(d.services) {
+		st := d.statusOf(d.services[name], now)
+		for _, kr := range d.keyed {
+			if kr.class != name {
+				continue
+			}
+			st.Keys++
+			st.Active += kr.active
+			st.InWindow += kr.window.CountOrZero(now)
+			st.Waiting += kr.waiters.Len()
+			if kr.circuit != nil && kr.circuit.State != broker.Closed {
+				st.OpenKeys++
+			}
+			if kr.blockedUntil.After(now) {
+				st.BlockedKeys++
+			}
+		}
+		out = append(out, st)
+	}
+	return out
+}
+
+func sortedNames[V any](m map[string]V) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
