@@ -1,6 +1,8 @@
 package runcue_test
 
 import (
+	"context"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -68,4 +70,71 @@ func BenchmarkRateLimit1000(b *testing.B) {
 		b.ReportMetric(100*r.Achieved/1000, "%-of-limit")
 		b.ReportMetric(float64(r.MaxInWindow), "max-per-1s-window")
 	}
+}
+
+// BenchmarkPriorityScaling queues 100,000 units of which 100 can run (the
+// rest wait on a paused service) and reports how many times the priority
+// function ran per dispatch: it scores only units that could run.
+func BenchmarkPriorityScaling(b *testing.B) {
+	for range b.N {
+		calls, dispatches, err := priorityScaling(b.TempDir(), 99_900, 100)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(calls)/float64(dispatches), "calls/dispatch")
+		b.ReportMetric(float64(dispatches), "dispatches")
+	}
+}
+
+func priorityScaling(dir string, blocked, free int) (calls, dispatches int64, err error) {
+	c, err := runcue.Open(filepath.Join(dir, "prio.db"), runcue.Config{Logger: quietLogger,
+		Priority: runcue.PriorityByWaitTime(time.Hour), MaxConcurrent: 10})
+	if err != nil {
+		return 0, 0, err
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if err := c.Service("slow", runcue.Service{}); err != nil {
+		return 0, 0, err
+	}
+	if err := c.Task("wait", runcue.Task{Services: []string{"slow"}, Handler: noop}); err != nil {
+		return 0, 0, err
+	}
+	if err := c.Task("go", runcue.Task{Handler: noop}); err != nil {
+		return 0, 0, err
+	}
+	if err := c.PauseService(ctx, "slow"); err != nil {
+		return 0, 0, err
+	}
+	for left := blocked; left > 0; left -= 1000 {
+		subs := make([]runcue.Submission, min(left, 1000))
+		for i := range subs {
+			subs[i] = runcue.Submission{Task: "wait"}
+		}
+		if _, err := c.SubmitBatch(ctx, subs); err != nil {
+			return 0, 0, err
+		}
+	}
+	var ids []string
+	subs := make([]runcue.Submission, free)
+	for i := range subs {
+		subs[i] = runcue.Submission{Task: "go"}
+	}
+	out, err := c.SubmitBatch(ctx, subs)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, s := range out {
+		ids = append(ids, s.ID)
+	}
+	if err := c.Start(ctx); err != nil {
+		return 0, 0, err
+	}
+	for _, id := range ids {
+		if _, err := c.Wait(ctx, id); err != nil {
+			return 0, 0, err
+		}
+	}
+	calls, dispatches, _ = runcue.Stats(c)
+	return calls, dispatches, c.StopAndCancel(ctx)
 }

@@ -362,6 +362,7 @@ func TestCircuitProbe(t *testing.T) {
 	e := newEnv(t, runcue.Config{})
 	var mode atomic.Int32 // 0 fail, 1 hang, 2 succeed
 	var starts atomic.Int32
+	hung := make(chan struct{}, 10)
 	hang := make(chan struct{})
 	defer close(hang)
 	require.NoError(t, e.c.Service("api", runcue.Service{CircuitThreshold: 1, CircuitTimeout: 10 * time.Second}))
@@ -373,6 +374,7 @@ func TestCircuitProbe(t *testing.T) {
 			case 0:
 				return nil, errors.New("503")
 			case 1:
+				hung <- struct{}{}
 				<-hang // ignores its context
 				return nil, nil
 			}
@@ -403,7 +405,7 @@ func TestCircuitProbe(t *testing.T) {
 	e.clk.Advance(10 * time.Second)
 	e.settle()
 	require.Len(t, e.running(), 1, "half-open: exactly one probe")
-	assert.Equal(t, int32(2), starts.Load())
+	<-hung // the probe's handler runs (and hangs)
 	st, _ = e.c.ServiceStatus(e.ctx, "api")
 	assert.Equal(t, runcue.CircuitHalfOpen, st.Circuit)
 

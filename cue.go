@@ -68,6 +68,52 @@ type Config struct {
 	// history) that finished longer ago than this, in the background. Default
 	// 0: keep them until Prune.
 	Retention time.Duration
+
+	// DependencySatisfied, when set, is asked about each dependency of a
+	// unit once that dependency has completed (is its output there, still
+	// valid?); the unit becomes eligible only when every answer is true. A
+	// call that panics or outlasts CallbackTimeout counts as false and is
+	// logged. Default: completion suffices.
+	DependencySatisfied DependencyFunc
+	// DependencyRecheck is how long after a false answer the units waiting
+	// on DependencySatisfied are asked again: the callback may change its
+	// answer without any runcue event. Default 1s.
+	DependencyRecheck time.Duration
+	// Priority, when set, scores the units that could run now (their
+	// dependencies met, their services with room) and the highest runs
+	// first, ties in submission order. Scores are reused for PriorityTTL.
+	// Default: submission order, no scoring.
+	Priority PriorityFunc
+	// PriorityTTL is how long a unit's score is reused. Default 100ms.
+	PriorityTTL time.Duration
+	// CallbackTimeout bounds, in real time, how long the dispatcher waits
+	// for a scoring pass of Priority (units not scored in time get their last
+	// score, or 0.5) and how long a DependencySatisfied call may take.
+	// Default 100ms.
+	CallbackTimeout time.Duration
+
+	// MaxQueued, when set, bounds the queued units; Overflow says what a
+	// submission that would exceed it gets. The bound is enforced in the
+	// transaction that stores the submission, so it holds across processes.
+	// Default 0: unbounded.
+	MaxQueued int
+	// Overflow is the policy when the queue is full. Default OverflowReject.
+	Overflow OverflowPolicy
+	// OnBackpressure, when set, is called (on a goroutine of its own, in
+	// every Cue on the database) when backpressure becomes active (the
+	// queue reached HighWater of MaxQueued) and when it clears (LowWater).
+	OnBackpressure func(active bool, queued int)
+
+	// Feed, when set, supplies work: the owner calls it whenever fewer than
+	// FeedLowWater units are queued, and submits what it returns. Drain
+	// returns only once Feed has said ErrFeedExhausted and all work is done.
+	Feed FeedFunc
+	// FeedLowWater is the queued-unit count below which Feed is called.
+	// Default 100.
+	FeedLowWater int
+	// FeedInterval is how long to wait before calling Feed again after it
+	// returned nothing or an error. Default 1s.
+	FeedInterval time.Duration
 	// Clock is the time source of every scheduling decision. Default
 	// clock.Real().
 	Clock clock.Clock
@@ -118,6 +164,21 @@ func (cfg Config) withDefaults() Config {
 	if cfg.CancelGrace <= 0 {
 		cfg.CancelGrace = 30 * time.Second
 	}
+	if cfg.DependencyRecheck <= 0 {
+		cfg.DependencyRecheck = time.Second
+	}
+	if cfg.PriorityTTL <= 0 {
+		cfg.PriorityTTL = 100 * time.Millisecond
+	}
+	if cfg.CallbackTimeout <= 0 {
+		cfg.CallbackTimeout = 100 * time.Millisecond
+	}
+	if cfg.FeedLowWater <= 0 {
+		cfg.FeedLowWater = 100
+	}
+	if cfg.FeedInterval <= 0 {
+		cfg.FeedInterval = time.Second
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()
 	}
@@ -155,6 +216,19 @@ type Cue struct {
 	disp atomic.Pointer[dispatcher] // the running dispatcher, nil when stopped
 
 	testHooks testHooks
+	stats     stats
+	bg        sync.WaitGroup // the OnBackpressure caller
+}
+
+// stats are counters read by metrics and tests.
+type stats struct {
+	// callbackErrors counts priority and dependency callbacks that
+	// panicked or overran their timeout.
+	callbackErrors atomic.Int64
+	// priorityCalls counts calls of Config.Priority.
+	priorityCalls atomic.Int64
+	// dispatches counts runs started.
+	dispatches atomic.Int64
 }
 
 // testHooks are set by tests (see export_test.go).
@@ -204,6 +278,16 @@ func New(st store.Store, cfg Config) (*Cue, error) {
 		Store: st, Clock: cfg.Clock, Poll: cfg.PollInterval, LastSeq: last,
 		Hooks: writer.Hooks{Publish: c.publish, Failed: c.storeFailed},
 	})
+	if f := cfg.OnBackpressure; f != nil {
+		evs := hub.Subscribe(context.Background(), c.hub, hub.Options{After: -1, Buffer: 4, Accept: func(e *store.Event) bool {
+			return e.Type == string(EventBackpressureActive) || e.Type == string(EventBackpressureCleared)
+		}}, eventFrom)
+		c.bg.Go(func() {
+			for ev := range evs { // ends when the hub closes
+				f(ev.Type == EventBackpressureActive, ev.Queued)
+			}
+		})
+	}
 	return c, nil
 }
 
@@ -226,7 +310,9 @@ func (c *Cue) storeFailed(err error) {
 	}
 }
 
-// inserted tells the running dispatcher about units this Cue committed.
+// inserted tells the running dispatcher about units this Cue committed,
+// and about the units the insert ended (dropped for room, or failed because
+// a dependency was dead).
 func (c *Cue) inserted(units []*store.Unit, r store.Result) {
 	d := c.disp.Load()
 	if d == nil {
@@ -238,8 +324,14 @@ func (c *Cue) inserted(units []*store.Unit, r store.Result) {
 			fresh = append(fresh, units[i])
 		}
 	}
-	if len(fresh) > 0 {
-		d.in.Push(msg{kind: mInserted, units: fresh})
+	var ended []store.Event
+	for _, ev := range r.Events {
+		if ev.Type != store.EventWorkQueued {
+			ended = append(ended, ev)
+		}
+	}
+	if len(fresh) > 0 || len(ended) > 0 {
+		d.in.Push(msg{kind: mInserted, units: fresh, events: ended})
 	}
 }
 
@@ -372,6 +464,7 @@ func (c *Cue) Close() error {
 	}
 	c.w.Close()
 	c.hub.Close()
+	c.bg.Wait()
 	var errs []error
 	if c.ownsStore {
 		errs = append(errs, c.st.Close())

@@ -51,6 +51,11 @@ const (
 	mServiceChanged                // a service's override or pause changed
 	mStatus                        // snapshot of service status
 	mInspect                       // run a function on the dispatcher goroutine (tests)
+	mSettled                       // a terminal Finish committed (or not)
+	mChecked                       // a DependencySatisfied check finished
+	mScores                        // a late scoring pass finished
+	mFed                           // a Feed call finished
+	mExplain                       // explain a unit
 )
 
 type msg struct {
@@ -72,14 +77,20 @@ type msg struct {
 	count      int
 	status     chan []ServiceStatus
 	inspect    func(*dispatcher)
+	state      store.State
+	ok         bool
+	scores     map[string]float64
+	explain    chan Explanation
 }
 
 // unit states inside the dispatcher.
 const (
-	uWaiting = iota // until runAt (timer heap)
-	uReady          // in its lane
-	uRunning
-	uOrphan // task type not registered here
+	uWaiting  = iota // until runAt (timer heap)
+	uReady           // in its lane
+	uRunning         //
+	uOrphan          // task type not registered here
+	uBlocked         // waiting for dependencies to complete
+	uChecking        // dependencies complete, DependencySatisfied not yet true
 )
 
 type unit struct {
@@ -97,6 +108,12 @@ type unit struct {
 	retry     *RetryPolicy // the submission's own policy, if any
 	keys      []string     // keyed services, sorted
 	keyErr    error        // deriving keys failed: the run fails with it
+	createdAt time.Time
+	deps      []string  // dependencies
+	pending   int       // dependencies not yet completed
+	depsBy    time.Time // DependencyDeadline
+	checking  bool      // a DependencySatisfied check is in flight
+	why       string    // why runAt is set: "backoff", "retry_after", "run_at"
 	state     int
 	lane      *lane
 	laneIdx   int // position in lane heap
@@ -113,8 +130,14 @@ type run struct {
 	cancel   context.CancelCauseFunc
 	stopDL   context.CancelFunc
 	handler  Handler
-	target   string
-	params   []byte
+	// target, params and load are the unit's, copied at the start: the
+	// handler goroutine must not read the unit, which the dispatcher keeps
+	// changing. load: the params were not in memory; read them.
+	target string
+	params []byte
+	load   bool
+	// id and task are the unit's, for the handler goroutine.
+	id, task string
 	// probes are the resources whose half-open circuit this run probes.
 	probes []*resource
 	// cause is why runcue cancelled the run (ErrShutdown, ErrTimeout,
@@ -148,13 +171,16 @@ type taskRT struct {
 type timerKind uint8
 
 const (
-	tUnitDue  timerKind = iota
-	tDeadline           // a run's timeout
-	tGrace              // a cancelled run's grace period ends
-	tPrune              // time for a retention pass
-	tResource           // a resource may have room again
-	tStatus             // a coalesced service_status is due
-	tEvict              // a keyed service may be idle
+	tUnitDue     timerKind = iota
+	tDeadline              // a run's timeout
+	tGrace                 // a cancelled run's grace period ends
+	tPrune                 // time for a retention pass
+	tResource              // a resource may have room again
+	tStatus                // a coalesced service_status is due
+	tEvict                 // a keyed service may be idle
+	tDepDeadline           // a unit's DependencyTimeout
+	tRecheck               // ask DependencySatisfied again
+	tFeed                  // call Feed again
 )
 
 type timerEntry struct {
@@ -202,6 +228,26 @@ type dispatcher struct {
 	handlers  sync.WaitGroup
 	dirty     map[*resource]struct{} // resources whose status may have changed
 
+	// dependents maps a unit to the units waiting for it to complete;
+	// finishing holds units whose terminal outcome is decided but not yet
+	// committed: their dependents wait for the commit.
+	dependents map[string][]*unit
+	finishing  map[string]struct{}
+	checks     *inbox.Inbox[checkJob]
+	aux        sync.WaitGroup // the checker and feeder goroutines
+	auxStop    chan struct{}
+	auxCtx     context.Context // cancelled at exit, for Feed calls
+	auxCancel  context.CancelFunc
+
+	scores   map[string]scoreEntry // priority scores, by unit
+	scoring  bool                  // a scoring pass is still running
+	overruns int                   // consecutive scoring passes that overran
+
+	feeding   bool
+	feedWait  bool // Feed returned nothing or failed: wait FeedInterval
+	exhausted bool
+	bpActive  bool
+
 	paramBytes int
 	pruning    bool
 	stopping   bool
@@ -228,11 +274,14 @@ func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.Ser
 		lanes: make(map[string]*lane), stored: make(map[string]store.ServiceRecord),
 		units: make(map[string]*unit), orphans: make(map[string]map[string]*unit), runs: make(map[string]*run),
 		dirty: make(map[*resource]struct{}), started: c.clock.Now(), classLogs: make(map[string]map[string][]time.Time),
-		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
+		dependents: make(map[string][]*unit), finishing: make(map[string]struct{}), auxStop: make(chan struct{}),
+		scores: make(map[string]scoreEntry),
+		rnd:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
 	}
 	for _, rec := range stored {
 		d.stored[rec.Name] = rec
 	}
+	d.auxCtx, d.auxCancel = context.WithCancel(context.Background())
 	d.ready = heaps.New(laneLess, func(l *lane, i int) { l.idx = i })
 	d.timers = heaps.New(func(a, b *timerEntry) bool {
 		if !a.at.Equal(b.at) {
@@ -273,7 +322,11 @@ func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[stri
 			for _, u := range orphans {
 				d.deriveKeys(u, rt)
 				d.units[u.id] = u
-				d.makeEligible(u)
+				if len(u.deps) > 0 {
+					d.waitDeps(u)
+				} else {
+					d.makeEligible(u)
+				}
 			}
 		}
 	}
@@ -288,7 +341,17 @@ func (d *dispatcher) addUnit(su *store.Unit, keepParams bool) {
 		return
 	}
 	u := &unit{id: su.ID, seq: su.Seq, task: su.Task, target: su.Target, params: su.Params, hasParams: true,
-		runs: su.Runs, failures: su.Failures, deferrals: su.Deferrals, runAt: su.RunAt, timeout: su.Timeout, laneIdx: -1}
+		runs: su.Runs, failures: su.Failures, deferrals: su.Deferrals, runAt: su.RunAt, timeout: su.Timeout, laneIdx: -1,
+		createdAt: su.CreatedAt, deps: su.DependsOn, depsBy: su.DependencyDeadline}
+	switch {
+	case su.RunAt.IsZero():
+	case su.ErrorKind == "retry_after":
+		u.why = "retry_after"
+	case su.Failures > 0:
+		u.why = "backoff"
+	default:
+		u.why = "run_at"
+	}
 	if len(su.Retry) > 0 {
 		if p, err := decodeRetry(su.Retry); err == nil {
 			u.retry = &p
@@ -315,6 +378,10 @@ func (d *dispatcher) addUnit(su *store.Unit, keepParams bool) {
 		u.params, u.hasParams = nil, false // read again when it runs
 	}
 	d.units[u.id] = u
+	if len(u.deps) > 0 {
+		d.waitDeps(u)
+		return
+	}
 	d.makeEligible(u)
 }
 
@@ -367,6 +434,8 @@ func (d *dispatcher) removeQueued(u *unit) {
 		d.laneChanged(l)
 	case uWaiting:
 		u.timerGen++ // its timer entry is now stale
+	case uBlocked, uChecking:
+		// Its entries in d.dependents and the timer heap are now stale.
 	case uOrphan:
 		delete(d.orphans[u.task], u.id)
 		return
@@ -394,7 +463,10 @@ func (d *dispatcher) run() {
 			d.handle(m)
 		}
 		d.fireTimers()
+		d.backpressure() // the queue as the messages left it, then as dispatch leaves it
 		d.dispatch()
+		d.backpressure()
+		d.maybeFeed()
 		d.flushStatus()
 		if d.checkInvariants != nil {
 			d.checkInvariants(d)
@@ -438,12 +510,19 @@ func (d *dispatcher) run() {
 	}
 }
 
-func (d *dispatcher) idle() bool { return len(d.units) == 0 }
+// idle reports that no work of registered task types is queued, waiting or
+// running, and the feed (if any) has no more.
+func (d *dispatcher) idle() bool {
+	return len(d.units) == 0 && len(d.finishing) == 0 && (d.c.cfg.Feed == nil || (d.exhausted && !d.feeding))
+}
 
 func (d *dispatcher) exit() {
 	if d.timer != nil {
 		d.timer.Stop()
 	}
+	close(d.auxStop)
+	d.auxCancel()
+	d.aux.Wait()
 	for _, ch := range d.drains {
 		ch <- drainReply{stopped: true}
 	}
@@ -461,6 +540,7 @@ func (d *dispatcher) exit() {
 func (d *dispatcher) handle(m msg) {
 	switch m.kind {
 	case mInserted:
+		d.applyEnded(m.events)
 		for _, su := range m.units {
 			d.addUnit(su, true)
 		}
@@ -527,6 +607,18 @@ func (d *dispatcher) handle(m msg) {
 		m.status <- d.statusAll()
 	case mInspect:
 		m.inspect(d)
+	case mSettled:
+		d.settled(m.id, m.state, m.ok)
+		d.applyEnded(m.events)
+	case mChecked:
+		d.checked(m.id, m.ok)
+	case mScores:
+		d.scoring = false
+		d.storeScores(m.scores)
+	case mFed:
+		d.fed(m.err)
+	case mExplain:
+		m.explain <- d.explain(m.id)
 	}
 }
 
@@ -627,6 +719,14 @@ func (d *dispatcher) fireTimers() {
 			d.markStatus(e.res)
 		case tEvict:
 			d.maybeEvict(e.res)
+		case tDepDeadline:
+			d.dependencyTimeout(e.u, now)
+		case tRecheck:
+			if d.units[e.u.id] == e.u && e.u.state == uChecking && !e.u.checking {
+				d.requestCheck(e.u)
+			}
+		case tFeed:
+			d.feedWait = false
 		}
 	}
 }
@@ -634,6 +734,10 @@ func (d *dispatcher) fireTimers() {
 // dispatch starts as many units as the caps and services allow.
 func (d *dispatcher) dispatch() {
 	if d.stopping || d.failed != nil {
+		return
+	}
+	if d.c.cfg.Priority != nil {
+		d.dispatchByPriority()
 		return
 	}
 	for d.inflight < d.c.cfg.MaxConcurrent && d.ready.Len() > 0 {
@@ -669,8 +773,8 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 	}
 	u.runs++
 	u.state = uRunning
-	r := &run{u: u, lane: l, no: u.runs, start: now, deadline: now.Add(timeout), handler: t.def.Handler,
-		target: u.target, params: u.params, probes: probes}
+	r := &run{u: u, id: u.id, task: u.task, lane: l, no: u.runs, start: now, deadline: now.Add(timeout), handler: t.def.Handler,
+		target: u.target, params: u.params, load: !u.hasParams, probes: probes}
 	r.ctx, r.cancel = context.WithCancelCause(context.Background())
 	if clock.IsReal(d.clock) {
 		// Let the handler see its deadline; the timer heap still decides.
@@ -678,6 +782,7 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 	}
 	d.runs[u.id] = r
 	d.inflight++
+	d.c.stats.dispatches.Add(1)
 	d.pushTimer(&timerEntry{at: r.deadline, kind: tDeadline, r: r})
 	claim := &store.Claim{ID: u.id, Owner: d.owner, Run: r.no, At: now, LeaseExpires: r.deadline.Add(d.c.cfg.LeaseBuffer),
 		ServiceLog: l.logged, Events: []store.Event{{Type: string(EventWorkStarted), Task: u.task, Attempt: r.no}}}
@@ -738,13 +843,13 @@ func (d *dispatcher) claimed(r *run, applied bool) {
 
 // execute runs on the handler goroutine.
 func (d *dispatcher) execute(r *run) {
-	w := &Work{ID: r.u.id, Task: r.u.task, Target: r.target, Params: r.params, Attempt: r.no,
+	w := &Work{ID: r.id, Task: r.task, Target: r.target, Params: r.params, Attempt: r.no,
 		beat: func() { d.heartbeat(r) }}
 	var res any
 	var err error
-	if !r.u.hasParams {
+	if r.load {
 		var su *store.Unit
-		if su, err = d.c.st.GetUnit(r.ctx, r.u.id); err == nil {
+		if su, err = d.c.st.GetUnit(context.Background(), r.id); err == nil {
 			w.Target, w.Params = su.Target, su.Params
 		} else {
 			err = fmt.Errorf("runcue: load unit: %w", err)
@@ -895,6 +1000,7 @@ func (d *dispatcher) deferred(r *run, fin *store.Finish, err error, delay time.D
 	fin.Attempt.Outcome, fin.Attempt.Error = "deferred", err.Error()
 	fin.Events = []store.Event{{Type: string(EventWorkRetrying), Task: u.task, Attempt: r.no,
 		Data: eventData{NextAttempt: next.UnixNano(), Reason: "retry_after", Error: err.Error()}.encode()}}
+	u.why = "retry_after"
 	d.requeueLocal(u, next)
 }
 
@@ -925,6 +1031,7 @@ func (d *dispatcher) failedRun(r *run, fin *store.Finish, err error, kind string
 			{Type: string(EventWorkRetrying), Task: u.task, Attempt: r.no,
 				Data: eventData{NextAttempt: next.UnixNano()}.encode()},
 		}
+		u.why = "backoff"
 		d.requeueLocal(u, next)
 		return
 	}
@@ -1048,7 +1155,7 @@ func (d *dispatcher) heartbeat(r *run) {
 	if now-last < int64(time.Second) || !r.lastBeat.CompareAndSwap(last, now) {
 		return
 	}
-	d.in.Push(msg{kind: mHeartbeat, id: r.u.id, run: r})
+	d.in.Push(msg{kind: mHeartbeat, id: r.id, run: r})
 }
 
 // pruneBatch caps the rows one retention pass deletes in a transaction.
@@ -1081,22 +1188,33 @@ func (d *dispatcher) prune(now time.Time) {
 	}
 }
 
-// submit queues ops for the writer without waiting. Events the store
-// derived for other units (dependents failed or cancelled with a unit) come
-// back to the dispatcher, which drops those units from memory.
+// submit queues ops for the writer without waiting. A Finish that ends a
+// unit reports its commit back (mSettled), so that the unit's dependents
+// are released only once its completion is durable; events the store
+// derived for other units (dependents failed or cancelled with it) come back
+// too, and the dispatcher drops those units from memory.
 func (d *dispatcher) submit(ops ...store.Op) {
+	for _, op := range ops {
+		if f, ok := op.(*store.Finish); ok && f.State.Terminal() {
+			d.finishing[f.ID] = struct{}{}
+		}
+	}
 	err := d.c.w.Submit(&writer.Request{Ops: ops, Done: func(res []store.Result, err error) {
-		if err != nil {
-			return
-		}
-		var derived []store.Event
-		for i, r := range res {
-			if f, ok := ops[i].(*store.Finish); ok && len(r.Events) > len(f.Events) {
-				derived = append(derived, r.Events[len(f.Events):]...)
+		for i, op := range ops {
+			f, ok := op.(*store.Finish)
+			if !ok {
+				continue
 			}
-		}
-		if len(derived) > 0 {
-			d.in.Push(msg{kind: mApplied, events: derived})
+			var derived []store.Event
+			applied := err == nil && res[i].Applied
+			if applied && len(res[i].Events) > len(f.Events) {
+				derived = res[i].Events[len(f.Events):]
+			}
+			if f.State.Terminal() {
+				d.in.Push(msg{kind: mSettled, id: f.ID, state: f.State, ok: applied, events: derived})
+			} else if len(derived) > 0 {
+				d.in.Push(msg{kind: mApplied, events: derived})
+			}
 		}
 	}})
 	if err != nil && d.failed == nil {

@@ -28,6 +28,16 @@ var (
 	// ErrDuplicate: a submission's idempotency key belongs to a failed or
 	// cancelled unit and Config.FailedDuplicates rejects it.
 	ErrDuplicate = store.ErrDuplicate
+	// ErrUnknownDependency: a submission depends on a unit that does not
+	// exist (in the database or in the same batch). Nothing is stored.
+	ErrUnknownDependency = store.ErrUnknownDependency
+	// ErrCycle: the units of a batch depend on each other in a cycle. The
+	// error is a *CycleError naming them. Nothing is stored.
+	ErrCycle = store.ErrCycle
+	// ErrBackpressure: the queue holds Config.MaxQueued units and the
+	// overflow policy refused the submission (or its context ended while it
+	// waited for room).
+	ErrBackpressure = store.ErrBackpressure
 	// ErrInvalid: a registration or submission is malformed.
 	ErrInvalid = errors.New("runcue: invalid argument")
 	// ErrStopping: Start was called while a previous run of the Cue is still
@@ -47,6 +57,9 @@ var (
 // LockedError reports that another Cue owns the database. It matches
 // ErrLocked.
 type LockedError = store.LockedError
+
+// CycleError names the units of a dependency cycle. It matches ErrCycle.
+type CycleError = store.CycleError
 
 // Holder identifies a database's owner: its lease name, process ID, host and
 // the time it took ownership.

@@ -44,6 +44,11 @@ const (
 	// at most one a second per service). Service holds its status. Not
 	// durable; Seq is 0.
 	EventServiceStatus EventType = "service_status"
+	// EventBackpressureActive: the queue reached HighWater of
+	// Config.MaxQueued; EventBackpressureCleared: it fell back to LowWater.
+	// Reported by the owning Cue; Queued and MaxQueued say how full it is.
+	EventBackpressureActive  EventType = "backpressure_active"
+	EventBackpressureCleared EventType = "backpressure_cleared"
 	// EventServiceChanged: a service's override or pause was changed
 	// (SetService, ResetService, PauseService, ResumeService). Service.Name
 	// names it and Reason says what changed.
@@ -79,6 +84,10 @@ type Event struct {
 	// Service is the service's status, for EventServiceStatus, or just its
 	// Name, for EventServiceChanged.
 	Service *ServiceStatus
+	// Queued and MaxQueued are the queue's size and bound, for
+	// EventBackpressureActive and EventBackpressureCleared.
+	Queued    int
+	MaxQueued int
 }
 
 // eventData is the JSON payload of a stored event.
@@ -107,6 +116,12 @@ func eventFrom(se *store.Event) Event {
 		var st ServiceStatus
 		if json.Unmarshal(se.Data, &st) == nil {
 			ev.Service = &st
+		}
+		return ev
+	case EventBackpressureActive, EventBackpressureCleared:
+		var data backpressureData
+		if json.Unmarshal(se.Data, &data) == nil {
+			ev.Queued, ev.MaxQueued = data.Queued, data.MaxQueued
 		}
 		return ev
 	case EventServiceChanged:

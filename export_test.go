@@ -129,3 +129,8 @@ func (r *resource) holdingPossible(d *dispatcher) bool {
 }
 
 var _ = writer.ErrClosed
+
+// Stats returns the priority calls and dispatches counted so far.
+func Stats(c *Cue) (priorityCalls, dispatches, callbackErrors int64) {
+	return c.stats.priorityCalls.Load(), c.stats.dispatches.Load(), c.stats.callbackErrors.Load()
+}

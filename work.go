@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -51,6 +52,16 @@ type Submission struct {
 	// Retry, when set, replaces the task's retry policy for this unit. Its
 	// RetryOn is not stored: the task's RetryOn applies.
 	Retry *RetryPolicy
+	// DependsOn lists units that must complete first: IDs of stored units,
+	// or caller-chosen IDs of earlier or later submissions of the same
+	// batch. A dependency that fails or is cancelled fails this unit
+	// (ErrorKind prerequisite_failed or prerequisite_cancelled), at once
+	// if it already has.
+	DependsOn []string
+	// DependencyTimeout, when set, fails the unit (ErrorKind
+	// dependency_timeout) if its dependencies are still not satisfied that
+	// long after submission.
+	DependencyTimeout time.Duration
 }
 
 // Submitted reports a stored submission.
@@ -105,6 +116,8 @@ type WorkInfo struct {
 	LeasedBy       string
 	LeaseExpiresAt time.Time
 	HeartbeatAt    time.Time
+	// DependsOn lists the units this one waits for.
+	DependsOn []string
 	// Attempts is the history of runs, oldest first.
 	Attempts []Attempt
 }
@@ -115,7 +128,7 @@ func infoFrom(u *store.Unit) WorkInfo {
 		Runs: u.Runs, Failures: u.Failures,
 		CreatedAt: u.CreatedAt, RunAt: u.RunAt, StartedAt: u.StartedAt, FinishedAt: u.FinishedAt, Timeout: u.Timeout,
 		Result: u.Result, Error: u.Error, ErrorKind: u.ErrorKind,
-		LeasedBy: u.LeasedBy, LeaseExpiresAt: u.LeaseExpiresAt, HeartbeatAt: u.HeartbeatAt,
+		LeasedBy: u.LeasedBy, LeaseExpiresAt: u.LeaseExpiresAt, HeartbeatAt: u.HeartbeatAt, DependsOn: u.DependsOn,
 	}
 	for _, a := range u.Attempts {
 		wi.Attempts = append(wi.Attempts, Attempt{Run: a.Run, Start: a.Start, End: a.End, Outcome: a.Outcome, Error: a.Error})
@@ -186,36 +199,33 @@ func (c *Cue) SubmitBatch(ctx context.Context, subs []Submission) ([]Submitted, 
 		}
 		units[i] = u
 	}
-	op := &store.Insert{Units: units, At: now}
+	op := &store.Insert{Units: units, At: now, FailOnDeadDependency: true,
+		MaxQueued: c.cfg.MaxQueued, DropOldest: c.cfg.Overflow == OverflowDropOldest}
 	if c.cfg.FailedDuplicates == ResubmitFailedDuplicates {
 		op.OnFailedDuplicate = store.ResubmitFailedDuplicate
 	}
-	type out struct {
-		res store.Result
-		err error
+	if c.cfg.MaxQueued > 0 && len(units) > c.cfg.MaxQueued {
+		return nil, fmt.Errorf("%w: a batch of %d is larger than MaxQueued %d", ErrBackpressure, len(units), c.cfg.MaxQueued)
 	}
-	ch := make(chan out, 1)
-	err := c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
-		if err == nil && res[0].Err == nil {
-			c.inserted(units, res[0])
+	var o insertOutcome
+	for {
+		// Watch for commits before trying, so that room made between a
+		// refusal and the wait is not missed.
+		changed := c.hub.Changed()
+		var err error
+		if o, err = c.insert(ctx, op); err != nil {
+			return nil, err
 		}
-		var r store.Result
-		if err == nil {
-			r = res[0]
+		if !errors.Is(o.res.Err, ErrBackpressure) || c.cfg.Overflow != OverflowBlock {
+			break
 		}
-		ch <- out{r, err}
-	}})
-	if err != nil {
-		return nil, wrapStoreErr(err)
-	}
-	var o out
-	select {
-	case o = <-ch:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	if o.err != nil {
-		return nil, wrapStoreErr(o.err)
+		select {
+		case <-changed:
+		case <-c.hub.Done():
+			return nil, ErrClosed
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w: %w", ErrBackpressure, ctx.Err())
+		}
 	}
 	if o.res.Err != nil {
 		return nil, o.res.Err
@@ -227,12 +237,44 @@ func (c *Cue) SubmitBatch(ctx context.Context, subs []Submission) ([]Submitted, 
 	return res, nil
 }
 
+type insertOutcome struct {
+	res store.Result
+	err error
+}
+
+// insert runs one Insert through the writer and tells the dispatcher.
+func (c *Cue) insert(ctx context.Context, op *store.Insert) (insertOutcome, error) {
+	ch := make(chan insertOutcome, 1)
+	err := c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+		if err == nil && res[0].Err == nil {
+			c.inserted(op.Units, res[0])
+		}
+		var r store.Result
+		if err == nil {
+			r = res[0]
+		}
+		ch <- insertOutcome{r, err}
+	}})
+	if err != nil {
+		return insertOutcome{}, wrapStoreErr(err)
+	}
+	select {
+	case o := <-ch:
+		if o.err != nil {
+			return o, wrapStoreErr(o.err)
+		}
+		return o, nil
+	case <-ctx.Done():
+		return insertOutcome{}, ctx.Err()
+	}
+}
+
 func (c *Cue) unitFor(s Submission, now time.Time) (*store.Unit, error) {
 	if s.Task == "" {
 		return nil, fmt.Errorf("%w: submission without a task", ErrInvalid)
 	}
-	if s.Timeout < 0 {
-		return nil, fmt.Errorf("%w: negative Timeout", ErrInvalid)
+	if s.Timeout < 0 || s.DependencyTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative Timeout or DependencyTimeout", ErrInvalid)
 	}
 	id := s.ID
 	if id == "" {
@@ -247,6 +289,10 @@ func (c *Cue) unitFor(s Submission, now time.Time) (*store.Unit, error) {
 	u := &store.Unit{
 		ID: id, Task: s.Task, Target: s.Target, Params: params, State: store.Queued,
 		CreatedAt: now, RunAt: s.RunAt, Timeout: s.Timeout, IdempotencyKey: s.IdempotencyKey,
+		DependsOn: slices.Clone(s.DependsOn),
+	}
+	if s.DependencyTimeout > 0 {
+		u.DependencyDeadline = now.Add(s.DependencyTimeout)
 	}
 	if s.Retry != nil {
 		if err := s.Retry.validate(); err != nil {

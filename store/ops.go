@@ -36,6 +36,24 @@ type Insert struct {
 	At                   time.Time
 	OnFailedDuplicate    DuplicatePolicy
 	FailOnDeadDependency bool
+	// MaxQueued, when positive, bounds the queued units after the insert.
+	// When the insert would exceed it, the op fails with ErrBackpressure,
+	// or, with DropOldest, cancels the oldest queued units (reason
+	// "dropped", with events and propagation) to make room; if even that
+	// cannot make room, the op fails.
+	MaxQueued  int
+	DropOldest bool
+}
+
+// FailQueued fails a queued unit without running it (its dependencies did
+// not complete in time, say), propagating to its dependents. Result.Applied
+// reports whether the unit was queued.
+type FailQueued struct {
+	ID        string
+	At        time.Time
+	Error     string
+	ErrorKind string
+	Events    []Event
 }
 
 // InsertedUnit is the outcome of one unit of an Insert.
@@ -200,3 +218,4 @@ func (*PutTask) isOp()     {}
 func (*PutService) isOp()  {}
 func (*AppendEvent) isOp() {}
 func (*Prune) isOp()       {}
+func (*FailQueued) isOp()  {}

@@ -141,6 +141,7 @@ var (
 	ErrCycle             = errors.New("runcue: dependency cycle")
 	ErrSchemaTooNew      = errors.New("runcue: database schema is newer than this version of runcue")
 	ErrLocked            = errors.New("runcue: database is owned by another Cue")
+	ErrBackpressure      = errors.New("runcue: queue is full")
 )
 
 // LockedError reports that another Cue owns the database. It matches
@@ -223,6 +224,9 @@ type Store interface {
 	LoadActive(ctx context.Context, fn func(*Unit) error) error
 	// CountActive returns the number of queued and running units per task.
 	CountActive(ctx context.Context) (map[string]int, error)
+	// QueuedCount returns the number of queued units, cheaply (the store
+	// maintains it).
+	QueuedCount(ctx context.Context) (int, error)
 	// Dependents returns the units that depend on id.
 	Dependents(ctx context.Context, id string) ([]string, error)
 

@@ -27,6 +27,9 @@ type txn struct {
 	// (see mergeClaims).
 	merged map[*store.Finish]bool
 	pairs  map[*store.Claim]*store.Finish
+	// queued is the change this transaction makes to the queued count; it
+	// is written once, at commit.
+	queued int
 }
 
 func (t *txn) bind(args []any) []driver.NamedValue {
@@ -141,6 +144,12 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) ([]store.Result, erro
 				return err
 			}
 		}
+		if t.queued != 0 {
+			if _, err := t.exec(`UPDATE meta SET value = value + ? WHERE key = 'queued'`, int64(t.queued)); err != nil {
+				tx.Rollback()
+				return err
+			}
+		}
 		if err := tx.Commit(); err != nil {
 			tx.Rollback()
 			return err
@@ -211,6 +220,8 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 		return nil
 	case *store.Prune:
 		return t.prune(op, r)
+	case *store.FailQueued:
+		return t.failQueued(op, r)
 	}
 	return fmt.Errorf("runcue: sqlite: unknown op %T", op)
 }
@@ -221,12 +232,14 @@ func (t *txn) savepoint(r *store.Result, f func() error) error {
 	if _, err := t.exec("SAVEPOINT op"); err != nil {
 		return err
 	}
+	queued := t.queued
 	err := f()
 	var oe opError
 	if errors.As(err, &oe) {
 		if _, err := t.exec("ROLLBACK TO op"); err != nil {
 			return err
 		}
+		t.queued = queued
 		*r = store.Result{Err: oe.err}
 	} else if err != nil {
 		return err
@@ -367,6 +380,9 @@ func (t *txn) insert(op *store.Insert, r *store.Result) error {
 			return err
 		}
 		u.Seq, _ = res.LastInsertId()
+		if u.State == store.Queued {
+			t.queued++
+		}
 		*out = store.InsertedUnit{ID: u.ID, Seq: u.Seq, State: u.State}
 		state[u.ID] = u.State
 		for _, d := range u.DependsOn {
@@ -388,8 +404,73 @@ func (t *txn) insert(op *store.Insert, r *store.Result) error {
 			r.Events = append(r.Events, ev)
 		}
 	}
+	if op.MaxQueued > 0 {
+		if err := t.makeRoom(op, inBatch, r); err != nil {
+			return err
+		}
+	}
 	r.Applied = true
 	return nil
+}
+
+// makeRoom enforces Insert.MaxQueued after the units went in.
+func (t *txn) makeRoom(op *store.Insert, inBatch map[string]int, r *store.Result) error {
+	row, _, err := t.one(`SELECT value FROM meta WHERE key = 'queued'`)
+	if err != nil {
+		return err
+	}
+	over := int(asInt(row[0])) + t.queued - op.MaxQueued
+	if over <= 0 {
+		return nil
+	}
+	if !op.DropOldest {
+		return opError{fmt.Errorf("%w: %d queued units at most", store.ErrBackpressure, op.MaxQueued)}
+	}
+	rows, err := t.all(`SELECT id, task FROM work_units WHERE state = 'queued' ORDER BY seq LIMIT ?`, int64(over+len(inBatch)))
+	if err != nil {
+		return err
+	}
+	var victims [][2]string
+	for _, row := range rows {
+		if id := asStr(row[0]); len(victims) < over {
+			if _, mine := inBatch[id]; !mine {
+				victims = append(victims, [2]string{id, asStr(row[1])})
+			}
+		}
+	}
+	if len(victims) < over {
+		return opError{fmt.Errorf("%w: %d queued units at most", store.ErrBackpressure, op.MaxQueued)}
+	}
+	for _, v := range victims {
+		if _, err := t.exec(`UPDATE work_units SET state='cancelled', finished_at=?, error='dropped', error_kind='dropped' WHERE id=?`,
+			ns(op.At), v[0]); err != nil {
+			return err
+		}
+		t.queued--
+		ev := store.Event{Type: store.EventWorkCancelled, WorkID: v[0], Task: v[1], Data: []byte(`{"reason":"dropped"}`)}
+		if err := t.event(&ev, op.At); err != nil {
+			return err
+		}
+		r.Events = append(r.Events, ev)
+		if err := t.propagate(v[0], store.Cancelled, false, op.At, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (t *txn) failQueued(op *store.FailQueued, r *store.Result) error {
+	ok, err := t.changed(`UPDATE work_units SET state='failed', finished_at=?, error=?, error_kind=? WHERE id=? AND state='queued'`,
+		ns(op.At), nullStr(op.Error), nullStr(op.ErrorKind), op.ID)
+	if err != nil || !ok {
+		return err
+	}
+	t.queued--
+	r.Applied = true
+	if err := t.events(r, op.Events, op.ID, op.At); err != nil {
+		return err
+	}
+	return t.propagate(op.ID, store.Failed, false, op.At, r)
 }
 
 // checkCycles finds a cycle among the batch's own dependencies.
@@ -481,6 +562,7 @@ func (t *txn) claim(op *store.Claim, r *store.Result) error {
 	if err != nil || !ok {
 		return err
 	}
+	t.queued--
 	r.Applied = true
 	for _, svc := range op.ServiceLog {
 		if _, err := t.exec(`INSERT INTO service_log(service, started_at, work_id) VALUES(?,?,?)`, svc, ns(op.At), op.ID); err != nil {
@@ -552,6 +634,9 @@ func (t *txn) finish(op *store.Finish, r *store.Result) error {
 	if err != nil || !ok {
 		return err
 	}
+	if op.State == store.Queued {
+		t.queued++
+	}
 	r.Applied = true
 	if err := t.events(r, op.Events, op.ID, op.At); err != nil {
 		return err
@@ -599,6 +684,7 @@ func (t *txn) propagate(id string, rootState store.State, cascade bool, at time.
 			if !ok {
 				continue
 			}
+			t.queued--
 			data := map[string]any{"error": kind, "error_kind": kind, "prerequisite": cur.id}
 			if state == store.Failed {
 				data["will_retry"] = false
@@ -655,6 +741,7 @@ func (t *txn) recover(op *store.Recover, r *store.Result) error {
 				attempts=`+appendAttempt+` WHERE id=?`, att, att, x.id); err != nil {
 			return err
 		}
+		t.queued++
 		ev := store.Event{Type: store.EventWorkRecovered, WorkID: x.id, Task: x.task, Attempt: x.runs}
 		if err := t.event(&ev, op.At); err != nil {
 			return err
@@ -686,6 +773,7 @@ func (t *txn) cancel(op *store.Cancel, r *store.Result) error {
 			ns(op.At), reason, op.ID); err != nil {
 			return err
 		}
+		t.queued--
 		r.Applied = true
 		evs := op.Events
 		if len(evs) == 0 {
@@ -797,6 +885,7 @@ func (t *txn) requeueOne(id string, at time.Time, r *store.Result) (bool, error)
 	if err != nil || !found {
 		return false, err
 	}
+	t.queued++
 	task := asStr(row[0])
 	ev := store.Event{Type: store.EventWorkQueued, WorkID: id, Task: task, Data: []byte(`{"reason":"retry"}`)}
 	if err := t.event(&ev, at); err != nil {
@@ -917,7 +1006,7 @@ func (t *txn) prune(op *store.Prune, r *store.Result) error {
 }
 
 func simpleInsert(op *store.Insert) bool {
-	if len(op.Units) != 1 {
+	if len(op.Units) != 1 || op.MaxQueued > 0 {
 		return false
 	}
 	u := op.Units[0]
@@ -992,6 +1081,9 @@ func (t *txn) claimFinish(c *store.Claim, f *store.Finish, r *store.Result) erro
 	t.merged[f] = ok
 	if !ok {
 		return nil
+	}
+	if f.State != store.Queued {
+		t.queued--
 	}
 	r.Applied = true
 	for _, svc := range c.ServiceLog {

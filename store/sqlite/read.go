@@ -381,3 +381,11 @@ func (s *Store) ServiceLogPrefix(ctx context.Context, prefix string, since time.
 	}
 	return out, rows.Err()
 }
+
+// QueuedCount returns the number of queued units, from the count every
+// transaction maintains.
+func (s *Store) QueuedCount(ctx context.Context) (int, error) {
+	var n int
+	err := s.read.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'queued'`).Scan(&n)
+	return n, err
+}

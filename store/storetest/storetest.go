@@ -58,6 +58,8 @@ func Run(t *testing.T, open Opener) {
 		{"Acquire", testAcquire},
 		{"ConcurrentApply", testConcurrentApply},
 		{"ConcurrentReads", testConcurrentReads},
+		{"Backpressure", testBackpressure},
+		{"FailQueued", testFailQueued},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,6 +67,12 @@ func Run(t *testing.T, open Opener) {
 			h := &harness{t: t, st: st, again: again, ctx: context.Background(), now: time.Unix(1_800_000_000, 0)}
 			t.Cleanup(func() { st.Close() })
 			tc.fn(t, h)
+			// Every test also checks the maintained queued count.
+			n, err := st.QueuedCount(h.ctx)
+			require.NoError(t, err)
+			queued, err := st.ListUnits(h.ctx, store.ListFilter{States: []store.State{store.Queued}, Limit: 1 << 30})
+			require.NoError(t, err)
+			assert.Equal(t, len(queued), n, "QueuedCount after the test's ops")
 		})
 	}
 }
@@ -1076,4 +1084,68 @@ func testClaimFinishOneBatch(t *testing.T, h *harness) {
 			prev = e.Seq
 		}
 	}
+}
+
+func testBackpressure(t *testing.T, h *harness) {
+	var first []*store.Unit
+	for range 3 {
+		first = append(first, h.unit("a"))
+	}
+	h.insert(first...)
+	over := []*store.Unit{h.unit("a"), h.unit("a")}
+	r := h.apply(&store.Insert{Units: over, At: h.tick(), MaxQueued: 4})[0]
+	require.ErrorIs(t, r.Err, store.ErrBackpressure)
+	_, err := h.st.GetUnit(h.ctx, over[0].ID)
+	assert.ErrorIs(t, err, store.ErrNotFound, "a refused insert stores nothing")
+	n, _ := h.st.QueuedCount(h.ctx)
+	assert.Equal(t, 3, n)
+	r = h.apply(&store.Insert{Units: []*store.Unit{h.unit("a")}, At: h.tick(), MaxQueued: 4})[0]
+	require.NoError(t, r.Err, "room for one")
+
+	// Running units do not count.
+	h.claim(first[0].ID, 1)
+	r = h.apply(&store.Insert{Units: []*store.Unit{h.unit("a")}, At: h.tick(), MaxQueued: 4})[0]
+	require.NoError(t, r.Err)
+
+	// Drop oldest: the oldest queued units are cancelled to make room.
+	dep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{first[1].ID} })
+	h.insert(dep) // now 5 queued
+	fresh := []*store.Unit{h.unit("a"), h.unit("a")}
+	r = h.apply(&store.Insert{Units: fresh, At: h.tick(), MaxQueued: 5, DropOldest: true})[0]
+	require.NoError(t, r.Err)
+	got := h.get(first[1].ID)
+	assert.Equal(t, store.Cancelled, got.State)
+	assert.Equal(t, "dropped", got.ErrorKind)
+	assert.Equal(t, store.Cancelled, h.get(first[2].ID).State, "two dropped for two new")
+	assert.Equal(t, "prerequisite_cancelled", h.get(dep.ID).ErrorKind, "dropping propagates")
+	var dropped int
+	for _, e := range r.Events {
+		if e.Type == store.EventWorkCancelled {
+			dropped++
+			assert.JSONEq(t, `{"reason":"dropped"}`, string(e.Data))
+		}
+	}
+	assert.Equal(t, 2, dropped)
+	n, _ = h.st.QueuedCount(h.ctx)
+	assert.LessOrEqual(t, n, 5)
+	// An insert larger than the bound cannot make room by dropping.
+	var big []*store.Unit
+	for range 6 {
+		big = append(big, h.unit("a"))
+	}
+	r = h.apply(&store.Insert{Units: big, At: h.tick(), MaxQueued: 5, DropOldest: true})[0]
+	assert.ErrorIs(t, r.Err, store.ErrBackpressure)
+}
+
+func testFailQueued(t *testing.T, h *harness) {
+	c := chain(h, 3)
+	r := h.apply(&store.FailQueued{ID: c[0].ID, At: h.tick(), Error: "waited too long", ErrorKind: "dependency_timeout",
+		Events: []store.Event{{Type: "work_failed", Task: "a"}}})[0]
+	require.True(t, r.Applied)
+	got := h.get(c[0].ID)
+	assert.Equal(t, store.Failed, got.State)
+	assert.Equal(t, "dependency_timeout", got.ErrorKind)
+	assert.Equal(t, "prerequisite_failed", h.get(c[2].ID).ErrorKind)
+	assert.Len(t, r.Events, 3)
+	assert.False(t, h.apply(&store.FailQueued{ID: c[0].ID, At: h.tick()})[0].Applied, "only a queued unit")
 }

@@ -1,0 +1,253 @@
+package runcue
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/runcue/runcue/internal/broker"
+	"github.com/runcue/runcue/store"
+)
+
+// ReasonKind names why a unit is not running. The strings are stable.
+type ReasonKind string
+
+// Reasons a unit is not running now.
+const (
+	// ReasonRunning: it is running.
+	ReasonRunning ReasonKind = "running"
+	// ReasonFinished: it is completed, failed or cancelled.
+	ReasonFinished ReasonKind = "finished"
+	// ReasonDependencies: it waits for Dependencies to complete.
+	ReasonDependencies ReasonKind = "waiting_dependencies"
+	// ReasonDependencyCheck: its dependencies completed, but
+	// Config.DependencySatisfied does not (yet) say they are usable; Until
+	// is the next check.
+	ReasonDependencyCheck ReasonKind = "dependency_not_satisfied"
+	// ReasonServiceBusy: Service is at its concurrency limit.
+	ReasonServiceBusy ReasonKind = "service_at_capacity"
+	// ReasonRateLimited: Service's rate window is full until Until.
+	ReasonRateLimited ReasonKind = "rate_window_full"
+	// ReasonCircuitOpen: Service's circuit is open until Until.
+	ReasonCircuitOpen ReasonKind = "circuit_open"
+	// ReasonCircuitProbe: Service's circuit is half-open and its one probe
+	// is running.
+	ReasonCircuitProbe ReasonKind = "circuit_probing"
+	// ReasonPaused: Service is paused.
+	ReasonPaused ReasonKind = "service_paused"
+	// ReasonServiceRetryAfter: Service asked for a pause (Retry-After)
+	// until Until.
+	ReasonServiceRetryAfter ReasonKind = "service_retry_after"
+	// ReasonGlobalCap: Config.MaxConcurrent units are running.
+	ReasonGlobalCap ReasonKind = "global_cap"
+	// ReasonTaskCap: the task's MaxConcurrent units are running.
+	ReasonTaskCap ReasonKind = "task_cap"
+	// ReasonBackoff: it failed and retries at Until.
+	ReasonBackoff ReasonKind = "retry_backoff"
+	// ReasonRetryAfter: its last run was deferred by a Retry-After; it runs
+	// again at Until.
+	ReasonRetryAfter ReasonKind = "retry_after"
+	// ReasonRunAt: it was submitted to run at Until.
+	ReasonRunAt ReasonKind = "run_at"
+	// ReasonBackpressure: the queue is over its high-water mark; new
+	// submissions are refused or wait (informational).
+	ReasonBackpressure ReasonKind = "backpressure"
+	// ReasonTaskNotRegistered: its task type has no handler in the owning
+	// Cue.
+	ReasonTaskNotRegistered ReasonKind = "task_not_registered"
+	// ReasonNotOwned: no Cue in this process owns the database (Start), so
+	// nothing here dispatches it; the reasons given are those the database
+	// shows.
+	ReasonNotOwned ReasonKind = "not_owned"
+	// ReasonStopping: the owning Cue is stopping, or its store failed.
+	ReasonStopping ReasonKind = "stopping"
+	// ReasonEligible: nothing holds it back; it runs when its turn comes
+	// (submission order, or priority when Config.Priority is set).
+	ReasonEligible ReasonKind = "eligible"
+)
+
+// Reason is one reason a unit is not running.
+type Reason struct {
+	Kind ReasonKind
+	// Service is the service concerned, if any.
+	Service string
+	// Until is when the reason may end, if known.
+	Until time.Time
+	// Dependencies are the units still awaited (ReasonDependencies).
+	Dependencies []string
+	// Detail is a human-readable sentence.
+	Detail string
+}
+
+// Explanation says why a unit is not running now.
+type Explanation struct {
+	ID    string
+	Task  string
+	State State
+	// Reasons are every reason that holds now, most fundamental first.
+	Reasons []Reason
+}
+
+// Explain says why a unit is not running right now: waiting on
+// dependencies, a service at its cap, a rate window full until some time,
+// an open circuit, a paused service, the global or task cap, retry backoff
+// or RunAt, backpressure, or a task type not registered. In the owning Cue
+// the answer comes from the dispatcher's live state; elsewhere, from the
+// database.
+func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
+	if err := c.checkOpen(); err != nil {
+		return Explanation{}, err
+	}
+	if d := c.disp.Load(); d != nil {
+		ch := make(chan Explanation, 1)
+		d.in.Push(msg{kind: mExplain, id: id, explain: ch})
+		select {
+		case ex := <-ch:
+			if ex.ID != "" {
+				return ex, nil
+			}
+			// Not in the dispatcher's memory: finished, or not loaded yet.
+		case <-d.done:
+		case <-ctx.Done():
+			return Explanation{}, ctx.Err()
+		}
+	}
+	u, err := c.st.GetUnit(ctx, id)
+	if err != nil {
+		return Explanation{}, err
+	}
+	ex := Explanation{ID: u.ID, Task: u.Task, State: u.State}
+	switch {
+	case u.State.Terminal():
+		ex.Reasons = []Reason{{Kind: ReasonFinished, Detail: fmt.Sprintf("the unit is %s", u.State)}}
+	case u.State == store.Running:
+		ex.Reasons = []Reason{{Kind: ReasonRunning, Detail: "running on " + u.LeasedBy}}
+	default:
+		if c.disp.Load() == nil {
+			ex.Reasons = append(ex.Reasons, Reason{Kind: ReasonNotOwned, Detail: "this Cue does not own the database; another process (or none) dispatches"})
+		}
+		for _, dep := range u.DependsOn {
+			du, err := c.st.GetUnit(ctx, dep)
+			if err == nil && !du.State.Terminal() {
+				ex.Reasons = append(ex.Reasons, Reason{Kind: ReasonDependencies, Dependencies: []string{dep},
+					Detail: fmt.Sprintf("waiting for %s (%s)", dep, du.State)})
+			}
+		}
+		if u.RunAt.After(c.clock.Now()) {
+			ex.Reasons = append(ex.Reasons, timeReason(whyOf(u), u.RunAt))
+		}
+	}
+	return ex, nil
+}
+
+func whyOf(u *store.Unit) string {
+	switch {
+	case u.ErrorKind == "retry_after":
+		return "retry_after"
+	case u.Failures > 0:
+		return "backoff"
+	}
+	return "run_at"
+}
+
+func timeReason(why string, at time.Time) Reason {
+	switch why {
+	case "retry_after":
+		return Reason{Kind: ReasonRetryAfter, Until: at, Detail: "deferred by a Retry-After until " + at.Format(time.RFC3339)}
+	case "backoff":
+		return Reason{Kind: ReasonBackoff, Until: at, Detail: "retrying after a failure at " + at.Format(time.RFC3339)}
+	}
+	return Reason{Kind: ReasonRunAt, Until: at, Detail: "submitted to run at " + at.Format(time.RFC3339)}
+}
+
+// explain runs on the dispatcher goroutine. It returns an empty Explanation
+// for a unit it does not hold.
+func (d *dispatcher) explain(id string) Explanation {
+	now := d.clock.Now()
+	u := d.units[id]
+	if u == nil {
+		for task, o := range d.orphans {
+			if ou := o[id]; ou != nil {
+				return Explanation{ID: id, Task: task, State: StateQueued, Reasons: []Reason{{Kind: ReasonTaskNotRegistered,
+					Detail: fmt.Sprintf("no handler for task type %q in the owning Cue", task)}}}
+			}
+		}
+		return Explanation{}
+	}
+	ex := Explanation{ID: id, Task: u.task, State: StateQueued}
+	add := func(r Reason) { ex.Reasons = append(ex.Reasons, r) }
+	if d.stopping || d.failed != nil {
+		add(Reason{Kind: ReasonStopping, Detail: "the owning Cue is stopping or its store failed: nothing is dispatched"})
+	}
+	switch u.state {
+	case uRunning:
+		ex.State = StateRunning
+		add(Reason{Kind: ReasonRunning, Detail: "running"})
+		return ex
+	case uBlocked:
+		var waiting []string
+		for _, dep := range u.deps {
+			if d.holds(dep) {
+				waiting = append(waiting, dep)
+			}
+		}
+		add(Reason{Kind: ReasonDependencies, Dependencies: waiting, Until: u.depsBy,
+			Detail: fmt.Sprintf("waiting for %d of %d dependencies to complete", len(waiting), len(u.deps))})
+	case uChecking:
+		r := Reason{Kind: ReasonDependencyCheck, Detail: "dependencies completed; DependencySatisfied has not said they are usable"}
+		for _, e := range d.timers.Items() {
+			if e.kind == tRecheck && e.u == u {
+				r.Until = e.at
+			}
+		}
+		add(r)
+	case uWaiting:
+		add(timeReason(u.why, u.runAt))
+	case uReady:
+		if d.inflight >= d.c.cfg.MaxConcurrent {
+			add(Reason{Kind: ReasonGlobalCap, Detail: fmt.Sprintf("%d units are running, the Cue's MaxConcurrent", d.inflight)})
+		}
+		for _, r := range u.lane.resources {
+			if rs, ok := d.resourceReason(r, now); ok {
+				add(rs)
+			}
+		}
+		if len(ex.Reasons) == 0 {
+			add(Reason{Kind: ReasonEligible, Detail: "nothing holds it back; it runs when its turn comes"})
+		}
+	}
+	if d.bpActive {
+		add(Reason{Kind: ReasonBackpressure, Detail: fmt.Sprintf("the queue is over its high-water mark (%d queued, MaxQueued %d)",
+			d.queuedCount(), d.c.cfg.MaxQueued)})
+	}
+	return ex
+}
+
+// resourceReason says why r refuses a dispatch now, if it does. It reads
+// r's state without changing it.
+func (d *dispatcher) resourceReason(r *resource, now time.Time) (Reason, bool) {
+	name := r.name
+	switch {
+	case r.class == "" && r.limit > 0 && r.active >= r.limit:
+		return Reason{Kind: ReasonTaskCap, Detail: fmt.Sprintf("%d units of the task are running, its MaxConcurrent", r.active)}, true
+	case r.class == "":
+		return Reason{}, false
+	case r.paused:
+		return Reason{Kind: ReasonPaused, Service: name, Detail: name + " is paused"}, true
+	case r.blockedUntil.After(now):
+		return Reason{Kind: ReasonServiceRetryAfter, Service: name, Until: r.blockedUntil,
+			Detail: name + " asked to wait (Retry-After)"}, true
+	case r.circuit != nil && r.circuit.State == broker.Open && now.Before(r.circuit.Until):
+		return Reason{Kind: ReasonCircuitOpen, Service: name, Until: r.circuit.Until,
+			Detail: fmt.Sprintf("%s's circuit is open after %d consecutive failures", name, r.circuit.Threshold)}, true
+	case r.circuit != nil && r.circuit.State == broker.HalfOpen && r.circuit.Probing:
+		return Reason{Kind: ReasonCircuitProbe, Service: name, Detail: name + "'s circuit is half-open; its probe is running"}, true
+	case r.limit > 0 && r.active >= r.limit:
+		return Reason{Kind: ReasonServiceBusy, Service: name,
+			Detail: fmt.Sprintf("%s has %d of %d slots in use", name, r.active, r.limit)}, true
+	case r.window != nil && !r.window.Allow(now):
+		return Reason{Kind: ReasonRateLimited, Service: name, Until: r.window.NextFree(now),
+			Detail: fmt.Sprintf("%s's rate window is full (%d per %v)", name, r.window.Limit(), r.window.Length())}, true
+	}
+	return Reason{}, false
+}
