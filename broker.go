@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 
 	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/internal/heaps"
@@ -366,6 +370,15 @@ func (d *dispatcher) release(l *lane) {
 // resource wakes its next waiter, so capacity is never left idle while
 // lanes wait for it.
 func (d *dispatcher) park(l *lane, r *resource, until time.Time) {
+	if r.window != nil && !until.IsZero() && !r.paused && !r.blockedUntil.After(d.clock.Now()) &&
+		(r.limit == 0 || r.active < r.limit) {
+		// Held back by the rate window.
+		d.c.tel.rateLimited.Add(bg, 1, metric.WithAttributes(attribute.String("service", r.class)))
+		if d.c.log.Enabled(bg, slog.LevelDebug) {
+			d.c.log.Debug("service_rate_limited", "service", r.name, "current_rate", r.window.Count(d.clock.Now()),
+				"limit", r.window.Limit(), "window", r.window.Length())
+		}
+	}
 	l.parkedOn = r
 	r.waiters.Push(l)
 	if !until.IsZero() {
@@ -435,10 +448,15 @@ func (d *dispatcher) noteCircuit(r *resource) {
 	}
 	from := r.lastCircuit
 	r.lastCircuit = r.circuit.State
-	d.c.log.Info("runcue: circuit "+string(r.circuit.State), "service", r.name, "from", string(from))
-	if r.circuit.State == broker.Open {
+	switch r.circuit.State {
+	case broker.Open:
+		d.c.log.Warn("circuit_opened", "service", r.name, "failures", r.circuit.Threshold, "from", string(from),
+			"until", r.circuit.Until)
 		d.resourceTimer(r, r.circuit.Until)
+	default:
+		d.c.log.Info("circuit_"+string(r.circuit.State), "service", r.name, "from", string(from))
 	}
+	d.countOpenCircuits()
 	d.persistBroker(r)
 	d.markStatus(r)
 }
@@ -726,4 +744,25 @@ func sortedNames[V any](m map[string]V) []string {
 	}
 	slices.Sort(names)
 	return names
+}
+
+// countOpenCircuits refreshes the metrics' view of open circuits, by class.
+func (d *dispatcher) countOpenCircuits() {
+	open := map[string]int64{}
+	count := func(r *resource) {
+		if r.circuit != nil {
+			if r.circuit.State != broker.Closed {
+				open[r.class]++
+			} else if _, ok := open[r.class]; !ok {
+				open[r.class] = 0
+			}
+		}
+	}
+	for _, r := range d.services {
+		count(r)
+	}
+	for _, r := range d.keyed {
+		count(r)
+	}
+	d.c.tel.openCircuit.Store(&open)
 }

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/runcue/runcue"
@@ -41,6 +42,57 @@ func runChild(mode string) int {
 			time.Sleep(5*time.Millisecond + time.Duration(rand.IntN(20_000))*time.Microsecond)
 			return nil, nil
 		}}))
+	case "subscriber":
+		// Own the database, run "step" units, and journal the sequence number
+		// of every durable event received, resuming after the last one
+		// journaled (RUNCUE_SEQS).
+		must(c.Task("step", runcue.Task{Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			time.Sleep(2*time.Millisecond + time.Duration(rand.IntN(4000))*time.Microsecond)
+			return nil, nil
+		}}))
+		path := os.Getenv("RUNCUE_SEQS")
+		want, _ := strconv.Atoi(os.Getenv("RUNCUE_UNITS"))
+		var last int64
+		completed := 0
+		if b, err := os.ReadFile(path); err == nil {
+			for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+				f := strings.Fields(line)
+				if len(f) != 2 {
+					continue // a line cut by the kill: its event comes again
+				}
+				last, _ = strconv.ParseInt(f[0], 10, 64)
+				if f[1] == string(runcue.EventWorkCompleted) {
+					completed++
+				}
+			}
+		}
+		if completed >= want {
+			fmt.Println("drained") // the previous life saw the last completion, then died
+			c.Close()
+			return 0
+		}
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		evs, _ := c.Subscribe(ctx, runcue.SubscribeOptions{After: last, Types: []runcue.EventType{
+			runcue.EventWorkQueued, runcue.EventWorkStarted, runcue.EventWorkCompleted, runcue.EventWorkRecovered}})
+		must(c.Start(ctx))
+		fmt.Println("ready")
+		for ev := range evs {
+			if _, err := f.WriteString(strconv.FormatInt(ev.Seq, 10) + " " + string(ev.Type) + "\n"); err != nil {
+				return 2
+			}
+			if ev.Type == runcue.EventWorkCompleted {
+				if completed++; completed == want {
+					fmt.Println("drained")
+					c.Close()
+					return 0
+				}
+			}
+		}
+		return 0
 	case "hold":
 		must(c.Service("one", runcue.Service{MaxConcurrent: 1}))
 		must(c.Task("quick", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return "quick", nil }}))
@@ -75,5 +127,3 @@ func must(err error) {
 		os.Exit(2)
 	}
 }
-
-var _ = strconv.Itoa

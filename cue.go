@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/runcue/runcue/clock"
 	"github.com/runcue/runcue/internal/hub"
 	"github.com/runcue/runcue/internal/ulid"
@@ -53,6 +56,13 @@ type Config struct {
 	// subscribers; a subscriber further behind reads from the database.
 	// Default 4096.
 	EventBuffer int
+	// EventRetention is how long durable events are kept for subscribers
+	// to resume from; the owner deletes older ones in the background.
+	// Default 7 days.
+	EventRetention time.Duration
+	// QueueStatusInterval is the period of queue_status events from the
+	// owner. Default 5s; negative disables them.
+	QueueStatusInterval time.Duration
 	// ShutdownTimeout bounds how long Close waits for running handlers
 	// after cancelling them. Default 10s.
 	ShutdownTimeout time.Duration
@@ -117,9 +127,17 @@ type Config struct {
 	// Clock is the time source of every scheduling decision. Default
 	// clock.Real().
 	Clock clock.Clock
-	// Logger receives structured logs. Params and results are never logged.
+	// Logger receives structured logs: lifecycle transitions at Debug
+	// (work_started, work_completed), failures and circuit changes at Info
+	// and Warn, store failures at Error. Params and results are never logged.
 	// Default slog.Default().
 	Logger *slog.Logger
+	// MeterProvider receives runcue's metrics (see telemetry.go). Default
+	// otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives one span per run. Default
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
 }
 
 // FailedDuplicatePolicy says what to do with a submission whose idempotency
@@ -157,6 +175,12 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.EventBuffer <= 0 {
 		cfg.EventBuffer = 4096
+	}
+	if cfg.EventRetention <= 0 {
+		cfg.EventRetention = 7 * 24 * time.Hour
+	}
+	if cfg.QueueStatusInterval == 0 {
+		cfg.QueueStatusInterval = 5 * time.Second
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 10 * time.Second
@@ -217,6 +241,7 @@ type Cue struct {
 
 	testHooks testHooks
 	stats     stats
+	tel       *telemetry
 	bg        sync.WaitGroup // the OnBackpressure caller
 }
 
@@ -272,6 +297,15 @@ func New(st store.Store, cfg Config) (*Cue, error) {
 	}
 	for name := range stored {
 		c.knownTasks[name] = true
+	}
+	c.tel, err = newTelemetry(cfg.MeterProvider, cfg.TracerProvider, func() (int64, bool) {
+		if d := c.disp.Load(); d != nil {
+			return d.queued.Load(), true
+		}
+		return 0, false // only the owner reports the queue
+	})
+	if err != nil {
+		return nil, fmt.Errorf("runcue: telemetry: %w", err)
 	}
 	c.hub = hub.New(st, cfg.EventBuffer, last)
 	c.w = writer.New(writer.Config{
@@ -465,6 +499,7 @@ func (c *Cue) Close() error {
 	c.w.Close()
 	c.hub.Close()
 	c.bg.Wait()
+	c.tel.close()
 	var errs []error
 	if c.ownsStore {
 		errs = append(errs, c.st.Close())

@@ -5,11 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runcue/runcue/clock"
 	"github.com/runcue/runcue/internal/heaps"
@@ -56,6 +61,7 @@ const (
 	mScores                        // a late scoring pass finished
 	mFed                           // a Feed call finished
 	mExplain                       // explain a unit
+	mProgress                      // a handler reported progress
 )
 
 type msg struct {
@@ -114,6 +120,8 @@ type unit struct {
 	depsBy    time.Time // DependencyDeadline
 	checking  bool      // a DependencySatisfied check is in flight
 	why       string    // why runAt is set: "backoff", "retry_after", "run_at"
+	trace     []byte    // the submitter's trace context
+	readyAt   time.Time // when it last became eligible
 	state     int
 	lane      *lane
 	laneIdx   int // position in lane heap
@@ -157,6 +165,17 @@ type run struct {
 	cancelled *CancelOptions
 	// lastBeat is the time of the last heartbeat written (Unix ns).
 	lastBeat atomic.Int64
+	// span is the run's trace span.
+	span trace.Span
+	// progress is the latest value the handler reported, throttled.
+	progress progress
+}
+
+type progress struct {
+	mu       sync.Mutex
+	latest   []byte
+	lastEmit time.Time
+	pending  bool // an emission is scheduled
 }
 
 type taskRT struct {
@@ -181,6 +200,8 @@ const (
 	tDepDeadline           // a unit's DependencyTimeout
 	tRecheck               // ask DependencySatisfied again
 	tFeed                  // call Feed again
+	tProgress              // a run's throttled progress is due
+	tQueueStatus           // time for a queue_status event
 )
 
 type timerEntry struct {
@@ -242,6 +263,9 @@ type dispatcher struct {
 	scores   map[string]scoreEntry // priority scores, by unit
 	scoring  bool                  // a scoring pass is still running
 	overruns int                   // consecutive scoring passes that overran
+
+	// queued mirrors queuedCount for the metrics goroutine.
+	queued atomic.Int64
 
 	feeding   bool
 	feedWait  bool // Feed returned nothing or failed: wait FeedInterval
@@ -342,7 +366,7 @@ func (d *dispatcher) addUnit(su *store.Unit, keepParams bool) {
 	}
 	u := &unit{id: su.ID, seq: su.Seq, task: su.Task, target: su.Target, params: su.Params, hasParams: true,
 		runs: su.Runs, failures: su.Failures, deferrals: su.Deferrals, runAt: su.RunAt, timeout: su.Timeout, laneIdx: -1,
-		createdAt: su.CreatedAt, deps: su.DependsOn, depsBy: su.DependencyDeadline}
+		createdAt: su.CreatedAt, deps: su.DependsOn, depsBy: su.DependencyDeadline, trace: su.Trace}
 	switch {
 	case su.RunAt.IsZero():
 	case su.ErrorKind == "retry_after":
@@ -394,6 +418,7 @@ func (d *dispatcher) makeEligible(u *unit) {
 		return
 	}
 	u.state = uReady
+	u.readyAt = d.clock.Now()
 	rt := d.tasks[u.task]
 	l := rt.base
 	if len(u.keys) > 0 || u.keyErr != nil {
@@ -463,6 +488,7 @@ func (d *dispatcher) run() {
 			d.handle(m)
 		}
 		d.fireTimers()
+		d.queued.Store(int64(d.queuedCount()))
 		d.backpressure() // the queue as the messages left it, then as dispatch leaves it
 		d.dispatch()
 		d.backpressure()
@@ -619,6 +645,12 @@ func (d *dispatcher) handle(m msg) {
 		d.fed(m.err)
 	case mExplain:
 		m.explain <- d.explain(m.id)
+	case mProgress:
+		if m.end.After(d.clock.Now()) {
+			d.pushTimer(&timerEntry{at: m.end, kind: tProgress, r: m.run})
+		} else {
+			d.emitProgress(m.run)
+		}
 	}
 }
 
@@ -727,6 +759,10 @@ func (d *dispatcher) fireTimers() {
 			}
 		case tFeed:
 			d.feedWait = false
+		case tProgress:
+			d.emitProgress(e.r)
+		case tQueueStatus:
+			d.queueStatus(now)
 		}
 	}
 }
@@ -780,6 +816,17 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 		// Let the handler see its deadline; the timer heap still decides.
 		r.ctx, r.stopDL = context.WithDeadlineCause(r.ctx, r.deadline, ErrTimeout)
 	}
+	r.ctx, r.span = d.c.tel.startSpan(r.ctx, u.trace, u.task, u.id, r.no)
+	tel := d.c.tel
+	tel.queueWait.Record(bg, seconds(now.Sub(u.readyAt)), taskAttr(u.task))
+	for _, res := range l.resources {
+		if res.class != "" {
+			tel.requests.Add(bg, 1, metric.WithAttributes(attribute.String("service", res.class)))
+		}
+	}
+	if d.c.log.Enabled(bg, slog.LevelDebug) {
+		d.c.log.Debug("work_started", "work_unit_id", u.id, "task_type", u.task, "attempt", r.no)
+	}
 	d.runs[u.id] = r
 	d.inflight++
 	d.c.stats.dispatches.Add(1)
@@ -830,6 +877,7 @@ func (d *dispatcher) claimed(r *run, applied bool) {
 		if !r.ended {
 			d.end(r, true, verdictNone)
 			d.forget(r.u)
+			endSpan(r.span, "abandoned", nil)
 		}
 	case r.ended:
 		// Its deadline passed first; nothing to run.
@@ -844,7 +892,7 @@ func (d *dispatcher) claimed(r *run, applied bool) {
 // execute runs on the handler goroutine.
 func (d *dispatcher) execute(r *run) {
 	w := &Work{ID: r.id, Task: r.task, Target: r.target, Params: r.params, Attempt: r.no,
-		beat: func() { d.heartbeat(r) }}
+		beat: func() { d.heartbeat(r) }, report: func(b []byte) { d.reportProgress(r, b) }}
 	var res any
 	var err error
 	if r.load {
@@ -869,6 +917,48 @@ func (d *dispatcher) execute(r *run) {
 		}
 	}
 	d.in.Push(msg{kind: mDone, run: r, result: out, err: err, end: d.clock.Now()})
+}
+
+// record reports a run's outcome to metrics, its span and the log.
+func (d *dispatcher) record(r *run, fin *store.Finish, err error, end time.Time) {
+	outcome := fin.Attempt.Outcome
+	if outcome == "" {
+		outcome = "abandoned" // the claim was refused: nothing ran for the record
+	}
+	tel, log := d.c.tel, d.c.log
+	tel.runDuration.Record(bg, seconds(end.Sub(r.start)), taskOutcome(r.task, outcome))
+	switch outcome {
+	case "completed":
+		tel.completed.Add(bg, 1, taskAttr(r.task))
+		if log.Enabled(bg, slog.LevelDebug) {
+			log.Debug("work_completed", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no, "duration", end.Sub(r.start))
+		}
+	case "failed", "timeout", "panic":
+		tel.failed.Add(bg, 1, taskOutcome(r.task, outcome))
+		willRetry := fin.State == store.Queued
+		level := slog.LevelWarn
+		if willRetry {
+			level = slog.LevelInfo
+		}
+		errText := fin.Error
+		if outcome == "panic" {
+			errText = firstLine(errText) // the stack is in the unit's history
+		}
+		log.Log(bg, level, "work_failed", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no,
+			"error", errText, "error_kind", fin.ErrorKind, "will_retry", willRetry)
+	case "cancelled", "interrupted", "deferred":
+		log.Info("work_"+outcome, "work_unit_id", r.id, "task_type", r.task, "attempt", r.no)
+	}
+	endSpan(r.span, outcome, err)
+}
+
+func firstLine(s string) string {
+	for i := range len(s) {
+		if s[i] == '\n' {
+			return s[:i]
+		}
+	}
+	return s
 }
 
 // panicError records a handler panic.
@@ -936,11 +1026,13 @@ func (d *dispatcher) finished(m msg) {
 		d.end(r, true, verdictNone)
 		r.cancel(nil)
 		d.forget(u)
+		endSpan(r.span, "abandoned", nil)
 		return
 	}
 	att := store.Attempt{Run: r.no, Start: r.start, End: m.end}
 	fin := &store.Finish{ID: u.id, Owner: d.owner, Run: r.no, At: m.end, Attempt: att}
 	delay, deferServices, isDeferral := retryAfterOf(m.err)
+	defer func() { d.record(r, fin, m.err, m.end) }()
 	switch {
 	case m.err == nil:
 		d.end(r, true, verdictSuccess)
@@ -1057,11 +1149,14 @@ func (d *dispatcher) timedOut(r *run, now time.Time) {
 	d.end(r, false, verdictFailure)
 	if r.claimFailed {
 		d.forget(r.u)
+		endSpan(r.span, "abandoned", nil)
 		return
 	}
 	fin := &store.Finish{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
 		Attempt: store.Attempt{Run: r.no, Start: r.start, End: now}}
-	d.failedRun(r, fin, fmt.Errorf("%w after %v", ErrTimeout, r.deadline.Sub(r.start)), "timeout", now)
+	err := fmt.Errorf("%w after %v", ErrTimeout, r.deadline.Sub(r.start))
+	d.failedRun(r, fin, err, "timeout", now)
+	d.record(r, fin, err, now)
 	d.submit(fin)
 }
 
@@ -1121,11 +1216,13 @@ func (d *dispatcher) cancelledEnd(r *run, now time.Time, err error) {
 	d.end(r, false, verdictNone)
 	if r.claimFailed {
 		d.forget(r.u)
+		endSpan(r.span, "abandoned", nil)
 		return
 	}
 	fin := &store.Finish{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
 		Attempt: store.Attempt{Run: r.no, Start: r.start, End: now}}
 	d.recordCancelled(r, fin, err)
+	d.record(r, fin, ErrCancelled, now)
 }
 
 // recordCancelled stores the outcome of a cancelled run that did not
@@ -1165,19 +1262,16 @@ func (d *dispatcher) schedulePrune(at time.Time) {
 	d.pushTimer(&timerEntry{at: at, kind: tPrune})
 }
 
-// prune deletes, in one batch, finished units past Config.Retention and the
-// service log entries that no rate window needs any more.
+// prune deletes, in one batch, finished units past Config.Retention, events
+// past Config.EventRetention, and the service log entries that no rate
+// window needs any more.
 func (d *dispatcher) prune(now time.Time) {
 	if d.pruning || d.stopping {
 		return
 	}
-	op := &store.Prune{Limit: pruneBatch, LogBefore: d.logCutoffs(now)}
+	op := &store.Prune{Limit: pruneBatch, LogBefore: d.logCutoffs(now), EventsBefore: now.Add(-d.c.cfg.EventRetention)}
 	if d.c.cfg.Retention > 0 {
 		op.Before = now.Add(-d.c.cfg.Retention)
-	}
-	if op.Before.IsZero() && len(op.LogBefore) == 0 {
-		d.schedulePrune(now.Add(d.c.cfg.pruneInterval()))
-		return
 	}
 	d.pruning = true
 	err := d.c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {

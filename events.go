@@ -44,6 +44,18 @@ const (
 	// at most one a second per service). Service holds its status. Not
 	// durable; Seq is 0.
 	EventServiceStatus EventType = "service_status"
+	// EventWorkProgress: a handler reported progress (Work.Progress);
+	// Progress holds the latest value. At most one a second per unit. Not
+	// durable; Seq is 0.
+	EventWorkProgress EventType = "work_progress"
+	// EventQueueStatus: the periodic summary of the queue
+	// (Config.QueueStatusInterval); Queue holds it. Not durable; Seq is 0.
+	EventQueueStatus EventType = "queue_status"
+	// EventGap: delivered first to a subscriber that resumed after events
+	// that retention (Config.EventRetention) has since deleted;
+	// MissedFrom..MissedTo is the range of sequence numbers it cannot
+	// receive. Seq is 0.
+	EventGap EventType = "gap"
 	// EventBackpressureActive: the queue reached HighWater of
 	// Config.MaxQueued; EventBackpressureCleared: it fell back to LowWater.
 	// Reported by the owning Cue; Queued and MaxQueued say how full it is.
@@ -59,35 +71,59 @@ const (
 // Durable events have a Seq that increases strictly across the database's
 // life; the events that are not stored (EventStoreFailed) have Seq 0.
 type Event struct {
-	Seq  int64
-	Type EventType
-	Time time.Time
+	Seq  int64     `json:"seq,omitempty"`
+	Type EventType `json:"type"`
+	Time time.Time `json:"time"`
 	// WorkID and Task identify the unit, for work events.
-	WorkID string
-	Task   string
+	WorkID string `json:"work_id,omitempty"`
+	Task   string `json:"task,omitempty"`
 	// Attempt is the run number the event concerns, from 1; 0 before the
 	// first run.
-	Attempt int
+	Attempt int `json:"attempt,omitempty"`
 	// Result is a completed unit's result (EventWorkCompleted).
-	Result json.RawMessage
+	Result json.RawMessage `json:"result,omitempty"`
 	// Error and ErrorKind describe a failure (EventWorkFailed,
 	// EventStoreFailed). ErrorKind is one of error, timeout, panic,
 	// prerequisite_failed, prerequisite_cancelled, dependency_timeout.
-	Error     string
-	ErrorKind string
+	Error     string `json:"error,omitempty"`
+	ErrorKind string `json:"error_kind,omitempty"`
 	// WillRetry reports, for EventWorkFailed, that the unit will run again.
-	WillRetry bool
+	WillRetry bool `json:"will_retry,omitempty"`
 	// NextAttempt is when a retrying unit becomes eligible.
-	NextAttempt time.Time
+	NextAttempt time.Time `json:"next_attempt,omitzero"`
 	// Reason qualifies the event (for example "shutdown" or "retry").
-	Reason string
+	Reason string `json:"reason,omitempty"`
 	// Service is the service's status, for EventServiceStatus, or just its
 	// Name, for EventServiceChanged.
-	Service *ServiceStatus
+	Service *ServiceStatus `json:"service,omitempty"`
 	// Queued and MaxQueued are the queue's size and bound, for
 	// EventBackpressureActive and EventBackpressureCleared.
-	Queued    int
-	MaxQueued int
+	Queued    int `json:"queued,omitempty"`
+	MaxQueued int `json:"max_queued,omitempty"`
+	// Progress is the value a handler reported (EventWorkProgress).
+	Progress json.RawMessage `json:"progress,omitempty"`
+	// Queue is the queue summary (EventQueueStatus).
+	Queue *QueueStatus `json:"queue,omitempty"`
+	// MissedFrom and MissedTo bound the sequence numbers an EventGap says
+	// are lost.
+	MissedFrom int64 `json:"missed_from,omitempty"`
+	MissedTo   int64 `json:"missed_to,omitempty"`
+}
+
+// QueueStatus summarizes the owner's queue.
+type QueueStatus struct {
+	// Queued units are ready to run, waiting only for capacity or their turn.
+	Queued int `json:"queued"`
+	// Waiting units wait for a time: RunAt, retry backoff, Retry-After.
+	Waiting int `json:"waiting"`
+	// Blocked units wait for dependencies.
+	Blocked int `json:"blocked"`
+	// Running units are running.
+	Running int `json:"running"`
+	// Orphaned units have a task type not registered in the owner.
+	Orphaned int `json:"orphaned,omitempty"`
+	// Backpressure reports that backpressure is active.
+	Backpressure bool `json:"backpressure,omitempty"`
 }
 
 // eventData is the JSON payload of a stored event.
@@ -118,6 +154,21 @@ func eventFrom(se *store.Event) Event {
 			ev.Service = &st
 		}
 		return ev
+	case EventWorkProgress:
+		ev.Progress = json.RawMessage(se.Data)
+		return ev
+	case EventQueueStatus:
+		var qs QueueStatus
+		if json.Unmarshal(se.Data, &qs) == nil {
+			ev.Queue = &qs
+		}
+		return ev
+	case EventGap:
+		var g struct{ From, To int64 }
+		if json.Unmarshal(se.Data, &g) == nil {
+			ev.MissedFrom, ev.MissedTo = g.From, g.To
+		}
+		return ev
 	case EventBackpressureActive, EventBackpressureCleared:
 		var data backpressureData
 		if json.Unmarshal(se.Data, &data) == nil {
@@ -146,10 +197,83 @@ func eventFrom(se *store.Event) Event {
 	return ev
 }
 
-// Events delivers the events committed from now on, in order, until ctx
-// ends or the Cue closes; then the channel closes. A subscriber that reads
-// slowly never slows the Cue: events it has not read yet are kept in a
-// bounded buffer and, beyond it, read back from the database.
+// Events delivers every event committed from now on, in order, until ctx
+// ends or the Cue closes; then the channel closes. It is Subscribe with the
+// default options.
 func (c *Cue) Events(ctx context.Context) <-chan Event {
-	return hub.Subscribe(ctx, c.hub, hub.Options{After: -1, Buffer: 64}, eventFrom)
+	ch, _ := c.Subscribe(ctx, SubscribeOptions{After: SeqNow})
+	return ch
+}
+
+// SeqNow, as SubscribeOptions.After, starts a subscription at the present.
+const SeqNow int64 = -1
+
+// SubscribeOptions select what a subscription delivers.
+type SubscribeOptions struct {
+	// Types, when set, delivers only these event types.
+	Types []EventType
+	// Tasks, when set, delivers only events of units of these task types
+	// (and no event without a unit).
+	Tasks []string
+	// After resumes after this sequence number: every durable event with a
+	// higher Seq is delivered, including those committed while the
+	// subscriber was away, across restarts. Zero delivers the whole
+	// retained log; SeqNow starts at the present.
+	After int64
+	// Buffer is the capacity of the returned channel. Default 64.
+	Buffer int
+}
+
+// Subscribe delivers events until ctx ends, cancel is called, or the Cue
+// closes; then the channel closes.
+//
+// Durable events (all but work_progress, queue_status, service_status and
+// store_failed) are delivered in order, without gaps or duplicates, also to
+// a subscriber that reads slowly or resumes with After: a subscriber never
+// slows the Cue; what it has not read yet stays in a bounded buffer shared
+// by all subscribers and, beyond it, is read back from the database a page
+// at a time. If retention has deleted events after After, an EventGap comes
+// first. The other events are delivered live, and skipped for a subscriber
+// too far behind.
+func (c *Cue) Subscribe(ctx context.Context, o SubscribeOptions) (<-chan Event, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	buf := o.Buffer
+	if buf <= 0 {
+		buf = 64
+	}
+	after := o.After
+	if after < 0 {
+		after = -1
+	}
+	var types map[string]bool
+	if len(o.Types) > 0 {
+		types = make(map[string]bool, len(o.Types))
+		for _, t := range o.Types {
+			types[string(t)] = true
+		}
+	}
+	var tasks map[string]bool
+	if len(o.Tasks) > 0 {
+		tasks = make(map[string]bool, len(o.Tasks))
+		for _, t := range o.Tasks {
+			tasks[t] = true
+		}
+	}
+	accept := func(e *store.Event) bool {
+		if types != nil && !types[e.Type] && e.Type != string(EventGap) {
+			return false
+		}
+		if tasks != nil && !tasks[e.Task] {
+			return false
+		}
+		return true
+	}
+	gap := func(after, first int64) store.Event {
+		data, _ := json.Marshal(struct{ From, To int64 }{after + 1, first - 1})
+		return store.Event{Type: string(EventGap), Time: c.clock.Now(), Data: data}
+	}
+	if types == nil && tasks == nil {
+		accept = nil
+	}
+	return hub.Subscribe(ctx, c.hub, hub.Options{After: after, Buffer: buf, Accept: accept, Gap: gap, OnClose: cancel}, eventFrom), cancel
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/runcue/runcue/internal/writer"
 )
@@ -133,4 +135,24 @@ var _ = writer.ErrClosed
 // Stats returns the priority calls and dispatches counted so far.
 func Stats(c *Cue) (priorityCalls, dispatches, callbackErrors int64) {
 	return c.stats.priorityCalls.Load(), c.stats.dispatches.Load(), c.stats.callbackErrors.Load()
+}
+
+// StallSubscribers makes every subscriber of c block before each send until
+// the returned function is called. Call before subscribing.
+func StallSubscribers(c *Cue) (release func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	var stalled atomic.Bool
+	stalled.Store(true)
+	c.hub.BeforeSend = func() {
+		if stalled.Load() {
+			<-ch
+		}
+	}
+	return func() {
+		once.Do(func() {
+			stalled.Store(false)
+			close(ch)
+		})
+	}
 }

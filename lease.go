@@ -41,5 +41,8 @@ func (d *dispatcher) recover(ctx context.Context) error {
 		return err
 	}
 	d.schedulePrune(d.clock.Now())
+	if d.c.cfg.QueueStatusInterval > 0 {
+		d.pushTimer(&timerEntry{at: d.clock.Now().Add(d.c.cfg.QueueStatusInterval), kind: tQueueStatus})
+	}
 	return nil
 }

@@ -8,6 +8,9 @@ import (
 	"math"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
 	"github.com/runcue/runcue/internal/inbox"
 	"github.com/runcue/runcue/store"
 )
@@ -232,7 +235,9 @@ func (d *dispatcher) checker() {
 		for _, job := range d.checks.Take() {
 			ok := true
 			for _, dep := range job.deps {
+				t0 := time.Now()
 				sat, err := checkDependency(f, dep, timeout)
+				d.c.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "dependency")))
 				if err != nil {
 					d.c.stats.callbackErrors.Add(1)
 					d.c.log.Warn("runcue: DependencySatisfied failed; counted as not satisfied",
@@ -427,7 +432,9 @@ func (d *dispatcher) scorePass(jobs []scoreJob, queued int, results chan<- map[s
 				j.w.Params = su.Params
 			}
 		}
+		t0 := time.Now()
 		s, ok := score(d.c.cfg.Priority, PriorityContext{Work: j.w, QueueDepth: queued, ServicePressure: j.pressure, WaitTime: j.wait})
+		d.c.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "priority")))
 		d.c.stats.priorityCalls.Add(1)
 		if !ok {
 			d.c.stats.callbackErrors.Add(1)
@@ -538,5 +545,66 @@ func (d *dispatcher) fed(err error) {
 		}
 		d.feedWait = true
 		d.pushTimer(&timerEntry{at: d.clock.Now().Add(d.c.cfg.FeedInterval), kind: tFeed})
+	}
+}
+
+// ---- progress and queue status ----
+
+// progressEvery is the least time between two work_progress events of a run.
+const progressEvery = time.Second
+
+// reportProgress runs on the handler goroutine. Only the first report of a
+// throttling window reaches the dispatcher; later ones just replace the
+// value it will emit.
+func (d *dispatcher) reportProgress(r *run, b []byte) {
+	p := &r.progress
+	p.mu.Lock()
+	p.latest = b
+	if p.pending {
+		p.mu.Unlock()
+		return
+	}
+	p.pending = true
+	due := p.lastEmit.Add(progressEvery)
+	p.mu.Unlock()
+	d.in.Push(msg{kind: mProgress, run: r, end: due})
+}
+
+func (d *dispatcher) emitProgress(r *run) {
+	now := d.clock.Now()
+	p := &r.progress
+	p.mu.Lock()
+	val := p.latest
+	p.lastEmit, p.pending = now, false
+	p.mu.Unlock()
+	if r.ended {
+		return // the unit has moved on; its outcome says more than this
+	}
+	d.c.hub.Publish([]store.Event{{Type: string(EventWorkProgress), Time: now, WorkID: r.id, Task: r.task, Attempt: r.no, Data: val}})
+}
+
+// queueStatus publishes the periodic summary.
+func (d *dispatcher) queueStatus(now time.Time) {
+	var qs QueueStatus
+	for _, u := range d.units {
+		switch u.state {
+		case uReady:
+			qs.Queued++
+		case uWaiting:
+			qs.Waiting++
+		case uBlocked, uChecking:
+			qs.Blocked++
+		}
+	}
+	qs.Running = len(d.runs)
+	for _, o := range d.orphans {
+		qs.Orphaned += len(o)
+	}
+	qs.Backpressure = d.bpActive
+	data, _ := json.Marshal(qs)
+	d.c.hub.Publish([]store.Event{{Type: string(EventQueueStatus), Time: now, Data: data}})
+	d.queued.Store(int64(qs.Queued + qs.Waiting + qs.Blocked + qs.Orphaned))
+	if iv := d.c.cfg.QueueStatusInterval; iv > 0 {
+		d.pushTimer(&timerEntry{at: now.Add(iv), kind: tQueueStatus})
 	}
 }

@@ -72,7 +72,24 @@ type Work struct {
 	// Attempt is the run number, from 1.
 	Attempt int
 
-	beat func()
+	beat   func()
+	report func([]byte)
+}
+
+// Progress reports how far the handler has got: any JSON-encodable value
+// (a percentage, "page 3 of 12", a struct). It is published as a
+// work_progress event, at most one a second per unit, the latest value
+// winning; it is not stored. Params and results are never logged, nor is
+// progress.
+func (w *Work) Progress(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Errorf("runcue: progress: %w", err)
+	}
+	if w.report != nil {
+		w.report(b)
+	}
+	return nil
 }
 
 // Heartbeat reports that the handler is alive: the unit's HeartbeatAt is

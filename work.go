@@ -189,6 +189,7 @@ func (c *Cue) SubmitBatch(ctx context.Context, subs []Submission) ([]Submitted, 
 	}
 	now := c.clock.Now()
 	units := make([]*store.Unit, len(subs))
+	trace := traceCarrier(ctx) // the submitter's span, for the runs' spans
 	for i, s := range subs {
 		u, err := c.unitFor(s, now)
 		if err != nil {
@@ -197,6 +198,7 @@ func (c *Cue) SubmitBatch(ctx context.Context, subs []Submission) ([]Submitted, 
 			}
 			return nil, err
 		}
+		u.Trace = trace
 		units[i] = u
 	}
 	op := &store.Insert{Units: units, At: now, FailOnDeadDependency: true,

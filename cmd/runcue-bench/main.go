@@ -30,6 +30,7 @@ func main() {
 	dir := flag.String("dir", "", "directory for the database files (default: a temporary directory)")
 	rate := flag.Int("rate", 1000, "per-second limit for the rate-limited run (0 skips it)")
 	serviceReps := flag.Int("service-reps", 5, "repetitions of the no-service vs one-unlimited-service comparison (0 skips it)")
+	stalledReps := flag.Int("stalled-reps", 5, "repetitions of the no-subscriber vs stalled-subscriber comparison (0 skips it)")
 	rateSpan := flag.Duration("rate-span", 10*time.Second, "how long the rate-limited run is measured")
 	flag.Parse()
 
@@ -92,6 +93,24 @@ func main() {
 		mp, ms := benchkit.Median(plain), benchkit.Median(svc)
 		fmt.Printf("one unlimited service in the path (%d interleaved reps): %.0f units/s vs %.0f without, ratio %.2f\n",
 			*serviceReps, ms, mp, ms/mp)
+	}
+
+	if *stalledReps > 0 {
+		var plain, stalled []float64
+		for range *stalledReps {
+			a, err := benchkit.Throughput(*dir, benchkit.Options{Units: *units, Sync: sync})
+			if err != nil {
+				log.Fatal(err)
+			}
+			b, err := benchkit.Throughput(*dir, benchkit.Options{Units: *units, Sync: sync, StalledSubscriber: true})
+			if err != nil {
+				log.Fatal(err)
+			}
+			plain, stalled = append(plain, a.UnitsPerSec), append(stalled, b.UnitsPerSec)
+		}
+		mp, ms := benchkit.Median(plain), benchkit.Median(stalled)
+		fmt.Printf("a subscriber that never reads (%d interleaved reps): %.0f units/s vs %.0f without, ratio %.2f\n",
+			*stalledReps, ms, mp, ms/mp)
 	}
 
 	if *rate > 0 {

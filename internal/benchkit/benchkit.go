@@ -129,6 +129,8 @@ type Options struct {
 	Sync          runcue.Synchronous
 	// Service puts one service (with the given limits) in every unit's path.
 	Service *runcue.Service
+	// StalledSubscriber subscribes to the events and never reads them.
+	StalledSubscriber bool
 }
 
 // Result of a runcue throughput run.
@@ -168,6 +170,11 @@ func Throughput(dir string, opts Options) (Result, error) {
 		return Result{}, err
 	}
 	ctx := context.Background()
+	if opts.StalledSubscriber {
+		sctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		_ = c.Events(sctx) // never read
+	}
 	if err := c.Start(ctx); err != nil {
 		return Result{}, err
 	}

@@ -147,10 +147,12 @@ type Options struct {
 	Accept func(*store.Event) bool
 	// Buffer is the capacity of the returned channel.
 	Buffer int
-	// Gap, when set, is called before delivering the first event if events
-	// after After are no longer stored; it returns an event to deliver
-	// first (its Seq is the first one still stored).
+	// Gap, when set, is called when the events between the cursor and the
+	// first stored one were deleted; it returns an event to deliver in
+	// their place.
 	Gap func(after, first int64) store.Event
+	// OnClose, when set, is called when the subscription ends.
+	OnClose func()
 }
 
 // Subscribe delivers events, converted by conv, on the returned channel
@@ -161,6 +163,9 @@ func Subscribe[T any](ctx context.Context, h *Hub, o Options, conv func(*store.E
 	if h.closed {
 		h.mu.Unlock()
 		close(out)
+		if o.OnClose != nil {
+			o.OnClose()
+		}
 		return out
 	}
 	s := &sub[T]{h: h, ctx: ctx, o: o, out: out, conv: conv, cursor: o.After}
@@ -191,6 +196,9 @@ type sub[T any] struct {
 func (s *sub[T]) run() {
 	defer s.h.subs.Done()
 	defer close(s.out)
+	if s.o.OnClose != nil {
+		defer s.o.OnClose()
+	}
 	buf := make([]store.Event, 0, page)
 	for {
 		buf = buf[:0]

@@ -1,0 +1,169 @@
+package runcue
+
+import (
+	"context"
+	"encoding/json"
+	"sync/atomic"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Telemetry: OpenTelemetry metrics and traces.
+//
+// Metrics (meter "github.com/runcue/runcue"); their attributes are the task
+// type, the service (a keyed service's class, never its key) and the
+// outcome, never unit IDs or parameters:
+//
+//	runcue.work.queued          gauge      units queued in the owner (waiting, blocked and ready)
+//	runcue.work.completed       counter    {task}
+//	runcue.work.failed          counter    {task, outcome: error, timeout, panic, cancelled, ...} failed runs, retried or not
+//	runcue.work.queue_wait      histogram  seconds from eligible to started {task}
+//	runcue.work.run_duration    histogram  seconds {task, outcome}
+//	runcue.service.requests     counter    dispatches {service}
+//	runcue.service.rate_limited counter    dispatches held back by a full rate window {service}
+//	runcue.circuit.open         gauge      open (or half-open) circuits {service}
+//	runcue.callback.duration    histogram  seconds per priority or dependency callback call {outcome: priority, dependency}
+//
+// Traces (tracer "github.com/runcue/runcue"): one span per run,
+// "runcue.run <task>", the child of the span that was current when the unit
+// was submitted. The submitter's trace context is stored with the unit (W3C
+// Trace Context), so a run after a restart, or in another process, still
+// joins the submitter's trace. The handler's context carries the span.
+
+const instrumentationName = "github.com/runcue/runcue"
+
+type telemetry struct {
+	tracer trace.Tracer
+
+	completed, failed, requests, rateLimited metric.Int64Counter
+	queueWait, runDuration, callbackDur      metric.Float64Histogram
+
+	// read by the gauges' callback
+	queued      func() (int64, bool)
+	openCircuit atomic.Pointer[map[string]int64]
+	reg         metric.Registration
+}
+
+var durationBuckets = metric.WithExplicitBucketBoundaries(
+	0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func() (int64, bool)) (*telemetry, error) {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	if tp == nil {
+		tp = otel.GetTracerProvider()
+	}
+	m := mp.Meter(instrumentationName)
+	t := &telemetry{tracer: tp.Tracer(instrumentationName), queued: queued}
+	empty := map[string]int64{}
+	t.openCircuit.Store(&empty)
+	var err error
+	counter := func(name, desc string) metric.Int64Counter {
+		var c metric.Int64Counter
+		if err == nil {
+			c, err = m.Int64Counter(name, metric.WithDescription(desc), metric.WithUnit("{unit}"))
+		}
+		return c
+	}
+	hist := func(name, desc string) metric.Float64Histogram {
+		var h metric.Float64Histogram
+		if err == nil {
+			h, err = m.Float64Histogram(name, metric.WithDescription(desc), metric.WithUnit("s"), durationBuckets)
+		}
+		return h
+	}
+	t.completed = counter("runcue.work.completed", "Work units completed.")
+	t.failed = counter("runcue.work.failed", "Failed runs, retried or not.")
+	t.requests = counter("runcue.service.requests", "Dispatches to a service.")
+	t.rateLimited = counter("runcue.service.rate_limited", "Dispatches held back by a full rate window.")
+	t.queueWait = hist("runcue.work.queue_wait", "Time from a unit becoming eligible to its start.")
+	t.runDuration = hist("runcue.work.run_duration", "Duration of runs.")
+	t.callbackDur = hist("runcue.callback.duration", "Duration of priority and dependency callback calls.")
+	if err != nil {
+		return nil, err
+	}
+	queuedGauge, err := m.Int64ObservableGauge("runcue.work.queued", metric.WithDescription("Work units queued in the owning Cue."),
+		metric.WithUnit("{unit}"))
+	if err != nil {
+		return nil, err
+	}
+	openGauge, err := m.Int64ObservableGauge("runcue.circuit.open", metric.WithDescription("Open or half-open circuits."),
+		metric.WithUnit("{circuit}"))
+	if err != nil {
+		return nil, err
+	}
+	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		if n, ok := t.queued(); ok {
+			o.ObserveInt64(queuedGauge, n)
+			for svc, n := range *t.openCircuit.Load() {
+				o.ObserveInt64(openGauge, n, metric.WithAttributes(attribute.String("service", svc)))
+			}
+		}
+		return nil
+	}, queuedGauge, openGauge)
+	return t, err
+}
+
+func (t *telemetry) close() {
+	if t.reg != nil {
+		_ = t.reg.Unregister()
+	}
+}
+
+func taskAttr(task string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("task", task))
+}
+
+func taskOutcome(task, outcome string) metric.MeasurementOption {
+	return metric.WithAttributes(attribute.String("task", task), attribute.String("outcome", outcome))
+}
+
+var bg = context.Background()
+
+func seconds(d time.Duration) float64 { return d.Seconds() }
+
+// traceCarrier returns ctx's trace context, encoded for storing with a unit,
+// or nil if ctx carries no span.
+func traceCarrier(ctx context.Context) []byte {
+	if !trace.SpanContextFromContext(ctx).IsValid() {
+		return nil
+	}
+	carrier := propagation.MapCarrier{}
+	propagation.TraceContext{}.Inject(ctx, carrier)
+	b, _ := json.Marshal(carrier)
+	return b
+}
+
+// startSpan starts the span of a run, as a child of the submitter's span
+// when the unit carries one.
+func (t *telemetry) startSpan(ctx context.Context, stored []byte, task, id string, attempt int) (context.Context, trace.Span) {
+	if len(stored) > 0 {
+		var carrier propagation.MapCarrier
+		if json.Unmarshal(stored, &carrier) == nil {
+			ctx = propagation.TraceContext{}.Extract(ctx, carrier)
+		}
+	}
+	return t.tracer.Start(ctx, "runcue.run "+task, trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("runcue.task", task), attribute.String("runcue.work_id", id),
+			attribute.Int("runcue.attempt", attempt)))
+}
+
+// endSpan ends a run's span with its outcome.
+func endSpan(span trace.Span, outcome string, err error) {
+	if span == nil {
+		return
+	}
+	span.SetAttributes(attribute.String("runcue.outcome", outcome))
+	if err != nil && outcome != "completed" {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, outcome)
+	}
+	span.End()
+}
