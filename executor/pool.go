@@ -1,0 +1,388 @@
+package executor
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/runcue/runcue"
+)
+
+// registry holds the handlers pool workers serve, by name. It is filled
+// before Main, in the orchestrator and in workers alike (they run the same
+// main).
+var registry = struct {
+	sync.RWMutex
+	m map[string]runcue.Handler
+}{m: map[string]runcue.Handler{}}
+
+// Register makes h available to pool workers under name. Call it before
+// Main, in main, so that the orchestrator and its workers (the same binary)
+// register the same handlers. Registering a name twice panics: it is a
+// programming error at start-up, like http.Handle.
+func Register(name string, h runcue.Handler) {
+	registry.Lock()
+	defer registry.Unlock()
+	if _, dup := registry.m[name]; dup || name == "" || h == nil {
+		panic(fmt.Sprintf("executor: Register(%q): empty, nil or registered twice", name))
+	}
+	registry.m[name] = h
+}
+
+// request and response travel over the pipes between the pool and a worker,
+// one JSON object per line.
+type request struct {
+	Handler  string          `json:"handler"`
+	ID       string          `json:"id"`
+	Task     string          `json:"task"`
+	Target   string          `json:"target,omitempty"`
+	Params   json.RawMessage `json:"params,omitempty"`
+	Attempt  int             `json:"attempt"`
+	Deadline int64           `json:"deadline,omitempty"` // Unix ns
+}
+
+type response struct {
+	Result    json.RawMessage `json:"result,omitempty"`
+	Error     string          `json:"error,omitempty"`
+	Permanent bool            `json:"permanent,omitempty"`
+}
+
+// serveWorker is the main of a pool worker: it serves requests from fd 3
+// and answers on fd 4 until fd 3 closes (the orchestrator went away).
+func serveWorker() int {
+	protectPipes() // processes a handler starts must not inherit fds 3 and 4
+	in, out := os.NewFile(3, "requests"), os.NewFile(4, "responses")
+	if in == nil || out == nil {
+		fmt.Fprintln(os.Stderr, "runcue: worker started without its pipes")
+		return 2
+	}
+	dec, enc := json.NewDecoder(bufio.NewReader(in)), json.NewEncoder(out)
+	for {
+		var req request
+		if err := dec.Decode(&req); err != nil {
+			return 0 // the orchestrator closed the pipe (or died)
+		}
+		if err := enc.Encode(handle(req)); err != nil {
+			return 0
+		}
+	}
+}
+
+func handle(req request) (res response) {
+	registry.RLock()
+	h := registry.m[req.Handler]
+	registry.RUnlock()
+	if h == nil {
+		return response{Error: fmt.Sprintf("runcue: no pool handler %q registered in the worker", req.Handler), Permanent: true}
+	}
+	ctx := context.Background()
+	if req.Deadline != 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, req.Deadline))
+		defer cancel()
+	}
+	defer func() {
+		if v := recover(); v != nil {
+			res = response{Error: fmt.Sprintf("panic: %v\n%s", v, debug.Stack())}
+		}
+	}()
+	out, err := h(ctx, &runcue.Work{ID: req.ID, Task: req.Task, Target: req.Target, Params: req.Params, Attempt: req.Attempt})
+	if err != nil {
+		return response{Error: err.Error(), Permanent: errors.Is(err, runcue.ErrPermanent)}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return response{Error: fmt.Sprintf("runcue: encode result: %v", err), Permanent: true}
+	}
+	return response{Result: b}
+}
+
+// PoolOptions configure a Pool. The zero value is valid.
+type PoolOptions struct {
+	// Size is the number of worker processes. Default runtime.NumCPU().
+	Size int
+	// Service is the name of the service the pool registers. Default
+	// "process_pool".
+	Service string
+}
+
+// Pool is a pool of worker processes. It is safe for simultaneous use by
+// multiple goroutines.
+type Pool struct {
+	service string
+	size    int
+	exe     string
+
+	mu      sync.Mutex
+	idle    []*worker
+	live    map[*worker]struct{}
+	workers int // started and not yet dead
+	closed  bool
+	room    chan struct{} // signalled when a worker becomes idle or dies
+	all     sync.WaitGroup
+}
+
+// ErrPoolClosed is returned for work given to a closed pool.
+var ErrPoolClosed = errors.New("executor: pool closed")
+
+// NewPool returns a pool whose workers are this binary, re-executed: the
+// program must call Main at the top of main. It registers with c a service
+// (PoolOptions.Service) whose MaxConcurrent is the pool's size; tasks run on
+// the pool list it in their Services. Workers start on demand.
+func NewPool(c *runcue.Cue, o PoolOptions) (*Pool, error) {
+	if !canSupervise {
+		return nil, errors.New("executor: the process pool needs Unix (its pipes are inherited file descriptors)")
+	}
+	if o.Size <= 0 {
+		o.Size = runtime.NumCPU()
+	}
+	if o.Service == "" {
+		o.Service = "process_pool"
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("executor: find this binary: %w", err)
+	}
+	if err := c.Service(o.Service, runcue.Service{MaxConcurrent: o.Size}); err != nil {
+		return nil, err
+	}
+	return &Pool{service: o.Service, size: o.Size, exe: exe, room: make(chan struct{}, 1), live: map[*worker]struct{}{}}, nil
+}
+
+// Service returns the name of the pool's service.
+func (p *Pool) Service() string { return p.service }
+
+// Handler returns a runcue.Handler that runs the handler registered under
+// name in a worker. A worker that dies during the run (a crash, os.Exit)
+// fails the run with an error that the task's retry policy may retry; a
+// timeout or cancellation kills the worker. Either way the pool starts a new
+// worker for the next unit.
+func (p *Pool) Handler(name string) runcue.Handler {
+	return func(ctx context.Context, w *runcue.Work) (any, error) {
+		wk, err := p.acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		req := request{Handler: name, ID: w.ID, Task: w.Task, Target: w.Target, Params: w.Params, Attempt: w.Attempt}
+		if dl, ok := ctx.Deadline(); ok {
+			req.Deadline = dl.UnixNano()
+		}
+		res, err := wk.call(ctx, req)
+		if err != nil {
+			p.discard(wk)
+			return nil, err
+		}
+		p.putBack(wk)
+		if res.Error != "" {
+			err := errors.New(res.Error)
+			if res.Permanent {
+				err = runcue.Permanent(err)
+			}
+			return nil, err
+		}
+		return res.Result, nil
+	}
+}
+
+// acquire returns an idle worker, starting one if the pool has room.
+func (p *Pool) acquire(ctx context.Context) (*worker, error) {
+	for {
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			return nil, ErrPoolClosed
+		}
+		if n := len(p.idle); n > 0 {
+			wk := p.idle[n-1]
+			p.idle = p.idle[:n-1]
+			p.mu.Unlock()
+			return wk, nil
+		}
+		if p.workers < p.size {
+			p.workers++
+			p.mu.Unlock()
+			wk, err := p.startWorker()
+			if err != nil {
+				p.mu.Lock()
+				p.workers--
+				p.mu.Unlock()
+				return nil, err
+			}
+			return wk, nil
+		}
+		p.mu.Unlock()
+		select {
+		case <-p.room:
+		case <-ctx.Done():
+			return nil, context.Cause(ctx)
+		}
+	}
+}
+
+func (p *Pool) signalRoom() {
+	select {
+	case p.room <- struct{}{}:
+	default:
+	}
+}
+
+func (p *Pool) putBack(wk *worker) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		wk.kill()
+		return
+	}
+	p.idle = append(p.idle, wk)
+	p.mu.Unlock()
+	p.signalRoom()
+}
+
+// discard kills a worker that died or must die; a new one replaces it on
+// demand.
+func (p *Pool) discard(wk *worker) {
+	wk.kill()
+	p.mu.Lock()
+	p.workers--
+	p.mu.Unlock()
+	p.signalRoom()
+}
+
+// Close stops every worker, busy or idle, and waits for them. Runs in
+// flight fail; work given afterwards fails with ErrPoolClosed.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.idle = nil
+	var all []*worker
+	for wk := range p.live {
+		all = append(all, wk)
+	}
+	p.mu.Unlock()
+	for _, wk := range all {
+		wk.kill()
+	}
+	p.all.Wait()
+	return nil
+}
+
+// Workers returns the number of live worker processes.
+func (p *Pool) Workers() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.live)
+}
+
+type worker struct {
+	cmd    *exec.Cmd
+	in     *os.File // requests
+	out    *bufio.Reader
+	outF   *os.File
+	enc    *json.Encoder
+	exited chan struct{} // closed once the process has been waited for
+	err    error         // how it exited
+	once   sync.Once
+}
+
+func (p *Pool) startWorker() (*worker, error) {
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	resR, resW, err := os.Pipe()
+	if err != nil {
+		reqR.Close()
+		reqW.Close()
+		return nil, err
+	}
+	cmd := exec.Command(p.exe)
+	cmd.Env = append(os.Environ(), modeEnv+"="+modeWorker)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr // the handlers' own output
+	cmd.ExtraFiles = []*os.File{reqR, resW}
+	err = start(cmd, syscall.SIGKILL)
+	reqR.Close()
+	resW.Close()
+	if err != nil {
+		reqW.Close()
+		resR.Close()
+		return nil, fmt.Errorf("executor: start worker: %w", err)
+	}
+	wk := &worker{cmd: cmd, in: reqW, outF: resR, out: bufio.NewReader(resR), enc: json.NewEncoder(reqW), exited: make(chan struct{})}
+	p.mu.Lock()
+	p.live[wk] = struct{}{}
+	p.mu.Unlock()
+	p.all.Go(func() {
+		wk.err = cmd.Wait()
+		release()
+		p.mu.Lock()
+		delete(p.live, wk)
+		p.mu.Unlock()
+		close(wk.exited)
+	})
+	return wk, nil
+}
+
+// call sends one request and waits for its response, the worker's death or
+// ctx.
+func (wk *worker) call(ctx context.Context, req request) (response, error) {
+	if err := wk.enc.Encode(req); err != nil {
+		return response{}, wk.death(err)
+	}
+	type reply struct {
+		res response
+		err error
+	}
+	ch := make(chan reply, 1)
+	go func() {
+		var res response
+		line, err := wk.out.ReadBytes('\n')
+		if err == nil {
+			err = json.Unmarshal(line, &res)
+		}
+		ch <- reply{res, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return response{}, wk.death(r.err)
+		}
+		return r.res, nil
+	case <-ctx.Done():
+		wk.kill() // the read above ends with the pipe
+		<-ch
+		return response{}, fmt.Errorf("%w (worker killed)", context.Cause(ctx))
+	}
+}
+
+// death describes how a worker that stopped answering ended.
+func (wk *worker) death(cause error) error {
+	select {
+	case <-wk.exited:
+	case <-time.After(5 * time.Second):
+		wk.kill()
+		<-wk.exited
+	}
+	if wk.err != nil {
+		return fmt.Errorf("executor: worker died: %v", wk.err)
+	}
+	return fmt.Errorf("executor: worker stopped answering: %v", cause)
+}
+
+// kill ends the worker and its process group, and waits for it.
+func (wk *worker) kill() {
+	wk.once.Do(func() {
+		wk.in.Close()
+		signalGroup(wk.cmd.Process.Pid, syscall.SIGKILL)
+		<-wk.exited
+		wk.outF.Close()
+	})
+}

@@ -1,0 +1,41 @@
+//go:build unix && !linux
+
+package executor
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// start starts cmd in its own process group. There is no parent-death
+// signal on this system.
+func start(cmd *exec.Cmd, _ syscall.Signal) error {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Setpgid = true
+	return cmd.Start()
+}
+
+func release() {}
+
+func signalGroup(pid int, sig syscall.Signal) {
+	_ = syscall.Kill(-pid, sig)
+}
+
+func becomeSubreaper() {}
+
+const haveDeathSignal = false
+
+func newGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+}
+
+func reapOrphans() {}
+
+const canSupervise = true
+
+func protectPipes() {
+	syscall.CloseOnExec(3)
+	syscall.CloseOnExec(4)
+}
