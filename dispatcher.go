@@ -1146,14 +1146,10 @@ func (d *dispatcher) requeueLocal(u *unit, at time.Time) {
 func (d *dispatcher) timedOut(r *run, now time.Time) {
 	r.cause = ErrTimeout
 	r.cancel(ErrTimeout)
-	d.end(r, false, verdictFailure)
-	if r.claimFailed {
-		d.forget(r.u)
-		endSpan(r.span, "abandoned", nil)
+	fin := d.endUnreturned(r, now, verdictFailure)
+	if fin == nil {
 		return
 	}
-	fin := &store.Finish{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
-		Attempt: store.Attempt{Run: r.no, Start: r.start, End: now}}
 	err := fmt.Errorf("%w after %v", ErrTimeout, r.deadline.Sub(r.start))
 	d.failedRun(r, fin, err, "timeout", now)
 	d.record(r, fin, err, now)
@@ -1213,16 +1209,26 @@ func (d *dispatcher) cancelRun(r *run, opts CancelOptions) {
 // cancelledEnd records a cancelled run whose handler has not returned (its
 // grace or deadline passed).
 func (d *dispatcher) cancelledEnd(r *run, now time.Time, err error) {
-	d.end(r, false, verdictNone)
+	fin := d.endUnreturned(r, now, verdictNone)
+	if fin == nil {
+		return
+	}
+	d.recordCancelled(r, fin, err)
+	d.record(r, fin, ErrCancelled, now)
+}
+
+// endUnreturned ends a run whose handler has not returned (its deadline or
+// cancellation grace passed) and returns the Finish to fill in, or nil if
+// the store refused the run's claim and there is nothing to record.
+func (d *dispatcher) endUnreturned(r *run, now time.Time, v verdict) *store.Finish {
+	d.end(r, false, v)
 	if r.claimFailed {
 		d.forget(r.u)
 		endSpan(r.span, "abandoned", nil)
-		return
+		return nil
 	}
-	fin := &store.Finish{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
+	return &store.Finish{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
 		Attempt: store.Attempt{Run: r.no, Start: r.start, End: now}}
-	d.recordCancelled(r, fin, err)
-	d.record(r, fin, ErrCancelled, now)
 }
 
 // recordCancelled stores the outcome of a cancelled run that did not

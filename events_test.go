@@ -90,21 +90,29 @@ func TestProgressThrottling(t *testing.T) {
 	id := e.submit("t")
 	<-reported
 	e.settle()
-	e.clk.Advance(time.Second) // the second allowed event, with the latest value
-	evs := rec.waitFor(t, 2, ofType(runcue.EventWorkProgress, id))
+	e.clk.Advance(time.Second) // a second event is allowed now, with the latest value
+	e.settle()
+	// The final value arrives: in a second event, or already in the first if
+	// the dispatcher emitted it after the handler's last report.
+	rec.waitFor(t, 1, func(ev runcue.Event) bool {
+		return ev.Type == runcue.EventWorkProgress && ev.WorkID == id && string(ev.Progress) == "999"
+	})
 	close(done)
 	e.wait(id)
 	e.clk.Advance(time.Second)
 	e.settle()
-	evs = nil
+	var evs []runcue.Event
 	for _, ev := range rec.all() {
 		if ev.Type == runcue.EventWorkProgress {
 			evs = append(evs, ev)
 		}
 	}
-	require.Len(t, evs, 2, "1,000 reports in one second: at most 2 events")
-	assert.Equal(t, "999", string(evs[1].Progress), "the last carries the final value")
-	assert.True(t, evs[1].Time.Sub(evs[0].Time) >= time.Second)
+	require.NotEmpty(t, evs)
+	assert.LessOrEqual(t, len(evs), 2, "1,000 reports in one second: at most 2 events")
+	assert.Equal(t, "999", string(evs[len(evs)-1].Progress), "the last carries the final value")
+	if len(evs) == 2 {
+		assert.GreaterOrEqual(t, evs[1].Time.Sub(evs[0].Time), time.Second, "a second apart")
+	}
 }
 
 // TestStalledSubscriber: a subscriber that reads nothing while 100,000 units

@@ -50,6 +50,19 @@ type CommandOptions struct {
 	PermanentExitCodes []int
 }
 
+func (o CommandOptions) withDefaults() CommandOptions {
+	if o.MaxOutput <= 0 {
+		o.MaxOutput = 1 << 20
+	}
+	if o.Grace <= 0 {
+		o.Grace = 5 * time.Second
+	}
+	if len(o.SuccessExitCodes) == 0 {
+		o.SuccessExitCodes = []int{0}
+	}
+	return o
+}
+
 // CommandResult is the stored result of a command.
 type CommandResult struct {
 	Stdout          string `json:"stdout"`
@@ -77,15 +90,7 @@ func (e *ExitError) Error() string {
 // unit, and stores its output as a CommandResult. See the package
 // documentation for how its processes are supervised.
 func Command(build func(ctx context.Context, w *runcue.Work) (Cmd, error), o CommandOptions) runcue.Handler {
-	if o.MaxOutput <= 0 {
-		o.MaxOutput = 1 << 20
-	}
-	if o.Grace <= 0 {
-		o.Grace = 5 * time.Second
-	}
-	if len(o.SuccessExitCodes) == 0 {
-		o.SuccessExitCodes = []int{0}
-	}
+	o = o.withDefaults()
 	return func(ctx context.Context, w *runcue.Work) (any, error) {
 		c, err := build(ctx, w)
 		if err != nil {
@@ -101,15 +106,7 @@ func (o CommandOptions) Run(ctx context.Context, c Cmd) (*CommandResult, error) 
 	if len(c.Args) == 0 || c.Args[0] == "" {
 		return nil, runcue.Permanent(errors.New("runcue: empty command"))
 	}
-	if o.MaxOutput <= 0 {
-		o.MaxOutput = 1 << 20
-	}
-	if o.Grace <= 0 {
-		o.Grace = 5 * time.Second
-	}
-	if len(o.SuccessExitCodes) == 0 {
-		o.SuccessExitCodes = []int{0}
-	}
+	o = o.withDefaults()
 	stdout, stderr := &capped{max: o.MaxOutput}, &capped{max: o.MaxOutput}
 	p, err := o.start(c, stdout, stderr)
 	if err != nil {

@@ -608,29 +608,35 @@ func appendJSONString(b []byte, s string) []byte {
 const appendAttempt = `CASE WHEN attempts IS NULL THEN '[' || ? || ']'
 	ELSE substr(attempts, 1, length(attempts) - 1) || ',' || ? || ']' END`
 
-func (t *txn) finish(op *store.Finish, r *store.Result) error {
+// finishArgs are the values a Finish writes: state, finished_at, result,
+// error, error_kind, run_at, the failure and deferral increments, and the
+// attempt (twice, for appendAttempt).
+func finishArgs(f *store.Finish) []any {
 	var finished int64
-	if op.State.Terminal() {
-		finished = ns(op.At)
+	if f.State.Terminal() {
+		finished = ns(f.At)
 	}
 	var result any = nil
-	if op.State == store.Completed {
-		result = nullBytes(op.Result)
+	if f.State == store.Completed {
+		result = nullBytes(f.Result)
 	}
-	spend, defer_ := 0, 0
-	if op.SpendBudget {
+	spend, deferral := 0, 0
+	if f.SpendBudget {
 		spend = 1
 	}
-	if op.Deferral {
-		defer_ = 1
+	if f.Deferral {
+		deferral = 1
 	}
-	att := attemptJSON(op.Attempt)
+	att := attemptJSON(f.Attempt)
+	return []any{string(f.State), finished, result, nullStr(f.Error), nullStr(f.ErrorKind), ns(f.RunAt), spend, deferral, att, att}
+}
+
+func (t *txn) finish(op *store.Finish, r *store.Result) error {
 	ok, err := t.changed(`UPDATE work_units SET state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
 			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, cancel_requested=0,
 			attempts=`+appendAttempt+`
 		WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
-		string(op.State), finished, result, nullStr(op.Error), nullStr(op.ErrorKind), ns(op.RunAt),
-		spend, defer_, att, att, op.ID, op.Owner, op.Run)
+		append(finishArgs(op), op.ID, op.Owner, op.Run)...)
 	if err != nil || !ok {
 		return err
 	}
@@ -1054,27 +1060,11 @@ func mergeClaims(ops []store.Op) map[*store.Claim]*store.Finish {
 // claimFinish applies a Claim and its later Finish as one update, with the
 // Claim's precondition.
 func (t *txn) claimFinish(c *store.Claim, f *store.Finish, r *store.Result) error {
-	var finished int64
-	if f.State.Terminal() {
-		finished = ns(f.At)
-	}
-	var result any = nil
-	if f.State == store.Completed {
-		result = nullBytes(f.Result)
-	}
-	spend, defer_ := 0, 0
-	if f.SpendBudget {
-		spend = 1
-	}
-	if f.Deferral {
-		defer_ = 1
-	}
-	att := attemptJSON(f.Attempt)
+	args := append([]any{c.Run, ns(c.At)}, finishArgs(f)...)
 	ok, err := t.changed(`UPDATE work_units SET runs=?, started_at=?, state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
 			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, attempts=`+appendAttempt+`
 		WHERE id=? AND state='queued' AND cancel_requested=0`,
-		c.Run, ns(c.At), string(f.State), finished, result, nullStr(f.Error), nullStr(f.ErrorKind), ns(f.RunAt),
-		spend, defer_, att, att, c.ID)
+		append(args, c.ID)...)
 	if err != nil {
 		return err
 	}
