@@ -292,7 +292,16 @@ func (s *sub[T]) next(buf *[]store.Event) (wait <-chan struct{}, fromStore bool,
 		// Attach where the ring holds the event right after the cursor.
 		switch {
 		case s.cursor == h.lastSeq:
-			s.attached, s.lastPos = true, h.pos
+			// Attach right after the cursor's event, so that the ephemeral
+			// events published since are delivered; if the ring no longer
+			// holds it, everything it holds is newer.
+			s.attached, s.lastPos = true, oldest-1
+			for k := h.n - 1; k >= 0; k-- {
+				if e := &h.ring[(h.head+k)%len(h.ring)]; e.ev.Seq == s.cursor && s.cursor > 0 {
+					s.lastPos = e.pos
+					break
+				}
+			}
 		case s.cursor > h.lastSeq:
 			return h.changed, true, true
 		default:

@@ -103,10 +103,18 @@ func TestOverrun(t *testing.T) {
 		}
 	}
 	assertSeqs(t, durable, 1)
-	// Back on the ring: a live ephemeral event is delivered.
+	// Back on the ring: ephemeral events published after its cursor are
+	// delivered (the one published after event 700 may be, if the ring still
+	// held it when the subscriber reattached), then the live one.
 	h.Publish([]store.Event{{Type: "ephemeral", WorkID: "live"}})
-	if ev := collect(t, ch, 1)[0]; ev.WorkID != "live" {
-		t.Fatalf("got %+v", ev)
+	for {
+		ev := collect(t, ch, 1)[0]
+		if ev.Seq != 0 {
+			t.Fatalf("a durable event twice: %+v", ev)
+		}
+		if ev.WorkID == "live" {
+			break
+		}
 	}
 }
 
