@@ -47,6 +47,15 @@ type resource struct {
 	lastStatus  statusKey
 	statusAt    time.Time
 	statusTimer bool
+	// svcAttrs is the metric attribute of its class, built once.
+	svcAttrs metric.MeasurementOption
+}
+
+func (r *resource) attrs() metric.MeasurementOption {
+	if r.svcAttrs == nil {
+		r.svcAttrs = metric.WithAttributes(attribute.String("service", r.class))
+	}
+	return r.svcAttrs
 }
 
 func newResource(name, class string, limit int) *resource {
@@ -373,7 +382,7 @@ func (d *dispatcher) park(l *lane, r *resource, until time.Time) {
 	if r.window != nil && !until.IsZero() && !r.paused && !r.blockedUntil.After(d.clock.Now()) &&
 		(r.limit == 0 || r.active < r.limit) {
 		// Held back by the rate window.
-		d.c.tel.rateLimited.Add(bg, 1, metric.WithAttributes(attribute.String("service", r.class)))
+		d.c.tel.rateLimited.Add(bg, 1, r.attrs())
 		if d.c.log.Enabled(bg, slog.LevelDebug) {
 			d.c.log.Debug("service_rate_limited", "service", r.name, "current_rate", r.window.Count(d.clock.Now()),
 				"limit", r.window.Limit(), "window", r.window.Length())

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
@@ -185,6 +184,18 @@ type taskRT struct {
 	services []*resource
 	base     *lane // the lane of units without keyed services
 	retry    RetryPolicy
+	// attrs and byOutcome are the task's metric attributes, built once.
+	attrs     metric.MeasurementOption
+	byOutcome map[string]metric.MeasurementOption
+}
+
+func (rt *taskRT) outcomeAttrs(outcome string) metric.MeasurementOption {
+	o, ok := rt.byOutcome[outcome]
+	if !ok {
+		o = taskOutcome(rt.name, outcome)
+		rt.byOutcome[outcome] = o
+	}
+	return o
 }
 
 type timerKind uint8
@@ -254,11 +265,14 @@ type dispatcher struct {
 	// committed: their dependents wait for the commit.
 	dependents map[string][]*unit
 	finishing  map[string]struct{}
-	checks     *inbox.Inbox[checkJob]
-	aux        sync.WaitGroup // the checker and feeder goroutines
-	auxStop    chan struct{}
-	auxCtx     context.Context // cancelled at exit, for Feed calls
-	auxCancel  context.CancelFunc
+	// depsUsed is set once a unit with dependencies is seen; from then on
+	// terminal outcomes report their commit (see submit).
+	depsUsed  bool
+	checks    *inbox.Inbox[checkJob]
+	aux       sync.WaitGroup // the checker and feeder goroutines
+	auxStop   chan struct{}
+	auxCtx    context.Context // cancelled at exit, for Feed calls
+	auxCancel context.CancelFunc
 
 	scores   map[string]scoreEntry // priority scores, by unit
 	scoring  bool                  // a scoring pass is still running
@@ -335,7 +349,8 @@ func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[stri
 		if _, ok := d.tasks[name]; ok {
 			continue
 		}
-		rt := &taskRT{name: name, def: t, cap: newResource("task "+name, "", t.MaxConcurrent), retry: t.Retry.withDefaults()}
+		rt := &taskRT{name: name, def: t, cap: newResource("task "+name, "", t.MaxConcurrent), retry: t.Retry.withDefaults(),
+			attrs: taskAttr(name), byOutcome: map[string]metric.MeasurementOption{}}
 		for _, s := range t.Services {
 			rt.services = append(rt.services, d.services[s])
 		}
@@ -818,10 +833,10 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 	}
 	r.ctx, r.span = d.c.tel.startSpan(r.ctx, u.trace, u.task, u.id, r.no)
 	tel := d.c.tel
-	tel.queueWait.Record(bg, seconds(now.Sub(u.readyAt)), taskAttr(u.task))
+	tel.queueWait.Record(bg, seconds(now.Sub(u.readyAt)), t.attrs)
 	for _, res := range l.resources {
 		if res.class != "" {
-			tel.requests.Add(bg, 1, metric.WithAttributes(attribute.String("service", res.class)))
+			tel.requests.Add(bg, 1, res.attrs())
 		}
 	}
 	if d.c.log.Enabled(bg, slog.LevelDebug) {
@@ -926,15 +941,16 @@ func (d *dispatcher) record(r *run, fin *store.Finish, err error, end time.Time)
 		outcome = "abandoned" // the claim was refused: nothing ran for the record
 	}
 	tel, log := d.c.tel, d.c.log
-	tel.runDuration.Record(bg, seconds(end.Sub(r.start)), taskOutcome(r.task, outcome))
+	rt := r.lane.task
+	tel.runDuration.Record(bg, seconds(end.Sub(r.start)), rt.outcomeAttrs(outcome))
 	switch outcome {
 	case "completed":
-		tel.completed.Add(bg, 1, taskAttr(r.task))
+		tel.completed.Add(bg, 1, rt.attrs)
 		if log.Enabled(bg, slog.LevelDebug) {
 			log.Debug("work_completed", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no, "duration", end.Sub(r.start))
 		}
 	case "failed", "timeout", "panic":
-		tel.failed.Add(bg, 1, taskOutcome(r.task, outcome))
+		tel.failed.Add(bg, 1, rt.outcomeAttrs(outcome))
 		willRetry := fin.State == store.Queued
 		level := slog.LevelWarn
 		if willRetry {
@@ -1294,9 +1310,14 @@ func (d *dispatcher) prune(now time.Time) {
 // derived for other units (dependents failed or cancelled with it) come back
 // too, and the dispatcher drops those units from memory.
 func (d *dispatcher) submit(ops ...store.Op) {
-	for _, op := range ops {
-		if f, ok := op.(*store.Finish); ok && f.State.Terminal() {
-			d.finishing[f.ID] = struct{}{}
+	// Settle notices cost the writer a message per unit: send them only
+	// once dependencies are in use (a unit with DependsOn was seen).
+	settle := d.depsUsed
+	if settle {
+		for _, op := range ops {
+			if f, ok := op.(*store.Finish); ok && f.State.Terminal() {
+				d.finishing[f.ID] = struct{}{}
+			}
 		}
 	}
 	err := d.c.w.Submit(&writer.Request{Ops: ops, Done: func(res []store.Result, err error) {
@@ -1310,7 +1331,7 @@ func (d *dispatcher) submit(ops ...store.Op) {
 			if applied && len(res[i].Events) > len(f.Events) {
 				derived = res[i].Events[len(f.Events):]
 			}
-			if f.State.Terminal() {
+			if settle && f.State.Terminal() {
 				d.in.Push(msg{kind: mSettled, id: f.ID, state: f.State, ok: applied, events: derived})
 			} else if len(derived) > 0 {
 				d.in.Push(msg{kind: mApplied, events: derived})
