@@ -289,36 +289,29 @@ func (s *sub[T]) next(buf *[]store.Event) (wait <-chan struct{}, fromStore bool,
 		s.attached = false // overrun: the ring dropped entries we had not read
 	}
 	if !s.attached {
-		// Attach where the ring holds the event right after the cursor.
-		switch {
-		case s.cursor == h.lastSeq:
-			// Attach right after the cursor's event, so that the ephemeral
-			// events published since are delivered; if the ring no longer
-			// holds it, everything it holds is newer.
-			s.attached, s.lastPos = true, oldest-1
+		// Attach right after the cursor's event, so that the ephemeral
+		// events published since are delivered. Only a durable entry can
+		// be the cursor's: an ephemeral one has Seq 0, like a cursor that
+		// has delivered nothing yet.
+		pos, found := uint64(0), false
+		if s.cursor > 0 {
 			for k := h.n - 1; k >= 0; k-- {
-				if e := &h.ring[(h.head+k)%len(h.ring)]; e.ev.Seq == s.cursor && s.cursor > 0 {
-					s.lastPos = e.pos
+				if e := &h.ring[(h.head+k)%len(h.ring)]; e.ev.Seq == s.cursor {
+					pos, found = e.pos, true
 					break
 				}
 			}
-		case s.cursor > h.lastSeq:
-			return h.changed, true, true
+		}
+		switch {
+		case found:
+			s.attached, s.lastPos = true, pos
+		case s.cursor == h.lastSeq:
+			// The ring no longer holds the cursor's event: everything it
+			// holds is newer.
+			s.attached, s.lastPos = true, oldest-1
 		default:
-			found := false
-			for k := 0; k < h.n; k++ {
-				e := &h.ring[(h.head+k)%len(h.ring)]
-				if e.ev.Seq == s.cursor {
-					s.attached, s.lastPos, found = true, e.pos, true
-					break
-				}
-				if e.ev.Seq > s.cursor {
-					break
-				}
-			}
-			if !found {
-				return h.changed, true, true
-			}
+			// Behind the ring (or ahead of the log): read the store.
+			return h.changed, true, true
 		}
 	}
 	start := s.lastPos + 1

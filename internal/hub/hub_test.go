@@ -118,6 +118,26 @@ func TestOverrun(t *testing.T) {
 	}
 }
 
+// TestFromStartBehindEphemeral: a subscriber from the start, on a hub whose
+// oldest ring entry is ephemeral (Seq 0, like its cursor), reads the history
+// from the store rather than attaching at that entry.
+func TestFromStartBehindEphemeral(t *testing.T) {
+	st := &logStore{}
+	h := New(st, 16, 0)
+	defer h.Close()
+	h.Publish(st.append(20))
+	h.Publish([]store.Event{{Type: "ephemeral"}})
+	h.Publish(st.append(15)) // the ring holds the ephemeral event, then 21..35
+	ch := Subscribe(t.Context(), h, Options{After: 0}, id)
+	var durable []store.Event
+	for len(durable) < 35 {
+		if ev := collect(t, ch, 1)[0]; ev.Seq != 0 {
+			durable = append(durable, ev)
+		}
+	}
+	assertSeqs(t, durable, 1)
+}
+
 func TestResumeAndGap(t *testing.T) {
 	st := &logStore{}
 	st.append(50)
