@@ -703,6 +703,28 @@ func TestCloseAbandonsStuckHandlers(t *testing.T) {
 	rec.waitFor(t, 1, ofType(runcue.EventWorkRecovered, id))
 }
 
+// TestDrainWaitsForCommit: Drain returns only once the last completion is
+// committed, so that what it reports is what the database holds.
+func TestDrainWaitsForCommit(t *testing.T) {
+	e, hs := newHeldEnv(t, runcue.Config{})
+	g := newGate()
+	require.NoError(t, e.c.Task("t", runcue.Task{Handler: g.handler}))
+	e.start()
+	id := e.submit("t")
+	require.Equal(t, id, g.next(t))
+	fin := hs.Hold(finishOf(id))
+	drained := make(chan error, 1)
+	go func() { drained <- e.c.Drain(e.ctx) }()
+	for e.inspect().Drains == 0 {
+	} // Drain is waiting
+	g.release <- nil
+	<-fin.Entered // the handler returned; its completion is not committed
+	assert.Equal(t, 1, e.inspect().Drains, "Drain returned before the completion was committed")
+	fin.Release()
+	require.NoError(t, <-drained)
+	assert.Equal(t, runcue.StateCompleted, e.get(id).State)
+}
+
 func TestDrain(t *testing.T) {
 	e := newEnv(t, runcue.Config{})
 	g := newGate()

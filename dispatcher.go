@@ -265,14 +265,11 @@ type dispatcher struct {
 	// committed: their dependents wait for the commit.
 	dependents map[string][]*unit
 	finishing  map[string]struct{}
-	// depsUsed is set once a unit with dependencies is seen; from then on
-	// terminal outcomes report their commit (see submit).
-	depsUsed  bool
-	checks    *inbox.Inbox[checkJob]
-	aux       sync.WaitGroup // the checker and feeder goroutines
-	auxStop   chan struct{}
-	auxCtx    context.Context // cancelled at exit, for Feed calls
-	auxCancel context.CancelFunc
+	checks     *inbox.Inbox[checkJob]
+	aux        sync.WaitGroup // the checker and feeder goroutines
+	auxStop    chan struct{}
+	auxCtx     context.Context // cancelled at exit, for Feed calls
+	auxCancel  context.CancelFunc
 
 	scores   map[string]scoreEntry // priority scores, by unit
 	scoring  bool                  // a scoring pass is still running
@@ -1187,22 +1184,27 @@ func (d *dispatcher) cancelUnit(id string, opts CancelOptions, errc chan error) 
 			}
 		}
 	}
-	var task string
-	if u != nil {
-		task = u.task
-		d.removeQueued(u) // so it cannot be dispatched while the cancel commits
-	}
 	op := &store.Cancel{ID: id, At: d.clock.Now(), Reason: opts.Reason, Cascade: opts.Cascade, RequestIfRunning: true}
-	if task != "" {
-		op.Events = []store.Event{{Type: string(EventWorkCancelled), Task: task, Data: eventData{Reason: opts.Reason}.encode()}}
+	if u != nil {
+		// It cannot be dispatched while the cancel commits, and its
+		// dependents wait for the commit, as for a Finish.
+		d.removeQueued(u)
+		d.finishing[id] = struct{}{}
+		op.Events = []store.Event{{Type: string(EventWorkCancelled), Task: u.task, Data: eventData{Reason: opts.Reason}.encode()}}
 	}
 	err := d.c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+		var evs []store.Event
+		if err == nil {
+			evs = res[0].Events
+		}
+		if u != nil {
+			d.in.Push(msg{kind: mSettled, id: id, state: store.Cancelled, ok: err == nil && res[0].Applied, events: evs})
+		} else if len(evs) > 0 {
+			d.in.Push(msg{kind: mApplied, events: evs})
+		}
 		if err != nil {
 			errc <- wrapStoreErr(err)
 			return
-		}
-		if len(res[0].Events) > 0 {
-			d.in.Push(msg{kind: mApplied, events: res[0].Events})
 		}
 		errc <- cancelResult(id, res[0])
 	}})
@@ -1310,14 +1312,9 @@ func (d *dispatcher) prune(now time.Time) {
 // derived for other units (dependents failed or cancelled with it) come back
 // too, and the dispatcher drops those units from memory.
 func (d *dispatcher) submit(ops ...store.Op) {
-	// Settle notices cost the writer a message per unit: send them only
-	// once dependencies are in use (a unit with DependsOn was seen).
-	settle := d.depsUsed
-	if settle {
-		for _, op := range ops {
-			if f, ok := op.(*store.Finish); ok && f.State.Terminal() {
-				d.finishing[f.ID] = struct{}{}
-			}
+	for _, op := range ops {
+		if f, ok := op.(*store.Finish); ok && f.State.Terminal() {
+			d.finishing[f.ID] = struct{}{}
 		}
 	}
 	err := d.c.w.Submit(&writer.Request{Ops: ops, Done: func(res []store.Result, err error) {
@@ -1331,7 +1328,7 @@ func (d *dispatcher) submit(ops ...store.Op) {
 			if applied && len(res[i].Events) > len(f.Events) {
 				derived = res[i].Events[len(f.Events):]
 			}
-			if settle && f.State.Terminal() {
+			if f.State.Terminal() {
 				d.in.Push(msg{kind: mSettled, id: f.ID, state: f.State, ok: applied, events: derived})
 			} else if len(derived) > 0 {
 				d.in.Push(msg{kind: mApplied, events: derived})

@@ -30,6 +30,11 @@ func Settle(ctx context.Context, c *Cue) error {
 	return nil
 }
 
+// SyncDispatcher returns once the dispatcher has handled every message sent
+// before the call and finished one loop iteration (dispatch included). It
+// does not wait for the writer.
+func SyncDispatcher(ctx context.Context, c *Cue) error { return c.disp.Load().sync(ctx) }
+
 // PollNow makes the Cue check the database for other processes' commits.
 func PollNow(ctx context.Context, c *Cue) error { return c.w.Poll(ctx) }
 
@@ -49,6 +54,8 @@ func CheckInvariants(c *Cue, report func(error)) {
 // DispatcherState is a snapshot of dispatcher internals for tests.
 type DispatcherState struct {
 	Live, Inflight, Claims, Keyed, Lanes, Units int
+	// Drains is the number of Drain calls waiting for a reply.
+	Drains int
 }
 
 // Inspect returns a snapshot taken on the dispatcher goroutine.
@@ -59,7 +66,7 @@ func Inspect(ctx context.Context, c *Cue) (DispatcherState, error) {
 	}
 	ch := make(chan DispatcherState, 1)
 	d.in.Push(msg{kind: mInspect, inspect: func(d *dispatcher) {
-		ch <- DispatcherState{Live: d.live, Inflight: d.inflight, Claims: d.claims, Keyed: len(d.keyed), Lanes: len(d.lanes), Units: len(d.units)}
+		ch <- DispatcherState{Live: d.live, Inflight: d.inflight, Claims: d.claims, Keyed: len(d.keyed), Lanes: len(d.lanes), Units: len(d.units), Drains: len(d.drains)}
 	}})
 	select {
 	case st := <-ch:

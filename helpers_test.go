@@ -16,6 +16,9 @@ import (
 
 	"github.com/runcue/runcue"
 	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/internal/testutil"
+	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/sqlite"
 )
 
 // childEnv selects a child-process mode (see child_test.go): the test binary
@@ -68,6 +71,48 @@ func (e *env) open(cfg runcue.Config) *runcue.Cue {
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// newHeldEnv is newEnv on a store whose commits a test can hold
+// (testutil.HoldStore).
+func newHeldEnv(t *testing.T, cfg runcue.Config) (*env, *testutil.HoldStore) {
+	t.Helper()
+	e := &env{t: t, path: filepath.Join(t.TempDir(), "runcue.db"), clk: clock.NewFake(epoch), logs: &syncBuffer{}}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	st, err := sqlite.Open(e.path, sqlite.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	hs := &testutil.HoldStore{Store: st}
+	if cfg.Clock == nil {
+		cfg.Clock = e.clk
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = quietLogger
+	}
+	e.c, err = runcue.New(hs, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { e.c.Close() })
+	return e, hs
+}
+
+// finishOf matches a commit that holds a Finish of id.
+func finishOf(id string) func([]store.Op) bool {
+	return testutil.HasOp(func(op store.Op) bool {
+		f, ok := op.(*store.Finish)
+		return ok && f.ID == id
+	})
+}
+
+// inspect returns a snapshot of the dispatcher taken after one full loop
+// iteration (dispatch included) that follows every message sent so far.
+func (e *env) inspect() runcue.DispatcherState {
+	e.t.Helper()
+	require.NoError(e.t, runcue.SyncDispatcher(e.ctx, e.c))
+	st, err := runcue.Inspect(e.ctx, e.c)
+	require.NoError(e.t, err)
+	return st
 }
 
 func (e *env) settle(cs ...*runcue.Cue) {

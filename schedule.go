@@ -147,7 +147,6 @@ func checkDependency(f DependencyFunc, id string, timeout time.Duration) (ok boo
 // after completing; one that failed or was cancelled has already failed u
 // in the store.
 func (d *dispatcher) waitDeps(u *unit) {
-	d.depsUsed = true
 	u.pending = 0
 	for _, dep := range u.deps {
 		if d.holds(dep) {

@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/internal/testutil"
+	"github.com/runcue/runcue/store"
 	"github.com/runcue/runcue/store/sqlite"
 )
 
@@ -189,6 +191,74 @@ func TestGraphSubmission(t *testing.T) {
 
 // TestPropagation: failure and cancellation propagate through a chain of 4
 // in one transaction; retrying the failed head requeues the chain.
+// TestDependentOfFinishingUnit: a unit whose dependency has ended badly
+// but whose end is not yet committed must not start. The dependent's insert
+// commits first; the dependency's failure (a failing run) or cancellation
+// (of a queued unit) is held in the writer when the dispatcher learns of the
+// dependent.
+func TestDependentOfFinishingUnit(t *testing.T) {
+	isInsert := testutil.HasOp(func(op store.Op) bool { _, ok := op.(*store.Insert); return ok })
+	for _, tc := range []struct {
+		name    string
+		running bool   // a runs (else it waits for its RunAt)
+		kind    string // the dependent's ErrorKind
+		// end starts ending the dependency a and returns the hold on the
+		// commit that ends it, once the dispatcher has sent that commit.
+		end func(e *env, hs *testutil.HoldStore, g *gate, a string) *testutil.Hold
+	}{
+		{"failed run", true, "prerequisite_failed", func(e *env, hs *testutil.HoldStore, g *gate, a string) *testutil.Hold {
+			fin := hs.Hold(finishOf(a))
+			g.release <- runcue.Permanent(errors.New("broken"))
+			for e.inspect().Inflight > 0 {
+			}
+			return fin
+		}},
+		{"cancelled while queued", false, "prerequisite_cancelled", func(e *env, hs *testutil.HoldStore, g *gate, a string) *testutil.Hold {
+			cancel := hs.Hold(testutil.HasOp(func(op store.Op) bool { c, ok := op.(*store.Cancel); return ok && c.ID == a }))
+			go func() { assert.NoError(t, e.c.Cancel(e.ctx, a, runcue.CancelOptions{})) }()
+			for e.inspect().Units > 0 {
+			}
+			return cancel
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, hs := newHeldEnv(t, runcue.Config{})
+			g := newGate()
+			require.NoError(t, e.c.Task("t", runcue.Task{Handler: g.handler}))
+			e.start()
+			var a string
+			if tc.running {
+				a = e.submit("t")
+				require.Equal(t, a, g.next(t))
+			} else {
+				a = e.submit("t", func(s *runcue.Submission) { s.RunAt = epoch.Add(time.Hour) })
+			}
+
+			insert := hs.Hold(isInsert)
+			b := make(chan string, 1)
+			go func() {
+				s, err := e.c.Submit(e.ctx, runcue.Submission{Task: "t", DependsOn: []string{a}})
+				assert.NoError(t, err)
+				b <- s.ID
+			}()
+			<-insert.Entered // the dependent's insert is in the writer
+			end := tc.end(e, hs, g, a)
+			insert.Release()
+			<-end.Entered // the dependent is committed; a's end is not
+			id := <-b
+			st := e.inspect()
+			assert.Zero(t, st.Inflight, "the dependent was dispatched before its dependency's end committed")
+			assert.Zero(t, st.Live)
+			end.Release()
+			wi := e.wait(id)
+			assert.Equal(t, runcue.StateFailed, wi.State)
+			assert.Equal(t, tc.kind, wi.ErrorKind)
+			assert.Equal(t, 0, wi.Runs)
+			g.none(t)
+		})
+	}
+}
+
 func TestPropagation(t *testing.T) {
 	e := newEnv(t, runcue.Config{})
 	var fixed atomic.Bool
