@@ -695,17 +695,16 @@ func (d *dispatcher) external(evs []store.Event) {
 			}
 		}
 	}
-	for _, id := range load {
-		su, err := d.c.st.GetUnit(context.Background(), id)
-		if err != nil {
-			if !errors.Is(err, store.ErrNotFound) {
-				d.c.log.Error("runcue: load submitted unit", "work_id", id, "error", err)
-			}
-			continue
-		}
-		if su.State == store.Queued {
-			d.addUnit(su, true)
-		}
+	if len(load) == 0 {
+		return
+	}
+	units, err := d.c.st.ListUnits(context.Background(), store.ListFilter{IDs: load, States: []store.State{store.Queued}, Limit: len(load)})
+	if err != nil {
+		d.c.log.Error("runcue: load units submitted by another process", "units", len(load), "error", err)
+		return
+	}
+	for _, su := range units {
+		d.addUnit(su, true)
 	}
 }
 

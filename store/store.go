@@ -189,6 +189,9 @@ type Ownership interface {
 
 // ListFilter selects units for ListUnits.
 type ListFilter struct {
+	// IDs, if set, selects only the units with these IDs (any number;
+	// IDs that match no unit are skipped).
+	IDs    []string
 	States []State
 	Tasks  []string
 	// AfterSeq and BeforeSeq bound Seq exclusively; zero means unbounded.

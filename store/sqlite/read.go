@@ -1,11 +1,13 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -66,7 +68,7 @@ func (s *Store) dependsOn(ctx context.Context, units []*store.Unit) error {
 	}
 	// Chunk to stay under SQLite's host-parameter limit.
 	for len(args) > 0 {
-		n := min(len(args), 500)
+		n := min(len(args), maxIDs)
 		rows, err := s.read.QueryContext(ctx, `SELECT unit_id, depends_on FROM dependencies WHERE unit_id IN (`+placeholders(n)+`) ORDER BY rowid`, args[:n]...)
 		if err != nil {
 			return err
@@ -88,6 +90,10 @@ func (s *Store) dependsOn(ctx context.Context, units []*store.Unit) error {
 	return nil
 }
 
+// maxIDs caps the IDs bound in one query, under SQLite's host-parameter
+// limit.
+const maxIDs = 500
+
 // GetUnit returns the unit with the given ID, or store.ErrNotFound.
 func (s *Store) GetUnit(ctx context.Context, id string) (*store.Unit, error) {
 	u, err := scanUnit(s.read.QueryRowContext(ctx, `SELECT `+unitColumns+` FROM work_units WHERE id=?`, id))
@@ -104,8 +110,39 @@ func (s *Store) GetUnit(ctx context.Context, id string) (*store.Unit, error) {
 
 // ListUnits returns units matching f.
 func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Unit, error) {
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	if len(f.IDs) > maxIDs {
+		// Chunk to stay under SQLite's host-parameter limit, then merge.
+		var out []*store.Unit
+		ids := f.IDs
+		for len(ids) > 0 {
+			n := min(len(ids), maxIDs)
+			f.IDs, ids = ids[:n], ids[n:]
+			part, err := s.ListUnits(ctx, f)
+			if err != nil {
+				return nil, err
+			}
+			out = append(out, part...)
+		}
+		slices.SortFunc(out, func(a, b *store.Unit) int {
+			if f.Desc {
+				return cmp.Compare(b.Seq, a.Seq)
+			}
+			return cmp.Compare(a.Seq, b.Seq)
+		})
+		return out[:min(len(out), limit)], nil
+	}
 	var where []string
 	var args []any
+	if len(f.IDs) > 0 {
+		where = append(where, "id IN ("+placeholders(len(f.IDs))+")")
+		for _, id := range f.IDs {
+			args = append(args, id)
+		}
+	}
 	if len(f.States) > 0 {
 		where = append(where, "state IN ("+placeholders(len(f.States))+")")
 		for _, st := range f.States {
@@ -138,10 +175,6 @@ func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Uni
 		q += " ORDER BY seq DESC"
 	} else {
 		q += " ORDER BY seq"
-	}
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
 	}
 	q += " LIMIT ?"
 	args = append(args, limit)

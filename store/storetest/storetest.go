@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"sync"
 	"testing"
@@ -803,6 +804,23 @@ func testList(t *testing.T, h *harness) {
 	assert.Equal(t, []string{ids[3], ids[2]}, list(store.ListFilter{BeforeSeq: seq, Desc: true, Limit: 2}))
 	units, _ := h.st.ListUnits(h.ctx, store.ListFilter{Limit: 1})
 	assert.Equal(t, "failed", units[0].Attempts[0].Outcome, "listed units are whole")
+	assert.Equal(t, []string{ids[1], ids[4], ids[6]}, list(store.ListFilter{IDs: []string{ids[6], "missing", ids[1], ids[4]}}), "by ID, in Seq order")
+	assert.Equal(t, []string{ids[4]}, list(store.ListFilter{IDs: []string{ids[2], ids[4]}, States: []store.State{store.Queued}}))
+
+	// Many IDs: more than a backend may bind in one query.
+	var many []string
+	for range 1200 {
+		u := h.unit("c")
+		h.insert(u)
+		many = append(many, u.ID)
+	}
+	shuffled := slices.Clone(many)
+	rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	assert.Equal(t, many, list(store.ListFilter{IDs: shuffled, Limit: len(many)}))
+	assert.Equal(t, many[:3], list(store.ListFilter{IDs: shuffled, Limit: 3}))
+	want := slices.Clone(many[len(many)-3:])
+	slices.Reverse(want)
+	assert.Equal(t, want, list(store.ListFilter{IDs: shuffled, Desc: true, Limit: 3}))
 }
 
 func testLoadActiveCount(t *testing.T, h *harness) {
