@@ -107,19 +107,13 @@ func priorityScaling(dir string, blocked, free int) (calls, dispatches int64, er
 		return 0, 0, err
 	}
 	for left := blocked; left > 0; left -= 1000 {
-		subs := make([]runcue.Submission, min(left, 1000))
-		for i := range subs {
-			subs[i] = runcue.Submission{Task: "wait"}
-		}
+		subs := batchOf("wait", min(left, 1000))
 		if _, err := c.SubmitBatch(ctx, subs); err != nil {
 			return 0, 0, err
 		}
 	}
 	var ids []string
-	subs := make([]runcue.Submission, free)
-	for i := range subs {
-		subs[i] = runcue.Submission{Task: "go"}
-	}
+	subs := batchOf("go", free)
 	out, err := c.SubmitBatch(ctx, subs)
 	if err != nil {
 		return 0, 0, err

@@ -394,10 +394,7 @@ func TestCircuitProbe(t *testing.T) {
 	assert.Equal(t, "api", statusEvs[0].Service.Name)
 
 	mode.Store(1)
-	subs := make([]runcue.Submission, 100)
-	for i := range subs {
-		subs[i] = runcue.Submission{Task: "call"}
-	}
+	subs := batchOf("call", 100)
 	_, err = e.c.SubmitBatch(e.ctx, subs)
 	require.NoError(t, err)
 	e.settle()
@@ -813,10 +810,7 @@ func TestServiceStatusEvents(t *testing.T) {
 	require.NoError(t, e.c.Task("t", runcue.Task{Services: []string{"api"}, Handler: noop}))
 	rec := record(t, e.c)
 	e.start()
-	subs := make([]runcue.Submission, 200)
-	for i := range subs {
-		subs[i] = runcue.Submission{Task: "t"}
-	}
+	subs := batchOf("t", 200)
 	_, err := e.c.SubmitBatch(e.ctx, subs)
 	require.NoError(t, err)
 	require.NoError(t, e.c.Drain(e.ctx)) // 200 saturate/free flips at one instant

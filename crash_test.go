@@ -58,10 +58,7 @@ func TestCrashRecovery(t *testing.T) {
 	c, err := runcue.Open(db, runcue.Config{Logger: quietLogger})
 	require.NoError(t, err)
 	require.NoError(t, c.Task("journal", runcue.Task{Handler: noop}))
-	subs := make([]runcue.Submission, units)
-	for i := range subs {
-		subs[i] = runcue.Submission{Task: "journal"}
-	}
+	subs := batchOf("journal", units)
 	submitted, err := c.SubmitBatch(context.Background(), subs)
 	require.NoError(t, err)
 	require.NoError(t, c.Close())

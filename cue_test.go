@@ -806,10 +806,7 @@ func TestSlowSubscriberDoesNotBlock(t *testing.T) {
 	stalled := e.c.Events(ctx) // never read until the end
 	e.start()
 	const n = 2000
-	subs := make([]runcue.Submission, n)
-	for i := range subs {
-		subs[i] = runcue.Submission{Task: "t"}
-	}
+	subs := batchOf("t", n)
 	_, err := e.c.SubmitBatch(e.ctx, subs)
 	require.NoError(t, err)
 	require.NoError(t, e.c.Drain(e.ctx), "work finishes while a subscriber reads nothing")

@@ -132,10 +132,7 @@ func TestStalledSubscriber(t *testing.T) {
 	defer cancel()
 	e.start()
 	for left := n; left > 0; left -= 5000 {
-		subs := make([]runcue.Submission, min(left, 5000))
-		for i := range subs {
-			subs[i] = runcue.Submission{Task: "t"}
-		}
+		subs := batchOf("t", min(left, 5000))
 		_, err := e.c.SubmitBatch(e.ctx, subs)
 		require.NoError(t, err)
 	}
@@ -169,10 +166,7 @@ func TestSubscribeResumeAfterKill(t *testing.T) {
 	c, err := runcue.Open(db, runcue.Config{Logger: quietLogger})
 	require.NoError(t, err)
 	require.NoError(t, c.Task("step", runcue.Task{Handler: noop}))
-	subs := make([]runcue.Submission, units)
-	for i := range subs {
-		subs[i] = runcue.Submission{Task: "step"}
-	}
+	subs := batchOf("step", units)
 	_, err = c.SubmitBatch(context.Background(), subs)
 	require.NoError(t, err)
 	require.NoError(t, c.Close())

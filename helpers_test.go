@@ -157,6 +157,15 @@ func (e *env) start() {
 
 func noop(context.Context, *runcue.Work) (any, error) { return nil, nil }
 
+// batchOf returns n submissions of task with no payload.
+func batchOf(task string, n int) []runcue.Submission {
+	subs := make([]runcue.Submission, n)
+	for i := range subs {
+		subs[i] = runcue.Submission{Task: task}
+	}
+	return subs
+}
+
 // recorder collects a Cue's events.
 type recorder struct {
 	mu     sync.Mutex

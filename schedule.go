@@ -15,8 +15,6 @@ import (
 	"github.com/runcue/runcue/store"
 )
 
-var jsonMarshal = json.Marshal
-
 // Scheduling options: dependencies, dynamic priority, backpressure and
 // feeders. They are set in Config; this file holds their types.
 
@@ -494,7 +492,7 @@ func (d *dispatcher) backpressure() {
 		typ = EventBackpressureActive
 	}
 	d.c.log.Info("runcue: "+string(typ), "queued", q, "max_queued", limit)
-	data, _ := jsonMarshal(backpressureData{Queued: q, MaxQueued: limit})
+	data, _ := json.Marshal(backpressureData{Queued: q, MaxQueued: limit})
 	d.submit(&store.AppendEvent{Event: store.Event{Type: string(typ), Time: d.clock.Now(), Data: data}})
 }
 
@@ -603,7 +601,6 @@ func (d *dispatcher) queueStatus(now time.Time) {
 	qs.Backpressure = d.bpActive
 	data, _ := json.Marshal(qs)
 	d.c.hub.Publish([]store.Event{{Type: string(EventQueueStatus), Time: now, Data: data}})
-	d.queued.Store(int64(qs.Queued + qs.Waiting + qs.Blocked + qs.Orphaned))
 	if iv := d.c.cfg.QueueStatusInterval; iv > 0 {
 		d.pushTimer(&timerEntry{at: now.Add(iv), kind: tQueueStatus})
 	}

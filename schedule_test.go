@@ -558,10 +558,7 @@ func TestBackpressureReject(t *testing.T) {
 	}
 	_, err := e.c.Submit(e.ctx, runcue.Submission{Task: "t"})
 	assert.ErrorIs(t, err, runcue.ErrBackpressure)
-	big := make([]runcue.Submission, 11)
-	for i := range big {
-		big[i] = runcue.Submission{Task: "t"}
-	}
+	big := batchOf("t", 11)
 	_, err = e.c.SubmitBatch(e.ctx, big)
 	assert.ErrorIs(t, err, runcue.ErrBackpressure, "a batch larger than the bound")
 	e.start()
@@ -644,10 +641,7 @@ func TestFeeder(t *testing.T) {
 		if n > 10 {
 			return nil, runcue.ErrFeedExhausted
 		}
-		subs := make([]runcue.Submission, 7)
-		for i := range subs {
-			subs[i] = runcue.Submission{Task: "t"}
-		}
+		subs := batchOf("t", 7)
 		return subs, nil
 	}})
 	g := newGate()

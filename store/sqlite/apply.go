@@ -563,6 +563,12 @@ func (t *txn) claim(op *store.Claim, r *store.Result) error {
 		return err
 	}
 	t.queued--
+	return t.claimed(op, r)
+}
+
+// claimed records an applied Claim: one service_log row per service the
+// unit holds, and the Claim's events.
+func (t *txn) claimed(op *store.Claim, r *store.Result) error {
 	r.Applied = true
 	for _, svc := range op.ServiceLog {
 		if _, err := t.exec(`INSERT INTO service_log(service, started_at, work_id) VALUES(?,?,?)`, svc, ns(op.At), op.ID); err != nil {
@@ -643,6 +649,12 @@ func (t *txn) finish(op *store.Finish, r *store.Result) error {
 	if op.State == store.Queued {
 		t.queued++
 	}
+	return t.finished(op, r)
+}
+
+// finished records an applied Finish: its events and, for a failed or
+// cancelled unit, the propagation to its dependents.
+func (t *txn) finished(op *store.Finish, r *store.Result) error {
 	r.Applied = true
 	if err := t.events(r, op.Events, op.ID, op.At); err != nil {
 		return err
@@ -1075,13 +1087,7 @@ func (t *txn) claimFinish(c *store.Claim, f *store.Finish, r *store.Result) erro
 	if f.State != store.Queued {
 		t.queued--
 	}
-	r.Applied = true
-	for _, svc := range c.ServiceLog {
-		if _, err := t.exec(`INSERT INTO service_log(service, started_at, work_id) VALUES(?,?,?)`, svc, ns(c.At), c.ID); err != nil {
-			return err
-		}
-	}
-	return t.events(r, c.Events, c.ID, c.At)
+	return t.claimed(c, r)
 }
 
 // finishMerged completes a Finish already applied by claimFinish.
@@ -1089,12 +1095,5 @@ func (t *txn) finishMerged(op *store.Finish, applied bool, r *store.Result) erro
 	if !applied {
 		return nil
 	}
-	r.Applied = true
-	if err := t.events(r, op.Events, op.ID, op.At); err != nil {
-		return err
-	}
-	if op.Propagate && (op.State == store.Failed || op.State == store.Cancelled) {
-		return t.propagate(op.ID, op.State, op.CascadeCancel, op.At, r)
-	}
-	return nil
+	return t.finished(op, r)
 }
