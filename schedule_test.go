@@ -348,6 +348,9 @@ func TestDependencyTimeout(t *testing.T) {
 	assert.Equal(t, "prerequisite_failed", e.wait(after).ErrorKind)
 	p.release <- nil
 	assert.Equal(t, runcue.StateCompleted, e.wait(dep).State)
+	e.settle()
+	assert.Zero(t, e.inspect().Units, "the dispatcher still holds units the store has failed")
+	require.NoError(t, e.c.Drain(e.ctx))
 }
 
 func TestDependencySatisfiedCallback(t *testing.T) {
