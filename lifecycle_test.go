@@ -451,10 +451,23 @@ func TestIdempotencyFailedPolicy(t *testing.T) {
 	for _, policy := range []runcue.FailedDuplicatePolicy{runcue.RejectFailedDuplicates, runcue.ResubmitFailedDuplicates} {
 		t.Run(fmt.Sprint(policy), func(t *testing.T) {
 			e := newEnv(t, runcue.Config{FailedDuplicates: policy})
+			// The first unit fails; later ones run until released, so that
+			// the resubmitted unit still holds the key when it is tested.
+			release := make(chan struct{})
 			require.NoError(t, e.c.Task("t", runcue.Task{Retry: runcue.RetryPolicy{MaxAttempts: 1},
-				Handler: func(context.Context, *runcue.Work) (any, error) { return nil, errors.New("no") }}))
+				Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+					if w.Target == "fail" {
+						return nil, errors.New("no")
+					}
+					select {
+					case <-release:
+						return "ok", nil
+					case <-ctx.Done():
+						return nil, ctx.Err()
+					}
+				}}))
 			e.start()
-			first := e.submit("t", func(s *runcue.Submission) { s.IdempotencyKey = "k" })
+			first := e.submit("t", func(s *runcue.Submission) { s.IdempotencyKey = "k"; s.Target = "fail" })
 			require.Equal(t, runcue.StateFailed, e.wait(first).State)
 			out, err := e.c.Submit(e.ctx, runcue.Submission{Task: "t", IdempotencyKey: "k"})
 			if policy == runcue.RejectFailedDuplicates {
@@ -466,9 +479,11 @@ func TestIdempotencyFailedPolicy(t *testing.T) {
 			assert.NotEqual(t, first, out.ID)
 			// The new unit holds the key now.
 			dup, err := e.c.Submit(e.ctx, runcue.Submission{Task: "t", IdempotencyKey: "k"})
-			if err == nil {
-				assert.Equal(t, out.ID, dup.ID)
-			}
+			require.NoError(t, err)
+			assert.True(t, dup.Duplicate)
+			assert.Equal(t, out.ID, dup.ID)
+			close(release)
+			assert.Equal(t, runcue.StateCompleted, e.wait(out.ID).State)
 		})
 	}
 }
