@@ -55,13 +55,7 @@ func TestCrashRecovery(t *testing.T) {
 	db, journal := filepath.Join(dir, "runcue.db"), filepath.Join(dir, "journal")
 
 	const units = 2000
-	c, err := runcue.Open(db, runcue.Config{Logger: quietLogger})
-	require.NoError(t, err)
-	require.NoError(t, c.Task("journal", runcue.Task{Handler: noop}))
-	subs := batchOf("journal", units)
-	submitted, err := c.SubmitBatch(context.Background(), subs)
-	require.NoError(t, err)
-	require.NoError(t, c.Close())
+	submitted := seedFile(t, db, "journal", units)
 
 	ctx := context.Background()
 	st, err := sqlite.Open(db, sqlite.Options{})

@@ -163,13 +163,7 @@ func TestSubscribeResumeAfterKill(t *testing.T) {
 	dir := t.TempDir()
 	db, seqs := filepath.Join(dir, "runcue.db"), filepath.Join(dir, "seqs")
 	const units = 600
-	c, err := runcue.Open(db, runcue.Config{Logger: quietLogger})
-	require.NoError(t, err)
-	require.NoError(t, c.Task("step", runcue.Task{Handler: noop}))
-	subs := batchOf("step", units)
-	_, err = c.SubmitBatch(context.Background(), subs)
-	require.NoError(t, err)
-	require.NoError(t, c.Close())
+	seedFile(t, db, "step", units)
 	env := []string{"RUNCUE_SEQS=" + seqs, fmt.Sprint("RUNCUE_UNITS=", units)}
 	for kill := range 6 {
 		cmd, out := child(t, "subscriber", db, env...)
