@@ -5,7 +5,6 @@ package runcue_test
 import (
 	"bufio"
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -217,10 +216,4 @@ func TestRestart(t *testing.T) {
 	assert.Equal(t, runcue.StateCompleted, q.State, "a queued unit is run")
 	assert.Equal(t, 1, q.Runs)
 	rec.waitFor(t, 1, ofType(runcue.EventWorkRecovered, running.ID))
-}
-
-func parseUint(s string) (uint64, error) {
-	var v uint64
-	_, err := fmt.Sscan(s, &v)
-	return v, err
 }

@@ -249,16 +249,19 @@ type dispatcher struct {
 	units     map[string]*unit // queued, waiting and running units of registered tasks
 	orphans   map[string]map[string]*unit
 	runs      map[string]*run
-	ready     *heaps.Heap[*lane]
-	timers    *heaps.Heap[*timerEntry]
-	timerN    uint64
-	timer     clock.Timer
-	armedAt   time.Time
-	inflight  int // runs whose outcome is not decided
-	live      int // handler goroutines not yet returned
-	claims    int // write-ahead claims not yet committed
-	handlers  sync.WaitGroup
-	dirty     map[*resource]struct{} // resources whose status may have changed
+	// held are the runs that ended before their handlers returned and
+	// hold their slots until then (Task.HoldSlotsUntilReturn).
+	held     map[*run]struct{}
+	ready    *heaps.Heap[*lane]
+	timers   *heaps.Heap[*timerEntry]
+	timerN   uint64
+	timer    clock.Timer
+	armedAt  time.Time
+	inflight int // runs whose outcome is not decided
+	live     int // handler goroutines not yet returned
+	claims   int // write-ahead claims not yet committed
+	handlers sync.WaitGroup
+	dirty    map[*resource]struct{} // resources whose status may have changed
 
 	// dependents maps a unit to the units waiting for it to complete;
 	// finishing holds units whose terminal outcome is decided but not yet
@@ -307,7 +310,7 @@ func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.Ser
 		c: c, owner: owner, own: own, clock: c.clock, in: inbox.New[msg](), done: make(chan struct{}),
 		tasks: make(map[string]*taskRT), regs: make(map[string]Service), services: make(map[string]*resource), keyed: make(map[string]*resource),
 		lanes: make(map[string]*lane), stored: make(map[string]store.ServiceRecord),
-		units: make(map[string]*unit), orphans: make(map[string]map[string]*unit), runs: make(map[string]*run),
+		units: make(map[string]*unit), orphans: make(map[string]map[string]*unit), runs: make(map[string]*run), held: make(map[*run]struct{}),
 		dirty: make(map[*resource]struct{}), started: c.clock.Now(), classLogs: make(map[string]map[string][]time.Time),
 		dependents: make(map[string][]*unit), finishing: make(map[string]struct{}), auxStop: make(chan struct{}),
 		scores: make(map[string]scoreEntry),
@@ -1011,6 +1014,7 @@ func (d *dispatcher) end(r *run, returned bool, v verdict) {
 	d.judge(r, v)
 	if !returned && r.lane.task.def.HoldSlotsUntilReturn {
 		r.holding = true
+		d.held[r] = struct{}{}
 		return
 	}
 	d.inflight--
@@ -1025,6 +1029,7 @@ func (d *dispatcher) finished(m msg) {
 		// Decided at its deadline or grace: a late result is discarded.
 		if r.holding {
 			r.holding = false
+			delete(d.held, r)
 			d.inflight--
 			d.release(r.lane)
 		}

@@ -120,7 +120,7 @@ func TestProgressThrottling(t *testing.T) {
 // block (a hook) until the work is done: the dispatcher never waited for it.
 func TestStalledSubscriber(t *testing.T) {
 	n := 100_000
-	if testing.Short() {
+	if testing.Short() || raceEnabled {
 		n = 10_000
 	}
 	e := newEnv(t, runcue.Config{Logger: quietLogger})

@@ -88,9 +88,17 @@ func (d *dispatcher) verify() error {
 			holders[res]++
 		}
 	}
+	for r := range d.held {
+		if !r.holding || !r.lane.task.def.HoldSlotsUntilReturn {
+			return fmt.Errorf("run of %s in the held set but not holding", r.id)
+		}
+		for _, res := range r.lane.resources {
+			holders[res]++
+		}
+	}
 	check := func(res *resource) error {
-		if res.active != holders[res] && !res.holdingPossible(d) {
-			return fmt.Errorf("%s: active %d, but %d running units hold it", res.name, res.active, holders[res])
+		if res.active != holders[res] {
+			return fmt.Errorf("%s: active %d, but %d running or holding units hold it", res.name, res.active, holders[res])
 		}
 		if res.limit > 0 && res.active > res.limit {
 			return fmt.Errorf("%s: active %d > limit %d", res.name, res.active, res.limit)
@@ -126,17 +134,6 @@ func (d *dispatcher) verify() error {
 	return nil
 }
 
-// holdingPossible reports whether a run that ended but holds its slots
-// (HoldSlotsUntilReturn) may account for a difference.
-func (r *resource) holdingPossible(d *dispatcher) bool {
-	for _, t := range d.tasks {
-		if t.def.HoldSlotsUntilReturn {
-			return true
-		}
-	}
-	return false
-}
-
 var _ = writer.ErrClosed
 
 // Stats returns the priority calls and dispatches counted so far.
@@ -161,5 +158,25 @@ func StallSubscribers(c *Cue) (release func()) {
 			stalled.Store(false)
 			close(ch)
 		})
+	}
+}
+
+// CorruptActive adds a phantom holder to a registered service's count, on
+// the dispatcher goroutine, so tests can see that CheckInvariants fails.
+func CorruptActive(ctx context.Context, c *Cue, service string) error {
+	d := c.disp.Load()
+	if d == nil {
+		return fmt.Errorf("not running")
+	}
+	done := make(chan struct{})
+	d.in.Push(msg{kind: mInspect, inspect: func(d *dispatcher) {
+		d.services[service].active++
+		close(done)
+	}})
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

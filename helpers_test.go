@@ -3,6 +3,7 @@ package runcue_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -300,4 +301,10 @@ func (g *gate) none(t *testing.T) {
 		t.Fatalf("unexpected start of %s", id)
 	default:
 	}
+}
+
+func parseUint(s string) (uint64, error) {
+	var v uint64
+	_, err := fmt.Sscan(s, &v)
+	return v, err
 }
