@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -317,6 +318,23 @@ func TestHandlerPanic(t *testing.T) {
 	assert.Equal(t, runcue.StateFailed, u.State)
 	assert.Equal(t, 1, u.Runs, "never retried")
 	assert.Contains(t, u.Error, "encode result")
+}
+
+// TestHandlerGoexit: a handler that calls runtime.Goexit (as t.FailNow in a
+// shared test helper does) is recorded as failed at once, not at its
+// deadline, and Stop returns.
+func TestHandlerGoexit(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	require.NoError(t, e.c.Task("exits", runcue.Task{Retry: runcue.RetryPolicy{MaxAttempts: 1}, Handler: func(context.Context, *runcue.Work) (any, error) {
+		runtime.Goexit()
+		return nil, nil
+	}}))
+	e.start()
+	wi := e.wait(e.submit("exits")) // the fake clock never reaches the deadline
+	assert.Equal(t, runcue.StateFailed, wi.State)
+	assert.Equal(t, "panic", wi.ErrorKind)
+	assert.Contains(t, wi.Error, "runtime.Goexit")
+	require.NoError(t, e.c.Stop(e.ctx))
 }
 
 func TestUnknownTaskInStore(t *testing.T) {

@@ -909,6 +909,15 @@ func (d *dispatcher) execute(r *run) {
 		beat: func() { d.heartbeat(r) }, report: func(b []byte) { d.reportProgress(r, b) }}
 	var res any
 	var err error
+	sent := false
+	defer func() {
+		// Only runtime.Goexit (t.FailNow in a shared helper, say) ends the
+		// goroutine without the send below: record the run as failed now,
+		// not at its deadline.
+		if !sent {
+			d.in.Push(msg{kind: mDone, run: r, err: errGoexit, end: d.clock.Now()})
+		}
+	}()
 	if r.load {
 		var su *store.Unit
 		if su, err = d.c.st.GetUnit(context.Background(), r.id); err == nil {
@@ -930,8 +939,13 @@ func (d *dispatcher) execute(r *run) {
 			}
 		}
 	}
+	sent = true
 	d.in.Push(msg{kind: mDone, run: r, result: out, err: err, end: d.clock.Now()})
 }
+
+// errGoexit is the failure recorded for a handler that called
+// runtime.Goexit. It counts as a panic: the handler did not return.
+var errGoexit = &panicError{value: "handler called runtime.Goexit (t.FailNow, t.SkipNow or log.Fatal-like code in a handler?) instead of returning"}
 
 // record reports a run's outcome to metrics, its span and the log.
 func (d *dispatcher) record(r *run, fin *store.Finish, err error, end time.Time) {
@@ -983,6 +997,9 @@ type panicError struct {
 }
 
 func (e *panicError) Error() string {
+	if len(e.stack) == 0 {
+		return fmt.Sprintf("panic: %v", e.value)
+	}
 	return fmt.Sprintf("panic: %v\n%s", e.value, e.stack)
 }
 
