@@ -2,6 +2,7 @@ package executor
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -39,8 +41,12 @@ func Register(name string, h runcue.Handler) {
 }
 
 // request and response travel over the pipes between the pool and a worker,
-// one JSON object per line.
+// one JSON object per line. Seq tags a request and the response that
+// answers it: the pool accepts only the response to the request it has
+// outstanding, so a line a worker writes out of turn can never be taken for
+// another unit's result.
 type request struct {
+	Seq      uint64          `json:"seq"`
 	Handler  string          `json:"handler"`
 	ID       string          `json:"id"`
 	Task     string          `json:"task"`
@@ -51,6 +57,7 @@ type request struct {
 }
 
 type response struct {
+	Seq       uint64          `json:"seq"`
 	Result    json.RawMessage `json:"result,omitempty"`
 	Error     string          `json:"error,omitempty"`
 	Permanent bool            `json:"permanent,omitempty"`
@@ -65,17 +72,30 @@ func serveWorker() int {
 		fmt.Fprintln(os.Stderr, "runcue: worker started without its pipes")
 		return 2
 	}
+	limit, _ := strconv.Atoi(os.Getenv(maxMessageEnv))
+	if limit <= 0 {
+		limit = DefaultMaxMessage
+	}
 	dec, enc := json.NewDecoder(bufio.NewReader(in)), json.NewEncoder(out)
 	for {
 		var req request
 		if err := dec.Decode(&req); err != nil {
 			return 0 // the orchestrator closed the pipe (or died)
 		}
-		if err := enc.Encode(handle(req)); err != nil {
+		res := handle(req)
+		if len(res.Result) > limit {
+			res = response{Error: fmt.Sprintf("executor: result of %d bytes is over the pool's limit of %d (PoolOptions.MaxMessage)",
+				len(res.Result), limit), Permanent: true}
+		}
+		res.Seq = req.Seq
+		if err := enc.Encode(res); err != nil {
 			return 0
 		}
 	}
 }
+
+// maxMessageEnv passes PoolOptions.MaxMessage to a worker.
+const maxMessageEnv = "RUNCUE_POOL_MAX_MESSAGE"
 
 func handle(req request) (res response) {
 	registry.RLock()
@@ -113,7 +133,20 @@ type PoolOptions struct {
 	// Service is the name of the service the pool registers. Default
 	// "process_pool".
 	Service string
+	// MaxMessage bounds, in bytes, a unit's params sent to a worker and the
+	// result a worker sends back. Params over it fail the unit permanently
+	// without using a worker; a worker refuses a result over it (the unit
+	// fails permanently), and a response line longer than it fails the unit
+	// and replaces the worker. Default DefaultMaxMessage.
+	MaxMessage int
 }
+
+// DefaultMaxMessage is the default PoolOptions.MaxMessage: 64 MiB.
+const DefaultMaxMessage = 64 << 20
+
+// responseOverhead is room in a response line for its JSON envelope (the
+// sequence number, an error text) beyond MaxMessage bytes of result.
+const responseOverhead = 64 << 10
 
 // Pool is a pool of worker processes. It is safe for simultaneous use by
 // multiple goroutines.
@@ -121,6 +154,7 @@ type Pool struct {
 	service string
 	size    int
 	exe     string
+	max     int
 
 	mu      sync.Mutex
 	idle    []*worker
@@ -148,6 +182,12 @@ func NewPool(c *runcue.Cue, o PoolOptions) (*Pool, error) {
 	if o.Service == "" {
 		o.Service = "process_pool"
 	}
+	if o.MaxMessage < 0 {
+		return nil, fmt.Errorf("executor: negative PoolOptions.MaxMessage %d", o.MaxMessage)
+	}
+	if o.MaxMessage == 0 {
+		o.MaxMessage = DefaultMaxMessage
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return nil, fmt.Errorf("executor: find this binary: %w", err)
@@ -155,19 +195,26 @@ func NewPool(c *runcue.Cue, o PoolOptions) (*Pool, error) {
 	if err := c.Service(o.Service, runcue.Service{MaxConcurrent: o.Size}); err != nil {
 		return nil, err
 	}
-	return &Pool{service: o.Service, size: o.Size, exe: exe, room: make(chan struct{}, 1), live: map[*worker]struct{}{}}, nil
+	return &Pool{service: o.Service, size: o.Size, exe: exe, max: o.MaxMessage, room: make(chan struct{}, 1), live: map[*worker]struct{}{}}, nil
 }
 
 // Service returns the name of the pool's service.
 func (p *Pool) Service() string { return p.service }
 
 // Handler returns a runcue.Handler that runs the handler registered under
-// name in a worker. A worker that dies during the run (a crash, os.Exit)
-// fails the run with an error that the task's retry policy may retry; a
-// timeout or cancellation kills the worker. Either way the pool starts a new
-// worker for the next unit.
+// name in a worker. A worker that dies during the run (a crash, os.Exit) or
+// breaks the protocol (a line that is not the answer to its request: out of
+// turn, undecodable, or longer than MaxMessage) fails the run with an error
+// naming the cause, which the task's retry policy may retry, and is
+// replaced at once; a timeout or cancellation kills the worker. Either way
+// the pool starts a new worker for the next unit, and a worker's output is
+// never attached to a unit it was not answering.
 func (p *Pool) Handler(name string) runcue.Handler {
 	return func(ctx context.Context, w *runcue.Work) (any, error) {
+		if len(w.Params) > p.max {
+			return nil, runcue.Permanent(fmt.Errorf("executor: params of %d bytes are over the pool's limit of %d (PoolOptions.MaxMessage)",
+				len(w.Params), p.max))
+		}
 		wk, err := p.acquire(ctx)
 		if err != nil {
 			return nil, err
@@ -176,12 +223,16 @@ func (p *Pool) Handler(name string) runcue.Handler {
 		if dl, ok := ctx.Deadline(); ok {
 			req.Deadline = dl.UnixNano()
 		}
-		res, err := wk.call(ctx, req)
+		res, err := wk.call(ctx, req, p.max+responseOverhead)
 		if err != nil {
 			p.discard(wk)
 			return nil, err
 		}
-		p.putBack(wk)
+		if wk.out.Buffered() > 0 {
+			p.discard(wk) // it wrote more than its answer: do not trust it again
+		} else {
+			p.putBack(wk)
+		}
 		if res.Error != "" {
 			err := errors.New(res.Error)
 			if res.Permanent {
@@ -283,6 +334,7 @@ func (p *Pool) Workers() int {
 }
 
 type worker struct {
+	seq    uint64 // the last request's; used by the goroutine holding the worker
 	cmd    *exec.Cmd
 	in     *os.File // requests
 	out    *bufio.Reader
@@ -305,7 +357,7 @@ func (p *Pool) startWorker() (*worker, error) {
 		return nil, err
 	}
 	cmd := exec.Command(p.exe)
-	cmd.Env = append(os.Environ(), modeEnv+"="+modeWorker)
+	cmd.Env = append(os.Environ(), modeEnv+"="+modeWorker, maxMessageEnv+"="+strconv.Itoa(p.max))
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr // the handlers' own output
 	cmd.ExtraFiles = []*os.File{reqR, resW}
 	err = start(cmd, syscall.SIGKILL)
@@ -332,28 +384,51 @@ func (p *Pool) startWorker() (*worker, error) {
 }
 
 // call sends one request and waits for its response, the worker's death or
-// ctx.
-func (wk *worker) call(ctx context.Context, req request) (response, error) {
+// ctx. A line longer than limit, one that does not decode, or one that
+// answers another request is a protocol error: the caller discards the
+// worker.
+func (wk *worker) call(ctx context.Context, req request, limit int) (response, error) {
+	wk.seq++
+	req.Seq = wk.seq
 	if err := wk.enc.Encode(req); err != nil {
 		return response{}, wk.death(err)
 	}
 	type reply struct {
 		res response
-		err error
+		err error // a protocol error; the worker is alive
+		eof error // the pipe failed: the worker died
 	}
 	ch := make(chan reply, 1)
 	go func() {
-		var res response
-		line, err := wk.out.ReadBytes('\n')
-		if err == nil {
-			err = json.Unmarshal(line, &res)
+		line, err := readLine(wk.out, limit)
+		switch {
+		case errors.Is(err, errLineTooLong):
+			ch <- reply{err: fmt.Errorf("executor: worker protocol error: a response line over %d bytes (PoolOptions.MaxMessage)", limit)}
+			return
+		case err != nil:
+			ch <- reply{eof: err}
+			return
 		}
-		ch <- reply{res, err}
+		var res response
+		if err := json.Unmarshal(line, &res); err != nil {
+			ch <- reply{err: fmt.Errorf("executor: worker protocol error: undecodable response %q: %v", abbreviate(line), err)}
+			return
+		}
+		if res.Seq != req.Seq {
+			ch <- reply{err: fmt.Errorf("executor: worker protocol error: response tagged %d to request %d (the worker wrote a line out of turn: %q)",
+				res.Seq, req.Seq, abbreviate(line))}
+			return
+		}
+		ch <- reply{res: res}
 	}()
 	select {
 	case r := <-ch:
-		if r.err != nil {
-			return response{}, wk.death(r.err)
+		switch {
+		case r.eof != nil:
+			return response{}, wk.death(r.eof)
+		case r.err != nil:
+			wk.kill()
+			return response{}, r.err
 		}
 		return r.res, nil
 	case <-ctx.Done():
@@ -361,6 +436,33 @@ func (wk *worker) call(ctx context.Context, req request) (response, error) {
 		<-ch
 		return response{}, fmt.Errorf("%w (worker killed)", context.Cause(ctx))
 	}
+}
+
+var errLineTooLong = errors.New("line too long")
+
+// readLine reads one line of at most limit bytes (its newline included).
+// Past the limit it stops reading and returns errLineTooLong.
+func readLine(r *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := r.ReadSlice('\n')
+		if len(line)+len(chunk) > limit {
+			return nil, errLineTooLong
+		}
+		line = append(line, chunk...)
+		if err != bufio.ErrBufferFull {
+			return line, err
+		}
+	}
+}
+
+// abbreviate shortens a protocol line for an error message.
+func abbreviate(line []byte) string {
+	line = bytes.TrimRight(line, "\n")
+	if len(line) > 200 {
+		return string(line[:200]) + "..."
+	}
+	return string(line)
 }
 
 // death describes how a worker that stopped answering ended.
