@@ -358,26 +358,58 @@ func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[stri
 		rt.base = d.laneFor(rt, nil, nil)
 		if orphans := d.orphans[name]; orphans != nil {
 			delete(d.orphans, name)
+			var withDeps []*unit
 			for _, u := range orphans {
 				d.deriveKeys(u, rt)
 				d.units[u.id] = u
 				if len(u.deps) > 0 {
-					d.waitDeps(u)
+					withDeps = append(withDeps, u)
 				} else {
 					d.makeEligible(u)
 				}
 			}
+			d.resolveDeps(withDeps)
 		}
 	}
 }
 
-// addUnit indexes a queued unit, unless it is already known.
-func (d *dispatcher) addUnit(su *store.Unit, keepParams bool) {
+// addUnits indexes queued units not yet known, then files each where it
+// belongs: waiting for its dependencies, on the timer heap, or in its lane.
+// Every unit is indexed before any unit's dependencies are looked at, so a
+// dependency later in the same batch is known as queued (see resolveDeps).
+func (d *dispatcher) addUnits(sus []*store.Unit, keepParams bool) {
+	units := make([]*unit, 0, len(sus))
+	for _, su := range sus {
+		if u := d.index(su, keepParams); u != nil {
+			units = append(units, u)
+		}
+	}
+	d.file(units)
+}
+
+// file sends newly indexed units on: to wait for their dependencies, or to
+// eligibility.
+func (d *dispatcher) file(units []*unit) {
+	var withDeps []*unit
+	for _, u := range units {
+		if len(u.deps) > 0 {
+			withDeps = append(withDeps, u)
+		} else {
+			d.makeEligible(u)
+		}
+	}
+	d.resolveDeps(withDeps)
+}
+
+// index records a queued unit, unless it is already known. It returns nil
+// for a known unit and for an orphan (its task type is not registered
+// here), which is kept apart until its task is.
+func (d *dispatcher) index(su *store.Unit, keepParams bool) *unit {
 	if _, ok := d.units[su.ID]; ok {
-		return
+		return nil
 	}
 	if o := d.orphans[su.Task]; o != nil && o[su.ID] != nil {
-		return
+		return nil
 	}
 	u := &unit{id: su.ID, seq: su.Seq, task: su.Task, target: su.Target, params: su.Params, hasParams: true,
 		runs: su.Runs, failures: su.Failures, deferrals: su.Deferrals, runAt: su.RunAt, timeout: su.Timeout, laneIdx: -1,
@@ -408,7 +440,7 @@ func (d *dispatcher) addUnit(su *store.Unit, keepParams bool) {
 			d.c.log.Warn("runcue: queued units have a task type not registered here; they stay queued", "task_type", u.task)
 		}
 		o[u.id] = u
-		return
+		return nil
 	}
 	d.deriveKeys(u, rt)
 	if keepParams && d.paramBytes+len(u.params) <= maxParamBytes {
@@ -417,11 +449,7 @@ func (d *dispatcher) addUnit(su *store.Unit, keepParams bool) {
 		u.params, u.hasParams = nil, false // read again when it runs
 	}
 	d.units[u.id] = u
-	if len(u.deps) > 0 {
-		d.waitDeps(u)
-		return
-	}
-	d.makeEligible(u)
+	return u
 }
 
 // makeEligible puts u in its lane, or on the timer heap until its runAt.
@@ -582,9 +610,7 @@ func (d *dispatcher) handle(m msg) {
 	switch m.kind {
 	case mInserted:
 		d.applyEnded(m.events)
-		for _, su := range m.units {
-			d.addUnit(su, true)
-		}
+		d.addUnits(m.units, true)
 	case mExternal:
 		d.external(m.events)
 	case mDone:
@@ -706,9 +732,7 @@ func (d *dispatcher) external(evs []store.Event) {
 		d.c.log.Error("runcue: load units submitted by another process", "units", len(load), "error", err)
 		return
 	}
-	for _, su := range units {
-		d.addUnit(su, true)
-	}
+	d.addUnits(units, true)
 }
 
 // applyEnded drops from memory the queued units that events report ended
@@ -721,6 +745,12 @@ func (d *dispatcher) applyEnded(evs []store.Event) {
 		}
 		if ev.Type == string(EventWorkFailed) && eventFrom(&ev).WillRetry {
 			continue
+		}
+		if _, finishing := d.finishing[ev.WorkID]; !finishing {
+			// Ended by another process or with another unit: the store
+			// failed its dependents in the same transaction, and their own
+			// events remove them.
+			delete(d.dependents, ev.WorkID)
 		}
 		if u, ok := d.units[ev.WorkID]; ok && u.state != uRunning {
 			d.removeQueued(u)

@@ -187,7 +187,7 @@ func (d *dispatcher) explain(id string) Explanation {
 	case uBlocked:
 		var waiting []string
 		for _, dep := range u.deps {
-			if d.holds(dep) {
+			if d.waiting(u, dep) {
 				waiting = append(waiting, dep)
 			}
 		}

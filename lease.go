@@ -31,15 +31,21 @@ func (d *dispatcher) recover(ctx context.Context) error {
 	if n := len(res[0].IDs); n > 0 {
 		d.c.log.Info("runcue: requeued units left running by the previous owner", "units", n)
 	}
-	err = d.c.st.LoadActive(ctx, func(u *store.Unit) error {
-		if u.State == store.Queued {
-			d.addUnit(u, false)
+	// Every queued unit is indexed before any is filed, so that a
+	// dependent stored before its dependency waits for it.
+	var loaded []*unit
+	err = d.c.st.LoadActive(ctx, func(su *store.Unit) error {
+		if su.State == store.Queued {
+			if u := d.index(su, false); u != nil {
+				loaded = append(loaded, u)
+			}
 		}
 		return nil
 	})
 	if err != nil {
 		return err
 	}
+	d.file(loaded)
 	d.schedulePrune(d.clock.Now())
 	if d.c.cfg.QueueStatusInterval > 0 {
 		d.pushTimer(&timerEntry{at: d.clock.Now().Add(d.c.cfg.QueueStatusInterval), kind: tQueueStatus})

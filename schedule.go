@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -139,18 +140,79 @@ func checkDependency(f DependencyFunc, id string, timeout time.Duration) (ok boo
 
 // ---- dependencies ----
 
-// waitDeps files u as waiting for the dependencies that are not complete:
-// those this Cue still holds (queued, running, or finishing without a
-// commit yet). A dependency it does not hold has completed, or was pruned
-// after completing; one that failed or was cancelled has already failed u
-// in the store.
-func (d *dispatcher) waitDeps(u *unit) {
+// resolveDeps files each of units, which have dependencies, as waiting for
+// those that have not completed, and the rest on to eligibility.
+//
+// A dependency counts as complete only when the store says so (or it is no
+// longer stored: only finished units are pruned, and a failed or cancelled
+// one fails its dependents in the same transaction). One this Cue holds
+// (queued, running, or finishing without a commit yet) is waited for, and
+// so is one the store has queued or running that this Cue does not hold
+// yet: a dependency later in the same batch, or one submitted by another
+// process and not loaded yet. The store is asked about all of units'
+// unknown dependencies at once.
+func (d *dispatcher) resolveDeps(units []*unit) {
+	if len(units) == 0 {
+		return
+	}
+	var unknown []string
+	seen := map[string]bool{}
+	for _, u := range units {
+		for _, dep := range u.deps {
+			if !seen[dep] && !d.holds(dep) {
+				seen[dep] = true
+				unknown = append(unknown, dep)
+			}
+		}
+	}
+	var states map[string]store.State
+	if len(unknown) > 0 {
+		var err error
+		states, err = d.c.st.UnitStates(context.Background(), unknown)
+		if err != nil {
+			// Without an answer nothing may start: treat them as pending.
+			// A unit so blocked waits until the next owner's start.
+			d.c.log.Error("runcue: read dependencies' states; their dependents wait", "dependencies", len(unknown), "error", err)
+			states = make(map[string]store.State, len(unknown))
+			for _, dep := range unknown {
+				states[dep] = store.Queued
+			}
+		}
+	}
+	for _, u := range units {
+		if d.units[u.id] != u {
+			continue // gone meanwhile
+		}
+		d.waitDeps(u, states)
+	}
+}
+
+// waitDeps files u as waiting for its dependencies that have not completed
+// (see resolveDeps); states holds the store's answer for dependencies this
+// Cue does not hold.
+func (d *dispatcher) waitDeps(u *unit, states map[string]store.State) {
 	u.pending = 0
+	var dead string
+	var deadState store.State
 	for _, dep := range u.deps {
 		if d.holds(dep) {
 			u.pending++
 			d.dependents[dep] = append(d.dependents[dep], u)
+			continue
 		}
+		switch st := states[dep]; st {
+		case store.Queued, store.Running:
+			u.pending++
+			d.dependents[dep] = append(d.dependents[dep], u)
+		case store.Failed, store.Cancelled:
+			dead, deadState = dep, st
+		}
+	}
+	if dead != "" {
+		// A dependency ended badly but u is queued (it was requeued on its
+		// own, say): u cannot run; fail it as the store fails dependents.
+		d.failDependent(u, dead, deadState)
+		return
 	}
 	if !u.depsBy.IsZero() {
 		d.pushTimer(&timerEntry{at: u.depsBy, kind: tDepDeadline, u: u})
@@ -162,6 +224,26 @@ func (d *dispatcher) waitDeps(u *unit) {
 	d.depsDone(u)
 }
 
+// failDependent fails queued unit u because its dependency dep is failed or
+// cancelled, propagating to u's own dependents.
+func (d *dispatcher) failDependent(u *unit, dep string, st store.State) {
+	for _, other := range u.deps {
+		if ws := d.dependents[other]; ws != nil {
+			d.dependents[other] = slices.DeleteFunc(ws, func(w *unit) bool { return w == u })
+		}
+	}
+	d.removeQueued(u)
+	kind := "prerequisite_failed"
+	if st == store.Cancelled {
+		kind = "prerequisite_cancelled"
+	}
+	msg := fmt.Sprintf("dependency %s is %s", dep, st)
+	d.submit(&store.FailQueued{ID: u.id, At: d.clock.Now(), Error: msg, ErrorKind: kind,
+		Events: []store.Event{{Type: string(EventWorkFailed), Task: u.task, Data: eventData{Error: msg, ErrorKind: kind}.encode()}}})
+}
+
+// holds reports whether this Cue holds unit id: queued, waiting or running
+// here, finishing without a commit yet, or queued with an unregistered task.
 func (d *dispatcher) holds(id string) bool {
 	if _, ok := d.units[id]; ok {
 		return true
@@ -175,6 +257,11 @@ func (d *dispatcher) holds(id string) bool {
 		}
 	}
 	return false
+}
+
+// waiting reports whether u waits for dep.
+func (d *dispatcher) waiting(u *unit, dep string) bool {
+	return slices.Contains(d.dependents[dep], u)
 }
 
 // depsDone is called when u's dependencies have all completed.

@@ -222,6 +222,9 @@ type Store interface {
 
 	GetUnit(ctx context.Context, id string) (*Unit, error)
 	ListUnits(ctx context.Context, f ListFilter) ([]*Unit, error)
+	// UnitStates returns the state of each of ids that is stored (any
+	// number of IDs; an ID that matches no unit is absent from the map).
+	UnitStates(ctx context.Context, ids []string) (map[string]State, error)
 	// LoadActive calls fn for every queued or running unit in Seq order,
 	// without Result or Attempts.
 	LoadActive(ctx context.Context, fn func(*Unit) error) error

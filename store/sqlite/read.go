@@ -94,6 +94,36 @@ func (s *Store) dependsOn(ctx context.Context, units []*store.Unit) error {
 // limit.
 const maxIDs = 500
 
+// UnitStates returns the state of each unit of ids that is stored.
+func (s *Store) UnitStates(ctx context.Context, ids []string) (map[string]store.State, error) {
+	out := make(map[string]store.State, len(ids))
+	for len(ids) > 0 {
+		n := min(len(ids), maxIDs)
+		args := make([]any, n)
+		for i, id := range ids[:n] {
+			args[i] = id
+		}
+		rows, err := s.read.QueryContext(ctx, `SELECT id, state FROM work_units WHERE id IN (`+placeholders(n)+`)`, args...)
+		if err != nil {
+			return nil, err
+		}
+		for rows.Next() {
+			var id, state string
+			if err := rows.Scan(&id, &state); err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out[id] = store.State(state)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, err
+		}
+		ids = ids[n:]
+	}
+	return out, nil
+}
+
 // GetUnit returns the unit with the given ID, or store.ErrNotFound.
 func (s *Store) GetUnit(ctx context.Context, id string) (*store.Unit, error) {
 	u, err := scanUnit(s.read.QueryRowContext(ctx, `SELECT `+unitColumns+` FROM work_units WHERE id=?`, id))

@@ -39,6 +39,7 @@ func Run(t *testing.T, open Opener) {
 		{"InsertAllOrNone", testInsertAllOrNone},
 		{"Idempotency", testIdempotency},
 		{"Dependencies", testDependencies},
+		{"UnitStates", testUnitStates},
 		{"DeadDependency", testDeadDependency},
 		{"ClaimFinish", testClaimFinish},
 		{"FinishPreconditions", testFinishPreconditions},
@@ -310,6 +311,24 @@ func testDependencies(t *testing.T, h *harness) {
 	assert.ElementsMatch(t, []string{"x", "y", "z"}, ce.Members)
 	_, err = h.st.GetUnit(h.ctx, free.ID)
 	assert.ErrorIs(t, err, store.ErrNotFound, "nothing of a cyclic batch is stored")
+}
+
+func testUnitStates(t *testing.T, h *harness) {
+	q, r, c := h.unit("a"), h.unit("a"), h.unit("a")
+	h.insert(q, r, c)
+	h.claim(r.ID, 1)
+	h.claim(c.ID, 1)
+	h.finish(c.ID, 1, store.Completed)
+	ids := []string{q.ID, r.ID, c.ID, "ghost"}
+	for i := range 1200 { // more than one query's worth of IDs
+		ids = append(ids, fmt.Sprintf("missing-%d", i))
+	}
+	states, err := h.st.UnitStates(h.ctx, ids)
+	require.NoError(t, err)
+	assert.Equal(t, map[string]store.State{q.ID: store.Queued, r.ID: store.Running, c.ID: store.Completed}, states)
+	states, err = h.st.UnitStates(h.ctx, nil)
+	require.NoError(t, err)
+	assert.Empty(t, states)
 }
 
 func testDeadDependency(t *testing.T, h *harness) {
