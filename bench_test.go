@@ -36,6 +36,22 @@ func benchThroughput(b *testing.B, o benchkit.Options) {
 	b.ReportMetric(float64(benchkit.Percentile(res.SubmitLatency, 99))/float64(time.Microsecond), "submit-p99-µs")
 }
 
+// BenchmarkSoak reports the live heap after 10,000 units and after
+// max(b.N, 100,000) units through one Cue, and the growth per unit between
+// them: memory must not grow with history. `go run ./cmd/runcue-bench -soak
+// 1000000` runs the million-unit version.
+func BenchmarkSoak(b *testing.B) {
+	n := max(b.N, 100_000)
+	b.ResetTimer()
+	pts, err := benchkit.Soak(b.TempDir(), []int{10_000, n})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(pts[0].LiveHeap)/(1<<20), "MiB-live@10k")
+	b.ReportMetric(float64(pts[1].LiveHeap)/(1<<20), "MiB-live@end")
+	b.ReportMetric((float64(pts[1].LiveHeap)-float64(pts[0].LiveHeap))/float64(n-10_000), "B-growth/unit")
+}
+
 func BenchmarkRawCycle(b *testing.B) {
 	n := max(b.N, 1000)
 	b.ResetTimer()

@@ -259,6 +259,8 @@ type stats struct {
 // testHooks are set by tests (see export_test.go).
 type testHooks struct {
 	checkInvariants func(d *dispatcher)
+	// started is called on the dispatcher goroutine for every run started.
+	started func(r *run)
 }
 
 // Open opens (creating if needed) the SQLite database at path and migrates

@@ -125,6 +125,10 @@ type unit struct {
 	lane      *lane
 	laneIdx   int // position in lane heap
 	timerGen  uint64
+	// due, depTimer and recheck are u's entries on the timer heap (its
+	// runAt, its DependencyDeadline, its next DependencySatisfied check),
+	// removed when u is forgotten so that no timer keeps it reachable.
+	due, depTimer, recheck *timerEntry
 }
 
 type run struct {
@@ -168,6 +172,10 @@ type run struct {
 	span trace.Span
 	// progress is the latest value the handler reported, throttled.
 	progress progress
+	// deadlineTimer, graceTimer and progressTimer are r's entries on the
+	// timer heap, removed when r ends so that no timer keeps a finished run
+	// (its unit, contexts and span) reachable until it would have fired.
+	deadlineTimer, graceTimer, progressTimer *timerEntry
 }
 
 type progress struct {
@@ -457,7 +465,9 @@ func (d *dispatcher) makeEligible(u *unit) {
 	if u.runAt.After(d.clock.Now()) {
 		u.state = uWaiting
 		u.timerGen++
-		d.pushTimer(&timerEntry{at: u.runAt, kind: tUnitDue, u: u, gen: u.timerGen})
+		d.dropTimer(u.due)
+		u.due = &timerEntry{at: u.runAt, kind: tUnitDue, u: u, gen: u.timerGen}
+		d.pushTimer(u.due)
 		return
 	}
 	u.state = uReady
@@ -517,12 +527,24 @@ func (d *dispatcher) forget(u *unit) {
 		u.params, u.hasParams = nil, false
 	}
 	delete(d.units, u.id)
+	delete(d.scores, u.id)
+	d.dropTimer(u.due)
+	d.dropTimer(u.depTimer)
+	d.dropTimer(u.recheck)
+	u.due, u.depTimer, u.recheck = nil, nil, nil
 }
 
 func (d *dispatcher) pushTimer(e *timerEntry) {
 	d.timerN++
 	e.n = d.timerN
 	d.timers.Push(e)
+}
+
+// dropTimer removes e from the timer heap if it is still there.
+func (d *dispatcher) dropTimer(e *timerEntry) {
+	if e != nil && e.idx >= 0 && e.idx < d.timers.Len() && d.timers.Items()[e.idx] == e {
+		d.timers.Remove(e.idx)
+	}
 }
 
 func (d *dispatcher) run() {
@@ -688,7 +710,9 @@ func (d *dispatcher) handle(m msg) {
 		m.explain <- d.explain(m.id)
 	case mProgress:
 		if m.end.After(d.clock.Now()) {
-			d.pushTimer(&timerEntry{at: m.end, kind: tProgress, r: m.run})
+			d.dropTimer(m.run.progressTimer)
+			m.run.progressTimer = &timerEntry{at: m.end, kind: tProgress, r: m.run}
+			d.pushTimer(m.run.progressTimer)
 		} else {
 			d.emitProgress(m.run)
 		}
@@ -872,9 +896,13 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 		d.c.log.Debug("work_started", "work_unit_id", u.id, "task_type", u.task, "attempt", r.no)
 	}
 	d.runs[u.id] = r
+	if h := d.c.testHooks.started; h != nil {
+		h(r)
+	}
 	d.inflight++
 	d.c.stats.dispatches.Add(1)
-	d.pushTimer(&timerEntry{at: r.deadline, kind: tDeadline, r: r})
+	r.deadlineTimer = &timerEntry{at: r.deadline, kind: tDeadline, r: r}
+	d.pushTimer(r.deadlineTimer)
 	claim := &store.Claim{ID: u.id, Owner: d.owner, Run: r.no, At: now, LeaseExpires: r.deadline.Add(d.c.cfg.LeaseBuffer),
 		ServiceLog: l.logged, Events: []store.Event{{Type: string(EventWorkStarted), Task: u.task, Attempt: r.no}}}
 	// A dispatch counted in a rate window is logged before the handler
@@ -1058,6 +1086,9 @@ func (d *dispatcher) end(r *run, returned bool, v verdict) {
 	if r.stopDL != nil {
 		r.stopDL()
 	}
+	d.dropTimer(r.deadlineTimer)
+	d.dropTimer(r.graceTimer)
+	r.deadlineTimer, r.graceTimer = nil, nil
 	d.judge(r, v)
 	if !returned && r.lane.task.def.HoldSlotsUntilReturn {
 		r.holding = true
@@ -1272,7 +1303,8 @@ func (d *dispatcher) cancelRun(r *run, opts CancelOptions) {
 	r.cancelled = &opts
 	r.cause = ErrCancelled
 	r.cancel(ErrCancelled)
-	d.pushTimer(&timerEntry{at: d.clock.Now().Add(d.c.cfg.CancelGrace), kind: tGrace, r: r})
+	r.graceTimer = &timerEntry{at: d.clock.Now().Add(d.c.cfg.CancelGrace), kind: tGrace, r: r}
+	d.pushTimer(r.graceTimer)
 }
 
 // cancelledEnd records a cancelled run whose handler has not returned (its

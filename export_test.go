@@ -3,9 +3,11 @@ package runcue
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"weak"
 
 	"github.com/runcue/runcue/internal/writer"
 )
@@ -178,5 +180,38 @@ func CorruptActive(ctx context.Context, c *Cue, service string) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// TrackRuns records a weak pointer to every run c starts, and to its unit.
+// The returned function collects garbage and reports how many runs and
+// units are still reachable, of how many started. Call before Start.
+func TrackRuns(c *Cue) (reachable func() (runs, units, started int)) {
+	var mu sync.Mutex
+	var rs []weak.Pointer[run]
+	var us []weak.Pointer[unit]
+	c.testHooks.started = func(r *run) {
+		mu.Lock()
+		rs = append(rs, weak.Make(r))
+		us = append(us, weak.Make(r.u))
+		mu.Unlock()
+	}
+	return func() (int, int, int) {
+		runtime.GC()
+		runtime.GC()
+		mu.Lock()
+		defer mu.Unlock()
+		runs, units := 0, 0
+		for _, p := range rs {
+			if p.Value() != nil {
+				runs++
+			}
+		}
+		for _, p := range us {
+			if p.Value() != nil {
+				units++
+			}
+		}
+		return runs, units, len(rs)
 	}
 }

@@ -215,7 +215,9 @@ func (d *dispatcher) waitDeps(u *unit, states map[string]store.State) {
 		return
 	}
 	if !u.depsBy.IsZero() {
-		d.pushTimer(&timerEntry{at: u.depsBy, kind: tDepDeadline, u: u})
+		d.dropTimer(u.depTimer)
+		u.depTimer = &timerEntry{at: u.depsBy, kind: tDepDeadline, u: u}
+		d.pushTimer(u.depTimer)
 	}
 	if u.pending > 0 {
 		u.state = uBlocked
@@ -348,7 +350,9 @@ func (d *dispatcher) checked(id string, ok bool) {
 		d.makeEligible(u)
 		return
 	}
-	d.pushTimer(&timerEntry{at: d.clock.Now().Add(d.c.cfg.DependencyRecheck), kind: tRecheck, u: u})
+	d.dropTimer(u.recheck)
+	u.recheck = &timerEntry{at: d.clock.Now().Add(d.c.cfg.DependencyRecheck), kind: tRecheck, u: u}
+	d.pushTimer(u.recheck)
 }
 
 // dependencyTimeout fails a unit whose dependencies were not satisfied by

@@ -32,6 +32,7 @@ func main() {
 	serviceReps := flag.Int("service-reps", 5, "repetitions of the no-service vs one-unlimited-service comparison (0 skips it)")
 	stalledReps := flag.Int("stalled-reps", 5, "repetitions of the no-subscriber vs stalled-subscriber comparison (0 skips it)")
 	rateSpan := flag.Duration("rate-span", 10*time.Second, "how long the rate-limited run is measured")
+	soak := flag.Int("soak", 0, "instead of the other measurements: process this many units through one Cue and report its live heap at 10,000 units and at each tenfold (memory must not grow with history)")
 	flag.Parse()
 
 	sync := runcue.SyncNormal
@@ -49,6 +50,10 @@ func main() {
 		}
 		defer os.RemoveAll(d)
 		*dir = d
+	}
+	if *soak > 0 {
+		runSoak(*dir, *soak)
+		return
 	}
 	fmt.Printf("runcue-bench: %d units, %d repetitions, synchronous=%s, GOMAXPROCS=%d, %s\n",
 		*units, *reps, *syncMode, runtime.GOMAXPROCS(0), runtime.Version())
@@ -129,4 +134,27 @@ func main() {
 	fmt.Printf("completion-to-dispatch (MaxConcurrent 1, %d units): p50 %v, p99 %v, max %v\n", len(lat)+1,
 		benchkit.Percentile(lat, 50).Round(time.Microsecond), benchkit.Percentile(lat, 99).Round(time.Microsecond),
 		benchkit.Percentile(lat, 100).Round(time.Microsecond))
+}
+
+func runSoak(dir string, n int) {
+	var cps []int
+	for cp := 10_000; cp < n; cp *= 10 {
+		cps = append(cps, cp)
+	}
+	cps = append(cps, n)
+	fmt.Printf("runcue-bench -soak: %d no-op units through one Cue (default configuration: 30-minute timeouts), GOMAXPROCS=%d, %s\n",
+		n, runtime.GOMAXPROCS(0), runtime.Version())
+	pts, err := benchkit.Soak(dir, cps)
+	if err != nil {
+		log.Fatal("soak: ", err)
+	}
+	for _, p := range pts {
+		fmt.Printf("  after %9d units: live heap %7.1f MiB, RSS %7.1f MiB (%v)\n", p.Units,
+			float64(p.LiveHeap)/(1<<20), float64(p.RSS)/(1<<20), p.Elapsed.Round(time.Second))
+	}
+	if len(pts) > 1 {
+		a, b := pts[0], pts[len(pts)-1]
+		fmt.Printf("live heap per processed unit between %d and %d units: %+.1f bytes\n", a.Units, b.Units,
+			(float64(b.LiveHeap)-float64(a.LiveHeap))/float64(b.Units-a.Units))
+	}
 }

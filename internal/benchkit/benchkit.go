@@ -12,7 +12,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -382,4 +385,80 @@ func RateLimited(dir string, limit int, window, span time.Duration) (RateResult,
 		res.MaxInWindow = max(res.MaxInWindow, i-j+1)
 	}
 	return res, nil
+}
+
+// SoakPoint is the memory of a Cue after it has processed Units units.
+type SoakPoint struct {
+	Units int
+	// LiveHeap is the heap in use after a garbage collection, in bytes.
+	LiveHeap uint64
+	// RSS is the process's resident set, in bytes (0 where /proc is absent).
+	RSS uint64
+	// Elapsed is the time since the first submission.
+	Elapsed time.Duration
+}
+
+// Soak runs no-op units through one Cue with the default configuration
+// (30-minute timeouts, the real clock), submitting 10,000 at a time and
+// draining, and measures the live heap once each checkpoint of processed
+// units is passed. Memory that grows with history shows as growth between
+// checkpoints.
+func Soak(dir string, checkpoints []int) ([]SoakPoint, error) {
+	path := filepath.Join(dir, fmt.Sprintf("runcue-soak-%d.db", time.Now().UnixNano()))
+	defer removeDB(path)
+	c, err := runcue.Open(path, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	if err := c.Task("noop", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}); err != nil {
+		return nil, err
+	}
+	ctx := context.Background()
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	const chunk = 10_000
+	var out []SoakPoint
+	start := time.Now()
+	done := 0
+	for _, cp := range checkpoints {
+		for done < cp {
+			n := min(chunk, cp-done)
+			for left := n; left > 0; left -= 1000 {
+				subs := make([]runcue.Submission, min(left, 1000))
+				for i := range subs {
+					subs[i] = runcue.Submission{Task: "noop"}
+				}
+				if _, err := c.SubmitBatch(ctx, subs); err != nil {
+					return nil, err
+				}
+			}
+			if err := c.Drain(ctx); err != nil {
+				return nil, err
+			}
+			done += n
+		}
+		runtime.GC()
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		out = append(out, SoakPoint{Units: done, LiveHeap: ms.HeapAlloc, RSS: rss(), Elapsed: time.Since(start)})
+	}
+	return out, c.Stop(ctx)
+}
+
+// rss returns the process's resident set size from /proc/self/status.
+func rss() uint64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseUint(f[1], 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
