@@ -35,8 +35,10 @@ type resource struct {
 	window  *broker.Window
 	circuit *broker.Circuit
 	paused  bool
-	// blockedUntil is set by a Retry-After.
+	// blockedUntil is set by a Retry-After, on the monotonic timeline;
+	// blockedFor is the hold's length when it was set.
 	blockedUntil time.Time
+	blockedFor   time.Duration
 	// timerAt is the pending wake-up timer, if any.
 	timerAt time.Time
 	// refs counts the lanes using a keyed instance, for eviction.
@@ -121,7 +123,7 @@ func (d *dispatcher) newServiceResource(name, class string, reg Service, now tim
 	if rec, ok := d.stored[name]; ok && len(rec.Circuit) > 0 {
 		var cs circuitRecord
 		if json.Unmarshal(rec.Circuit, &cs) == nil {
-			cs.restore(r)
+			d.restore(cs, r)
 		}
 	}
 	if r.circuit != nil {
@@ -130,16 +132,22 @@ func (d *dispatcher) newServiceResource(name, class string, reg Service, now tim
 	return r
 }
 
-// priorLog returns the dispatches of a service logged before this owner
-// started that may still count in its window (this owner's own are in
-// memory). For keyed instances one query per class serves every key: it is
-// read on the first key's creation and dropped once a window has passed
-// since the start.
+// priorLog returns, on the scheduling timeline, the starts of a service's
+// runs by previous owners that may still count in its window (this owner's
+// own are in memory). The log records when each dispatch was decided; its
+// handler started at most MaxStartDelay later (a later start is refused)
+// and before this owner took over (its owner was dead, or had stopped
+// starting handlers, by then). So each entry t counts as a start at
+// min(t+MaxStartDelay, this owner's start): the latest instant it can have
+// had. That also clamps entries stamped in the future by a wall clock that
+// was set back since. For keyed instances one query per class serves every
+// key: it is read on the first key's creation.
 func (d *dispatcher) priorLog(name, class string, s Service, now time.Time) []time.Time {
-	since := now.Add(-s.RateWindow)
-	if !since.Before(d.started) {
-		return nil // everything in the window was dispatched by this owner
+	lag := d.c.cfg.MaxStartDelay
+	if now.Sub(d.startMono) >= s.RateWindow+lag {
+		return nil // everything a previous owner started has left the window
 	}
+	since := d.started.Add(-s.RateWindow - lag)
 	var times []time.Time
 	if name == class {
 		var err error
@@ -151,7 +159,7 @@ func (d *dispatcher) priorLog(name, class string, s Service, now time.Time) []ti
 		logs, ok := d.classLogs[class]
 		if !ok {
 			var err error
-			logs, err = d.c.st.ServiceLogPrefix(context.Background(), class+":", d.started.Add(-s.RateWindow))
+			logs, err = d.c.st.ServiceLogPrefix(context.Background(), class+":", since)
 			if err != nil {
 				d.c.log.Error("runcue: read service log; rate windows start empty", "service", class, "error", err)
 			}
@@ -160,12 +168,18 @@ func (d *dispatcher) priorLog(name, class string, s Service, now time.Time) []ti
 		times = logs[name]
 		delete(logs, name)
 	}
-	i := 0
-	for i < len(times) && times[i].Before(since) {
-		i++
+	out := make([]time.Time, 0, len(times))
+	cut := now.Add(-s.RateWindow)
+	for _, t := range times {
+		latest := t.Add(lag)
+		if latest.After(d.started) {
+			latest = d.started
+		}
+		if at := d.startMono.Add(latest.Sub(d.started)); at.After(cut) {
+			out = append(out, at)
+		}
 	}
-	times = times[i:]
-	return times[max(0, len(times)-s.RateLimit):]
+	return out[max(0, len(out)-s.RateLimit):]
 }
 
 // applyLimits sets r's limits from s, keeping its window's entries and its
@@ -178,7 +192,7 @@ func (d *dispatcher) applyLimits(r *resource, s Service) {
 	case r.window == nil:
 		r.window = broker.NewWindow(s.RateLimit, s.RateWindow)
 	case r.window.Limit() != s.RateLimit || r.window.Length() != s.RateWindow:
-		r.window = r.window.Resize(s.RateLimit, s.RateWindow)
+		r.window.SetLimits(s.RateLimit, s.RateWindow)
 	}
 	switch {
 	case s.CircuitThreshold == 0:
@@ -208,7 +222,7 @@ func (d *dispatcher) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
 	l.resources = append(l.resources, rt.cap)
 	svcs := slices.Clone(rt.services)
 	if keyErr == nil {
-		now := d.clock.Now()
+		now := d.now()
 		for _, k := range keys {
 			r := d.keyed[k]
 			if r == nil {
@@ -252,7 +266,7 @@ func (d *dispatcher) maybeEvict(r *resource) {
 	if !r.keyed || r.refs > 0 || r.active > 0 || r.waiters.Len() > 0 || d.keyed[r.name] != r {
 		return
 	}
-	now := d.clock.Now()
+	now := d.now()
 	if r.blockedUntil.After(now) || (r.circuit != nil && r.circuit.State != broker.Closed) {
 		return
 	}
@@ -355,7 +369,7 @@ func (d *dispatcher) acquire(l *lane, now time.Time, probes []*resource) {
 	for _, r := range l.resources {
 		r.active++
 		if r.window != nil {
-			r.window.Add(now)
+			r.window.Reserve() // committed at the handler's start
 		}
 		d.markStatus(r)
 	}
@@ -379,12 +393,12 @@ func (d *dispatcher) release(l *lane) {
 // resource wakes its next waiter, so capacity is never left idle while
 // lanes wait for it.
 func (d *dispatcher) park(l *lane, r *resource, until time.Time) {
-	if r.window != nil && !until.IsZero() && !r.paused && !r.blockedUntil.After(d.clock.Now()) &&
+	if r.window != nil && !until.IsZero() && !r.paused && !r.blockedUntil.After(d.now()) &&
 		(r.limit == 0 || r.active < r.limit) {
 		// Held back by the rate window.
 		d.c.tel.rateLimited.Add(bg, 1, r.attrs())
 		if d.c.log.Enabled(bg, slog.LevelDebug) {
-			d.c.log.Debug("service_rate_limited", "service", r.name, "current_rate", r.window.Count(d.clock.Now()),
+			d.c.log.Debug("service_rate_limited", "service", r.name, "current_rate", r.window.Used(d.now()),
 				"limit", r.window.Limit(), "window", r.window.Length())
 		}
 	}
@@ -406,7 +420,7 @@ func (d *dispatcher) wake(r *resource) {
 	if r.waiters.Len() == 0 {
 		return
 	}
-	if ok, until, _ := d.check(r, d.clock.Now()); !ok {
+	if ok, until, _ := d.check(r, d.now()); !ok {
 		if !until.IsZero() {
 			d.resourceTimer(r, until)
 		}
@@ -428,7 +442,7 @@ func (d *dispatcher) resourceTimer(r *resource, at time.Time) {
 
 // judge passes a run's verdict to the circuits of its services.
 func (d *dispatcher) judge(r *run, v verdict) {
-	now := d.clock.Now()
+	now := d.now()
 	for _, res := range r.lane.resources {
 		if res.circuit == nil {
 			continue
@@ -470,9 +484,10 @@ func (d *dispatcher) noteCircuit(r *resource) {
 	d.markStatus(r)
 }
 
-// blockServices applies a Retry-After to the lane's services named (all of
-// them when none are).
-func (d *dispatcher) blockServices(l *lane, names []string, until time.Time) {
+// blockServices applies a Retry-After of length delay from now to the
+// lane's services named (all of them when none are).
+func (d *dispatcher) blockServices(l *lane, names []string, delay time.Duration) {
+	until := d.now().Add(delay)
 	for _, r := range l.resources {
 		if r.class == "" {
 			continue // a task cap is not a service
@@ -481,7 +496,7 @@ func (d *dispatcher) blockServices(l *lane, names []string, until time.Time) {
 			continue
 		}
 		if until.After(r.blockedUntil) {
-			r.blockedUntil = until
+			r.blockedUntil, r.blockedFor = until, delay
 			d.persistBroker(r)
 			d.markStatus(r)
 		}
@@ -489,36 +504,50 @@ func (d *dispatcher) blockServices(l *lane, names []string, until time.Time) {
 }
 
 // circuitRecord is the persisted broker state of a service: its circuit
-// and any Retry-After block.
+// and any Retry-After block. Times are wall-clock Unix nanoseconds.
 type circuitRecord struct {
 	State        broker.CircuitState `json:"state,omitempty"`
 	Failures     int                 `json:"failures,omitempty"`
 	Until        int64               `json:"until,omitempty"`
 	BlockedUntil int64               `json:"blocked_until,omitempty"`
+	// BlockedFor is the Retry-After hold's length (ns) when it was set.
+	BlockedFor int64 `json:"blocked_for,omitempty"`
 }
 
-func (cr circuitRecord) restore(r *resource) {
+// restore applies a stored record to r. The wall clock may have been set
+// since the record was written: a hold never lasts longer from now than it
+// did when it was set (an open circuit its CircuitTimeout, a Retry-After
+// its own length), so a clock set back does not stretch it.
+func (d *dispatcher) restore(cr circuitRecord, r *resource) {
+	wall := d.wall()
 	if r.circuit != nil && cr.State != "" {
 		r.circuit.State, r.circuit.Failures = cr.State, cr.Failures
 		if cr.State == broker.HalfOpen {
 			r.circuit.State = broker.Open // the probe died with the old owner: probe again
 		}
 		if cr.Until != 0 {
-			r.circuit.Until = time.Unix(0, cr.Until)
+			until := min(time.Unix(0, cr.Until).Sub(wall), r.circuit.Timeout)
+			r.circuit.Until = d.now().Add(until)
 		}
 	}
 	if cr.BlockedUntil != 0 {
-		r.blockedUntil = time.Unix(0, cr.BlockedUntil)
+		left := time.Unix(0, cr.BlockedUntil).Sub(wall)
+		if cr.BlockedFor > 0 {
+			left = min(left, time.Duration(cr.BlockedFor))
+		}
+		if left > 0 {
+			r.blockedUntil, r.blockedFor = d.now().Add(left), time.Duration(cr.BlockedFor)
+		}
 	}
 }
 
 func (d *dispatcher) persistBroker(r *resource) {
 	var cr circuitRecord
 	if r.circuit != nil && r.circuit.State != broker.Closed {
-		cr.State, cr.Failures, cr.Until = r.circuit.State, r.circuit.Failures, ns(r.circuit.Until)
+		cr.State, cr.Failures, cr.Until = r.circuit.State, r.circuit.Failures, ns(d.toWall(r.circuit.Until))
 	}
-	if r.blockedUntil.After(d.clock.Now()) {
-		cr.BlockedUntil = r.blockedUntil.UnixNano()
+	if r.blockedUntil.After(d.now()) {
+		cr.BlockedUntil, cr.BlockedFor = d.toWall(r.blockedUntil).UnixNano(), int64(r.blockedFor)
 	}
 	blob := []byte{} // empty: delete the row
 	if cr != (circuitRecord{}) {
@@ -546,8 +575,11 @@ func (d *dispatcher) logCutoffs(now time.Time) map[string]time.Time {
 		if s.RateLimit == 0 {
 			continue
 		}
-		out[name] = now.Add(-s.RateWindow)
-		out[name+":"] = now.Add(-s.RateWindow)
+		// A logged decision may count for MaxStartDelay more than its
+		// window, at a restart (see priorLog).
+		cut := now.Add(-s.RateWindow - d.c.cfg.MaxStartDelay)
+		out[name] = cut
+		out[name+":"] = cut
 	}
 	return out
 }
@@ -618,7 +650,7 @@ func (d *dispatcher) keyOf(r *resource, now time.Time) statusKey {
 		k.circuit = r.circuit.State
 	}
 	k.saturated = k.paused || k.blocked || (r.limit > 0 && r.active >= r.limit) ||
-		(r.window != nil && r.window.Count(now) >= r.window.Limit()) || (r.circuit != nil && r.circuit.State != broker.Closed)
+		(r.window != nil && r.window.Used(now) >= r.window.Limit()) || (r.circuit != nil && r.circuit.State != broker.Closed)
 	return k
 }
 
@@ -638,7 +670,7 @@ func (d *dispatcher) flushStatus() {
 	if len(d.dirty) == 0 {
 		return
 	}
-	now := d.clock.Now()
+	now := d.now()
 	var evs []store.Event
 	for r := range d.dirty {
 		k := d.keyOf(r, now)
@@ -664,7 +696,7 @@ func (d *dispatcher) flushStatus() {
 		r.lastStatus, r.statusAt = k, now
 		st := d.statusOf(r, now)
 		data, _ := json.Marshal(st)
-		evs = append(evs, store.Event{Type: string(EventServiceStatus), Time: now, Data: data})
+		evs = append(evs, store.Event{Type: string(EventServiceStatus), Time: d.wall(), Data: data})
 	}
 	if len(evs) > 0 {
 		d.c.hub.Publish(evs)
@@ -677,18 +709,18 @@ func (d *dispatcher) statusOf(r *resource, now time.Time) ServiceStatus {
 	st := ServiceStatus{Name: r.name, Class: r.class, Limits: s, Overridden: len(d.stored[r.class].Override) > 0,
 		Active: r.active, Paused: r.paused, Circuit: CircuitClosed, Waiting: r.waiters.Len()}
 	if r.window != nil {
-		st.InWindow = r.window.Count(now)
+		st.InWindow = r.window.Used(now)
 	}
 	if r.circuit != nil {
 		st.Circuit = CircuitState(r.circuit.State)
 		if r.circuit.State == broker.Open {
-			st.CircuitOpenUntil = r.circuit.Until
+			st.CircuitOpenUntil = d.toWall(r.circuit.Until)
 		}
 	}
 	if r.blockedUntil.After(now) {
-		st.BlockedUntil = r.blockedUntil
+		st.BlockedUntil = d.toWall(r.blockedUntil)
 	}
-	st.NextCapacity = d.nextCapacity(r, now)
+	st.NextCapacity = d.toWall(d.nextCapacity(r, now))
 	return st
 }
 
@@ -703,7 +735,11 @@ func (d *dispatcher) nextCapacity(r *resource, now time.Time) time.Time {
 		next = r.blockedUntil
 	}
 	if r.window != nil {
-		if t := r.window.NextFree(next); t.After(next) {
+		t := r.window.NextFree(next)
+		if t.IsZero() {
+			return time.Time{} // reservations fill it: a place frees when one starts
+		}
+		if t.After(next) {
 			next = t
 		}
 	}
@@ -722,7 +758,7 @@ func (d *dispatcher) nextCapacity(r *resource, now time.Time) time.Time {
 // statusAll reports every registered service, with its keyed instances
 // folded into it.
 func (d *dispatcher) statusAll() []ServiceStatus {
-	now := d.clock.Now()
+	now := d.now()
 	var out []ServiceStatus
 	for _, name := range sortedNames(d.services) {
 		st := d.statusOf(d.services[name], now)
@@ -732,7 +768,7 @@ func (d *dispatcher) statusAll() []ServiceStatus {
 			}
 			st.Keys++
 			st.Active += kr.active
-			st.InWindow += kr.window.CountOrZero(now)
+			st.InWindow += kr.window.UsedOrZero(now)
 			st.Waiting += kr.waiters.Len()
 			if kr.circuit != nil && kr.circuit.State != broker.Closed {
 				st.OpenKeys++

@@ -8,6 +8,7 @@ import (
 	"os"
 	"slices"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -30,6 +31,9 @@ type sim struct {
 	waiting map[*simRun]struct{}
 	// decide returns a run's latency and outcome; called under mu.
 	decide func(w *runcue.Work, rnd *rand.Rand) (time.Duration, error)
+	// starts holds every run's Work.Started, by task and by target: the
+	// instants rate windows promise about.
+	starts map[string][]time.Time
 }
 
 type simRun struct {
@@ -39,11 +43,14 @@ type simRun struct {
 }
 
 func newSim(e *env, seed uint64, decide func(*runcue.Work, *rand.Rand) (time.Duration, error)) *sim {
-	return &sim{clk: e.clk, rnd: rand.New(rand.NewPCG(seed, seed)), waiting: map[*simRun]struct{}{}, decide: decide}
+	return &sim{clk: e.clk, rnd: rand.New(rand.NewPCG(seed, seed)), waiting: map[*simRun]struct{}{}, decide: decide,
+		starts: map[string][]time.Time{}}
 }
 
 func (s *sim) handler(ctx context.Context, w *runcue.Work) (any, error) {
 	s.mu.Lock()
+	s.starts["task:"+w.Task] = append(s.starts["task:"+w.Task], w.Started)
+	s.starts["target:"+w.Target] = append(s.starts["target:"+w.Target], w.Started)
 	lat, err := s.decide(w, s.rnd)
 	r := &simRun{at: s.clk.Now().Add(lat), err: err, done: make(chan struct{})}
 	s.waiting[r] = struct{}{}
@@ -370,6 +377,16 @@ func runBrokerProperty(t *testing.T, seed uint64, n int, restart bool) {
 		svc := simServices[name]
 		checkWindows(t, name, book.times[name], svc.RateLimit, svc.RateWindow)
 		total += len(book.times[name])
+		// The promise is about handler starts (Work.Started).
+		var starts []time.Time
+		s.mu.Lock()
+		for task, svcs := range simTasks {
+			if slices.Contains(svcs, name) {
+				starts = append(starts, s.starts["task:"+task]...)
+			}
+		}
+		s.mu.Unlock()
+		checkWindows(t, name+" (starts)", starts, svc.RateLimit, svc.RateWindow)
 	}
 	t.Logf("%d units, %d rate-limited dispatches checked, %v of fake time", n, total, e.clk.Now().Sub(epoch))
 	page, err := c.List(e.ctx, runcue.ListOptions{States: []runcue.State{runcue.StateQueued, runcue.StateRunning}})
@@ -581,6 +598,10 @@ func TestKeyedServiceLimits(t *testing.T) {
 	for _, name := range names {
 		checkWindows(t, name, book.times[name], 2, time.Second)
 		total += len(book.times[name])
+		s.mu.Lock()
+		starts := slices.Clone(s.starts["target:"+strings.TrimPrefix(name, "host:")])
+		s.mu.Unlock()
+		checkWindows(t, name+" (starts)", starts, 2, time.Second)
 	}
 	assert.Equal(t, 40, total)
 	assert.Len(t, book.times["host:busy.example"], 20)
@@ -781,8 +802,11 @@ func TestServiceChangedFromAnotherProcess(t *testing.T) {
 
 // TestRateWindowRebuiltAfterRestart: a new owner sees the previous owner's
 // dispatches and does not exceed the window.
+// A new owner counts each logged start as late as it can have been:
+// MaxStartDelay after its logged decision.
 func TestRateWindowRebuiltAfterRestart(t *testing.T) {
-	e := newEnv(t, runcue.Config{})
+	const lag = 500 * time.Millisecond
+	e := newEnv(t, runcue.Config{MaxStartDelay: lag})
 	require.NoError(t, e.c.Service("api", runcue.Service{RateLimit: 3, RateWindow: time.Minute}))
 	require.NoError(t, e.c.Task("t", runcue.Task{Services: []string{"api"}, Handler: noop}))
 	e.start()
@@ -797,7 +821,7 @@ func TestRateWindowRebuiltAfterRestart(t *testing.T) {
 	assert.Equal(t, runcue.StateQueued, e.get(ids[3]).State)
 	require.NoError(t, e.c.Close())
 	e.clk.Advance(30 * time.Second)
-	c := e.open(runcue.Config{})
+	c := e.open(runcue.Config{MaxStartDelay: lag})
 	require.NoError(t, c.Service("api", runcue.Service{RateLimit: 3, RateWindow: time.Minute}))
 	require.NoError(t, c.Task("t", runcue.Task{Services: []string{"api"}, Handler: noop}))
 	require.NoError(t, c.Start(e.ctx))
@@ -805,13 +829,17 @@ func TestRateWindowRebuiltAfterRestart(t *testing.T) {
 	st, err := c.ServiceStatus(e.ctx, "api")
 	require.NoError(t, err)
 	assert.Equal(t, 3, st.InWindow, "the window is rebuilt from the log")
-	assert.True(t, st.NextCapacity.Equal(epoch.Add(time.Minute)))
+	assert.True(t, st.NextCapacity.Equal(epoch.Add(time.Minute+lag)), "next capacity %v", st.NextCapacity)
 	wi, _ := c.Get(e.ctx, ids[3])
 	assert.Equal(t, runcue.StateQueued, wi.State, "no dispatch past the limit after a restart")
-	e.clk.Set(epoch.Add(time.Minute))
+	e.clk.Set(epoch.Add(time.Minute + lag - time.Millisecond))
+	require.NoError(t, runcue.Settle(e.ctx, c))
+	wi, _ = c.Get(e.ctx, ids[3])
+	assert.Equal(t, runcue.StateQueued, wi.State, "the old starts may have come up to MaxStartDelay late")
+	e.clk.Set(epoch.Add(time.Minute + lag))
 	wi, err = c.Wait(e.ctx, ids[4])
 	require.NoError(t, err)
-	assert.True(t, wi.StartedAt.Equal(epoch.Add(time.Minute)), "dispatched the instant the window had room")
+	assert.True(t, wi.StartedAt.Equal(epoch.Add(time.Minute+lag)), "dispatched the instant the window had room")
 }
 
 // simConfig is the Config of a simulation: no polling for other processes

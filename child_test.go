@@ -17,6 +17,8 @@ import (
 //	journal: own the database at RUNCUE_DB and run "journal" units, each
 //	  appending its ID to RUNCUE_JOURNAL and then pausing 5-25ms, until
 //	  drained; then exit 0.
+//	rated: own the database and run "rated" units on a service limited to
+//	  50 per second, journaling each run's Work.Started, until drained.
 //	hold: own the database and run "quick" units at once and "hold" units
 //	  forever (until killed), printing "started <id>" for each hold run.
 func runChild(mode string) int {
@@ -40,6 +42,23 @@ func runChild(mode string) int {
 				return nil, err
 			}
 			time.Sleep(5*time.Millisecond + time.Duration(rand.IntN(20_000))*time.Microsecond)
+			return nil, nil
+		}}))
+	case "rated":
+		// Own the database and run "rated" units on service api (50 per
+		// second), each appending its Work.Started (Unix ns) to
+		// RUNCUE_JOURNAL first, then pausing 0-20ms, until drained.
+		j, err := os.OpenFile(os.Getenv("RUNCUE_JOURNAL"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "journal:", err)
+			return 2
+		}
+		must(c.Service("api", runcue.Service{RateLimit: 50, RateWindow: time.Second}))
+		must(c.Task("rated", runcue.Task{Services: []string{"api"}, Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			if _, err := j.WriteString(strconv.FormatInt(w.Started.UnixNano(), 10) + " " + w.ID + "\n"); err != nil {
+				return nil, err
+			}
+			time.Sleep(time.Duration(rand.IntN(20_000)) * time.Microsecond)
 			return nil, nil
 		}}))
 	case "subscriber":

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -216,4 +217,78 @@ func TestRestart(t *testing.T) {
 	assert.Equal(t, runcue.StateCompleted, q.State, "a queued unit is run")
 	assert.Equal(t, 1, q.Runs)
 	rec.waitFor(t, 1, ofType(runcue.EventWorkRecovered, running.ID))
+}
+
+// TestRateWindowAcrossKills kills the owner of a service limited to 50
+// starts per second with SIGKILL at least 20 times while it runs, a new
+// owner taking over at once each time, and checks the handlers' own
+// journal of Work.Started: no interval of one second holds more than 50
+// starts, across every owner change.
+func TestRateWindowAcrossKills(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills child processes")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("RUNCUE_CRASH_SEED"); s != "" {
+		var err error
+		seed, err = parseUint(s)
+		require.NoError(t, err)
+	}
+	t.Logf("seed %d (set RUNCUE_CRASH_SEED to repeat)", seed)
+	rnd := rand.New(rand.NewPCG(seed, seed^1))
+	dir := t.TempDir()
+	db, journal := filepath.Join(dir, "runcue.db"), filepath.Join(dir, "journal")
+	const units, kills = 1500, 20
+	submitted := seedFile(t, db, "rated", units)
+	for k := range kills {
+		cmd, out := child(t, "rated", db, "RUNCUE_JOURNAL="+journal)
+		for out.Scan() && out.Text() != "ready" {
+		}
+		// While the window is saturated: kills land mid-window, and the next
+		// owner starts at once.
+		time.Sleep(time.Duration(150_000+rnd.IntN(900_000)) * time.Microsecond)
+		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+		_ = cmd.Wait()
+		for out.Scan() {
+			if out.Text() == "drained" {
+				t.Fatalf("the child finished all the work before kill %d; the test needs more units", k+1)
+			}
+		}
+	}
+	cmd, _ := child(t, "rated", db, "RUNCUE_JOURNAL="+journal)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(3 * time.Minute):
+		cmd.Process.Kill()
+		t.Fatal("the final run did not finish")
+	}
+	b, err := os.ReadFile(journal)
+	require.NoError(t, err)
+	var starts []time.Time
+	ran := map[string]bool{}
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue // cut by a kill
+		}
+		ns, err := strconv.ParseInt(f[0], 10, 64)
+		require.NoError(t, err)
+		starts = append(starts, time.Unix(0, ns))
+		ran[f[1]] = true
+	}
+	ctx := context.Background()
+	st, err := sqlite.Open(db, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	for _, s := range submitted {
+		u, err := st.GetUnit(ctx, s.ID)
+		require.NoError(t, err)
+		require.Equal(t, store.Completed, u.State, s.ID)
+		require.True(t, ran[s.ID], "%s ran", s.ID)
+	}
+	t.Logf("%d kills, %d handler starts journaled for %d units", kills, len(starts), units)
+	checkWindows(t, "api (journaled starts)", starts, 50, time.Second)
 }

@@ -47,6 +47,15 @@ type Config struct {
 	DefaultTimeout time.Duration
 	// LeaseBuffer is added to a run's timeout to make its lease. Default 60s.
 	LeaseBuffer time.Duration
+	// MaxStartDelay bounds how long after runcue decides to dispatch a unit
+	// of a rate-limited service its handler may start (the decision is
+	// logged before the start, and the handler starts once that log entry
+	// is committed). A run that would start later is not started but
+	// requeued (outcome late_start), so that every logged decision's start
+	// lies within MaxStartDelay after it: a new owner, which cannot know
+	// when a dead owner's handlers started, counts each logged entry as
+	// starting that much later. Default 2s.
+	MaxStartDelay time.Duration
 	// PollInterval is how often the Cue checks the database for commits made
 	// by other processes (submissions to run, cancellations, events to
 	// deliver). Work submitted elsewhere is picked up within PollInterval
@@ -169,6 +178,9 @@ func (cfg Config) withDefaults() Config {
 	}
 	if cfg.LeaseBuffer <= 0 {
 		cfg.LeaseBuffer = 60 * time.Second
+	}
+	if cfg.MaxStartDelay <= 0 {
+		cfg.MaxStartDelay = 2 * time.Second
 	}
 	if cfg.PollInterval <= 0 {
 		cfg.PollInterval = 100 * time.Millisecond

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/internal/heaps"
 	"github.com/runcue/runcue/internal/inbox"
 	"github.com/runcue/runcue/internal/writer"
@@ -61,6 +62,7 @@ const (
 	mFed                           // a Feed call finished
 	mExplain                       // explain a unit
 	mProgress                      // a handler reported progress
+	mStarted                       // a handler of a rate-limited run started
 )
 
 type msg struct {
@@ -86,6 +88,10 @@ type msg struct {
 	ok         bool
 	scores     map[string]float64
 	explain    chan Explanation
+	// start is a handler's start instant on the monotonic timeline
+	// (mStarted); notStarted marks an mDone whose handler was never called.
+	start      time.Time
+	notStarted bool
 }
 
 // unit states inside the dispatcher.
@@ -164,6 +170,15 @@ type run struct {
 	// waitClaim: the handler starts only once the claim (and its service
 	// log entry) is committed.
 	waitClaim bool
+	// decided is when the dispatch was decided, on the monotonic timeline
+	// (d.now). A run of a rate-limited lane holds a reservation in each of
+	// its windows (reserved) from then until its handler's start is
+	// committed to them (mStarted) or it is known never to start.
+	decided  time.Time
+	reserved []*broker.Window
+	// launched: the handler goroutine was started; it reports whether the
+	// handler started (mStarted, or mDone with notStarted).
+	launched bool
 	// cancelled holds the options of a Cancel that reached the run.
 	cancelled *CancelOptions
 	// lastBeat is the time of the last heartbeat written (Unix ns).
@@ -250,9 +265,13 @@ type dispatcher struct {
 	keyed    map[string]*resource // keyed service instances, created on demand
 	lanes    map[string]*lane
 	stored   map[string]store.ServiceRecord // persisted service state, by name
-	// started is when this owner started; classLogs caches, per class of
-	// keyed services, the log entries of the previous owner (see priorLog).
+	// started is when this owner started, on the wall clock and on the
+	// monotonic timeline; monoBase turns monotonic readings into that
+	// timeline (see now). classLogs caches, per class of keyed services,
+	// the log entries of the previous owner (see priorLog).
 	started   time.Time
+	startMono time.Time
+	monoBase  time.Time
 	classLogs map[string]map[string][]time.Time
 	units     map[string]*unit // queued, waiting and running units of registered tasks
 	orphans   map[string]map[string]*unit
@@ -303,6 +322,13 @@ type dispatcher struct {
 	syncs      []chan struct{}
 	rnd        *rand.Rand
 
+	// startMu guards noStarts, set at exit: once it is set no handler may
+	// start, so that none starts after ownership is released (an abandoned
+	// handler goroutine that had not yet started, say). Handler goroutines
+	// read it; the dispatcher goroutine sets it.
+	startMu  sync.RWMutex
+	noStarts bool
+
 	// checkInvariants, set by tests, verifies the broker's bookkeeping after
 	// every loop iteration.
 	checkInvariants func(d *dispatcher)
@@ -311,6 +337,33 @@ type dispatcher struct {
 // maxParamBytes bounds the parameters kept in memory for queued units;
 // beyond it, a unit's parameters are read from the store when it runs.
 const maxParamBytes = 64 << 20
+
+// now returns the current instant on the dispatcher's scheduling timeline:
+// the clock's monotonic reading, as a time.Time that read as the wall clock
+// when the dispatcher started. Every duration the dispatcher measures
+// (timers, rate windows, circuit cooldowns, holds) is on this timeline, so
+// a step of the wall clock changes none of them. It is safe to call from
+// any goroutine.
+func (d *dispatcher) now() time.Time { return d.monoBase.Add(d.clock.Monotonic()) }
+
+// wall returns the wall-clock time: what is stored and reported.
+func (d *dispatcher) wall() time.Time { return d.clock.Now() }
+
+// toWall converts an instant of the scheduling timeline to the wall clock
+// as it reads now; fromWall converts back. The zero time stays zero.
+func (d *dispatcher) toWall(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return d.wall().Add(t.Sub(d.now()))
+}
+
+func (d *dispatcher) fromWall(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return d.now().Add(t.Sub(d.wall()))
+}
 
 // newDispatcher is called with c.mu held.
 func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.ServiceRecord) *dispatcher {
@@ -327,6 +380,10 @@ func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.Ser
 	for _, rec := range stored {
 		d.stored[rec.Name] = rec
 	}
+	// The scheduling timeline reads as the wall clock at the start, then
+	// moves with the monotonic clock only.
+	d.monoBase = d.started.Round(0).Add(-c.clock.Monotonic())
+	d.startMono = d.now()
 	d.auxCtx, d.auxCancel = context.WithCancel(context.Background())
 	d.ready = heaps.New(laneLess, func(l *lane, i int) { l.idx = i })
 	d.timers = heaps.New(func(a, b *timerEntry) bool {
@@ -344,7 +401,7 @@ func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.Ser
 // date with the Cue's registrations, and adopts orphans whose task type is
 // now registered. The caller holds c.mu.
 func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[string]*Task) {
-	now := d.clock.Now()
+	now := d.now()
 	for name, s := range services {
 		d.regs[name] = s
 	}
@@ -431,6 +488,16 @@ func (d *dispatcher) index(su *store.Unit, keepParams bool) *unit {
 	default:
 		u.why = "run_at"
 	}
+	if (u.why == "retry_after" || u.why == "backoff") && !su.StartedAt.IsZero() {
+		// A retry time runcue chose is a hold that began after the last
+		// run started: if the wall clock was set back since, the stored
+		// instant lies further away than the hold was long. It never lasts
+		// longer from now than it could have from that start. (A RunAt the
+		// submitter chose keeps its wall-clock meaning.)
+		if bound := d.wall().Add(su.RunAt.Sub(su.StartedAt)); u.runAt.After(bound) {
+			u.runAt = bound
+		}
+	}
 	if len(su.Retry) > 0 {
 		if p, err := decodeRetry(su.Retry); err == nil {
 			u.retry = &p
@@ -462,16 +529,19 @@ func (d *dispatcher) index(su *store.Unit, keepParams bool) *unit {
 
 // makeEligible puts u in its lane, or on the timer heap until its runAt.
 func (d *dispatcher) makeEligible(u *unit) {
-	if u.runAt.After(d.clock.Now()) {
+	if wall := d.wall(); u.runAt.After(wall) {
+		// runAt is a wall-clock instant: it keeps its meaning as the wall
+		// clock reads now, and the wait it implies is measured from now on
+		// the monotonic clock.
 		u.state = uWaiting
 		u.timerGen++
 		d.dropTimer(u.due)
-		u.due = &timerEntry{at: u.runAt, kind: tUnitDue, u: u, gen: u.timerGen}
+		u.due = &timerEntry{at: d.now().Add(u.runAt.Sub(wall)), kind: tUnitDue, u: u, gen: u.timerGen}
 		d.pushTimer(u.due)
 		return
 	}
 	u.state = uReady
-	u.readyAt = d.clock.Now()
+	u.readyAt = d.now()
 	rt := d.tasks[u.task]
 	l := rt.base
 	if len(u.keys) > 0 || u.keyErr != nil {
@@ -586,9 +656,9 @@ func (d *dispatcher) run() {
 		if d.timers.Len() > 0 {
 			next := d.timers.Peek().at
 			if d.timer == nil {
-				d.timer = d.clock.NewTimer(next.Sub(d.clock.Now()))
+				d.timer = d.clock.NewTimer(next.Sub(d.now()))
 			} else if !next.Equal(d.armedAt) {
-				d.timer.Reset(next.Sub(d.clock.Now()))
+				d.timer.Reset(next.Sub(d.now()))
 			}
 			d.armedAt = next
 			timerC = d.timer.C()
@@ -608,6 +678,11 @@ func (d *dispatcher) idle() bool {
 }
 
 func (d *dispatcher) exit() {
+	// No handler starts from here on: ownership is about to be released,
+	// and a new owner counts only the starts it can bound.
+	d.startMu.Lock()
+	d.noStarts = true
+	d.startMu.Unlock()
 	if d.timer != nil {
 		d.timer.Stop()
 	}
@@ -677,7 +752,7 @@ func (d *dispatcher) handle(m msg) {
 		d.cancelUnit(m.id, m.cancelOpts, m.errc)
 	case mHeartbeat:
 		if r := d.runs[m.id]; r != nil && r == m.run {
-			now := d.clock.Now()
+			now := d.wall()
 			d.submit(&store.Heartbeat{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
 				LeaseExpires: now.Add(d.c.cfg.LeaseBuffer)})
 		}
@@ -687,7 +762,7 @@ func (d *dispatcher) handle(m msg) {
 		if m.applied {
 			next = 0 // a batch was full: more to do
 		}
-		d.schedulePrune(d.clock.Now().Add(next))
+		d.schedulePrune(d.now().Add(next))
 	case mApplied:
 		d.applyEnded(m.events)
 	case mServiceChanged:
@@ -708,8 +783,10 @@ func (d *dispatcher) handle(m msg) {
 		d.fed(m.err)
 	case mExplain:
 		m.explain <- d.explain(m.id)
+	case mStarted:
+		d.settleReservations(m.run, m.start)
 	case mProgress:
-		if m.end.After(d.clock.Now()) {
+		if m.end.After(d.now()) {
 			d.dropTimer(m.run.progressTimer)
 			m.run.progressTimer = &timerEntry{at: m.end, kind: tProgress, r: m.run}
 			d.pushTimer(m.run.progressTimer)
@@ -784,8 +861,10 @@ func (d *dispatcher) applyEnded(evs []store.Event) {
 	}
 }
 
+// fireTimers handles the timers that are due. Timer entries are on the
+// monotonic timeline (d.now); what the handlers record is wall-clock time.
 func (d *dispatcher) fireTimers() {
-	now := d.clock.Now()
+	now, wall := d.now(), d.wall()
 	for d.timers.Len() > 0 && !d.timers.Peek().at.After(now) {
 		e := d.timers.Pop()
 		switch e.kind {
@@ -797,17 +876,17 @@ func (d *dispatcher) fireTimers() {
 		case tDeadline:
 			if !e.r.ended {
 				if e.r.cancelled != nil {
-					d.cancelledEnd(e.r, now, nil)
+					d.cancelledEnd(e.r, wall, nil)
 				} else {
-					d.timedOut(e.r, now)
+					d.timedOut(e.r, wall)
 				}
 			}
 		case tGrace:
 			if !e.r.ended {
-				d.cancelledEnd(e.r, now, nil)
+				d.cancelledEnd(e.r, wall, nil)
 			}
 		case tPrune:
-			d.prune(now)
+			d.prune(wall)
 		case tResource:
 			if e.at.Equal(e.res.timerAt) {
 				e.res.timerAt = time.Time{}
@@ -820,7 +899,7 @@ func (d *dispatcher) fireTimers() {
 		case tEvict:
 			d.maybeEvict(e.res)
 		case tDepDeadline:
-			d.dependencyTimeout(e.u, now)
+			d.dependencyTimeout(e.u, wall)
 		case tRecheck:
 			if d.units[e.u.id] == e.u && e.u.state == uChecking && !e.u.checking {
 				d.requestCheck(e.u)
@@ -830,7 +909,7 @@ func (d *dispatcher) fireTimers() {
 		case tProgress:
 			d.emitProgress(e.r)
 		case tQueueStatus:
-			d.queueStatus(now)
+			d.queueStatus()
 		}
 	}
 }
@@ -847,7 +926,7 @@ func (d *dispatcher) dispatch() {
 	for d.inflight < d.c.cfg.MaxConcurrent && d.ready.Len() > 0 {
 		l := d.ready.Pop()
 		l.inReady = false
-		now := d.clock.Now()
+		now := d.now()
 		blocker, until, probes := d.admit(l, now)
 		if blocker != nil {
 			d.park(l, blocker, until)
@@ -877,7 +956,8 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 	}
 	u.runs++
 	u.state = uRunning
-	r := &run{u: u, id: u.id, task: u.task, lane: l, no: u.runs, start: now, deadline: now.Add(timeout), handler: t.def.Handler,
+	wall := d.wall()
+	r := &run{u: u, id: u.id, task: u.task, lane: l, no: u.runs, start: wall, deadline: wall.Add(timeout), handler: t.def.Handler,
 		target: u.target, params: u.params, load: !u.hasParams, probes: probes}
 	r.ctx, r.cancel = context.WithCancelCause(context.Background())
 	if clock.IsReal(d.clock) {
@@ -895,15 +975,21 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 	if d.c.log.Enabled(bg, slog.LevelDebug) {
 		d.c.log.Debug("work_started", "work_unit_id", u.id, "task_type", u.task, "attempt", r.no)
 	}
+	r.decided = now
+	for _, res := range l.resources {
+		if res.window != nil {
+			r.reserved = append(r.reserved, res.window) // reserved by acquire
+		}
+	}
 	d.runs[u.id] = r
 	if h := d.c.testHooks.started; h != nil {
 		h(r)
 	}
 	d.inflight++
 	d.c.stats.dispatches.Add(1)
-	r.deadlineTimer = &timerEntry{at: r.deadline, kind: tDeadline, r: r}
+	r.deadlineTimer = &timerEntry{at: now.Add(timeout), kind: tDeadline, r: r}
 	d.pushTimer(r.deadlineTimer)
-	claim := &store.Claim{ID: u.id, Owner: d.owner, Run: r.no, At: now, LeaseExpires: r.deadline.Add(d.c.cfg.LeaseBuffer),
+	claim := &store.Claim{ID: u.id, Owner: d.owner, Run: r.no, At: wall, LeaseExpires: r.deadline.Add(d.c.cfg.LeaseBuffer),
 		ServiceLog: l.logged, Events: []store.Event{{Type: string(EventWorkStarted), Task: u.task, Attempt: r.no}}}
 	// A dispatch counted in a rate window is logged before the handler
 	// starts, so that a crash cannot forget a request the service saw.
@@ -937,6 +1023,7 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 }
 
 func (d *dispatcher) launch(r *run) {
+	r.launched = true
 	d.live++
 	d.handlers.Go(func() { d.execute(r) })
 }
@@ -955,7 +1042,7 @@ func (d *dispatcher) claimed(r *run, applied bool) {
 		// Its deadline passed first; nothing to run.
 	case r.cause != nil:
 		// Shutdown or cancellation came first: do not start the handler.
-		d.finished(msg{run: r, err: context.Cause(r.ctx), end: d.clock.Now()})
+		d.finished(msg{run: r, err: context.Cause(r.ctx), end: d.wall()})
 	default:
 		d.launch(r)
 	}
@@ -973,7 +1060,7 @@ func (d *dispatcher) execute(r *run) {
 		// goroutine without the send below: record the run as failed now,
 		// not at its deadline.
 		if !sent {
-			d.in.Push(msg{kind: mDone, run: r, err: errGoexit, end: d.clock.Now()})
+			d.in.Push(msg{kind: mDone, run: r, err: errGoexit, end: d.wall()})
 		}
 	}()
 	if r.load {
@@ -985,10 +1072,12 @@ func (d *dispatcher) execute(r *run) {
 		}
 	}
 	var out []byte
+	notStarted := true
 	if err == nil {
 		if r.lane.keyErr != nil {
 			err = Permanent(r.lane.keyErr)
-		} else {
+		} else if err = d.begin(r, w); err == nil {
+			notStarted = false
 			res, err = callHandler(r.ctx, r.handler, w)
 		}
 		if err == nil {
@@ -998,7 +1087,60 @@ func (d *dispatcher) execute(r *run) {
 		}
 	}
 	sent = true
-	d.in.Push(msg{kind: mDone, run: r, result: out, err: err, end: d.clock.Now()})
+	d.in.Push(msg{kind: mDone, run: r, result: out, err: err, end: d.wall(), notStarted: notStarted})
+}
+
+// errLateStart is why a rate-limited run whose handler would have started
+// more than Config.MaxStartDelay after its dispatch was decided did not
+// start.
+var errLateStart = errors.New("runcue: the handler would have started more than MaxStartDelay after its dispatch was decided")
+
+// begin runs on the handler goroutine just before it calls the handler: it
+// reads the start instant (Work.Started) and reports it to the rate windows
+// of the run's services. It refuses the start, with the reason, when the
+// run was cancelled or shut down meanwhile, when the start would come more
+// than MaxStartDelay after the decision (the run is requeued), or when the
+// dispatcher has exited.
+func (d *dispatcher) begin(r *run, w *Work) error {
+	if r.ctx.Err() != nil {
+		return context.Cause(r.ctx)
+	}
+	d.startMu.RLock()
+	defer d.startMu.RUnlock()
+	if d.noStarts {
+		return ErrShutdown
+	}
+	now := d.now()
+	w.Started = d.wall()
+	if len(r.reserved) > 0 {
+		if now.Sub(r.decided) > d.c.cfg.MaxStartDelay {
+			return errLateStart
+		}
+		d.in.Push(msg{kind: mStarted, run: r, start: now})
+	}
+	return nil
+}
+
+// settleReservations commits r's window reservations at its handler's
+// start, or gives them back (start zero) if the handler never started.
+func (d *dispatcher) settleReservations(r *run, start time.Time) {
+	if len(r.reserved) == 0 {
+		return
+	}
+	for _, w := range r.reserved {
+		if start.IsZero() {
+			w.Release()
+		} else {
+			w.Commit(start)
+		}
+	}
+	r.reserved = nil
+	for _, res := range r.lane.resources {
+		if res.window != nil {
+			d.markStatus(res)
+			d.wake(res) // a place freed, or its time is known now
+		}
+	}
 }
 
 // errGoexit is the failure recorded for a handler that called
@@ -1082,6 +1224,9 @@ func callHandler(ctx context.Context, h Handler, w *Work) (res any, err error) {
 // slots until then.
 func (d *dispatcher) end(r *run, returned bool, v verdict) {
 	r.ended = true
+	if !r.launched {
+		d.settleReservations(r, time.Time{}) // it never starts
+	}
 	delete(d.runs, r.u.id)
 	if r.stopDL != nil {
 		r.stopDL()
@@ -1103,6 +1248,9 @@ func (d *dispatcher) end(r *run, returned bool, v verdict) {
 // handler because shutdown or cancellation came first).
 func (d *dispatcher) finished(m msg) {
 	r := m.run
+	if m.notStarted {
+		d.settleReservations(r, time.Time{})
+	}
 	if r.ended {
 		// Decided at its deadline or grace: a late result is discarded.
 		if r.holding {
@@ -1143,6 +1291,9 @@ func (d *dispatcher) finished(m msg) {
 	case errors.Is(r.cause, ErrShutdown):
 		d.end(r, true, verdictNone)
 		d.interrupted(r, fin, m.err)
+	case errors.Is(m.err, errLateStart):
+		d.end(r, true, verdictNone)
+		d.lateStart(r, fin)
 	case isDeferral && u.deferrals < r.lane.task.def.maxDeferrals():
 		d.end(r, true, verdictNone)
 		d.deferred(r, fin, m.err, delay, deferServices, m.end)
@@ -1175,12 +1326,26 @@ func (d *dispatcher) interrupted(r *run, fin *store.Finish, err error) {
 	d.requeueLocal(r.u, time.Time{})
 }
 
+// lateStart requeues a run that did not start because its start would have
+// come too long after its decision (see Config.MaxStartDelay), without
+// spending budget: nothing ran.
+func (d *dispatcher) lateStart(r *run, fin *store.Finish) {
+	fin.State = store.Queued
+	fin.Error, fin.ErrorKind = errLateStart.Error(), "late_start"
+	fin.Attempt.Outcome, fin.Attempt.Error = "late_start", errLateStart.Error()
+	fin.Events = []store.Event{{Type: string(EventWorkRequeued), Task: r.u.task, Attempt: r.no,
+		Data: eventData{Reason: "late_start"}.encode()}}
+	d.c.log.Warn("runcue: a rate-limited run would have started too long after its dispatch was decided; requeued",
+		"work_unit_id", r.id, "task_type", r.task, "max_start_delay", d.c.cfg.MaxStartDelay)
+	d.requeueLocal(r.u, time.Time{})
+}
+
 // deferred reschedules a unit whose service asked it to come back later
 // (Retry-After), pausing the services named.
 func (d *dispatcher) deferred(r *run, fin *store.Finish, err error, delay time.Duration, services []string, now time.Time) {
 	u := r.u
 	next := now.Add(delay)
-	d.blockServices(r.lane, services, next)
+	d.blockServices(r.lane, services, delay)
 	u.deferrals++
 	fin.State, fin.RunAt, fin.Deferral = store.Queued, next, true
 	fin.Error, fin.ErrorKind = err.Error(), "retry_after"
@@ -1266,7 +1431,7 @@ func (d *dispatcher) cancelUnit(id string, opts CancelOptions, errc chan error) 
 			}
 		}
 	}
-	op := &store.Cancel{ID: id, At: d.clock.Now(), Reason: opts.Reason, Cascade: opts.Cascade, RequestIfRunning: true}
+	op := &store.Cancel{ID: id, At: d.wall(), Reason: opts.Reason, Cascade: opts.Cascade, RequestIfRunning: true}
 	if u != nil {
 		// It cannot be dispatched while the cancel commits, and its
 		// dependents wait for the commit, as for a Finish.
@@ -1303,7 +1468,7 @@ func (d *dispatcher) cancelRun(r *run, opts CancelOptions) {
 	r.cancelled = &opts
 	r.cause = ErrCancelled
 	r.cancel(ErrCancelled)
-	r.graceTimer = &timerEntry{at: d.clock.Now().Add(d.c.cfg.CancelGrace), kind: tGrace, r: r}
+	r.graceTimer = &timerEntry{at: d.now().Add(d.c.cfg.CancelGrace), kind: tGrace, r: r}
 	d.pushTimer(r.graceTimer)
 }
 
@@ -1354,7 +1519,7 @@ func (d *dispatcher) recordCancelled(r *run, fin *store.Finish, err error) {
 
 // heartbeat records that r's handler is alive, at most once a second.
 func (d *dispatcher) heartbeat(r *run) {
-	now := d.clock.Now().UnixNano()
+	now := d.now().UnixNano()
 	last := r.lastBeat.Load()
 	if now-last < int64(time.Second) || !r.lastBeat.CompareAndSwap(last, now) {
 		return

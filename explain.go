@@ -163,7 +163,7 @@ func timeReason(why string, at time.Time) Reason {
 // explain runs on the dispatcher goroutine. It returns an empty Explanation
 // for a unit it does not hold.
 func (d *dispatcher) explain(id string) Explanation {
-	now := d.clock.Now()
+	now := d.now()
 	u := d.units[id]
 	if u == nil {
 		for task, o := range d.orphans {
@@ -197,7 +197,7 @@ func (d *dispatcher) explain(id string) Explanation {
 		r := Reason{Kind: ReasonDependencyCheck, Detail: "dependencies completed; DependencySatisfied has not said they are usable"}
 		for _, e := range d.timers.Items() {
 			if e.kind == tRecheck && e.u == u {
-				r.Until = e.at
+				r.Until = d.toWall(e.at)
 			}
 		}
 		add(r)
@@ -209,6 +209,7 @@ func (d *dispatcher) explain(id string) Explanation {
 		}
 		for _, r := range u.lane.resources {
 			if rs, ok := d.resourceReason(r, now); ok {
+				rs.Until = d.toWall(rs.Until)
 				add(rs)
 			}
 		}

@@ -105,7 +105,7 @@ func (d *dispatcher) verify() error {
 		if res.limit > 0 && res.active > res.limit {
 			return fmt.Errorf("%s: active %d > limit %d", res.name, res.active, res.limit)
 		}
-		if res.window != nil && res.window.Count(d.clock.Now()) > res.window.Limit() {
+		if res.window != nil && res.window.Used(d.now()) > res.window.Limit() {
 			return fmt.Errorf("%s: window over its limit", res.name)
 		}
 		return nil

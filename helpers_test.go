@@ -308,3 +308,22 @@ func parseUint(s string) (uint64, error) {
 	_, err := fmt.Sscan(s, &v)
 	return v, err
 }
+
+// quiesce returns once the Cue's dispatcher has nothing in flight: no claim
+// waiting for its commit and no handler that has not returned (handlers
+// that block must not be running). Then settle.
+func (e *env) quiesce(c *runcue.Cue) {
+	e.t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		require.NoError(e.t, runcue.Settle(e.ctx, c))
+		st, err := runcue.Inspect(e.ctx, c)
+		require.NoError(e.t, err)
+		if st.Live == 0 && st.Claims == 0 {
+			require.NoError(e.t, runcue.Settle(e.ctx, c))
+			return
+		}
+		require.True(e.t, time.Now().Before(deadline), "still in flight: %+v", st)
+		time.Sleep(100 * time.Microsecond)
+	}
+}

@@ -24,7 +24,7 @@ import (
 // recover requeues the units a previous owner left running and indexes the
 // queued units. It runs before the dispatcher goroutine starts.
 func (d *dispatcher) recover(ctx context.Context) error {
-	res, err := d.c.w.Do(ctx, &store.Recover{At: d.clock.Now()})
+	res, err := d.c.w.Do(ctx, &store.Recover{At: d.wall()})
 	if err != nil {
 		return wrapStoreErr(err)
 	}
@@ -46,9 +46,9 @@ func (d *dispatcher) recover(ctx context.Context) error {
 		return err
 	}
 	d.file(loaded)
-	d.schedulePrune(d.clock.Now())
+	d.schedulePrune(d.now())
 	if d.c.cfg.QueueStatusInterval > 0 {
-		d.pushTimer(&timerEntry{at: d.clock.Now().Add(d.c.cfg.QueueStatusInterval), kind: tQueueStatus})
+		d.pushTimer(&timerEntry{at: d.now().Add(d.c.cfg.QueueStatusInterval), kind: tQueueStatus})
 	}
 	return nil
 }

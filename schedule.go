@@ -216,7 +216,7 @@ func (d *dispatcher) waitDeps(u *unit, states map[string]store.State) {
 	}
 	if !u.depsBy.IsZero() {
 		d.dropTimer(u.depTimer)
-		u.depTimer = &timerEntry{at: u.depsBy, kind: tDepDeadline, u: u}
+		u.depTimer = &timerEntry{at: d.fromWall(u.depsBy), kind: tDepDeadline, u: u}
 		d.pushTimer(u.depTimer)
 	}
 	if u.pending > 0 {
@@ -240,7 +240,7 @@ func (d *dispatcher) failDependent(u *unit, dep string, st store.State) {
 		kind = "prerequisite_cancelled"
 	}
 	msg := fmt.Sprintf("dependency %s is %s", dep, st)
-	d.submit(&store.FailQueued{ID: u.id, At: d.clock.Now(), Error: msg, ErrorKind: kind,
+	d.submit(&store.FailQueued{ID: u.id, At: d.wall(), Error: msg, ErrorKind: kind,
 		Events: []store.Event{{Type: string(EventWorkFailed), Task: u.task, Data: eventData{Error: msg, ErrorKind: kind}.encode()}}})
 }
 
@@ -351,7 +351,7 @@ func (d *dispatcher) checked(id string, ok bool) {
 		return
 	}
 	d.dropTimer(u.recheck)
-	u.recheck = &timerEntry{at: d.clock.Now().Add(d.c.cfg.DependencyRecheck), kind: tRecheck, u: u}
+	u.recheck = &timerEntry{at: d.now().Add(d.c.cfg.DependencyRecheck), kind: tRecheck, u: u}
 	d.pushTimer(u.recheck)
 }
 
@@ -386,7 +386,7 @@ type candidate struct {
 // scoring only those: units in lanes whose resources admit them.
 func (d *dispatcher) dispatchByPriority() {
 	for d.inflight < d.c.cfg.MaxConcurrent {
-		now := d.clock.Now()
+		now := d.now()
 		cands := d.candidates(now)
 		if len(cands) == 0 {
 			return
@@ -466,7 +466,7 @@ func (d *dispatcher) ensureScores(cands []candidate, now time.Time) {
 	for i, c := range stale {
 		u := c.u
 		j := scoreJob{w: &Work{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: u.runs + 1},
-			load: !u.hasParams, wait: now.Sub(u.createdAt), pressure: make(map[string]float64, len(c.l.resources))}
+			load: !u.hasParams, wait: max(0, d.wall().Sub(u.createdAt)), pressure: make(map[string]float64, len(c.l.resources))}
 		for _, r := range c.l.resources {
 			if r.class == "" {
 				continue
@@ -535,7 +535,7 @@ func (d *dispatcher) scorePass(jobs []scoreJob, queued int, results chan<- map[s
 }
 
 func (d *dispatcher) storeScores(res map[string]float64) {
-	now := d.clock.Now()
+	now := d.now()
 	for id, s := range res {
 		if _, ok := d.units[id]; ok {
 			d.scores[id] = scoreEntry{score: s, at: now}
@@ -584,7 +584,7 @@ func (d *dispatcher) backpressure() {
 	}
 	d.c.log.Info("runcue: "+string(typ), "queued", q, "max_queued", limit)
 	data, _ := json.Marshal(backpressureData{Queued: q, MaxQueued: limit})
-	d.submit(&store.AppendEvent{Event: store.Event{Type: string(typ), Time: d.clock.Now(), Data: data}})
+	d.submit(&store.AppendEvent{Event: store.Event{Type: string(typ), Time: d.wall(), Data: data}})
 }
 
 type backpressureData struct {
@@ -633,7 +633,7 @@ func (d *dispatcher) fed(err error) {
 			d.c.log.Warn("runcue: feed failed", "error", err)
 		}
 		d.feedWait = true
-		d.pushTimer(&timerEntry{at: d.clock.Now().Add(d.c.cfg.FeedInterval), kind: tFeed})
+		d.pushTimer(&timerEntry{at: d.now().Add(d.c.cfg.FeedInterval), kind: tFeed})
 	}
 }
 
@@ -660,7 +660,7 @@ func (d *dispatcher) reportProgress(r *run, b []byte) {
 }
 
 func (d *dispatcher) emitProgress(r *run) {
-	now := d.clock.Now()
+	now := d.now()
 	p := &r.progress
 	p.mu.Lock()
 	val := p.latest
@@ -669,11 +669,11 @@ func (d *dispatcher) emitProgress(r *run) {
 	if r.ended {
 		return // the unit has moved on; its outcome says more than this
 	}
-	d.c.hub.Publish([]store.Event{{Type: string(EventWorkProgress), Time: now, WorkID: r.id, Task: r.task, Attempt: r.no, Data: val}})
+	d.c.hub.Publish([]store.Event{{Type: string(EventWorkProgress), Time: d.wall(), WorkID: r.id, Task: r.task, Attempt: r.no, Data: val}})
 }
 
 // queueStatus publishes the periodic summary.
-func (d *dispatcher) queueStatus(now time.Time) {
+func (d *dispatcher) queueStatus() {
 	var qs QueueStatus
 	for _, u := range d.units {
 		switch u.state {
@@ -691,8 +691,8 @@ func (d *dispatcher) queueStatus(now time.Time) {
 	}
 	qs.Backpressure = d.bpActive
 	data, _ := json.Marshal(qs)
-	d.c.hub.Publish([]store.Event{{Type: string(EventQueueStatus), Time: now, Data: data}})
+	d.c.hub.Publish([]store.Event{{Type: string(EventQueueStatus), Time: d.wall(), Data: data}})
 	if iv := d.c.cfg.QueueStatusInterval; iv > 0 {
-		d.pushTimer(&timerEntry{at: now.Add(iv), kind: tQueueStatus})
+		d.pushTimer(&timerEntry{at: d.now().Add(iv), kind: tQueueStatus})
 	}
 }

@@ -71,6 +71,12 @@ type Work struct {
 	Params json.RawMessage
 	// Attempt is the run number, from 1.
 	Attempt int
+	// Started is the instant runcue read on the handler's goroutine just
+	// before it called the handler: the start that rate windows count. For
+	// every rate-limited service, no interval of length RateWindow holds
+	// more than RateLimit of these instants, in one process and across
+	// owners. Zero outside a run (in ServiceKeys, Priority).
+	Started time.Time
 
 	beat   func()
 	report func([]byte)

@@ -80,7 +80,9 @@ type Attempt struct {
 	Start time.Time
 	End   time.Time
 	// Outcome is completed, failed, timeout, cancelled, panic, interrupted
-	// (by shutdown), deferred (Retry-After) or abandoned (owner died).
+	// (by shutdown), deferred (Retry-After), late_start (a rate-limited run
+	// that could not start within Config.MaxStartDelay of its dispatch; it
+	// was requeued, nothing ran) or abandoned (owner died).
 	Outcome string
 	Error   string
 }

@@ -3,6 +3,15 @@
 // Every scheduling decision in runcue (eligibility of delayed work, retry
 // backoff, timeouts, rate windows, circuit cooldowns, change polling) reads a
 // Clock, so tests can control time with a Fake instead of sleeping.
+//
+// A Clock has two readings. The wall clock (Now) says what time it is: it
+// is what runcue stores and reports, and it may jump when the system's time
+// is set (NTP, a resumed virtual machine). The monotonic clock (Monotonic)
+// only measures how much time passes: it never goes backwards and does not
+// follow the wall clock's jumps. Within a process runcue measures every
+// duration (rate windows, timeouts, backoff, holds, cooldowns) on the
+// monotonic clock, so a step of the wall clock neither stalls nor speeds up
+// dispatch.
 package clock
 
 import "time"
@@ -11,10 +20,18 @@ import "time"
 //
 // Implementations must be safe for simultaneous use by multiple goroutines.
 type Clock interface {
-	// Now returns the current time.
+	// Now returns the current wall-clock time. Successive readings may go
+	// backwards or jump forwards when the system's time is set.
 	Now() time.Time
-	// NewTimer returns a timer that delivers the time on its channel after at
-	// least d has passed. A d of zero or less fires at once.
+	// Monotonic returns the time elapsed since an origin fixed for the
+	// clock's life. Successive readings never decrease, and the difference of
+	// two readings is the time that passed between them, whatever the wall
+	// clock did meanwhile. Readings of different processes are not
+	// comparable.
+	Monotonic() time.Duration
+	// NewTimer returns a timer that delivers the wall-clock time on its
+	// channel once at least d has passed on the monotonic clock. A d of zero
+	// or less fires at once.
 	NewTimer(d time.Duration) Timer
 }
 
@@ -38,7 +55,13 @@ func Real() Clock { return realClock{} }
 
 type realClock struct{}
 
+// origin is the real clock's monotonic origin: time.Since(origin) reads the
+// monotonic clock that time.Now carries.
+var origin = time.Now()
+
 func (realClock) Now() time.Time { return time.Now() }
+
+func (realClock) Monotonic() time.Duration { return time.Since(origin) }
 
 func (realClock) NewTimer(d time.Duration) Timer { return realTimer{time.NewTimer(d)} }
 

@@ -84,3 +84,49 @@ func TestReal(t *testing.T) {
 	tm := c.NewTimer(time.Millisecond)
 	<-tm.C()
 }
+
+func TestFakeStepWall(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	f := NewFake(t0)
+	tm := f.NewTimer(10 * time.Second)
+	f.StepWall(-time.Hour)
+	if got := f.Now(); !got.Equal(t0.Add(-time.Hour)) {
+		t.Fatalf("wall %v", got)
+	}
+	if f.Monotonic() != 0 {
+		t.Fatalf("monotonic moved with the wall clock: %v", f.Monotonic())
+	}
+	if next, _ := f.NextDeadline(); !next.Equal(t0.Add(-time.Hour + 10*time.Second)) {
+		t.Fatalf("next deadline %v", next)
+	}
+	f.Advance(9 * time.Second)
+	select {
+	case <-tm.C():
+		t.Fatal("fired early")
+	default:
+	}
+	f.StepWall(2 * time.Hour) // a forward step fires nothing either
+	select {
+	case <-tm.C():
+		t.Fatal("a wall step fired a timer")
+	default:
+	}
+	f.Advance(time.Second)
+	<-tm.C()
+	if f.Monotonic() != 10*time.Second {
+		t.Fatalf("monotonic %v", f.Monotonic())
+	}
+	f.Set(f.Now().Add(-time.Minute)) // Set never goes back
+	if f.Monotonic() != 10*time.Second {
+		t.Fatalf("monotonic %v after a Set into the past", f.Monotonic())
+	}
+}
+
+func TestRealMonotonic(t *testing.T) {
+	c := Real()
+	a := c.Monotonic()
+	time.Sleep(time.Millisecond)
+	if b := c.Monotonic(); b-a < time.Millisecond {
+		t.Fatalf("monotonic readings %v then %v", a, b)
+	}
+}

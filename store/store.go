@@ -226,7 +226,8 @@ type Store interface {
 	// number of IDs; an ID that matches no unit is absent from the map).
 	UnitStates(ctx context.Context, ids []string) (map[string]State, error)
 	// LoadActive calls fn for every queued or running unit in Seq order,
-	// without Result or Attempts.
+	// without Result, Error or Attempts (ErrorKind is loaded: it tells a
+	// Retry-After deferral from a backoff).
 	LoadActive(ctx context.Context, fn func(*Unit) error) error
 	// CountActive returns the number of queued and running units per task.
 	CountActive(ctx context.Context) (map[string]int, error)

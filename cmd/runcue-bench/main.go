@@ -123,7 +123,7 @@ func main() {
 		if err != nil {
 			log.Fatal("rate: ", err)
 		}
-		fmt.Printf("rate limit %d/s, deep queue, %v: %.1f dispatches/s achieved (%.2f%% of the limit), at most %d in any 1s window (from service_log)\n",
+		fmt.Printf("rate limit %d/s, deep queue, %v: %.1f starts/s achieved (%.2f%% of the limit), at most %d in any 1s window (handler start instants, Work.Started)\n",
 			*rate, *rateSpan, r.Achieved, 100*r.Achieved/float64(*rate), r.MaxInWindow)
 	}
 

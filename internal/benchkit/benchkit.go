@@ -21,7 +21,6 @@ import (
 	"time"
 
 	"github.com/runcue/runcue"
-	"github.com/runcue/runcue/store/sqlite"
 )
 
 // RawCycle runs n units through a minimal queue on raw SQLite: insert,
@@ -312,18 +311,18 @@ func Median(xs []float64) float64 {
 
 // RateResult is the outcome of a rate-limited run.
 type RateResult struct {
-	// Achieved is dispatches per second over the measured span, from the
-	// service log.
+	// Achieved is handler starts per second over the measured span.
 	Achieved float64
-	// MaxInWindow is the most dispatches found in any interval of the
-	// window's length.
+	// MaxInWindow is the most handler starts (Work.Started) found in any
+	// interval of the window's length: the instant the rate promise is about.
 	MaxInWindow int
 	Dispatches  int
 }
 
 // RateLimited runs a deep queue of no-op units through one service limited
-// to limit dispatches per window, on the real clock, for span, and measures
-// the dispatch rate from the service log.
+// to limit starts per window, on the real clock, for span, and measures the
+// rate from the handlers' own record of their start instants
+// (Work.Started).
 func RateLimited(dir string, limit int, window, span time.Duration) (RateResult, error) {
 	path := filepath.Join(dir, fmt.Sprintf("rate-%d.db", time.Now().UnixNano()))
 	defer removeDB(path)
@@ -335,8 +334,15 @@ func RateLimited(dir string, limit int, window, span time.Duration) (RateResult,
 	if err := c.Service("api", runcue.Service{RateLimit: limit, RateWindow: window}); err != nil {
 		return RateResult{}, err
 	}
+	var mu sync.Mutex
+	var times []time.Time
 	if err := c.Task("call", runcue.Task{Services: []string{"api"},
-		Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}); err != nil {
+		Handler: func(_ context.Context, w *runcue.Work) (any, error) {
+			mu.Lock()
+			times = append(times, w.Started)
+			mu.Unlock()
+			return nil, nil
+		}}); err != nil {
 		return RateResult{}, err
 	}
 	ctx := context.Background()
@@ -357,20 +363,14 @@ func RateLimited(dir string, limit int, window, span time.Duration) (RateResult,
 	if err := c.StopAndCancel(ctx); err != nil {
 		return RateResult{}, err
 	}
-	st, err := sqlite.Open(path, sqlite.Options{})
-	if err != nil {
-		return RateResult{}, err
-	}
-	defer st.Close()
-	times, err := st.ServiceLog(ctx, "api", time.Time{})
-	if err != nil {
-		return RateResult{}, err
-	}
+	mu.Lock()
+	defer mu.Unlock()
 	if len(times) == 0 {
-		return RateResult{}, fmt.Errorf("no dispatch logged")
+		return RateResult{}, fmt.Errorf("no handler started")
 	}
+	slices.SortFunc(times, func(a, b time.Time) int { return a.Compare(b) })
 	var res RateResult
-	// The measured span starts at the first dispatch.
+	// The measured span starts at the first start.
 	end := times[0].Add(span)
 	for _, t := range times {
 		if t.Before(end) {

@@ -75,21 +75,22 @@ func TestWindowProperty(t *testing.T) {
 	}
 }
 
-func TestWindowResize(t *testing.T) {
+func TestWindowSetLimits(t *testing.T) {
 	w := NewWindow(5, time.Minute)
 	for i := range 5 {
 		w.Add(t0.Add(time.Duration(i) * time.Second))
 	}
-	small := w.Resize(2, time.Minute)
-	if small.Count(t0.Add(5*time.Second)) != 2 {
-		t.Fatal("resize keeps the newest entries that fit")
+	w.Reserve()
+	w.SetLimits(2, time.Minute)
+	if w.Count(t0.Add(5*time.Second)) != 2 || w.Pending() != 1 {
+		t.Fatal("shrinking keeps the newest entries that fit and the reservations")
 	}
-	if last, _ := small.Last(); !last.Equal(t0.Add(4 * time.Second)) {
+	if last, _ := w.Last(); !last.Equal(t0.Add(4 * time.Second)) {
 		t.Fatal("newest kept")
 	}
-	big := w.Resize(10, time.Minute)
-	if big.Count(t0.Add(5*time.Second)) != 5 || !big.Allow(t0.Add(5*time.Second)) {
-		t.Fatal("a larger window keeps all and has room")
+	w.SetLimits(10, time.Minute)
+	if w.Count(t0.Add(5*time.Second)) != 2 || !w.Allow(t0.Add(5*time.Second)) {
+		t.Fatal("a larger window has room")
 	}
 }
 
@@ -147,5 +148,106 @@ func TestCircuitStatesAreStable(t *testing.T) {
 	got := []string{string(Closed), string(Open), string(HalfOpen)}
 	if !slices.Equal(got, []string{"closed", "open", "half_open"}) {
 		t.Fatal(got)
+	}
+}
+
+// TestWindowReservations: decided dispatches hold places until they start;
+// starts reported out of order are placed in order; a reservation given
+// back frees its place.
+func TestWindowReservations(t *testing.T) {
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	w := NewWindow(2, time.Second)
+	w.Reserve()
+	w.Reserve()
+	if w.Allow(at(0)) {
+		t.Fatal("two reservations fill a window of 2")
+	}
+	if got := w.NextFree(at(0)); !got.IsZero() {
+		t.Fatalf("next free %v while only reservations fill it; want zero", got)
+	}
+	w.Commit(at(300)) // started late
+	w.Commit(at(100)) // reported after the other
+	if w.Pending() != 0 || w.Count(at(300)) != 2 {
+		t.Fatalf("pending %d, count %d", w.Pending(), w.Count(at(300)))
+	}
+	if got := w.NextFree(at(400)); !got.Equal(at(1100)) {
+		t.Fatalf("next free %v, want t0+1.1s (the earlier start leaves first)", got.Sub(t0))
+	}
+	if last, _ := w.Last(); !last.Equal(at(300)) {
+		t.Fatalf("last %v", last.Sub(t0))
+	}
+	w.Reserve()
+	w.Release()
+	if !w.Allow(at(1100)) {
+		t.Fatal("a released reservation frees its place")
+	}
+}
+
+// TestWindowStartsProperty: dispatches decided as fast as Allow permits,
+// each starting after a random delay and reported in random order, never
+// put more than limit starts in any interval of length window.
+func TestWindowStartsProperty(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(11, 11))
+	for range 50 {
+		limit := 1 + rnd.IntN(10)
+		length := time.Duration(1+rnd.IntN(1000)) * time.Millisecond
+		w := NewWindow(limit, length)
+		now := t0
+		type flight struct{ start time.Time }
+		var inflight []flight
+		var starts []time.Time
+		for len(starts) < 300 {
+			// Report some of the starts that have happened, in random order.
+			rnd.Shuffle(len(inflight), func(i, j int) { inflight[i], inflight[j] = inflight[j], inflight[i] })
+			kept := inflight[:0]
+			for _, f := range inflight {
+				if !f.start.After(now) && rnd.IntN(2) == 0 {
+					w.Commit(f.start)
+					starts = append(starts, f.start)
+				} else {
+					kept = append(kept, f)
+				}
+			}
+			inflight = kept
+			if w.Allow(now) {
+				w.Reserve()
+				inflight = append(inflight, flight{start: now.Add(time.Duration(rnd.IntN(int(length/2) + 1)))})
+				continue
+			}
+			now = now.Add(time.Duration(1+rnd.IntN(int(length/4)+1)) * time.Nanosecond * 1000)
+		}
+		slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+		for i := limit; i < len(starts); i++ {
+			if d := starts[i].Sub(starts[i-limit]); d < length {
+				t.Fatalf("limit %d per %v: %d starts within %v", limit, length, limit+1, d)
+			}
+		}
+	}
+}
+
+// TestWindowMemoryFollowsEntries: a window's memory grows with the entries
+// in it, not with its limit: 1,000 windows of 100,000 per day holding 10
+// entries each have room for at most twice that.
+func TestWindowMemoryFollowsEntries(t *testing.T) {
+	for k := range 1000 {
+		w := NewWindow(100_000, 24*time.Hour)
+		for i := range 10 {
+			w.Add(t0.Add(time.Duration(k*10+i) * time.Second))
+		}
+		if c := w.Cap(); c > 20 {
+			t.Fatalf("window %d: capacity %d for 10 entries", k, c)
+		}
+	}
+	// And it shrinks back when entries leave.
+	w := NewWindow(100_000, time.Second)
+	for i := range 10_000 {
+		w.Add(t0.Add(time.Duration(i) * time.Microsecond))
+	}
+	w.Add(t0.Add(2 * time.Second))
+	if n := w.Count(t0.Add(2 * time.Second)); n != 1 {
+		t.Fatalf("count %d", n)
+	}
+	if c := w.Cap(); c > 32 {
+		t.Fatalf("capacity %d after the window emptied to 1 entry", c)
 	}
 }

@@ -5,24 +5,32 @@ package broker
 
 import "time"
 
-// Window is an exact sliding log of dispatch times: at most Limit
-// dispatches start within any interval of length Length. It keeps at most
-// Limit entries.
+// Window is an exact sliding log of start instants: at most Limit starts
+// lie within any interval of length Length.
 //
-// A dispatch at now is allowed when fewer than Limit logged dispatches are
-// later than now-Length; an entry logged at t leaves the window at t+Length.
-// A Window is not safe for concurrent use.
+// A dispatch is decided before its start is known, so the window counts
+// reservations too: Reserve holds a place for a decided dispatch, and Commit
+// turns it into an entry at the instant the dispatch actually started (or
+// Release gives it back if it never starts). Allow admits a new dispatch at
+// now only while the entries later than now-Length plus the reservations
+// are fewer than Limit. Since a reservation's start is at or after its
+// decision, this keeps every interval of length Length to at most Limit
+// starts, whatever the delay between decision and start. An entry at t
+// leaves the window at t+Length.
+//
+// Its memory follows its entries: at most about twice the entries in it,
+// whatever Limit is. A Window is not safe for concurrent use.
 type Window struct {
-	limit  int
-	length time.Duration
-	ring   []int64 // Unix ns, oldest at head
-	head   int
-	n      int
+	limit   int
+	length  time.Duration
+	ts      []int64 // entries (Unix ns), sorted; the live ones are ts[head:]
+	head    int
+	pending int // reservations not yet committed or released
 }
 
 // NewWindow returns an empty window.
 func NewWindow(limit int, length time.Duration) *Window {
-	return &Window{limit: limit, length: length, ring: make([]int64, limit)}
+	return &Window{limit: limit, length: length}
 }
 
 // Limit and Length return the window's settings.
@@ -31,66 +39,112 @@ func (w *Window) Length() time.Duration { return w.length }
 
 func (w *Window) expire(now time.Time) {
 	cut := now.UnixNano() - int64(w.length)
-	for w.n > 0 && w.ring[w.head] <= cut {
-		w.head = (w.head + 1) % len(w.ring)
-		w.n--
+	for w.head < len(w.ts) && w.ts[w.head] <= cut {
+		w.head++
+	}
+	if w.head > 0 && 2*w.head >= len(w.ts) {
+		n := len(w.ts) - w.head
+		if cap(w.ts) > 2*n+16 {
+			w.ts = append(make([]int64, 0, 2*n), w.ts[w.head:]...)
+		} else {
+			copy(w.ts, w.ts[w.head:])
+			w.ts = w.ts[:n]
+		}
+		w.head = 0
 	}
 }
 
-// Count returns the dispatches in the window ending at now.
+// Count returns the entries in the window ending at now (reservations
+// aside).
 func (w *Window) Count(now time.Time) int {
 	w.expire(now)
-	return w.n
+	return len(w.ts) - w.head
 }
 
-// Allow reports whether a dispatch may start at now.
+// Pending returns the reservations not yet committed or released.
+func (w *Window) Pending() int { return w.pending }
+
+// Used returns the entries in the window ending at now plus the
+// reservations: the places taken.
+func (w *Window) Used(now time.Time) int { return w.Count(now) + w.pending }
+
+// Allow reports whether a dispatch may be decided at now.
 func (w *Window) Allow(now time.Time) bool {
-	return w.Count(now) < w.limit
+	return w.Used(now) < w.limit
 }
 
-// NextFree returns the earliest time a dispatch may start: now if allowed,
-// otherwise the instant the oldest entry leaves the window.
+// NextFree returns the earliest time a dispatch may be decided: now if
+// allowed, otherwise the instant enough entries have left the window, or
+// the zero time if reservations alone fill it (a place frees only when one
+// is committed or released).
 func (w *Window) NextFree(now time.Time) time.Time {
-	if w.Allow(now) {
+	used := w.Used(now)
+	if used < w.limit {
 		return now
 	}
-	return time.Unix(0, w.ring[w.head]+int64(w.length))
+	need := used - w.limit + 1
+	if need > len(w.ts)-w.head {
+		return time.Time{}
+	}
+	return time.Unix(0, w.ts[w.head+need-1]+int64(w.length))
 }
 
-// Add logs a dispatch at t. Entries must be added in time order; when the
-// window is full the oldest is dropped (callers check Allow first).
-func (w *Window) Add(t time.Time) {
-	if w.n == len(w.ring) {
-		w.head = (w.head + 1) % len(w.ring)
-		w.n--
+// Reserve takes a place for a dispatch decided now (callers check Allow
+// first).
+func (w *Window) Reserve() { w.pending++ }
+
+// Commit turns a reservation into an entry at t, the dispatch's start.
+func (w *Window) Commit(t time.Time) {
+	if w.pending > 0 {
+		w.pending--
 	}
-	w.ring[(w.head+w.n)%len(w.ring)] = t.UnixNano()
-	w.n++
+	w.Add(t)
+}
+
+// Release gives back a reservation whose dispatch never started.
+func (w *Window) Release() {
+	if w.pending > 0 {
+		w.pending--
+	}
+}
+
+// Add logs a start at t, in order among the entries (starts reported out
+// of order are placed where they belong).
+func (w *Window) Add(t time.Time) {
+	v := t.UnixNano()
+	i := len(w.ts)
+	for i > w.head && w.ts[i-1] > v {
+		i--
+	}
+	w.ts = append(w.ts, 0)
+	copy(w.ts[i+1:], w.ts[i:])
+	w.ts[i] = v
 }
 
 // Last returns the newest entry, and false if the window is empty.
 func (w *Window) Last() (time.Time, bool) {
-	if w.n == 0 {
+	if len(w.ts) == w.head {
 		return time.Time{}, false
 	}
-	return time.Unix(0, w.ring[(w.head+w.n-1)%len(w.ring)]), true
+	return time.Unix(0, w.ts[len(w.ts)-1]), true
 }
 
-// Resize returns a window with new settings holding the newest entries of
-// w that fit.
-func (w *Window) Resize(limit int, length time.Duration) *Window {
-	nw := NewWindow(limit, length)
-	start := max(0, w.n-limit)
-	for i := start; i < w.n; i++ {
-		nw.Add(time.Unix(0, w.ring[(w.head+i)%len(w.ring)]))
+// Cap returns the entries the window has room for without allocating.
+func (w *Window) Cap() int { return cap(w.ts) }
+
+// SetLimits changes the window's settings in place, keeping the newest
+// entries that fit and every reservation.
+func (w *Window) SetLimits(limit int, length time.Duration) {
+	w.limit, w.length = limit, length
+	if n := len(w.ts) - w.head; n > limit {
+		w.head += n - limit
 	}
-	return nw
 }
 
-// CountOrZero is Count for a window that may be nil.
-func (w *Window) CountOrZero(now time.Time) int {
+// UsedOrZero is Used for a window that may be nil.
+func (w *Window) UsedOrZero(now time.Time) int {
 	if w == nil {
 		return 0
 	}
-	return w.Count(now)
+	return w.Used(now)
 }

@@ -231,14 +231,14 @@ func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Uni
 }
 
 // LoadActive calls fn for every queued or running unit, in Seq order,
-// without Result and Attempts. It reads in pages, so no read
+// without Result, Error and Attempts. It reads in pages, so no read
 // transaction stays open across calls to fn.
 func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) error {
 	var after int64
 	for {
 		rows, err := s.read.QueryContext(ctx, `SELECT seq, id, task, target, params, state, runs, failures, deferrals, created_at, run_at,
 				started_at, timeout, coalesce(leased_by, ''), lease_expires_at, coalesce(idempotency_key, ''), dependency_deadline,
-				retry, trace, cancel_requested
+				retry, trace, cancel_requested, coalesce(error_kind, '')
 			FROM work_units WHERE state IN ('queued','running') AND seq > ? ORDER BY seq LIMIT 1000`, after)
 		if err != nil {
 			return err
@@ -250,7 +250,7 @@ func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) erro
 			var cancelReq int
 			if err := rows.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &u.State, &u.Runs, &u.Failures, &u.Deferrals, &created,
 				&runAt, &started, &timeout, &u.LeasedBy, &leaseExp, &u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace,
-				&cancelReq); err != nil {
+				&cancelReq, &u.ErrorKind); err != nil {
 				rows.Close()
 				return err
 			}

@@ -858,11 +858,19 @@ func testLoadActiveCount(t *testing.T, h *harness) {
 	h.finish(want[1], 1, store.Completed)
 	withDep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{want[2]} })
 	h.insert(withDep)
+	h.claim(want[4], 1)
+	h.finish(want[4], 1, store.Queued, func(f *store.Finish) {
+		f.RunAt, f.Error, f.ErrorKind, f.Deferral = h.now.Add(time.Minute), "429", "retry_after", true
+	})
 	var got []string
 	var seqs []int64
 	err := h.st.LoadActive(h.ctx, func(u *store.Unit) error {
 		got = append(got, u.ID)
 		seqs = append(seqs, u.Seq)
+		if u.ID == want[4] {
+			assert.Equal(t, "retry_after", u.ErrorKind, "LoadActive includes ErrorKind")
+			assert.False(t, u.StartedAt.IsZero(), "and StartedAt")
+		}
 		if u.ID == want[0] {
 			assert.Equal(t, store.Running, u.State)
 		}
