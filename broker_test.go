@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -309,20 +308,12 @@ func forSeeds(t *testing.T, f func(t *testing.T, seed uint64, n int)) {
 	for _, seed := range pinnedSeeds {
 		t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { f(t, seed, 1000) })
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("RUNCUE_SIM_SEED"); s != "" {
-		var err error
-		seed, err = parseUint(s)
-		require.NoError(t, err)
-	}
+	seed := testSeed(t, "RUNCUE_SIM_SEED")
 	n := 10000
 	if testing.Short() || raceEnabled {
 		n = 2500
 	}
-	t.Run("random", func(t *testing.T) {
-		t.Logf("seed %d (set RUNCUE_SIM_SEED to repeat)", seed)
-		f(t, seed, n)
-	})
+	t.Run("random", func(t *testing.T) { f(t, seed, n) })
 }
 
 func runBrokerProperty(t *testing.T, seed uint64, n int, restart bool) {

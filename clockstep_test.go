@@ -17,26 +17,28 @@ import (
 // wall reading alone (StepWall); runcue measures every duration on the
 // monotonic clock, so they change no window, timeout, backoff or hold.
 
-// countingTask registers task t on service api (10 per second) with a
-// handler that counts its calls.
-func countingTask(t *testing.T, c *runcue.Cue, calls *atomic.Int64) {
+// fullWindow starts a Cue whose service api allows 10 starts a second,
+// submits 30 units, and returns once the first 10 have run; calls counts
+// the handler's calls.
+func fullWindow(t *testing.T) (e *env, calls *atomic.Int64) {
 	t.Helper()
-	require.NoError(t, c.Service("api", runcue.Service{RateLimit: 10, RateWindow: time.Second}))
-	require.NoError(t, c.Task("t", runcue.Task{Services: []string{"api"}, Handler: func(context.Context, *runcue.Work) (any, error) {
+	e = newEnv(t, runcue.Config{})
+	calls = new(atomic.Int64)
+	require.NoError(t, e.c.Service("api", runcue.Service{RateLimit: 10, RateWindow: time.Second}))
+	require.NoError(t, e.c.Task("t", runcue.Task{Services: []string{"api"}, Handler: func(context.Context, *runcue.Work) (any, error) {
 		calls.Add(1)
 		return nil, nil
 	}}))
-}
-
-func TestWallStepBackDoesNotStallWindow(t *testing.T) {
-	e := newEnv(t, runcue.Config{})
-	var calls atomic.Int64
-	countingTask(t, e.c, &calls)
 	e.start()
 	_, err := e.c.SubmitBatch(e.ctx, batchOf("t", 30))
 	require.NoError(t, err)
 	e.quiesce(e.c)
 	require.Equal(t, int64(10), calls.Load(), "a full window")
+	return e, calls
+}
+
+func TestWallStepBackDoesNotStallWindow(t *testing.T) {
+	e, calls := fullWindow(t)
 	e.clk.StepWall(-time.Hour)
 	e.clk.Advance(time.Second)
 	e.quiesce(e.c)
@@ -44,14 +46,7 @@ func TestWallStepBackDoesNotStallWindow(t *testing.T) {
 }
 
 func TestWallStepForwardDoesNotOpenWindow(t *testing.T) {
-	e := newEnv(t, runcue.Config{})
-	var calls atomic.Int64
-	countingTask(t, e.c, &calls)
-	e.start()
-	_, err := e.c.SubmitBatch(e.ctx, batchOf("t", 30))
-	require.NoError(t, err)
-	e.quiesce(e.c)
-	require.Equal(t, int64(10), calls.Load())
+	e, calls := fullWindow(t)
 	e.clk.StepWall(time.Hour)
 	require.NoError(t, runcue.PollNow(e.ctx, e.c)) // something to wake the dispatcher
 	e.quiesce(e.c)

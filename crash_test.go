@@ -43,13 +43,7 @@ func TestCrashRecovery(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills child processes")
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("RUNCUE_CRASH_SEED"); s != "" {
-		var err error
-		seed, err = parseUint(s)
-		require.NoError(t, err)
-	}
-	t.Logf("seed %d (set RUNCUE_CRASH_SEED to repeat)", seed)
+	seed := testSeed(t, "RUNCUE_CRASH_SEED")
 	rnd := rand.New(rand.NewPCG(seed, seed))
 	dir := t.TempDir()
 	db, journal := filepath.Join(dir, "runcue.db"), filepath.Join(dir, "journal")
@@ -228,13 +222,7 @@ func TestRateWindowAcrossKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills child processes")
 	}
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("RUNCUE_CRASH_SEED"); s != "" {
-		var err error
-		seed, err = parseUint(s)
-		require.NoError(t, err)
-	}
-	t.Logf("seed %d (set RUNCUE_CRASH_SEED to repeat)", seed)
+	seed := testSeed(t, "RUNCUE_CRASH_SEED")
 	rnd := rand.New(rand.NewPCG(seed, seed^1))
 	dir := t.TempDir()
 	db, journal := filepath.Join(dir, "runcue.db"), filepath.Join(dir, "journal")

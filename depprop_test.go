@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -147,13 +146,7 @@ func TestDependentListedFirst(t *testing.T) {
 // handler starts before each of its dependencies completed and
 // DependencySatisfied said yes. RUNCUE_DEP_SEED repeats a logged seed.
 func TestDependencyOrderProperty(t *testing.T) {
-	seed := uint64(time.Now().UnixNano())
-	if s := os.Getenv("RUNCUE_DEP_SEED"); s != "" {
-		var err error
-		seed, err = parseUint(s)
-		require.NoError(t, err)
-	}
-	t.Logf("seed %d (set RUNCUE_DEP_SEED to repeat)", seed)
+	seed := testSeed(t, "RUNCUE_DEP_SEED")
 	rnd := rand.New(rand.NewPCG(seed, 7))
 	const dags = 1000
 	path := filepath.Join(t.TempDir(), "runcue.db")

@@ -303,6 +303,20 @@ func (g *gate) none(t *testing.T) {
 	}
 }
 
+// testSeed returns a random seed, or the one in the environment variable
+// named env, and logs it with how to repeat it.
+func testSeed(t *testing.T, env string) uint64 {
+	t.Helper()
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(env); s != "" {
+		var err error
+		seed, err = parseUint(s)
+		require.NoError(t, err)
+	}
+	t.Logf("seed %d (set %s=%d to repeat)", seed, env, seed)
+	return seed
+}
+
 func parseUint(s string) (uint64, error) {
 	var v uint64
 	_, err := fmt.Sscan(s, &v)
