@@ -95,7 +95,7 @@ func runChild(mode string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
-		evs, _ := c.Subscribe(ctx, runcue.SubscribeOptions{After: last, Types: []runcue.EventType{
+		evs, _, _ := c.Subscribe(ctx, runcue.SubscribeOptions{After: last, Types: []runcue.EventType{
 			runcue.EventWorkQueued, runcue.EventWorkStarted, runcue.EventWorkCompleted, runcue.EventWorkRecovered}})
 		must(c.Start(ctx))
 		fmt.Println("ready")

@@ -5,6 +5,7 @@ package runcue_test
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -279,4 +280,73 @@ func TestRateWindowAcrossKills(t *testing.T) {
 	}
 	t.Logf("%d kills, %d handler starts journaled for %d units", kills, len(starts), units)
 	checkWindows(t, "api (journaled starts)", starts, 50, time.Second)
+}
+
+// TestSubscribeResumeAfterKill: a subscriber that journals what it received
+// is SIGKILLed repeatedly and resumes each time after the last sequence
+// number it journaled; in the end it has every durable event exactly once.
+func TestSubscribeResumeAfterKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills child processes")
+	}
+	dir := t.TempDir()
+	db, seqs := filepath.Join(dir, "runcue.db"), filepath.Join(dir, "seqs")
+	const units = 600
+	seedFile(t, db, "step", units)
+	env := []string{"RUNCUE_SEQS=" + seqs, fmt.Sprint("RUNCUE_UNITS=", units)}
+	for kill := range 6 {
+		cmd, out := child(t, "subscriber", db, env...)
+		for out.Scan() && out.Text() != "ready" {
+		}
+		time.Sleep(time.Duration(5+kill*7) * time.Millisecond)
+		require.NoError(t, cmd.Process.Kill())
+		_ = cmd.Wait()
+	}
+	cmd, _ := child(t, "subscriber", db, env...)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(2 * time.Minute):
+		cmd.Process.Kill()
+		t.Fatal("the last subscriber did not finish")
+	}
+	b, err := os.ReadFile(seqs)
+	require.NoError(t, err)
+	var got []int64
+	recovered := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 {
+			continue
+		}
+		if f[1] == string(runcue.EventWorkRecovered) {
+			recovered++
+		}
+		n, err := strconv.ParseInt(f[0], 10, 64)
+		require.NoError(t, err)
+		got = append(got, n)
+	}
+	st, err := sqlite.Open(db, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	var want []int64
+	for after := int64(0); ; {
+		evs, err := st.EventsAfter(context.Background(), after, 5000)
+		require.NoError(t, err)
+		if len(evs) == 0 {
+			break
+		}
+		for _, ev := range evs {
+			switch runcue.EventType(ev.Type) {
+			case runcue.EventWorkQueued, runcue.EventWorkStarted, runcue.EventWorkCompleted, runcue.EventWorkRecovered:
+				want = append(want, ev.Seq)
+			}
+		}
+		after = evs[len(evs)-1].Seq
+	}
+	require.Equal(t, want, got, "every event exactly once, in order, across kills and restarts")
+	t.Logf("%d events journaled across 7 subscriber processes; %d units recovered from killed owners", len(got), recovered)
+	assert.Positive(t, recovered, "kills landed while units ran")
 }

@@ -42,6 +42,12 @@ type Config struct {
 	// Synchronous is the SQLite durability setting used by Open. Default
 	// SyncNormal.
 	Synchronous Synchronous
+	// FileMode is the permission Open gives a database file it creates and
+	// its lock file (the -wal and -shm files follow the database's). An
+	// existing file keeps its own. Default 0600: units carry their params
+	// and results. Set 0640 or 0660 for processes of other users in a
+	// shared group.
+	FileMode os.FileMode
 	// DefaultTimeout bounds runs of tasks and submissions that set no
 	// timeout. Default 30 minutes.
 	DefaultTimeout time.Duration
@@ -279,7 +285,7 @@ type testHooks struct {
 // its schema. It does not take ownership: any number of Cues may open one
 // database to submit and inspect work, and Start makes one of them run it.
 func Open(path string, cfg Config) (*Cue, error) {
-	st, err := sqlite.Open(path, sqlite.Options{Synchronous: cfg.Synchronous})
+	st, err := sqlite.Open(path, sqlite.Options{Synchronous: cfg.Synchronous, FileMode: cfg.FileMode})
 	if err != nil {
 		return nil, err
 	}
@@ -387,6 +393,15 @@ func (c *Cue) notifyRegistry() {
 	if d := c.disp.Load(); d != nil {
 		d.in.Push(msg{kind: mRegistry})
 	}
+}
+
+// readErr maps the failure of a store read made while the Cue was closing
+// to ErrClosed; other failures pass unchanged.
+func (c *Cue) readErr(err error) error {
+	if err != nil && c.checkOpen() != nil {
+		return ErrClosed
+	}
+	return err
 }
 
 func (c *Cue) checkOpen() error {

@@ -3,6 +3,7 @@ package runcue
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/runcue/runcue/internal/hub"
@@ -200,8 +201,17 @@ func eventFrom(se *store.Event) Event {
 // Events delivers every event committed from now on, in order, until ctx
 // ends or the Cue closes; then the channel closes. It is Subscribe with the
 // default options.
+//
+// On a closed Cue it logs a warning and returns a closed channel; use
+// Subscribe to get ErrClosed instead.
 func (c *Cue) Events(ctx context.Context) <-chan Event {
-	ch, _ := c.Subscribe(ctx, SubscribeOptions{After: SeqNow})
+	ch, _, err := c.Subscribe(ctx, SubscribeOptions{After: SeqNow})
+	if err != nil {
+		c.log.Warn("runcue: Events on a closed Cue: the channel is closed", "error", err)
+		closed := make(chan Event)
+		close(closed)
+		return closed
+	}
 	return ch
 }
 
@@ -235,7 +245,16 @@ type SubscribeOptions struct {
 // at a time. If retention has deleted events after After, an EventGap comes
 // first. The other events are delivered live, and skipped for a subscriber
 // too far behind.
-func (c *Cue) Subscribe(ctx context.Context, o SubscribeOptions) (<-chan Event, context.CancelFunc) {
+//
+// Subscribe on a closed Cue returns ErrClosed; options out of range (After
+// below SeqNow, a negative Buffer) return an error matching ErrInvalid.
+func (c *Cue) Subscribe(ctx context.Context, o SubscribeOptions) (<-chan Event, context.CancelFunc, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, func() {}, err
+	}
+	if o.After < SeqNow || o.Buffer < 0 {
+		return nil, func() {}, fmt.Errorf("%w: SubscribeOptions After %d (want SeqNow or a sequence number) or Buffer %d", ErrInvalid, o.After, o.Buffer)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	buf := o.Buffer
 	if buf <= 0 {
@@ -275,5 +294,5 @@ func (c *Cue) Subscribe(ctx context.Context, o SubscribeOptions) (<-chan Event, 
 	if types == nil && tasks == nil {
 		accept = nil
 	}
-	return hub.Subscribe(ctx, c.hub, hub.Options{After: after, Buffer: buf, Accept: accept, Gap: gap, OnClose: cancel}, eventFrom), cancel
+	return hub.Subscribe(ctx, c.hub, hub.Options{After: after, Buffer: buf, Accept: accept, Gap: gap, OnClose: cancel}, eventFrom), cancel, nil
 }

@@ -114,7 +114,7 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 	}
 	u, err := c.st.GetUnit(ctx, id)
 	if err != nil {
-		return Explanation{}, err
+		return Explanation{}, c.readErr(err)
 	}
 	ex := Explanation{ID: u.ID, Task: u.Task, State: u.State}
 	switch {

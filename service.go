@@ -218,7 +218,7 @@ func (c *Cue) knownService(ctx context.Context, name string) error {
 	}
 	recs, err := c.st.Services(ctx)
 	if err != nil {
-		return err
+		return c.readErr(err)
 	}
 	for _, r := range recs {
 		if r.Name == name && len(r.Def) > 0 {
@@ -269,15 +269,15 @@ func (c *Cue) ServiceStatus(ctx context.Context, name string) (ServiceStatus, er
 func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 	recs, err := c.st.Services(ctx)
 	if err != nil {
-		return nil, err
+		return nil, c.readErr(err)
 	}
 	tasks, err := c.st.Tasks(ctx)
 	if err != nil {
-		return nil, err
+		return nil, c.readErr(err)
 	}
 	running, err := c.st.ListUnits(ctx, store.ListFilter{States: []store.State{store.Running}, Limit: 100000})
 	if err != nil {
-		return nil, err
+		return nil, c.readErr(err)
 	}
 	usedBy := map[string][]string{} // task -> services
 	for name, def := range tasks {
@@ -314,7 +314,7 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 		if st.Limits.RateLimit > 0 {
 			log, err := c.st.ServiceLog(ctx, r.Name, now.Add(-st.Limits.RateWindow).Add(1))
 			if err != nil {
-				return nil, err
+				return nil, c.readErr(err)
 			}
 			st.InWindow = len(log)
 		}

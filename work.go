@@ -183,6 +183,9 @@ func (c *Cue) Submit(ctx context.Context, s Submission) (Submitted, error) {
 // SubmitBatch stores all the submissions, or none of them, in one
 // transaction, and returns their outcomes in order.
 func (c *Cue) SubmitBatch(ctx context.Context, subs []Submission) ([]Submitted, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
 	if len(subs) == 0 {
 		return nil, nil
 	}
@@ -323,7 +326,7 @@ func (c *Cue) checkTasks(ctx context.Context, subs []Submission) error {
 	}
 	stored, err := c.st.Tasks(ctx)
 	if err != nil {
-		return err
+		return c.readErr(err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -345,7 +348,7 @@ func (c *Cue) Get(ctx context.Context, id string) (WorkInfo, error) {
 	}
 	u, err := c.st.GetUnit(ctx, id)
 	if err != nil {
-		return WorkInfo{}, err
+		return WorkInfo{}, c.readErr(err)
 	}
 	return infoFrom(u), nil
 }
@@ -395,7 +398,7 @@ func (c *Cue) List(ctx context.Context, o ListOptions) (WorkPage, error) {
 	}
 	units, err := c.st.ListUnits(ctx, f)
 	if err != nil {
-		return WorkPage{}, err
+		return WorkPage{}, c.readErr(err)
 	}
 	var page WorkPage
 	if len(units) > limit {
@@ -413,6 +416,7 @@ func (c *Cue) List(ctx context.Context, o ListOptions) (WorkPage, error) {
 // or cancelled), or ctx's error. It works in any process that has the
 // database open, owner or not.
 func (c *Cue) Wait(ctx context.Context, id string) (WorkInfo, error) {
+	warned := false
 	for {
 		if err := c.checkOpen(); err != nil {
 			return WorkInfo{}, err
@@ -420,10 +424,14 @@ func (c *Cue) Wait(ctx context.Context, id string) (WorkInfo, error) {
 		watch := c.hub.Watch(id)
 		u, err := c.st.GetUnit(ctx, id)
 		if err != nil {
-			return WorkInfo{}, err
+			return WorkInfo{}, c.readErr(err)
 		}
 		if u.State.Terminal() {
 			return infoFrom(u), nil
+		}
+		if !warned {
+			warned = true
+			c.warnIfUnowned(ctx, "Wait", "work_id", id)
 		}
 		select {
 		case <-watch:
@@ -451,11 +459,12 @@ func (c *Cue) Drain(ctx context.Context) error {
 		}
 		return c.w.Sync(ctx)
 	}
+	warned := false
 	for {
 		changed := c.hub.Changed()
 		counts, err := c.st.CountActive(ctx)
 		if err != nil {
-			return err
+			return c.readErr(err)
 		}
 		busy, orphans := 0, map[string]int{}
 		c.mu.Lock()
@@ -471,12 +480,38 @@ func (c *Cue) Drain(ctx context.Context) error {
 			c.reportOrphans(orphans)
 			return nil
 		}
+		if !warned {
+			warned = true
+			c.warnIfUnowned(ctx, "Drain", "units", busy)
+		}
 		select {
 		case <-changed:
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// warnIfUnowned logs a warning when this Cue does not own the database and
+// no other process does either: the call would wait for work no one runs.
+// It asks the store without taking ownership (which could make a
+// concurrent Start fail).
+func (c *Cue) warnIfUnowned(ctx context.Context, call string, args ...any) {
+	if c.disp.Load() != nil {
+		return
+	}
+	p, ok := c.st.(store.OwnerProber)
+	if !ok {
+		return
+	}
+	if _, owned, err := p.Owner(ctx); err != nil || owned {
+		return
+	}
+	db := "the database"
+	if n, ok := c.st.(interface{ Path() string }); ok {
+		db = n.Path()
+	}
+	c.log.Warn(fmt.Sprintf("runcue: %s: no Cue owns %s: was Start called? Nothing runs its work until one does", call, db), args...)
 }
 
 func (c *Cue) reportOrphans(orphans map[string]int) {

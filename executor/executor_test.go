@@ -184,10 +184,6 @@ func TestNoShell(t *testing.T) {
 	require.NoError(t, c.Stop(t.Context()))
 }
 
-func alive(pid int) bool {
-	return syscall.Kill(pid, 0) == nil
-}
-
 // waitGone waits until every pid is gone. The bound guards against a hang;
 // it is not a measure of speed.
 func waitGone(t *testing.T, pids ...int) {

@@ -81,6 +81,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for _, t := range list(q["type"]) {
 		opts.Types = append(opts.Types, runcue.EventType(t))
 	}
+	events, cancel, err := h.c.Subscribe(r.Context(), opts)
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	defer cancel()
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-cache")
@@ -93,8 +99,6 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rc.Flush() != nil {
 		return
 	}
-	events, cancel := h.c.Subscribe(r.Context(), opts)
-	defer cancel()
 	keepAlive := time.NewTicker(h.o.KeepAlive)
 	defer keepAlive.Stop()
 	var buf []byte

@@ -262,6 +262,14 @@ type Store interface {
 	Close() error
 }
 
+// OwnerProber is implemented by stores that can tell, without taking
+// ownership, whether some process owns the database (Owner reports false
+// when none does). runcue uses it to warn about waiting on work that no
+// one will run.
+type OwnerProber interface {
+	Owner(ctx context.Context) (Holder, bool, error)
+}
+
 // ServiceRecord is a service as stored.
 type ServiceRecord struct {
 	Name string

@@ -216,8 +216,12 @@ func (a *app) analyze(ctx context.Context, w *runcue.Work, p splitParams) (map[s
 // completes: one extraction per page, the analysis depending on all of them,
 // and the upload depending on the analysis, in one batch.
 func (a *app) followUps(ctx context.Context) {
-	evs, cancel := a.cue.Subscribe(ctx, runcue.SubscribeOptions{After: runcue.SeqNow,
+	evs, cancel, err := a.cue.Subscribe(ctx, runcue.SubscribeOptions{After: runcue.SeqNow,
 		Types: []runcue.EventType{runcue.EventWorkCompleted}, Tasks: []string{"split_pdf"}})
+	if err != nil {
+		log.Print("follow-ups: ", err)
+		return
+	}
 	defer cancel()
 	for ev := range evs {
 		var res splitResult

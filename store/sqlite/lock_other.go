@@ -1,17 +1,15 @@
-//go:build !unix
+//go:build !unix && !windows
 
 package sqlite
 
 import (
 	"errors"
-
-	"github.com/runcue/runcue/store"
+	"os"
 )
 
-type fileLock struct{ holder store.Holder }
+// lockFile: this platform has no file lock runcue knows how to use, so no
+// Cue can own a database here (Start returns errors.ErrUnsupported); Cues
+// can still open one to submit and inspect work.
+func lockFile(f *os.File) error { return errors.ErrUnsupported }
 
-func acquireLock(path string, h store.Holder) (*fileLock, error) {
-	return nil, errors.ErrUnsupported
-}
-
-func (l *fileLock) Release() error { return nil }
+func processAlive(pid int) bool { return true }

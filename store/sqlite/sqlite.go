@@ -17,6 +17,7 @@ import (
 	"io/fs"
 	"net/url"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -62,11 +63,17 @@ type Options struct {
 	// BusyTimeout is how long a connection waits for another process's lock
 	// before failing. Default 10s.
 	BusyTimeout time.Duration
+	// FileMode is the permission of a database file Open creates, and of
+	// its lock file (SQLite gives its -wal and -shm files the database
+	// file's). An existing file keeps its own. The process's umask applies.
+	// Default 0600: work units carry their params and results.
+	FileMode fs.FileMode
 }
 
 // Store is a store.Store on a SQLite file.
 type Store struct {
 	path  string
+	mode  fs.FileMode
 	write *sql.DB   // exactly one connection, pinned by wconn
 	wconn *sql.Conn // the writer connection, used through Raw
 	read  *sql.DB
@@ -100,8 +107,25 @@ func Open(path string, opts Options) (*Store, error) {
 	if opts.BusyTimeout <= 0 {
 		opts.BusyTimeout = 10 * time.Second
 	}
-	s := &Store{path: path, stmts: make(map[string]driver.Stmt)}
-	var err error
+	if opts.FileMode == 0 {
+		opts.FileMode = 0o600
+	}
+	if opts.FileMode&^fs.ModePerm != 0 {
+		return nil, fmt.Errorf("runcue: sqlite: FileMode %v has bits other than permissions", opts.FileMode)
+	}
+	// Create a new database file with its mode (SQLite would use 0644), and
+	// say plainly when its directory is missing.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, opts.FileMode)
+	switch {
+	case err == nil:
+		f.Close()
+	case errors.Is(err, fs.ErrExist):
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("runcue: open %s: the directory %s does not exist", path, filepath.Dir(path))
+	default:
+		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
+	}
+	s := &Store{path: path, mode: opts.FileMode, stmts: make(map[string]driver.Stmt)}
 	s.write, err = sql.Open("sqlite", dsn(path, opts, false))
 	if err != nil {
 		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
@@ -271,12 +295,26 @@ func (s *Store) Acquire(ctx context.Context, h store.Holder) (store.Ownership, e
 	if s.lock != nil {
 		return nil, &store.LockedError{Holder: s.lock.holder}
 	}
-	l, err := acquireLock(s.path+".lock", h)
+	l, err := acquireLock(s.path+".lock", h, s.mode)
 	if err != nil {
 		return nil, err
 	}
 	s.lock = l
 	return &ownership{s: s, l: l}, nil
+}
+
+// Owner reports, without taking the lock, whether a process owns the
+// database, and its holder record. Taking the lock to find out, even
+// briefly, could make a concurrent Acquire fail. A record left by a process
+// that died does not count; one naming another host does.
+func (s *Store) Owner(ctx context.Context) (store.Holder, bool, error) {
+	s.lockMu.Lock()
+	l := s.lock
+	s.lockMu.Unlock()
+	if l != nil {
+		return l.holder, true, nil
+	}
+	return probeHolder(s.path + ".lock")
 }
 
 type ownership struct {

@@ -1,7 +1,9 @@
 package sqlite_test
 
 import (
+	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,4 +73,78 @@ func TestRejectsNonFilePaths(t *testing.T) {
 		_, err := sqlite.Open(p, sqlite.Options{})
 		assert.Error(t, err, p)
 	}
+}
+
+func TestFileModeAndMissingDirectory(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "runcue.db")
+	st, err := sqlite.Open(path, sqlite.Options{})
+	require.NoError(t, err)
+	own, err := st.Acquire(t.Context(), store.Holder{Owner: "me"})
+	require.NoError(t, err)
+	for _, p := range []string{path, path + ".lock"} {
+		fi, err := os.Stat(p)
+		require.NoError(t, err)
+		assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), "%s: new files are private by default", p)
+	}
+	require.NoError(t, own.Release())
+	require.NoError(t, st.Close())
+
+	shared := filepath.Join(dir, "shared.db")
+	st, err = sqlite.Open(shared, sqlite.Options{FileMode: 0o640})
+	require.NoError(t, err)
+	require.NoError(t, st.Close())
+	fi, err := os.Stat(shared)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o640), fi.Mode().Perm()&0o640)
+
+	missing := filepath.Join(dir, "no", "such", "dir", "runcue.db")
+	_, err = sqlite.Open(missing, sqlite.Options{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the directory "+filepath.Join(dir, "no", "such", "dir")+" does not exist")
+}
+
+// TestOwnerProbe: Owner says whether a process holds the database without
+// taking the lock; a record left by a dead process does not count.
+func TestOwnerProbe(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runcue.db")
+	st, err := sqlite.Open(path, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	other, err := sqlite.Open(path, sqlite.Options{})
+	require.NoError(t, err)
+	defer other.Close()
+	_, owned, err := other.Owner(t.Context())
+	require.NoError(t, err)
+	assert.False(t, owned, "no lock file yet")
+	own, err := st.Acquire(t.Context(), store.Holder{Owner: "me"})
+	require.NoError(t, err)
+	h, owned, err := other.Owner(t.Context())
+	require.NoError(t, err)
+	assert.True(t, owned)
+	assert.Equal(t, os.Getpid(), h.PID)
+	assert.Equal(t, "me", h.Owner)
+	// Probing took nothing: the owner can release and another take over.
+	require.NoError(t, own.Release())
+	_, owned, err = other.Owner(t.Context())
+	require.NoError(t, err)
+	assert.False(t, owned, "released: the record is cleared")
+	own2, err := other.Acquire(t.Context(), store.Holder{Owner: "next"})
+	require.NoError(t, err)
+	require.NoError(t, own2.Release())
+
+	// A record left by a process that died.
+	dead := exec.Command(os.Args[0], "-test.run=^$")
+	require.NoError(t, dead.Run())
+	b, _ := json.Marshal(store.Holder{Owner: "gone", PID: dead.Process.Pid, Host: hostname(t)})
+	require.NoError(t, os.WriteFile(path+".lock", b, 0o600))
+	_, owned, err = other.Owner(t.Context())
+	require.NoError(t, err)
+	assert.False(t, owned, "a dead holder's record does not count")
+}
+
+func hostname(t *testing.T) string {
+	h, err := os.Hostname()
+	require.NoError(t, err)
+	return h
 }
