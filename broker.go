@@ -3,6 +3,7 @@ package runcue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -300,7 +301,11 @@ func (d *dispatcher) deriveKeys(u *unit, rt *taskRT) {
 	}
 	if err != nil {
 		u.keyErr = fmt.Errorf("runcue: service keys of %s: %w", u.id, err)
-		d.c.log.Warn("runcue: deriving service keys failed; the unit will fail", "work_id", u.id, "task_type", u.task, "error", err)
+		if errors.Is(err, errCallbackPanic) {
+			d.c.cbErrs.report("service_keys", "panic", err.Error(), "work_id", u.id, "task_type", u.task)
+		} else {
+			d.c.log.Warn("runcue: deriving service keys failed; the unit will fail", "work_id", u.id, "task_type", u.task, "error", err)
+		}
 		return
 	}
 	slices.Sort(keys)
@@ -310,7 +315,7 @@ func (d *dispatcher) deriveKeys(u *unit, rt *taskRT) {
 func callKeys(f func(*Work) []string, w *Work) (keys []string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = fmt.Errorf("panic: %v", v)
+			err = fmt.Errorf("%w: %v", errCallbackPanic, v)
 		}
 	}()
 	return f(w), nil
@@ -485,9 +490,25 @@ func (d *dispatcher) noteCircuit(r *resource) {
 }
 
 // blockServices applies a Retry-After of length delay from now to the
-// lane's services named (all of them when none are).
+// lane's services named (all of them when none are). A name the unit does
+// not use (a typo, say) is logged, and then every one of its services is
+// held: holding too much is safer than ignoring the service's request.
 func (d *dispatcher) blockServices(l *lane, names []string, delay time.Duration) {
 	until := d.now().Add(delay)
+	for _, n := range names {
+		if !slices.ContainsFunc(l.resources, func(r *resource) bool { return r.class != "" && (r.name == n || r.class == n) }) {
+			var used []string
+			for _, r := range l.resources {
+				if r.class != "" {
+					used = append(used, r.name)
+				}
+			}
+			d.c.log.Warn("runcue: RetryAfter names a service the unit does not use; holding all of its services",
+				"service", n, "task_type", l.task.name, "services", used)
+			names = nil
+			break
+		}
+	}
 	for _, r := range l.resources {
 		if r.class == "" {
 			continue // a task cap is not a service

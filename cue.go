@@ -259,6 +259,7 @@ type Cue struct {
 
 	testHooks testHooks
 	stats     stats
+	cbErrs    callbackErrors
 	tel       *telemetry
 	bg        sync.WaitGroup // the OnBackpressure caller
 }
@@ -315,6 +316,7 @@ func New(st store.Store, cfg Config) (*Cue, error) {
 		cfg: cfg, st: st, clock: cfg.Clock, log: cfg.Logger,
 		tasks: make(map[string]*Task), services: make(map[string]Service), knownTasks: make(map[string]bool),
 	}
+	c.cbErrs.c = c
 	for name := range stored {
 		c.knownTasks[name] = true
 	}

@@ -2,12 +2,17 @@ package runcue_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"math"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/runcue/runcue"
 )
@@ -104,4 +109,102 @@ func TestMethodsAfterClose(t *testing.T) {
 	assert.NoError(t, e.c.Close(), "Close is idempotent")
 	assert.NoError(t, e.c.Stop(ctx))
 	assert.Empty(t, e.c.Owner())
+}
+
+// TestCallbackErrorsReported: a priority function that panics, returns NaN
+// or a value outside [0, 1], and a DependencySatisfied that panics, are
+// counted in runcue.callback.errors by callback and reason, and logged, one
+// line per callback and reason however often they fail.
+func TestCallbackErrorsReported(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	e := newEnv(t, runcue.Config{MeterProvider: mp,
+		Priority: func(pc runcue.PriorityContext) float64 {
+			switch pc.Work.Target {
+			case "panic":
+				panic("scoring bug")
+			case "nan":
+				return math.NaN()
+			case "big":
+				return 7
+			}
+			return 0.5
+		},
+		DependencySatisfied: func(ctx context.Context, id string) bool { panic("checker bug") },
+		DependencyRecheck:   time.Hour,
+	})
+	require.NoError(t, e.c.Task("t", runcue.Task{Handler: noop}))
+	var subs []runcue.Submission
+	for i := range 30 {
+		subs = append(subs, runcue.Submission{Task: "t", ID: fmt.Sprint("u", i), Target: []string{"panic", "nan", "big"}[i%3]})
+	}
+	subs = append(subs, runcue.Submission{Task: "t", ID: "dep"}, runcue.Submission{Task: "t", ID: "child", DependsOn: []string{"dep"}})
+	_, err := e.c.SubmitBatch(e.ctx, subs)
+	require.NoError(t, err)
+	e.start()
+	for _, s := range subs[:31] {
+		assert.Equal(t, runcue.StateCompleted, e.wait(s.ID).State)
+	}
+	line := "runcue: a dependency callback failed"
+	for deadline := time.Now().Add(wait); !strings.Contains(e.logs.String(), line); time.Sleep(time.Millisecond) {
+		require.True(t, time.Now().Before(deadline), "the dependency check never ran")
+	}
+	assert.Equal(t, runcue.StateQueued, e.get("child").State, "a panicking check counts as not satisfied")
+
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(e.ctx, &rm))
+	counts := map[string]int64{}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != "runcue.callback.errors" {
+				continue
+			}
+			for _, dp := range m.Data.(metricdata.Sum[int64]).DataPoints {
+				cb, _ := dp.Attributes.Value("callback")
+				reason, _ := dp.Attributes.Value("reason")
+				counts[cb.AsString()+"/"+reason.AsString()] += dp.Value
+			}
+		}
+	}
+	for _, k := range []string{"priority/panic", "priority/nan", "priority/out_of_range"} {
+		assert.GreaterOrEqual(t, counts[k], int64(10), k)
+	}
+	assert.GreaterOrEqual(t, counts["dependency/panic"], int64(1))
+	logs := e.logs.String()
+	for _, want := range []string{"reason=panic detail=\"scoring bug\"", "reason=nan", "reason=out_of_range detail=7"} {
+		assert.Equal(t, 1, strings.Count(logs, want), want)
+	}
+	assert.Equal(t, 3, strings.Count(logs, "runcue: a priority callback failed"), "one line per reason, not one per call:\n%s", logs)
+}
+
+// TestRetryAfterUnknownService: a Retry-After naming a service the unit does
+// not use (a typo) holds all of the unit's services, and says so in the log.
+func TestRetryAfterUnknownService(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	require.NoError(t, e.c.Service("openai", runcue.Service{}))
+	require.NoError(t, e.c.Service("s3", runcue.Service{}))
+	calls := 0
+	require.NoError(t, e.c.Task("call", runcue.Task{Services: []string{"openai", "s3"}, Retry: runcue.RetryPolicy{MaxAttempts: 1},
+		Handler: func(context.Context, *runcue.Work) (any, error) {
+			calls++
+			if calls == 1 {
+				return nil, runcue.RetryAfter(5*time.Second, errors.New("429"), "opneai")
+			}
+			return nil, nil
+		}}))
+	rec := record(t, e.c)
+	e.start()
+	id := e.submit("call")
+	rec.waitFor(t, 1, ofType(runcue.EventWorkRetrying, id))
+	e.settle()
+	for _, svc := range []string{"openai", "s3"} {
+		st, err := e.c.ServiceStatus(e.ctx, svc)
+		require.NoError(t, err)
+		assert.True(t, st.BlockedUntil.Equal(epoch.Add(5*time.Second)), "%s is held: %v", svc, st.BlockedUntil)
+	}
+	assert.Contains(t, e.logs.String(), "RetryAfter names a service the unit does not use")
+	assert.Contains(t, e.logs.String(), "service=opneai")
+	e.clk.Advance(5 * time.Second)
+	assert.Equal(t, runcue.StateCompleted, e.wait(id).State)
 }

@@ -97,19 +97,26 @@ type DependencyFunc func(ctx context.Context, id string) bool
 const defaultScore = 0.5
 
 // score runs f for one unit, clamping its result to [0, 1] and mapping a
-// panic or NaN to the default.
-func score(f PriorityFunc, pc PriorityContext) (s float64, ok bool) {
+// panic or NaN to the default. A failure says why (reason: panic, nan,
+// out_of_range) and what (detail).
+func score(f PriorityFunc, pc PriorityContext) (s float64, reason, detail string) {
 	defer func() {
-		if recover() != nil {
-			s, ok = defaultScore, false
+		if v := recover(); v != nil {
+			s, reason, detail = defaultScore, "panic", fmt.Sprint(v)
 		}
 	}()
 	s = f(pc)
-	if math.IsNaN(s) {
-		return defaultScore, false
+	switch {
+	case math.IsNaN(s):
+		return defaultScore, "nan", "NaN"
+	case s < 0 || s > 1:
+		return min(max(s, 0), 1), "out_of_range", fmt.Sprint(s)
 	}
-	return min(max(s, 0), 1), true
+	return s, "", ""
 }
+
+// errCallbackPanic marks a callback that panicked.
+var errCallbackPanic = errors.New("panic")
 
 // checkDependency runs f for one dependency with a timeout. A timeout or a
 // panic counts as not satisfied. The call runs on its own goroutine so that
@@ -123,7 +130,7 @@ func checkDependency(f DependencyFunc, id string, timeout time.Duration) (ok boo
 	go func() {
 		defer func() {
 			if v := recover(); v != nil {
-				errc <- fmt.Errorf("panic: %v", v)
+				errc <- fmt.Errorf("%w: %v", errCallbackPanic, v)
 			}
 		}()
 		res <- f(ctx, id)
@@ -326,9 +333,11 @@ func (d *dispatcher) checker() {
 				sat, err := checkDependency(f, dep, timeout)
 				d.c.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "dependency")))
 				if err != nil {
-					d.c.stats.callbackErrors.Add(1)
-					d.c.log.Warn("runcue: DependencySatisfied failed; counted as not satisfied",
-						"work_id", job.id, "dependency", dep, "error", err)
+					reason := "timeout"
+					if errors.Is(err, errCallbackPanic) {
+						reason = "panic"
+					}
+					d.c.cbErrs.report("dependency", reason, err.Error(), "work_id", job.id, "dependency", dep)
 				}
 				if !sat {
 					ok = false
@@ -491,11 +500,8 @@ func (d *dispatcher) ensureScores(cands []candidate, now time.Time) {
 	case <-timer.C:
 		d.scoring = true
 		d.overruns++
-		d.c.stats.callbackErrors.Add(1)
-		if d.overruns == 1 || d.overruns%10 == 0 {
-			d.c.log.Warn("runcue: priority scoring overran its timeout; using cached or default scores",
-				"timeout", d.c.cfg.CallbackTimeout, "units", len(jobs), "consecutive_overruns", d.overruns)
-		}
+		d.c.cbErrs.report("priority", "timeout", fmt.Sprintf("a scoring pass of %d units overran %v; cached or default scores used",
+			len(jobs), d.c.cfg.CallbackTimeout), "consecutive_overruns", d.overruns)
 		go func() {
 			<-progress
 			d.in.Push(msg{kind: mScores, scores: <-results})
@@ -522,11 +528,11 @@ func (d *dispatcher) scorePass(jobs []scoreJob, queued int, results chan<- map[s
 			}
 		}
 		t0 := time.Now()
-		s, ok := score(d.c.cfg.Priority, PriorityContext{Work: j.w, QueueDepth: queued, ServicePressure: j.pressure, WaitTime: j.wait})
+		s, reason, detail := score(d.c.cfg.Priority, PriorityContext{Work: j.w, QueueDepth: queued, ServicePressure: j.pressure, WaitTime: j.wait})
 		d.c.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "priority")))
 		d.c.stats.priorityCalls.Add(1)
-		if !ok {
-			d.c.stats.callbackErrors.Add(1)
+		if reason != "" {
+			d.c.cbErrs.report("priority", reason, detail, "work_id", j.w.ID, "task_type", j.w.Task, "score_used", s)
 		}
 		out[j.w.ID] = s
 	}

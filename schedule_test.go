@@ -396,7 +396,7 @@ func TestDependencySatisfiedCallback(t *testing.T) {
 	assert.Equal(t, runcue.StateQueued, e.get(slow).State, "a timeout counts as not satisfied")
 	_, _, cbErrs := runcue.Stats(e.c)
 	assert.GreaterOrEqual(t, cbErrs, int64(2), "timeouts and panics are counted")
-	assert.Contains(t, e.logs.String(), "DependencySatisfied failed")
+	assert.Contains(t, e.logs.String(), "a dependency callback failed")
 }
 
 func TestPriorityOrder(t *testing.T) {
@@ -518,7 +518,7 @@ func TestPriorityCallbackNeverStalls(t *testing.T) {
 	for _, id := range ids {
 		assert.Equal(t, runcue.StateCompleted, e.wait(id).State, "dispatched with default scores")
 	}
-	assert.Contains(t, e.logs.String(), "priority scoring overran")
+	assert.Contains(t, e.logs.String(), "reason=timeout detail=\"a scoring pass of")
 	_, _, cbErrs := runcue.Stats(e.c)
 	assert.Positive(t, cbErrs)
 	release()

@@ -29,6 +29,7 @@ import (
 //	runcue.service.rate_limited counter    dispatches held back by a full rate window {service}
 //	runcue.circuit.open         gauge      open (or half-open) circuits {service}
 //	runcue.callback.duration    histogram  seconds per priority or dependency callback call {outcome: priority, dependency}
+//	runcue.callback.errors      counter    callback calls that failed {callback: priority, dependency, service_keys; reason: panic, nan, out_of_range, timeout}
 //
 // Traces (tracer "github.com/runcue/runcue"): one span per run,
 // "runcue.run <task>", the child of the span that was current when the unit
@@ -43,6 +44,7 @@ type telemetry struct {
 
 	completed, failed, requests, rateLimited metric.Int64Counter
 	queueWait, runDuration, callbackDur      metric.Float64Histogram
+	callbackErrs                             metric.Int64Counter
 
 	// read by the gauges' callback
 	queued      func() (int64, bool)
@@ -86,6 +88,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 	t.queueWait = hist("runcue.work.queue_wait", "Time from a unit becoming eligible to its start.")
 	t.runDuration = hist("runcue.work.run_duration", "Duration of runs.")
 	t.callbackDur = hist("runcue.callback.duration", "Duration of priority and dependency callback calls.")
+	t.callbackErrs = counter("runcue.callback.errors", "Callback calls that panicked, timed out or returned an invalid value.")
 	if err != nil {
 		return nil, err
 	}
