@@ -376,7 +376,7 @@ func (c *Cue) inserted(units []*store.Unit, r store.Result) {
 	}
 	var fresh []*store.Unit
 	for i, iu := range r.Units {
-		if !iu.Duplicate && iu.State == store.Queued {
+		if !iu.Duplicate && iu.Refused == nil && iu.State == store.Queued {
 			fresh = append(fresh, units[i])
 		}
 	}

@@ -208,3 +208,59 @@ func TestRetryAfterUnknownService(t *testing.T) {
 	e.clk.Advance(5 * time.Second)
 	assert.Equal(t, runcue.StateCompleted, e.wait(id).State)
 }
+
+// TestRerunnableImport: an import whose keys include one of a failed unit
+// can be run again: that item is refused on its own (ErrDuplicate), with the
+// items that depend on it (ErrDependencyRefused); the rest is stored or
+// reported Duplicate. Submit of the refused item alone returns ErrDuplicate.
+func TestRerunnableImport(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	require.NoError(t, e.c.Task("fetch", runcue.Task{Retry: runcue.RetryPolicy{MaxAttempts: 1},
+		Handler: func(_ context.Context, w *runcue.Work) (any, error) {
+			if w.Target == "bad" {
+				return nil, errors.New("404")
+			}
+			return nil, nil
+		}}))
+	e.start()
+	batch := func() []runcue.Submission {
+		return []runcue.Submission{
+			{Task: "fetch", Target: "a", IdempotencyKey: "a"},
+			{Task: "fetch", Target: "bad", IdempotencyKey: "bad", ID: "bad-1"},
+			{Task: "fetch", Target: "c", IdempotencyKey: "c"},
+		}
+	}
+	first, err := e.c.SubmitBatch(e.ctx, batch())
+	require.NoError(t, err)
+	for _, s := range first {
+		require.NoError(t, s.Err)
+		e.wait(s.ID)
+	}
+	require.Equal(t, runcue.StateFailed, e.get("bad-1").State)
+
+	again := append(batch(), runcue.Submission{Task: "fetch", Target: "d", IdempotencyKey: "d", DependsOn: []string{"bad-2"}},
+		runcue.Submission{Task: "fetch", Target: "e", IdempotencyKey: "e"})
+	again[1].ID = "bad-2"
+	second, err := e.c.SubmitBatch(e.ctx, again)
+	require.NoError(t, err, "a duplicate is not an error of the batch")
+	assert.True(t, second[0].Duplicate)
+	assert.Equal(t, first[0].ID, second[0].ID)
+	assert.ErrorIs(t, second[1].Err, runcue.ErrDuplicate)
+	assert.True(t, second[2].Duplicate)
+	assert.ErrorIs(t, second[3].Err, runcue.ErrDependencyRefused, "it depends on the refused item")
+	assert.NoError(t, second[4].Err)
+	assert.Equal(t, runcue.StateCompleted, e.wait(second[4].ID).State)
+	_, err = e.c.Get(e.ctx, "bad-2")
+	assert.ErrorIs(t, err, runcue.ErrNotFound)
+
+	_, err = e.c.Submit(e.ctx, runcue.Submission{Task: "fetch", Target: "bad", IdempotencyKey: "bad"})
+	assert.ErrorIs(t, err, runcue.ErrDuplicate)
+
+	// Under ResubmitFailedDuplicates a new unit takes the key over.
+	c := e.open(runcue.Config{FailedDuplicates: runcue.ResubmitFailedDuplicates})
+	require.NoError(t, c.Task("fetch", runcue.Task{Handler: noop}))
+	s, err := c.Submit(e.ctx, runcue.Submission{Task: "fetch", Target: "bad", IdempotencyKey: "bad", ID: "bad-3"})
+	require.NoError(t, err)
+	assert.Equal(t, "bad-3", s.ID)
+	assert.False(t, s.Duplicate)
+}

@@ -28,6 +28,9 @@ var (
 	// ErrDuplicate: a submission's idempotency key belongs to a failed or
 	// cancelled unit and Config.FailedDuplicates rejects it.
 	ErrDuplicate = store.ErrDuplicate
+	// ErrDependencyRefused: a submission depends on a submission of the
+	// same batch that was refused (Submitted.Err), so it is refused too.
+	ErrDependencyRefused = store.ErrDependencyRefused
 	// ErrUnknownDependency: a submission depends on a unit that does not
 	// exist (in the database or in the same batch). Nothing is stored.
 	ErrUnknownDependency = store.ErrUnknownDependency

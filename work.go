@@ -64,13 +64,18 @@ type Submission struct {
 	DependencyTimeout time.Duration
 }
 
-// Submitted reports a stored submission.
+// Submitted reports the outcome of one submission.
 type Submitted struct {
 	// ID is the unit's identifier.
 	ID string
 	// Duplicate reports that an existing unit matched the submission's
 	// idempotency key; ID is that unit's.
 	Duplicate bool
+	// Err, when set, says why the submission was refused and nothing was
+	// stored for it: its IdempotencyKey belongs to a failed or cancelled
+	// unit (ErrDuplicate, under RejectFailedDuplicates), or it depends on a
+	// submission of the same batch that was refused (ErrDependencyRefused).
+	Err error
 }
 
 // Attempt records one run of a unit.
@@ -172,16 +177,31 @@ func encodeParams(p any) ([]byte, error) {
 // first, Submit returns ctx's error and the unit may or may not be stored.
 // Submit works before Start; the unit then stays queued until a Cue that
 // owns the database runs it.
+//
+// A submission whose IdempotencyKey belongs to a failed or cancelled unit
+// returns an error matching ErrDuplicate (under RejectFailedDuplicates).
 func (c *Cue) Submit(ctx context.Context, s Submission) (Submitted, error) {
 	out, err := c.SubmitBatch(ctx, []Submission{s})
 	if err != nil {
 		return Submitted{}, err
 	}
-	return out[0], nil
+	return out[0], out[0].Err
 }
 
-// SubmitBatch stores all the submissions, or none of them, in one
-// transaction, and returns their outcomes in order.
+// SubmitBatch stores the submissions in one transaction and returns their
+// outcomes in order.
+//
+// A submission that is invalid, names an unknown task or dependency, or
+// closes a dependency cycle refuses the whole batch: nothing is stored and
+// the error says which. A duplicate is not an error of the batch: a
+// submission whose IdempotencyKey belongs to a queued, running or completed
+// unit is reported Duplicate with that unit's ID (and its dependents in the
+// batch depend on that unit); one whose key belongs to a failed or
+// cancelled unit is refused on its own, with Submitted.Err matching
+// ErrDuplicate (under RejectFailedDuplicates; with ResubmitFailedDuplicates
+// a new unit takes the key over), and so is every submission of the batch
+// that depends on it, with Err matching ErrDependencyRefused. The rest of
+// the batch is stored, so an import can be run again after any failure.
 func (c *Cue) SubmitBatch(ctx context.Context, subs []Submission) ([]Submitted, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
@@ -239,7 +259,7 @@ func (c *Cue) SubmitBatch(ctx context.Context, subs []Submission) ([]Submitted, 
 	}
 	res := make([]Submitted, len(units))
 	for i, iu := range o.res.Units {
-		res[i] = Submitted{ID: iu.ID, Duplicate: iu.Duplicate}
+		res[i] = Submitted{ID: iu.ID, Duplicate: iu.Duplicate, Err: iu.Refused}
 	}
 	return res, nil
 }

@@ -21,11 +21,17 @@ const (
 	ResubmitFailedDuplicate
 )
 
-// Insert stores new units, all or none. Each unit gets a work_queued event.
-// A unit whose IdempotencyKey is held by a queued, running or completed unit
-// is not stored: its InsertedUnit names the existing unit and is marked
-// Duplicate. A key held by a failed or cancelled unit is handled per
-// OnFailedDuplicate. DependsOn may name units of the
+// Insert stores new units. Each unit gets a work_queued event. A unit whose
+// IdempotencyKey is held by a queued, running or completed unit is not
+// stored: its InsertedUnit names the existing unit and is marked
+// Duplicate, and a unit of the batch that depends on it depends on the
+// existing unit instead. A key held by a failed or cancelled unit is
+// handled per OnFailedDuplicate: with RejectFailedDuplicate that unit is
+// not stored and its InsertedUnit carries Refused (matching ErrDuplicate),
+// and so is every unit of the batch that depends on it, directly or not
+// (Refused matching ErrDependencyRefused); the rest of the batch is stored.
+// Any other failure (an unknown dependency, a cycle, a duplicate ID)
+// fails the whole op. DependsOn may name units of the
 // same Insert that come before or after; an unknown dependency fails the op
 // with ErrUnknownDependency, a cycle with a *CycleError. A unit whose
 // dependency is already failed or cancelled is stored and, when
@@ -61,6 +67,8 @@ type InsertedUnit struct {
 	ID        string
 	Seq       int64
 	Duplicate bool
+	// Refused, when set, says why the unit was not stored (see Insert).
+	Refused error
 	// State is the unit's state after the insert (queued, or failed when a
 	// dependency was already dead; the existing unit's for a duplicate).
 	State State

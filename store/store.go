@@ -142,6 +142,9 @@ var (
 	ErrSchemaTooNew      = errors.New("runcue: database schema is newer than this version of runcue")
 	ErrLocked            = errors.New("runcue: database is owned by another Cue")
 	ErrBackpressure      = errors.New("runcue: queue is full")
+	// ErrDependencyRefused: a unit of a batch depends on a unit of the same
+	// batch that was refused, so it is refused too.
+	ErrDependencyRefused = errors.New("runcue: a dependency in the same batch was refused")
 )
 
 // LockedError reports that another Cue owns the database. It matches

@@ -302,11 +302,26 @@ func (t *txn) insert(op *store.Insert, r *store.Result) error {
 	// inside the batch resolve; duplicates (by idempotency key) resolve to
 	// the existing unit's state.
 	state := make(map[string]store.State, len(units))
+	// alias maps a duplicate's ID in the batch to the existing unit's, so
+	// its dependents depend on that unit; refused marks units not stored.
+	alias := map[string]string{}
+	refused := map[string]bool{}
 	order := topoOrder(units, inBatch)
+outer:
 	for _, i := range order {
 		u := units[i]
 		out := &r.Units[i]
 		out.ID = u.ID
+		for j, d := range u.DependsOn {
+			if refused[d] {
+				out.Refused = fmt.Errorf("%w: %q depends on %q", store.ErrDependencyRefused, u.ID, d)
+				refused[u.ID] = true
+				continue outer
+			}
+			if a, ok := alias[d]; ok {
+				u.DependsOn[j] = a
+			}
+		}
 		if u.IdempotencyKey != "" {
 			row, found, err := t.one(`SELECT id, state, seq FROM work_units WHERE idempotency_key=?`, u.IdempotencyKey)
 			if err != nil {
@@ -322,10 +337,15 @@ func (t *txn) insert(op *store.Insert, r *store.Result) error {
 			case !found:
 			case st != store.Failed && st != store.Cancelled:
 				*out = store.InsertedUnit{ID: id, Seq: seq, Duplicate: true, State: st}
-				state[u.ID] = st
+				state[id] = st
+				if id != u.ID {
+					alias[u.ID] = id
+				}
 				continue
 			case op.OnFailedDuplicate == store.RejectFailedDuplicate:
-				return opError{fmt.Errorf("%w: key %q (unit %s)", store.ErrDuplicate, u.IdempotencyKey, id)}
+				out.Refused = fmt.Errorf("%w: key %q (unit %s)", store.ErrDuplicate, u.IdempotencyKey, id)
+				refused[u.ID] = true
+				continue
 			default:
 				if _, err := t.exec(`UPDATE work_units SET idempotency_key=NULL WHERE id=?`, id); err != nil {
 					return err

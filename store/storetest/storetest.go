@@ -262,8 +262,24 @@ func testIdempotency(t *testing.T, h *harness) {
 	fid := f.Units[0].ID
 	h.claim(fid, 1)
 	h.finish(fid, 1, store.Failed)
-	res := h.apply(&store.Insert{Units: []*store.Unit{h.unit("a", key("f"))}, At: h.tick()})
-	assert.ErrorIs(t, res[0].Err, store.ErrDuplicate)
+	// Rejected: that unit alone, and the units of the batch that depend on
+	// it; the rest of the batch is stored.
+	refusedU := h.unit("a", key("f"))
+	dependent := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{refusedU.ID} })
+	transitive := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{dependent.ID} })
+	other := h.unit("a")
+	res := h.apply(&store.Insert{Units: []*store.Unit{transitive, refusedU, dependent, other}, At: h.tick()})
+	require.NoError(t, res[0].Err)
+	assert.ErrorIs(t, res[0].Units[1].Refused, store.ErrDuplicate)
+	assert.ErrorIs(t, res[0].Units[2].Refused, store.ErrDependencyRefused)
+	assert.ErrorIs(t, res[0].Units[0].Refused, store.ErrDependencyRefused)
+	assert.NoError(t, res[0].Units[3].Refused)
+	assert.Equal(t, store.Queued, h.get(other.ID).State)
+	for _, u := range []*store.Unit{refusedU, dependent, transitive} {
+		_, err := h.st.GetUnit(h.ctx, u.ID)
+		assert.ErrorIs(t, err, store.ErrNotFound, "a refused unit is not stored")
+	}
+	assert.Equal(t, []string{"work_queued:" + other.ID}, types(res[0].Events))
 	fresh := h.unit("a", key("f"))
 	res = h.apply(&store.Insert{Units: []*store.Unit{fresh}, At: h.tick(), OnFailedDuplicate: store.ResubmitFailedDuplicate})
 	require.NoError(t, res[0].Err)
@@ -275,13 +291,20 @@ func testIdempotency(t *testing.T, h *harness) {
 	cn := h.insert(h.unit("a", key("c")))
 	h.apply(&store.Cancel{ID: cn.Units[0].ID, At: h.tick()})
 	res = h.apply(&store.Insert{Units: []*store.Unit{h.unit("a", key("c"))}, At: h.tick()})
-	assert.ErrorIs(t, res[0].Err, store.ErrDuplicate)
+	require.NoError(t, res[0].Err)
+	assert.ErrorIs(t, res[0].Units[0].Refused, store.ErrDuplicate)
 	// Two units with one key in one insert: the second is a duplicate.
 	a, b := h.unit("a", key("pair")), h.unit("a", key("pair"))
 	r := h.insert(a, b)
 	assert.False(t, r.Units[0].Duplicate)
 	assert.True(t, r.Units[1].Duplicate)
 	assert.Equal(t, a.ID, r.Units[1].ID)
+	// A dependent of a duplicate depends on the existing unit.
+	again := h.unit("a", key("pair"))
+	dep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{again.ID} })
+	r = h.insert(again, dep)
+	assert.True(t, r.Units[0].Duplicate)
+	assert.Equal(t, []string{a.ID}, h.get(dep.ID).DependsOn)
 }
 
 func testDependencies(t *testing.T, h *harness) {
