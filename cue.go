@@ -35,10 +35,16 @@ const (
 )
 
 // Config configures a Cue. The zero Config is valid; each field documents
-// its default.
+// its default. Zero means the default; a negative value (where the field
+// documents no meaning for one) or a contradiction between fields makes
+// Open and New return an error matching ErrInvalid.
 type Config struct {
 	// MaxConcurrent caps the handlers running at once. Default 100.
 	MaxConcurrent int
+	// MaxPayload bounds the size in bytes of a submission's encoded params
+	// (a larger submission fails with ErrInvalid) and of a handler's encoded
+	// result (a larger one fails the run permanently). Default 16 MiB.
+	MaxPayload int
 	// Synchronous is the SQLite durability setting used by Open. Default
 	// SyncNormal.
 	Synchronous Synchronous
@@ -175,9 +181,53 @@ func (cfg Config) pruneInterval() time.Duration {
 	return min(max(cfg.Retention/10, time.Minute), time.Hour)
 }
 
+// DefaultMaxPayload is the default Config.MaxPayload: 16 MiB.
+const DefaultMaxPayload = 16 << 20
+
+// validate refuses negative and contradictory settings; zero values are
+// defaults and stay allowed.
+func (cfg Config) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxConcurrent", int64(cfg.MaxConcurrent)}, {"MaxPayload", int64(cfg.MaxPayload)},
+		{"DefaultTimeout", int64(cfg.DefaultTimeout)}, {"LeaseBuffer", int64(cfg.LeaseBuffer)},
+		{"MaxStartDelay", int64(cfg.MaxStartDelay)}, {"PollInterval", int64(cfg.PollInterval)},
+		{"EventBuffer", int64(cfg.EventBuffer)}, {"EventRetention", int64(cfg.EventRetention)},
+		{"ShutdownTimeout", int64(cfg.ShutdownTimeout)}, {"CancelGrace", int64(cfg.CancelGrace)},
+		{"Retention", int64(cfg.Retention)}, {"DependencyRecheck", int64(cfg.DependencyRecheck)},
+		{"PriorityTTL", int64(cfg.PriorityTTL)}, {"CallbackTimeout", int64(cfg.CallbackTimeout)},
+		{"MaxQueued", int64(cfg.MaxQueued)}, {"FeedLowWater", int64(cfg.FeedLowWater)},
+		{"FeedInterval", int64(cfg.FeedInterval)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: Config.%s is negative (%d)", ErrInvalid, f.name, f.v)
+		}
+	}
+	switch {
+	case cfg.Synchronous != SyncNormal && cfg.Synchronous != SyncFull:
+		return fmt.Errorf("%w: Config.Synchronous %d is neither SyncNormal nor SyncFull", ErrInvalid, cfg.Synchronous)
+	case cfg.FailedDuplicates > ResubmitFailedDuplicates:
+		return fmt.Errorf("%w: Config.FailedDuplicates %d is not a policy", ErrInvalid, cfg.FailedDuplicates)
+	case cfg.Overflow > OverflowBlock:
+		return fmt.Errorf("%w: Config.Overflow %d is not a policy", ErrInvalid, cfg.Overflow)
+	case cfg.Overflow != OverflowReject && cfg.MaxQueued == 0:
+		return fmt.Errorf("%w: Config.Overflow is set but MaxQueued is not: the queue is unbounded", ErrInvalid)
+	case cfg.OnBackpressure != nil && cfg.MaxQueued == 0:
+		return fmt.Errorf("%w: Config.OnBackpressure is set but MaxQueued is not: it would never be called", ErrInvalid)
+	case cfg.FileMode&^os.ModePerm != 0:
+		return fmt.Errorf("%w: Config.FileMode %v has bits other than permissions", ErrInvalid, cfg.FileMode)
+	}
+	return nil
+}
+
 func (cfg Config) withDefaults() Config {
 	if cfg.MaxConcurrent <= 0 {
 		cfg.MaxConcurrent = 100
+	}
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = DefaultMaxPayload
 	}
 	if cfg.DefaultTimeout <= 0 {
 		cfg.DefaultTimeout = 30 * time.Minute
@@ -286,6 +336,9 @@ type testHooks struct {
 // its schema. It does not take ownership: any number of Cues may open one
 // database to submit and inspect work, and Start makes one of them run it.
 func Open(path string, cfg Config) (*Cue, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	st, err := sqlite.Open(path, sqlite.Options{Synchronous: cfg.Synchronous, FileMode: cfg.FileMode})
 	if err != nil {
 		return nil, err
@@ -302,6 +355,9 @@ func Open(path string, cfg Config) (*Cue, error) {
 // New returns a Cue on an open store (for backends other than SQLite). Close
 // does not close st.
 func New(st store.Store, cfg Config) (*Cue, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
 	cfg = cfg.withDefaults()
 	ctx := context.Background()
 	last, err := st.LastSeq(ctx)

@@ -1083,6 +1083,8 @@ func (d *dispatcher) execute(r *run) {
 		if err == nil {
 			if out, err = json.Marshal(res); err != nil {
 				err = Permanent(fmt.Errorf("runcue: encode result: %w", err))
+			} else if len(out) > d.c.cfg.MaxPayload {
+				out, err = nil, Permanent(fmt.Errorf("runcue: result of %d bytes exceeds Config.MaxPayload (%d)", len(out), d.c.cfg.MaxPayload))
 			}
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -263,4 +265,48 @@ func TestRerunnableImport(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "bad-3", s.ID)
 	assert.False(t, s.Duplicate)
+}
+
+// TestConfigValidated: negative and contradictory settings are refused
+// with ErrInvalid instead of being silently replaced by defaults; the
+// documented special values stay.
+func TestConfigValidated(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runcue.db")
+	for name, cfg := range map[string]runcue.Config{
+		"MaxConcurrent -5":                 {MaxConcurrent: -5},
+		"DefaultTimeout -1s":               {DefaultTimeout: -time.Second},
+		"MaxPayload -1":                    {MaxPayload: -1},
+		"PollInterval -1":                  {PollInterval: -1},
+		"MaxQueued -1":                     {MaxQueued: -1},
+		"Overflow without MaxQueued":       {Overflow: runcue.OverflowDropOldest},
+		"OnBackpressure without MaxQueued": {OnBackpressure: func(bool, int) {}},
+		"Synchronous 7":                    {Synchronous: 7},
+		"FileMode with type bits":          {FileMode: os.ModeDir | 0o600},
+	} {
+		_, err := runcue.Open(path, cfg)
+		assert.ErrorIs(t, err, runcue.ErrInvalid, name)
+	}
+	c, err := runcue.Open(path, runcue.Config{QueueStatusInterval: -1, Logger: quietLogger})
+	require.NoError(t, err, "a negative QueueStatusInterval disables queue_status, as documented")
+	require.NoError(t, c.Close())
+}
+
+// TestMaxPayload: params over Config.MaxPayload are refused at submit; a
+// result over it fails the run permanently.
+func TestMaxPayload(t *testing.T) {
+	e := newEnv(t, runcue.Config{MaxPayload: 1000})
+	require.NoError(t, e.c.Task("echo", runcue.Task{Handler: func(_ context.Context, w *runcue.Work) (any, error) {
+		return strings.Repeat("x", len(w.Target)), nil
+	}}))
+	_, err := e.c.Submit(e.ctx, runcue.Submission{Task: "echo", Params: strings.Repeat("p", 2000)})
+	assert.ErrorIs(t, err, runcue.ErrInvalid)
+	assert.ErrorContains(t, err, "MaxPayload")
+	e.start()
+	small := e.wait(e.submit("echo", func(s *runcue.Submission) { s.Target = strings.Repeat("t", 10) }))
+	assert.Equal(t, runcue.StateCompleted, small.State)
+	big := e.wait(e.submit("echo", func(s *runcue.Submission) { s.Target = strings.Repeat("t", 2000) }))
+	assert.Equal(t, runcue.StateFailed, big.State)
+	assert.Equal(t, 1, big.Runs, "not retried")
+	assert.Contains(t, big.Error, "exceeds Config.MaxPayload")
+	assert.Empty(t, big.Result)
 }

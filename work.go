@@ -313,6 +313,9 @@ func (c *Cue) unitFor(s Submission, now time.Time) (*store.Unit, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(params) > c.cfg.MaxPayload {
+		return nil, fmt.Errorf("%w: params of %d bytes exceed Config.MaxPayload (%d)", ErrInvalid, len(params), c.cfg.MaxPayload)
+	}
 	u := &store.Unit{
 		ID: id, Task: s.Task, Target: s.Target, Params: params, State: store.Queued,
 		CreatedAt: now, RunAt: s.RunAt, Timeout: s.Timeout, IdempotencyKey: s.IdempotencyKey,
