@@ -294,5 +294,12 @@ func (c *Cue) Subscribe(ctx context.Context, o SubscribeOptions) (<-chan Event, 
 	if types == nil && tasks == nil {
 		accept = nil
 	}
-	return hub.Subscribe(ctx, c.hub, hub.Options{After: after, Buffer: buf, Accept: accept, Gap: gap, OnClose: cancel}, eventFrom), cancel, nil
+	ho := hub.Options{After: after, Buffer: buf, Accept: accept, Gap: gap, OnClose: cancel, Tasks: o.Tasks}
+	for _, t := range o.Types {
+		ho.Types = append(ho.Types, string(t))
+	}
+	if len(ho.Types) > 0 {
+		ho.Types = append(ho.Types, string(EventGap)) // delivered whatever the filter
+	}
+	return hub.Subscribe(ctx, c.hub, ho, eventFrom), cancel, nil
 }

@@ -208,6 +208,15 @@ type ListFilter struct {
 	FinishedBefore time.Time
 }
 
+// EventQuery selects events for MatchingEvents.
+type EventQuery struct {
+	After, Upto int64
+	Types       []string
+	Tasks       []string
+	// Limit caps the events returned; zero means 1000.
+	Limit int
+}
+
 // Store is a runcue backend.
 //
 // Apply and Changed are called by one goroutine at a time (the Cue's writer);
@@ -242,6 +251,12 @@ type Store interface {
 
 	// EventsAfter returns up to limit events with Seq > after, in order.
 	EventsAfter(ctx context.Context, after int64, limit int) ([]Event, error)
+	// MatchingEvents returns, in order, up to q.Limit events with Seq in
+	// (q.After, q.Upto] whose type is one of q.Types and whose task is one
+	// of q.Tasks (an empty list matches all). It reads only what matches
+	// (an index per filter), so a narrow subscription far behind costs
+	// what it delivers, not the whole log.
+	MatchingEvents(ctx context.Context, q EventQuery) ([]Event, error)
 	// LastSeq returns the highest event Seq ever assigned.
 	LastSeq(ctx context.Context) (int64, error)
 	// FirstSeq returns the lowest event Seq still stored, 0 if none.

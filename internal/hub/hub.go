@@ -145,6 +145,11 @@ type Options struct {
 	After int64
 	// Accept filters events; nil accepts all.
 	Accept func(*store.Event) bool
+	// Types and Tasks, when set, are the filter Accept applies, for the
+	// store: reads from the durable log fetch only matching events (an
+	// indexed query), so a narrow subscription far behind does not read
+	// the whole log.
+	Types, Tasks []string
 	// Buffer is the capacity of the returned channel.
 	Buffer int
 	// Gap, when set, is called when the events between the cursor and the
@@ -206,7 +211,26 @@ func (s *sub[T]) run() {
 		if !ok {
 			return
 		}
-		if fromStore {
+		if fromStore && (len(s.o.Types) > 0 || len(s.o.Tasks) > 0) {
+			evs, more, err := s.matching()
+			if err != nil {
+				select {
+				case <-s.ctx.Done():
+					return
+				case <-s.h.Changed():
+					continue
+				}
+			}
+			if !more && len(evs) == 0 {
+				select {
+				case <-s.ctx.Done():
+					return
+				case <-wait:
+				}
+				continue
+			}
+			buf = append(buf, evs...)
+		} else if fromStore {
 			evs, err := s.h.st.EventsAfter(s.ctx, s.cursor, page)
 			if err != nil {
 				// The store failed or ctx ended; wait for a change and retry.
@@ -237,6 +261,10 @@ func (s *sub[T]) run() {
 		}
 		for i := range buf {
 			ev := &buf[i]
+			if ev.Seq < 0 { // matching's marker: nothing else matches up to -Seq
+				s.cursor = max(s.cursor, -ev.Seq)
+				continue
+			}
 			if ev.Seq > 0 {
 				if ev.Seq <= s.cursor {
 					continue
@@ -258,6 +286,50 @@ func (s *sub[T]) run() {
 			}
 		}
 	}
+}
+
+// matching reads the next page of events matching the subscription's
+// filter from the store, up to the last sequence number published. Events
+// that do not match are skipped by moving the cursor: when the page is not
+// full, every match up to that number has been read. A retention gap
+// (events deleted past the cursor) is delivered first. more reports that
+// the cursor moved, whether or not anything matched.
+func (s *sub[T]) matching() (evs []store.Event, more bool, err error) {
+	upto := s.h.LastSeq()
+	if upto <= s.cursor {
+		return nil, false, nil
+	}
+	first, err := s.h.st.FirstSeq(s.ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	if first == 0 {
+		first = upto + 1 // everything published was deleted
+	}
+	if first > s.cursor+1 {
+		if s.o.Gap != nil && !s.send(s.o.Gap(s.cursor, first)) {
+			return nil, false, s.ctx.Err()
+		}
+		s.cursor = first - 1
+		if s.cursor >= upto {
+			return nil, true, nil
+		}
+	}
+	evs, err = s.h.st.MatchingEvents(s.ctx, store.EventQuery{After: s.cursor, Upto: upto, Types: s.o.Types, Tasks: s.o.Tasks, Limit: page})
+	if err != nil {
+		return nil, false, err
+	}
+	if len(evs) < page {
+		// Every match up to upto is in evs: the cursor may pass the rest.
+		// The loop delivers evs and leaves the cursor at the last of them;
+		// move it to upto once they are sent.
+		if len(evs) == 0 {
+			s.cursor = upto
+			return nil, true, nil
+		}
+		evs = append(evs, store.Event{Seq: -upto}) // a marker: advance the cursor to upto
+	}
+	return evs, true, nil
 }
 
 func (s *sub[T]) send(ev store.Event) bool {

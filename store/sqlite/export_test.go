@@ -10,3 +10,28 @@ func (s *Store) SetUserVersionForTest(v int) error {
 	_, err := s.wconn.ExecContext(context.Background(), "PRAGMA user_version = "+strconv.Itoa(v))
 	return err
 }
+
+// SchemaVersionOf reads the schema version recorded in the file.
+func SchemaVersionOf(ctx context.Context, s *Store) (int, error) {
+	var v int
+	err := s.read.QueryRowContext(ctx, "PRAGMA user_version").Scan(&v)
+	return v, err
+}
+
+// IndexesForTest lists the indexes of table.
+func IndexesForTest(ctx context.Context, s *Store, table string) ([]string, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT name FROM sqlite_master WHERE type='index' AND tbl_name=?`, table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var n string
+		if err := rows.Scan(&n); err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}

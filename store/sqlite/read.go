@@ -321,9 +321,38 @@ func (s *Store) EventsAfter(ctx context.Context, after int64, limit int) ([]stor
 	if limit <= 0 {
 		limit = 1000
 	}
-	rows, err := s.read.QueryContext(ctx, `SELECT e.seq, e.type, e.at, coalesce(e.work_id, ''), coalesce(e.task, ''), e.attempt, e.data,
+	return s.events(ctx, `SELECT e.seq, e.type, e.at, coalesce(e.work_id, ''), coalesce(e.task, ''), e.attempt, e.data,
 			CASE WHEN e.type = 'work_completed' THEN (SELECT result FROM work_units w WHERE w.id = e.work_id) END
 		FROM events e WHERE e.seq > ? ORDER BY e.seq LIMIT ?`, after, limit)
+}
+
+// MatchingEvents returns the events of q (see store.Store).
+func (s *Store) MatchingEvents(ctx context.Context, q store.EventQuery) ([]store.Event, error) {
+	if q.Limit <= 0 {
+		q.Limit = 1000
+	}
+	where := `e.seq > ? AND e.seq <= ?`
+	args := []any{q.After, q.Upto}
+	if len(q.Types) > 0 {
+		where += ` AND e.type IN (` + placeholders(len(q.Types)) + `)`
+		for _, t := range q.Types {
+			args = append(args, t)
+		}
+	}
+	if len(q.Tasks) > 0 {
+		where += ` AND e.task IN (` + placeholders(len(q.Tasks)) + `)`
+		for _, t := range q.Tasks {
+			args = append(args, t)
+		}
+	}
+	args = append(args, q.Limit)
+	return s.events(ctx, `SELECT e.seq, e.type, e.at, coalesce(e.work_id, ''), coalesce(e.task, ''), e.attempt, e.data,
+			CASE WHEN e.type = 'work_completed' THEN (SELECT result FROM work_units w WHERE w.id = e.work_id) END
+		FROM events e WHERE `+where+` ORDER BY e.seq LIMIT ?`, args...)
+}
+
+func (s *Store) events(ctx context.Context, query string, args ...any) ([]store.Event, error) {
+	rows, err := s.read.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -148,3 +148,38 @@ func hostname(t *testing.T) string {
 	require.NoError(t, err)
 	return h
 }
+
+// TestMigrateFromSchema2 opens a database written by schema version 2
+// (testdata/schema2.db, committed) and checks that the migration keeps its
+// units, dependencies and events and adds the event filter indexes.
+func TestMigrateFromSchema2(t *testing.T) {
+	b, err := os.ReadFile("testdata/schema2.db")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "old.db")
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	st, err := sqlite.Open(path, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	ctx := t.Context()
+	for id, want := range map[string]store.State{"done-1": store.Completed, "done-2": store.Completed, "queued-1": store.Queued, "queued-2": store.Queued} {
+		u, err := st.GetUnit(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, want, u.State, id)
+	}
+	u, err := st.GetUnit(ctx, "queued-2")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"queued-1"}, u.DependsOn)
+	n, err := st.QueuedCount(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	evs, err := st.MatchingEvents(ctx, store.EventQuery{After: 0, Upto: 1 << 40, Tasks: []string{"a"}, Types: []string{"work_completed"}})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	assert.Equal(t, "done-1", evs[0].WorkID)
+	version, err := sqlite.SchemaVersionOf(ctx, st)
+	require.NoError(t, err)
+	assert.Equal(t, sqlite.SchemaVersion, version)
+	idx, err := sqlite.IndexesForTest(ctx, st, "events")
+	require.NoError(t, err)
+	assert.Subset(t, idx, []string{"events_type", "events_task"})
+}

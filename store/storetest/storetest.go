@@ -952,6 +952,27 @@ func testEvents(t *testing.T, h *harness) {
 	// Event data round-trips.
 	var d map[string]any
 	require.NoError(t, json.Unmarshal(evs[30].Data, &d))
+
+	// Filtered reads.
+	b := h.unit("b")
+	h.insert(b)
+	h.claim(b.ID, 1) // work_started of task t (the harness's claim event)
+	m, err := h.st.MatchingEvents(h.ctx, store.EventQuery{After: 0, Upto: 1000, Tasks: []string{"b"}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"work_queued:" + b.ID}, types(m), "by task")
+	m, err = h.st.MatchingEvents(h.ctx, store.EventQuery{After: 0, Upto: 1000, Types: []string{"backpressure_active", "work_started"}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"backpressure_active:", "work_started:" + b.ID}, types(m), "by type")
+	m, err = h.st.MatchingEvents(h.ctx, store.EventQuery{After: 5, Upto: 8, Tasks: []string{"a"}, Types: []string{"work_queued"}})
+	require.NoError(t, err)
+	require.Len(t, m, 3, "bounded by After and Upto")
+	assert.Equal(t, int64(6), m[0].Seq)
+	m, err = h.st.MatchingEvents(h.ctx, store.EventQuery{After: 0, Upto: 1000, Tasks: []string{"a"}, Limit: 4})
+	require.NoError(t, err)
+	assert.Len(t, m, 4, "limited")
+	m, err = h.st.MatchingEvents(h.ctx, store.EventQuery{After: 0, Upto: 1000, Tasks: []string{"nothing"}})
+	require.NoError(t, err)
+	assert.Empty(t, m)
 }
 
 func testChanged(t *testing.T, h *harness) {
