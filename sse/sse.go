@@ -18,10 +18,23 @@
 //
 // with the data a runcue.Event in JSON. Events that are not durable
 // (work_progress, queue_status, service_status) have no id.
+//
+// A stream ends when the client goes away, the Cue closes, or the request's
+// context ends. An event stream never goes idle, so http.Server.Shutdown
+// does not end it by itself: give the server a BaseContext that is
+// cancelled at shutdown (srv.RegisterOnShutdown(cancel)), as
+// examples/webui does. The handler clears the connection's write deadline,
+// so a server WriteTimeout does not cut streams.
+//
+// Options.Authorize decides who may read which events: it sees each
+// request and may refuse it or narrow its filter. Without it every client
+// that reaches the handler reads every event: mount it behind your
+// authentication.
 package sse
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -31,8 +44,21 @@ import (
 	"github.com/runcue/runcue"
 )
 
+// Filter is what a stream delivers: events of these types and of units of
+// these tasks (empty: all).
+type Filter struct {
+	Types []runcue.EventType
+	Tasks []string
+}
+
 // Options configure a Handler. The zero value is valid.
 type Options struct {
+	// Authorize, when set, is called for every request with the filter the
+	// query string asks for, before anything is sent. It returns an error
+	// to refuse the request (answered 403 Forbidden with the error's text,
+	// or the status of an *Error), or narrows f in place (say, to the tasks
+	// the caller may see); the stream delivers what f says afterwards.
+	Authorize func(r *http.Request, f *Filter) error
 	// KeepAlive is how often a comment line is sent when no event is, so
 	// that proxies keep the connection open. Default 15s.
 	KeepAlive time.Duration
@@ -52,6 +78,15 @@ func Handler(c *runcue.Cue, o Options) http.Handler {
 	}
 	return &handler{c: c, o: o}
 }
+
+// Error is an error with an HTTP status, for Authorize to return (401
+// Unauthorized for a missing login, say).
+type Error struct {
+	Status int
+	Msg    string
+}
+
+func (e *Error) Error() string { return e.Msg }
 
 type handler struct {
 	c *runcue.Cue
@@ -77,10 +112,22 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		after = n
 	}
-	opts := runcue.SubscribeOptions{After: after, Tasks: list(q["task"]), Buffer: 256}
+	f := Filter{Tasks: list(q["task"])}
 	for _, t := range list(q["type"]) {
-		opts.Types = append(opts.Types, runcue.EventType(t))
+		f.Types = append(f.Types, runcue.EventType(t))
 	}
+	if h.o.Authorize != nil {
+		if err := h.o.Authorize(r, &f); err != nil {
+			status := http.StatusForbidden
+			var he *Error
+			if errors.As(err, &he) && he.Status != 0 {
+				status = he.Status
+			}
+			http.Error(w, err.Error(), status)
+			return
+		}
+	}
+	opts := runcue.SubscribeOptions{After: after, Tasks: f.Tasks, Types: f.Types, Buffer: 256}
 	events, cancel, err := h.c.Subscribe(r.Context(), opts)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusServiceUnavailable)
@@ -90,8 +137,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hdr := w.Header()
 	hdr.Set("Content-Type", "text/event-stream")
 	hdr.Set("Cache-Control", "no-cache")
-	hdr.Set("Connection", "keep-alive")
 	hdr.Set("X-Accel-Buffering", "no") // nginx: do not buffer
+	// A stream outlives any write timeout the server has; keep-alive pings
+	// detect a dead client.
+	if err := rc.SetWriteDeadline(time.Time{}); err != nil && !errors.Is(err, http.ErrNotSupported) {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
 	w.WriteHeader(http.StatusOK)
 	if _, err := fmt.Fprintf(w, "retry: %d\n\n", h.o.Retry.Milliseconds()); err != nil {
 		return

@@ -121,7 +121,13 @@ func run(ctx context.Context, ln net.Listener, dbPath string, speed float64, ini
 		}
 		json.NewEncoder(w).Encode(st)
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	// Requests get a context that Shutdown cancels: an event stream never
+	// goes idle, so without it Shutdown would wait for its timeout.
+	base, endStreams := context.WithCancel(context.Background())
+	defer endStreams()
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
+		BaseContext: func(net.Listener) context.Context { return base }}
+	srv.RegisterOnShutdown(endStreams)
 	fmt.Printf("runcue webui: open http://%s (Ctrl-C to stop)\n", ln.Addr())
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
@@ -132,7 +138,9 @@ func run(ctx context.Context, ln net.Listener, dbPath string, speed float64, ini
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_ = srv.Shutdown(shutdown) // SSE streams end when the Cue closes
+	if err := srv.Shutdown(shutdown); err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
 	return cue.StopAndCancel(shutdown)
 }
 

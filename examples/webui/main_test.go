@@ -6,11 +6,74 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
+
+// TestMain runs the program itself when the test binary is started as
+// the example (see TestInterruptWithClient).
+func TestMain(m *testing.M) {
+	if os.Getenv("RUNCUE_WEBUI_MAIN") == "1" {
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// TestInterruptWithClient: Ctrl-C (SIGINT) with a browser's event stream
+// attached ends the stream and the program exits 0 promptly (it used to
+// wait out its 5 s shutdown timeout and exit 1).
+func TestInterruptWithClient(t *testing.T) {
+	if runtime.GOOS == "windows" {
+		t.Skip("sends SIGINT")
+	}
+	cmd := exec.Command(os.Args[0], "-addr", "127.0.0.1:0", "-db", filepath.Join(t.TempDir(), "webui.db"))
+	cmd.Env = append(os.Environ(), "RUNCUE_WEBUI_MAIN=1")
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+	sc := bufio.NewScanner(out)
+	var base string
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "runcue webui: open "); ok {
+			base = strings.Fields(rest)[0]
+			break
+		}
+	}
+	if base == "" {
+		t.Fatal("the program did not say where it listens")
+	}
+	resp, err := http.Get(base + "/events")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if err := cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGINT: %v", err)
+		}
+	case <-time.After(30 * time.Second): // a guard against a hang, not a measurement
+		t.Fatal("the program did not exit after SIGINT")
+	}
+}
 
 // TestPipeline runs the example end to end, fast, and follows it over SSE
 // until both initial documents are uploaded.
