@@ -72,6 +72,9 @@ func New(cfg Config) *Writer {
 	if cfg.MaxOps <= 0 {
 		cfg.MaxOps = 4096
 	}
+	if cfg.Hooks.Publish == nil {
+		cfg.Hooks.Publish = func([]store.Event, bool) {}
+	}
 	w := &Writer{cfg: cfg, in: inbox.New[*Request](), stop: make(chan struct{}), done: make(chan struct{}), lastSeq: cfg.LastSeq}
 	go w.run()
 	return w

@@ -1,0 +1,247 @@
+package writer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/internal/testutil"
+	"github.com/runcue/runcue/internal/writer"
+	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/sqlite"
+)
+
+var at = time.Unix(1_800_000_000, 0)
+
+func open(t *testing.T) (*sqlite.Store, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "w.db")
+	st, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st, path
+}
+
+func insert(id string) *store.Insert {
+	return &store.Insert{Units: []*store.Unit{{ID: id, Task: "t"}}, At: at}
+}
+
+// published collects what the Publish hook receives, and checks that it
+// comes before the Done of its transaction.
+type published struct {
+	mu     sync.Mutex
+	events []store.Event
+	ext    []bool
+}
+
+func (p *published) hook(evs []store.Event, external bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range evs {
+		p.events = append(p.events, e)
+		p.ext = append(p.ext, external)
+	}
+}
+
+func (p *published) seqs() []int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []int64
+	for _, e := range p.events {
+		out = append(out, e.Seq)
+	}
+	return out
+}
+
+// TestGroupCommit: requests that wait while a transaction runs go into the
+// next one together, in order; each Done gets its own results, after its
+// events were published.
+func TestGroupCommit(t *testing.T) {
+	st, _ := open(t)
+	hs := &testutil.HoldStore{Store: st}
+	var pub published
+	w := writer.New(writer.Config{Store: hs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: pub.hook}})
+	defer w.Close()
+	hold := hs.Hold(func([]store.Op) bool { return true })
+	first := make(chan error, 1)
+	w.Submit(&writer.Request{Ops: []store.Op{insert("first")}, Done: func(_ []store.Result, err error) { first <- err }})
+	<-hold.Entered
+	var wg sync.WaitGroup
+	results := make([]string, 10)
+	for i := range 10 {
+		wg.Add(1)
+		id := fmt.Sprint("u", i)
+		if err := w.Submit(&writer.Request{Ops: []store.Op{insert(id)}, Done: func(res []store.Result, err error) {
+			defer wg.Done()
+			if err != nil || len(res) != 1 {
+				t.Errorf("%s: %v %v", id, res, err)
+				return
+			}
+			results[i] = res[0].Units[0].ID
+			if n := len(pub.seqs()); int64(n) < res[0].Events[0].Seq {
+				t.Errorf("%s: Done before its event was published", id)
+			}
+		}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hold.Release()
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	for i, id := range results {
+		if id != fmt.Sprint("u", i) {
+			t.Fatalf("result %d is %q", i, id)
+		}
+	}
+	batches, ops := w.Stats()
+	if batches != 2 || ops != 11 {
+		t.Fatalf("%d transactions for %d ops: the waiting requests should share one", batches, ops)
+	}
+	for i, s := range pub.seqs() {
+		if s != int64(i+1) {
+			t.Fatalf("published %v: not contiguous in order", pub.seqs())
+		}
+	}
+}
+
+// TestMaxOps: a transaction holds at most MaxOps ops, but a request is
+// never split.
+func TestMaxOps(t *testing.T) {
+	st, _ := open(t)
+	hs := &testutil.HoldStore{Store: st}
+	w := writer.New(writer.Config{Store: hs, Clock: clock.Real(), MaxOps: 3})
+	defer w.Close()
+	hold := hs.Hold(func([]store.Op) bool { return true })
+	var wg sync.WaitGroup
+	submit := func(ids ...string) {
+		var ops []store.Op
+		for _, id := range ids {
+			ops = append(ops, insert(id))
+		}
+		wg.Add(1)
+		w.Submit(&writer.Request{Ops: ops, Done: func(_ []store.Result, err error) {
+			if err != nil {
+				t.Error(err)
+			}
+			wg.Done()
+		}})
+	}
+	submit("a")
+	<-hold.Entered
+	submit("b", "c")
+	submit("d", "e", "f", "g") // alone over the cap: its own transaction
+	submit("h")
+	hold.Release()
+	wg.Wait()
+	if batches, ops := w.Stats(); batches != 4 || ops != 8 {
+		t.Fatalf("%d transactions, %d ops", batches, ops)
+	}
+}
+
+// TestStickyFailure: a failed transaction fails its requests, calls Failed
+// once, and fails every later request at once with the same error.
+func TestStickyFailure(t *testing.T) {
+	st, _ := open(t)
+	fs := &testutil.FailStore{Store: st}
+	failed := make(chan error, 2)
+	w := writer.New(writer.Config{Store: fs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: func([]store.Event, bool) {},
+		Failed: func(err error) { failed <- err }}})
+	defer w.Close()
+	if _, err := w.Do(t.Context(), insert("ok")); err != nil {
+		t.Fatal(err)
+	}
+	fs.Fail()
+	if _, err := w.Do(t.Context(), insert("lost")); !errors.Is(err, testutil.ErrInjected) {
+		t.Fatalf("err %v", err)
+	}
+	if err := <-failed; !errors.Is(err, testutil.ErrInjected) {
+		t.Fatal(err)
+	}
+	applies := fs.Applies()
+	if _, err := w.Do(t.Context(), insert("later")); !errors.Is(err, testutil.ErrInjected) {
+		t.Fatalf("later: %v", err)
+	}
+	if fs.Applies() != applies {
+		t.Fatal("a failed writer does not touch the store again")
+	}
+	if !errors.Is(w.Err(), testutil.ErrInjected) {
+		t.Fatal("Err reports the failure")
+	}
+	select {
+	case err := <-failed:
+		t.Fatalf("Failed called twice: %v", err)
+	default:
+	}
+}
+
+// TestExternalCommitsPublishedFirst: events another connection committed
+// are published (marked external) before this writer's own, in sequence
+// order, when its next commit or a Poll finds them.
+func TestExternalCommitsPublishedFirst(t *testing.T) {
+	st, path := open(t)
+	other, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	var pub published
+	w := writer.New(writer.Config{Store: st, Clock: clock.Real(), Hooks: writer.Hooks{Publish: pub.hook}})
+	defer w.Close()
+	if _, err := w.Do(t.Context(), insert("mine-1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Apply(t.Context(), []store.Op{insert("theirs-1"), insert("theirs-2")}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Do(t.Context(), insert("mine-2")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Apply(t.Context(), []store.Op{insert("theirs-3")}); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Poll(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	pub.mu.Lock()
+	defer pub.mu.Unlock()
+	var got []string
+	for i, e := range pub.events {
+		got = append(got, fmt.Sprintf("%d:%s:%v", e.Seq, e.WorkID, pub.ext[i]))
+	}
+	want := []string{"1:mine-1:false", "2:theirs-1:true", "3:theirs-2:true", "4:mine-2:false", "5:theirs-3:true"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("published %v, want %v", got, want)
+	}
+}
+
+// TestCloseCommitsPending: Close commits what was submitted before it;
+// later requests fail with ErrClosed; Sync after Close returns nil.
+func TestCloseCommitsPending(t *testing.T) {
+	st, _ := open(t)
+	w := writer.New(writer.Config{Store: st, Clock: clock.Real()})
+	done := make(chan error, 1)
+	w.Submit(&writer.Request{Ops: []store.Op{insert("pending")}, Done: func(_ []store.Result, err error) { done <- err }})
+	w.Close()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.GetUnit(context.Background(), "pending"); err != nil {
+		t.Fatal("a request submitted before Close is committed:", err)
+	}
+	if err := w.Submit(&writer.Request{Ops: []store.Op{insert("late")}}); !errors.Is(err, writer.ErrClosed) {
+		t.Fatalf("after Close: %v", err)
+	}
+	if err := w.Sync(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	w.Close() // idempotent
+}
