@@ -37,6 +37,22 @@ func child(t *testing.T, mode, db string, extra ...string) (*exec.Cmd, *bufio.Sc
 	return cmd, bufio.NewScanner(out)
 }
 
+// runToEnd runs a child in mode to its end and requires it to exit 0;
+// limit guards against a hang.
+func runToEnd(t *testing.T, mode, db string, limit time.Duration, env ...string) {
+	t.Helper()
+	cmd, _ := child(t, mode, db, env...)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(limit):
+		cmd.Process.Kill()
+		t.Fatalf("the final %s run did not finish", mode)
+	}
+}
+
 // TestCrashRecovery kills a Cue with SIGKILL at random moments while it runs
 // 2,000 units and checks that no unit is lost and no completion is recorded
 // twice.
@@ -100,17 +116,7 @@ func TestCrashRecovery(t *testing.T) {
 	require.GreaterOrEqual(t, midWork, 5, "kills must land while units run")
 	require.Less(t, completedBefore, units, "the kills must interrupt the work")
 	// A last run to completion.
-	cmd, out := child(t, "journal", db, "RUNCUE_JOURNAL="+journal)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(2 * time.Minute):
-		cmd.Process.Kill()
-		t.Fatal("the final run did not finish")
-	}
-	_ = out
+	runToEnd(t, "journal", db, 2*time.Minute, "RUNCUE_JOURNAL="+journal)
 
 	completions := map[string]int{}
 	var after int64
@@ -244,16 +250,7 @@ func TestRateWindowAcrossKills(t *testing.T) {
 			}
 		}
 	}
-	cmd, _ := child(t, "rated", db, "RUNCUE_JOURNAL="+journal)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(3 * time.Minute):
-		cmd.Process.Kill()
-		t.Fatal("the final run did not finish")
-	}
+	runToEnd(t, "rated", db, 3*time.Minute, "RUNCUE_JOURNAL="+journal)
 	b, err := os.ReadFile(journal)
 	require.NoError(t, err)
 	var starts []time.Time
@@ -302,16 +299,7 @@ func TestSubscribeResumeAfterKill(t *testing.T) {
 		require.NoError(t, cmd.Process.Kill())
 		_ = cmd.Wait()
 	}
-	cmd, _ := child(t, "subscriber", db, env...)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	select {
-	case err := <-done:
-		require.NoError(t, err)
-	case <-time.After(2 * time.Minute):
-		cmd.Process.Kill()
-		t.Fatal("the last subscriber did not finish")
-	}
+	runToEnd(t, "subscriber", db, 2*time.Minute, env...)
 	b, err := os.ReadFile(seqs)
 	require.NoError(t, err)
 	var got []int64

@@ -214,18 +214,15 @@ func (s *sub[T]) run() {
 		if fromStore && (len(s.o.Types) > 0 || len(s.o.Tasks) > 0) {
 			evs, more, err := s.matching()
 			if err != nil {
-				select {
-				case <-s.ctx.Done():
+				// The store failed or ctx ended; wait for a change and retry.
+				if !s.await(s.h.Changed()) {
 					return
-				case <-s.h.Changed():
-					continue
 				}
+				continue
 			}
 			if !more && len(evs) == 0 {
-				select {
-				case <-s.ctx.Done():
+				if !s.await(wait) {
 					return
-				case <-wait:
 				}
 				continue
 			}
@@ -233,13 +230,10 @@ func (s *sub[T]) run() {
 		} else if fromStore {
 			evs, err := s.h.st.EventsAfter(s.ctx, s.cursor, page)
 			if err != nil {
-				// The store failed or ctx ended; wait for a change and retry.
-				select {
-				case <-s.ctx.Done():
+				if !s.await(s.h.Changed()) {
 					return
-				case <-s.h.Changed():
-					continue
 				}
+				continue
 			}
 			// Sequence numbers are contiguous, so a jump means the events
 			// in between were pruned by retention.
@@ -250,10 +244,8 @@ func (s *sub[T]) run() {
 			}
 			if len(evs) == 0 {
 				// Nothing stored beyond the cursor yet: wait for the ring.
-				select {
-				case <-s.ctx.Done():
+				if !s.await(wait) {
 					return
-				case <-wait:
 				}
 				continue
 			}
@@ -285,6 +277,17 @@ func (s *sub[T]) run() {
 			case <-wait:
 			}
 		}
+	}
+}
+
+// await waits for ch; it reports false when the subscription's context
+// ended first.
+func (s *sub[T]) await(ch <-chan struct{}) bool {
+	select {
+	case <-s.ctx.Done():
+		return false
+	case <-ch:
+		return true
 	}
 }
 

@@ -30,7 +30,14 @@ type txn struct {
 	// queued is the change this transaction makes to the queued count; it
 	// is written once, at commit.
 	queued int
+	// ranges are the sequence numbers this transaction used per task and
+	// event type, written to event_ranges at commit (see migration 0003).
+	ranges map[rangeKey]*seqRange
 }
+
+type rangeKey struct{ task, typ string }
+
+type seqRange struct{ first, last int64 }
 
 func (t *txn) bind(args []any) []driver.NamedValue {
 	nv := t.args[:0]
@@ -150,6 +157,12 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) ([]store.Result, erro
 				return err
 			}
 		}
+		for k, r := range t.ranges {
+			if _, err := t.exec(`INSERT INTO event_ranges(task, type, first, last) VALUES(?,?,?,?)`, k.task, k.typ, r.first, r.last); err != nil {
+				tx.Rollback()
+				return err
+			}
+		}
 		if err := tx.Commit(); err != nil {
 			tx.Rollback()
 			return err
@@ -258,8 +271,19 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 	if err != nil {
 		return err
 	}
-	ev.Seq, err = res.LastInsertId()
-	return err
+	if ev.Seq, err = res.LastInsertId(); err != nil {
+		return err
+	}
+	k := rangeKey{ev.Task, ev.Type}
+	if r, ok := t.ranges[k]; ok {
+		r.last = ev.Seq
+	} else {
+		if t.ranges == nil {
+			t.ranges = make(map[rangeKey]*seqRange, 4)
+		}
+		t.ranges[k] = &seqRange{ev.Seq, ev.Seq}
+	}
+	return nil
 }
 
 func (t *txn) events(r *store.Result, evs []store.Event, id string, at time.Time) error {
@@ -1013,6 +1037,13 @@ func (t *txn) prune(op *store.Prune, r *store.Result) error {
 		if res, err := t.exec(`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <
 				coalesce((SELECT seq FROM events WHERE at >= ? ORDER BY seq LIMIT 1), (SELECT max(seq) + 1 FROM events)) ORDER BY seq LIMIT ?)`,
 			ns(op.EventsBefore), int64(limit)); err != nil {
+			return err
+		} else {
+			more(res)
+		}
+		// Ranges wholly before the oldest event left describe nothing.
+		if res, err := t.exec(`DELETE FROM event_ranges WHERE rowid IN (SELECT rowid FROM event_ranges WHERE last <
+				coalesce((SELECT min(seq) FROM events), (SELECT max(last) + 1 FROM event_ranges)) LIMIT ?)`, int64(limit)); err != nil {
 			return err
 		} else {
 			more(res)

@@ -321,35 +321,80 @@ func (s *Store) EventsAfter(ctx context.Context, after int64, limit int) ([]stor
 	if limit <= 0 {
 		limit = 1000
 	}
-	return s.events(ctx, `SELECT e.seq, e.type, e.at, coalesce(e.work_id, ''), coalesce(e.task, ''), e.attempt, e.data,
-			CASE WHEN e.type = 'work_completed' THEN (SELECT result FROM work_units w WHERE w.id = e.work_id) END
-		FROM events e WHERE e.seq > ? ORDER BY e.seq LIMIT ?`, after, limit)
+	return s.events(ctx, eventSelect+` WHERE e.seq > ? ORDER BY e.seq LIMIT ?`, after, limit)
 }
 
-// MatchingEvents returns the events of q (see store.Store).
+// MatchingEvents returns the events of q (see store.Store). It looks up the
+// stretches of the log that can hold matching events (event_ranges, see
+// migration 0003), then reads events only inside them.
 func (s *Store) MatchingEvents(ctx context.Context, q store.EventQuery) ([]store.Event, error) {
 	if q.Limit <= 0 {
 		q.Limit = 1000
 	}
-	where := `e.seq > ? AND e.seq <= ?`
-	args := []any{q.After, q.Upto}
+	if len(q.Types) == 0 && len(q.Tasks) == 0 {
+		return s.events(ctx, eventSelect+` WHERE e.seq > ? AND e.seq <= ? ORDER BY e.seq LIMIT ?`, q.After, q.Upto, q.Limit)
+	}
+	filter, fargs := "", []any{}
 	if len(q.Types) > 0 {
-		where += ` AND e.type IN (` + placeholders(len(q.Types)) + `)`
+		filter += ` AND type IN (` + placeholders(len(q.Types)) + `)`
 		for _, t := range q.Types {
-			args = append(args, t)
+			fargs = append(fargs, t)
 		}
 	}
 	if len(q.Tasks) > 0 {
-		where += ` AND e.task IN (` + placeholders(len(q.Tasks)) + `)`
+		filter += ` AND task IN (` + placeholders(len(q.Tasks)) + `)`
 		for _, t := range q.Tasks {
-			args = append(args, t)
+			fargs = append(fargs, t)
 		}
 	}
-	args = append(args, q.Limit)
-	return s.events(ctx, `SELECT e.seq, e.type, e.at, coalesce(e.work_id, ''), coalesce(e.task, ''), e.attempt, e.data,
-			CASE WHEN e.type = 'work_completed' THEN (SELECT result FROM work_units w WHERE w.id = e.work_id) END
-		FROM events e WHERE `+where+` ORDER BY e.seq LIMIT ?`, args...)
+	ranges, err := s.ranges(ctx, `SELECT first, last FROM event_ranges WHERE last > ? AND first <= ?`+filter+` ORDER BY first`,
+		append([]any{q.After, q.Upto}, fargs...)...)
+	if err != nil {
+		return nil, err
+	}
+	// The event table stores '' as NULL.
+	efilter := strings.ReplaceAll(strings.ReplaceAll(filter, " type IN", " e.type IN"), " task IN", " coalesce(e.task, '') IN")
+	var out []store.Event
+	for _, r := range ranges {
+		lo, hi := max(r[0], q.After+1), min(r[1], q.Upto)
+		evs, err := s.events(ctx, eventSelect+` WHERE e.seq >= ? AND e.seq <= ?`+efilter+` ORDER BY e.seq LIMIT ?`,
+			append(append([]any{lo, hi}, fargs...), q.Limit-len(out))...)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, evs...)
+		if len(out) >= q.Limit {
+			break
+		}
+	}
+	return out, nil
 }
+
+// ranges reads (first, last) pairs and merges the overlapping ones.
+func (s *Store) ranges(ctx context.Context, query string, args ...any) ([][2]int64, error) {
+	rows, err := s.read.QueryContext(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out [][2]int64
+	for rows.Next() {
+		var first, last int64
+		if err := rows.Scan(&first, &last); err != nil {
+			return nil, err
+		}
+		if n := len(out); n > 0 && first <= out[n-1][1]+1 {
+			out[n-1][1] = max(out[n-1][1], last)
+			continue
+		}
+		out = append(out, [2]int64{first, last})
+	}
+	return out, rows.Err()
+}
+
+const eventSelect = `SELECT e.seq, e.type, e.at, coalesce(e.work_id, ''), coalesce(e.task, ''), e.attempt, e.data,
+			CASE WHEN e.type = 'work_completed' THEN (SELECT result FROM work_units w WHERE w.id = e.work_id) END
+		FROM events e`
 
 func (s *Store) events(ctx context.Context, query string, args ...any) ([]store.Event, error) {
 	rows, err := s.read.QueryContext(ctx, query, args...)

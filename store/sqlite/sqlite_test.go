@@ -151,7 +151,8 @@ func hostname(t *testing.T) string {
 
 // TestMigrateFromSchema2 opens a database written by schema version 2
 // (testdata/schema2.db, committed) and checks that the migration keeps its
-// units, dependencies and events and adds the event filter indexes.
+// units, dependencies and events, and builds the event ranges that
+// filtered reads use from the events already stored.
 func TestMigrateFromSchema2(t *testing.T) {
 	b, err := os.ReadFile("testdata/schema2.db")
 	require.NoError(t, err)
@@ -179,7 +180,10 @@ func TestMigrateFromSchema2(t *testing.T) {
 	version, err := sqlite.SchemaVersionOf(ctx, st)
 	require.NoError(t, err)
 	assert.Equal(t, sqlite.SchemaVersion, version)
-	idx, err := sqlite.IndexesForTest(ctx, st, "events")
+	idx, err := sqlite.IndexesForTest(ctx, st, "event_ranges")
 	require.NoError(t, err)
-	assert.Subset(t, idx, []string{"events_type", "events_task"})
+	assert.Subset(t, idx, []string{"event_ranges_type", "event_ranges_task"}, "the ranges of the old events were built")
+	none, err := st.MatchingEvents(ctx, store.EventQuery{After: 0, Upto: 1 << 40, Tasks: []string{"nothing"}})
+	require.NoError(t, err)
+	assert.Empty(t, none)
 }

@@ -56,6 +56,7 @@ func Run(t *testing.T, open Opener) {
 		{"List", testList},
 		{"LoadActiveCount", testLoadActiveCount},
 		{"Events", testEvents},
+		{"MatchingEvents", testMatchingEvents},
 		{"Changed", testChanged},
 		{"Acquire", testAcquire},
 		{"ConcurrentApply", testConcurrentApply},
@@ -973,6 +974,51 @@ func testEvents(t *testing.T, h *harness) {
 	m, err = h.st.MatchingEvents(h.ctx, store.EventQuery{After: 0, Upto: 1000, Tasks: []string{"nothing"}})
 	require.NoError(t, err)
 	assert.Empty(t, m)
+}
+
+// testMatchingEvents compares MatchingEvents with EventsAfter filtered by
+// hand, over transactions that mix tasks and types, for many queries.
+func testMatchingEvents(t *testing.T, h *harness) {
+	rnd := rand.New(rand.NewPCG(5, 5))
+	tasks := []string{"a", "b", "c"}
+	for range 60 {
+		var ops []store.Op
+		for range 1 + rnd.IntN(5) {
+			task := tasks[rnd.IntN(len(tasks))]
+			if rnd.IntN(10) == 0 {
+				ops = append(ops, &store.AppendEvent{Event: store.Event{Type: "backpressure_active", Time: h.tick()}})
+				continue
+			}
+			ops = append(ops, &store.Insert{Units: []*store.Unit{h.unit(task)}, At: h.tick()})
+		}
+		h.apply(ops...)
+	}
+	all := h.events(0)
+	last := all[len(all)-1].Seq
+	for range 200 {
+		q := store.EventQuery{After: rnd.Int64N(last), Limit: 1 + rnd.IntN(20)}
+		q.Upto = q.After + 1 + rnd.Int64N(last-q.After)
+		if rnd.IntN(2) == 0 {
+			q.Tasks = []string{tasks[rnd.IntN(3)]}
+		}
+		if rnd.IntN(2) == 0 || len(q.Tasks) == 0 {
+			q.Types = []string{[]string{"work_queued", "backpressure_active"}[rnd.IntN(2)]}
+		}
+		var want []int64
+		for _, e := range all {
+			if e.Seq > q.After && e.Seq <= q.Upto && len(want) < q.Limit &&
+				(len(q.Types) == 0 || q.Types[0] == e.Type) && (len(q.Tasks) == 0 || q.Tasks[0] == e.Task) {
+				want = append(want, e.Seq)
+			}
+		}
+		got, err := h.st.MatchingEvents(h.ctx, q)
+		require.NoError(t, err)
+		var seqs []int64
+		for _, e := range got {
+			seqs = append(seqs, e.Seq)
+		}
+		require.Equal(t, want, seqs, "query %+v", q)
+	}
 }
 
 func testChanged(t *testing.T, h *harness) {
