@@ -37,6 +37,19 @@ func child(t *testing.T, mode, db string, extra ...string) (*exec.Cmd, *bufio.Sc
 	return cmd, bufio.NewScanner(out)
 }
 
+// seedFile submits n units of task to a new database file at path and
+// closes it, for tests that run the work in child processes.
+func seedFile(t *testing.T, path, task string, n int) []runcue.Submitted {
+	t.Helper()
+	c, err := runcue.Open(path, runcue.Config{Logger: quietLogger})
+	require.NoError(t, err)
+	require.NoError(t, c.Task(task, runcue.Task{Handler: noop}))
+	submitted, err := c.SubmitBatch(context.Background(), batchOf(task, n))
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	return submitted
+}
+
 // runToEnd runs a child in mode to its end and requires it to exit 0;
 // limit guards against a hang.
 func runToEnd(t *testing.T, mode, db string, limit time.Duration, env ...string) {

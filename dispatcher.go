@@ -81,7 +81,6 @@ type msg struct {
 	id         string
 	cancelOpts CancelOptions
 	errc       chan error
-	count      int
 	status     chan []ServiceStatus
 	inspect    func(*dispatcher)
 	state      store.State

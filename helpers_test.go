@@ -158,19 +158,6 @@ func (e *env) start() {
 
 func noop(context.Context, *runcue.Work) (any, error) { return nil, nil }
 
-// seedFile submits n units of task to a new database file at path and
-// closes it, for tests that run the work in child processes.
-func seedFile(t *testing.T, path, task string, n int) []runcue.Submitted {
-	t.Helper()
-	c, err := runcue.Open(path, runcue.Config{Logger: quietLogger})
-	require.NoError(t, err)
-	require.NoError(t, c.Task(task, runcue.Task{Handler: noop}))
-	submitted, err := c.SubmitBatch(context.Background(), batchOf(task, n))
-	require.NoError(t, err)
-	require.NoError(t, c.Close())
-	return submitted
-}
-
 // batchOf returns n submissions of task with no payload.
 func batchOf(task string, n int) []runcue.Submission {
 	subs := make([]runcue.Submission, n)

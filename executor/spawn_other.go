@@ -22,8 +22,6 @@ func signalGroup(pid int, sig syscall.Signal) {
 
 func becomeSubreaper() {}
 
-const haveDeathSignal = false
-
 func newGroup(*exec.Cmd) {}
 
 func reapOrphans() {}

@@ -25,8 +25,6 @@ func signalGroup(pid int, sig syscall.Signal) {
 
 func becomeSubreaper() {}
 
-const haveDeathSignal = false
-
 func newGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 }

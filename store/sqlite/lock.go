@@ -16,15 +16,12 @@ import (
 // (path+".lock"), which the kernel drops when the holding process dies. The
 // holder writes a record of itself (store.Holder, JSON) at the start of the
 // file, so that a contender can say who holds it, and clears it when it
-// releases the lock. The lock itself covers a byte range past the record
-// (lockOffset), because on Windows a locked range cannot be read.
+// releases the lock. On Windows the lock covers a byte past the record
+// (lockOffset), because there a locked range cannot be read.
 type fileLock struct {
 	f      *os.File
 	holder store.Holder
 }
-
-// lockOffset is where the locked byte lies, past any holder record.
-const lockOffset = 1 << 20
 
 // errWouldBlock is what lockFile returns when another holder has the lock.
 var errWouldBlock = errors.New("lock held")

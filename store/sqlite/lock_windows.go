@@ -9,6 +9,10 @@ import (
 	"golang.org/x/sys/windows"
 )
 
+// lockOffset is where the locked byte lies, past any holder record
+// (readHolder reads at most the first 64 KiB).
+const lockOffset = 1 << 20
+
 // lockFile takes an exclusive LockFileEx lock on one byte at lockOffset.
 // Windows locks are mandatory: the range lies past the holder record, so
 // contenders can still read who holds it.
