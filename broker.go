@@ -82,15 +82,6 @@ func laneLess(a, b *lane) bool { return a.headSeq() < b.headSeq() }
 
 func (l *lane) headSeq() int64 { return l.units.Peek().seq }
 
-// verdict is what a run's end says about its services' health.
-type verdict uint8
-
-const (
-	verdictNone    verdict = iota // says nothing: cancelled, interrupted, permanent input error, Retry-After
-	verdictSuccess                // closes a half-open circuit, resets the failure count
-	verdictFailure                // counts toward opening the circuit
-)
-
 // effective returns the limits in force for service name: its override if
 // one is stored, else its registration.
 func (d *dispatcher) effective(name string) (Service, bool) {
@@ -445,50 +436,6 @@ func (d *dispatcher) resourceTimer(r *resource, at time.Time) {
 	d.pushTimer(&timerEntry{at: at, kind: tResource, res: r})
 }
 
-// judge passes a run's verdict to the circuits of its services.
-func (d *dispatcher) judge(r *run, v verdict) {
-	now := d.now()
-	for _, res := range r.lane.resources {
-		if res.circuit == nil {
-			continue
-		}
-		probe := slices.Contains(r.probes, res)
-		changed := false
-		switch v {
-		case verdictSuccess:
-			changed = res.circuit.Success(probe)
-		case verdictFailure:
-			changed = res.circuit.Failure(now, probe)
-		default:
-			res.circuit.Neutral(probe)
-		}
-		if changed || (probe && v == verdictNone) {
-			d.noteCircuit(res)
-			d.wake(res)
-		}
-	}
-}
-
-// noteCircuit reports and persists a circuit's change of state.
-func (d *dispatcher) noteCircuit(r *resource) {
-	if r.circuit == nil || r.circuit.State == r.lastCircuit {
-		return
-	}
-	from := r.lastCircuit
-	r.lastCircuit = r.circuit.State
-	switch r.circuit.State {
-	case broker.Open:
-		d.c.log.Warn("circuit_opened", "service", r.name, "failures", r.circuit.Threshold, "from", string(from),
-			"until", r.circuit.Until)
-		d.resourceTimer(r, r.circuit.Until)
-	default:
-		d.c.log.Info("circuit_"+string(r.circuit.State), "service", r.name, "from", string(from))
-	}
-	d.countOpenCircuits()
-	d.persistBroker(r)
-	d.markStatus(r)
-}
-
 // blockServices applies a Retry-After of length delay from now to the
 // lane's services named (all of them when none are). A name the unit does
 // not use (a typo, say) is logged, and then every one of its services is
@@ -522,62 +469,6 @@ func (d *dispatcher) blockServices(l *lane, names []string, delay time.Duration)
 			d.markStatus(r)
 		}
 	}
-}
-
-// circuitRecord is the persisted broker state of a service: its circuit
-// and any Retry-After block. Times are wall-clock Unix nanoseconds.
-type circuitRecord struct {
-	State        broker.CircuitState `json:"state,omitempty"`
-	Failures     int                 `json:"failures,omitempty"`
-	Until        int64               `json:"until,omitempty"`
-	BlockedUntil int64               `json:"blocked_until,omitempty"`
-	// BlockedFor is the Retry-After hold's length (ns) when it was set.
-	BlockedFor int64 `json:"blocked_for,omitempty"`
-}
-
-// restore applies a stored record to r. The wall clock may have been set
-// since the record was written: a hold never lasts longer from now than it
-// did when it was set (an open circuit its CircuitTimeout, a Retry-After
-// its own length), so a clock set back does not stretch it.
-func (d *dispatcher) restore(cr circuitRecord, r *resource) {
-	wall := d.wall()
-	if r.circuit != nil && cr.State != "" {
-		r.circuit.State, r.circuit.Failures = cr.State, cr.Failures
-		if cr.State == broker.HalfOpen {
-			r.circuit.State = broker.Open // the probe died with the old owner: probe again
-		}
-		if cr.Until != 0 {
-			until := min(time.Unix(0, cr.Until).Sub(wall), r.circuit.Timeout)
-			r.circuit.Until = d.now().Add(until)
-		}
-	}
-	if cr.BlockedUntil != 0 {
-		left := time.Unix(0, cr.BlockedUntil).Sub(wall)
-		if cr.BlockedFor > 0 {
-			left = min(left, time.Duration(cr.BlockedFor))
-		}
-		if left > 0 {
-			r.blockedUntil, r.blockedFor = d.now().Add(left), time.Duration(cr.BlockedFor)
-		}
-	}
-}
-
-func (d *dispatcher) persistBroker(r *resource) {
-	var cr circuitRecord
-	if r.circuit != nil && r.circuit.State != broker.Closed {
-		cr.State, cr.Failures, cr.Until = r.circuit.State, r.circuit.Failures, ns(d.toWall(r.circuit.Until))
-	}
-	if r.blockedUntil.After(d.now()) {
-		cr.BlockedUntil, cr.BlockedFor = d.toWall(r.blockedUntil).UnixNano(), int64(r.blockedFor)
-	}
-	blob := []byte{} // empty: delete the row
-	if cr != (circuitRecord{}) {
-		blob, _ = json.Marshal(cr)
-	}
-	rec := d.stored[r.name]
-	rec.Name, rec.Circuit = r.name, blob
-	d.stored[r.name] = rec
-	d.submit(&store.PutService{Name: r.name, Circuit: blob})
 }
 
 func ns(t time.Time) int64 {

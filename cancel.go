@@ -2,15 +2,10 @@ package runcue
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/runcue/runcue/store"
 )
-
-// ErrFinished is returned by Cancel for a unit that is already completed,
-// failed or cancelled; the unit is unchanged.
-var ErrFinished = errors.New("runcue: work unit already finished")
 
 // CancelOptions qualify a cancellation.
 type CancelOptions struct {

@@ -1638,10 +1638,3 @@ func (d *dispatcher) sync(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
-
-// ErrTimeout is the cause of a handler's context cancelled at its deadline,
-// and matches the error recorded for the run.
-var ErrTimeout = errors.New("runcue: timeout")
-
-// ErrCancelled is the cause of a handler's context cancelled by Cancel.
-var ErrCancelled = errors.New("runcue: cancelled")

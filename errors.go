@@ -53,8 +53,25 @@ var (
 	// ErrShutdown is the cause of a handler's context cancelled by
 	// StopAndCancel or Close.
 	ErrShutdown = errors.New("runcue: shutting down")
-	// ErrPanic marks a failure recorded for a handler that panicked.
+	// ErrPanic marks a failure recorded for a handler that panicked (or
+	// called runtime.Goexit).
 	ErrPanic = errors.New("runcue: handler panicked")
+	// ErrTimeout is the cause of a handler's context cancelled at its
+	// deadline, and matches the error recorded for the run.
+	ErrTimeout = errors.New("runcue: timeout")
+	// ErrCancelled is the cause of a handler's context cancelled by Cancel.
+	ErrCancelled = errors.New("runcue: cancelled")
+	// ErrPermanent matches every error made with Permanent: the run fails
+	// without a retry.
+	ErrPermanent = errors.New("runcue: permanent failure")
+	// ErrFinished is returned by Cancel for a unit that is already
+	// completed, failed or cancelled; the unit is unchanged.
+	ErrFinished = errors.New("runcue: work unit already finished")
+	// ErrNotFailed is returned by Retry for a unit that is not failed.
+	ErrNotFailed = errors.New("runcue: work unit is not failed")
+	// ErrFeedExhausted is returned by a FeedFunc that has no more work,
+	// ever.
+	ErrFeedExhausted = errors.New("runcue: feed exhausted")
 )
 
 // LockedError reports that another Cue owns the database. It matches

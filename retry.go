@@ -148,9 +148,6 @@ func (p RetryPolicy) retryable(err error) bool {
 	return true
 }
 
-// ErrPermanent matches every error made with Permanent.
-var ErrPermanent = errors.New("runcue: permanent failure")
-
 // PermanentError marks a failure that is never retried.
 type PermanentError struct{ Err error }
 
@@ -194,9 +191,6 @@ func decodeRetry(b []byte) (RetryPolicy, error) {
 	p := RetryPolicy{MaxAttempts: r.MaxAttempts, Backoff: r.Backoff, BaseDelay: r.BaseDelay, MaxDelay: r.MaxDelay, Jitter: r.Jitter}
 	return p, p.validate()
 }
-
-// ErrNotFailed is returned by Retry for a unit that is not failed.
-var ErrNotFailed = errors.New("runcue: work unit is not failed")
 
 // Retry requeues a failed unit with a fresh retry budget, and with it the
 // dependents that failed only because of it. Failed units stay in the

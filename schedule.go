@@ -19,9 +19,6 @@ import (
 // Scheduling options: dependencies, dynamic priority, backpressure and
 // feeders. They are set in Config; this file holds their types.
 
-// ErrFeedExhausted is returned by a FeedFunc that has no more work, ever.
-var ErrFeedExhausted = errors.New("runcue: feed exhausted")
-
 // OverflowPolicy says what Submit does when the queue is full.
 type OverflowPolicy uint8
 

@@ -113,16 +113,6 @@ func (c *Cue) Service(name string, s Service) error {
 	return nil
 }
 
-// CircuitState is a service's circuit breaker state.
-type CircuitState string
-
-// Circuit breaker states.
-const (
-	CircuitClosed   CircuitState = "closed"
-	CircuitOpen     CircuitState = "open"
-	CircuitHalfOpen CircuitState = "half_open"
-)
-
 // ServiceStatus reports a service's limits and load.
 type ServiceStatus struct {
 	// Name is the service; Class the service whose limits apply (Name, but

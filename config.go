@@ -1,0 +1,275 @@
+package runcue
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/store/sqlite"
+)
+
+// Configuration: Config, its defaults and its validation.
+
+// Synchronous is the durability setting of a SQLite database in WAL mode.
+type Synchronous = sqlite.Synchronous
+
+const (
+	// SyncNormal: a committed unit survives the crash of any process, but
+	// the last commits before an operating-system crash or power loss may be
+	// lost (the database stays consistent). The default.
+	SyncNormal = sqlite.Normal
+	// SyncFull: a committed unit survives power loss too; each group commit
+	// costs an fsync.
+	SyncFull = sqlite.Full
+)
+
+// Config configures a Cue. The zero Config is valid; each field documents
+// its default. Zero means the default; a negative value (where the field
+// documents no meaning for one) or a contradiction between fields makes
+// Open and New return an error matching ErrInvalid.
+type Config struct {
+	// MaxConcurrent caps the handlers running at once. Default 100.
+	MaxConcurrent int
+	// MaxPayload bounds the size in bytes of a submission's encoded params
+	// (a larger submission fails with ErrInvalid) and of a handler's encoded
+	// result (a larger one fails the run permanently). Default 16 MiB.
+	MaxPayload int
+	// Synchronous is the SQLite durability setting used by Open. Default
+	// SyncNormal.
+	Synchronous Synchronous
+	// FileMode is the permission Open gives a database file it creates and
+	// its lock file (the -wal and -shm files follow the database's). An
+	// existing file keeps its own. Default 0600: units carry their params
+	// and results. Set 0640 or 0660 for processes of other users in a
+	// shared group.
+	FileMode os.FileMode
+	// DefaultTimeout bounds runs of tasks and submissions that set no
+	// timeout. Default 30 minutes.
+	DefaultTimeout time.Duration
+	// LeaseBuffer is added to a run's timeout to make its lease. Default 60s.
+	LeaseBuffer time.Duration
+	// MaxStartDelay bounds how long after runcue decides to dispatch a unit
+	// of a rate-limited service its handler may start (the decision is
+	// logged before the start, and the handler starts once that log entry
+	// is committed). A run that would start later is not started but
+	// requeued (outcome late_start), so that every logged decision's start
+	// lies within MaxStartDelay after it: a new owner, which cannot know
+	// when a dead owner's handlers started, counts each logged entry as
+	// starting that much later. Default 2s.
+	MaxStartDelay time.Duration
+	// PollInterval is how often the Cue checks the database for commits made
+	// by other processes (submissions to run, cancellations, events to
+	// deliver). Work submitted elsewhere is picked up within PollInterval
+	// plus one commit. Default 100ms.
+	PollInterval time.Duration
+	// EventBuffer is the number of recent events kept in memory for
+	// subscribers; a subscriber further behind reads from the database.
+	// Default 4096.
+	EventBuffer int
+	// EventRetention is how long durable events are kept for subscribers
+	// to resume from; the owner deletes older ones in the background.
+	// Default 7 days.
+	EventRetention time.Duration
+	// QueueStatusInterval is the period of queue_status events from the
+	// owner. Default 5s; negative disables them.
+	QueueStatusInterval time.Duration
+	// ShutdownTimeout bounds how long Close waits for running handlers
+	// after cancelling them. Default 10s.
+	ShutdownTimeout time.Duration
+	// CancelGrace is how long a cancelled handler has to return before its
+	// unit is recorded cancelled without it (its late result is discarded).
+	// Default 30s.
+	CancelGrace time.Duration
+	// FailedDuplicates decides what Submit does when a submission's
+	// IdempotencyKey belongs to a failed or cancelled unit. Default
+	// RejectFailedDuplicates.
+	FailedDuplicates FailedDuplicatePolicy
+	// Retention, when set, makes the owner delete finished units (and their
+	// history) that finished longer ago than this, in the background. Default
+	// 0: keep them until Prune.
+	Retention time.Duration
+
+	// DependencySatisfied, when set, is asked about each dependency of a
+	// unit once that dependency has completed (is its output there, still
+	// valid?); the unit becomes eligible only when every answer is true. A
+	// call that panics or outlasts CallbackTimeout counts as false and is
+	// logged. Default: completion suffices.
+	DependencySatisfied DependencyFunc
+	// DependencyRecheck is how long after a false answer the units waiting
+	// on DependencySatisfied are asked again: the callback may change its
+	// answer without any runcue event. Default 1s.
+	DependencyRecheck time.Duration
+	// Priority, when set, scores the units that could run now (their
+	// dependencies met, their services with room) and the highest runs
+	// first, ties in submission order. Scores are reused for PriorityTTL.
+	// Default: submission order, no scoring.
+	Priority PriorityFunc
+	// PriorityTTL is how long a unit's score is reused. Default 100ms.
+	PriorityTTL time.Duration
+	// CallbackTimeout bounds, in real time, how long the dispatcher waits
+	// for a scoring pass of Priority (units not scored in time get their last
+	// score, or 0.5) and how long a DependencySatisfied call may take.
+	// Default 100ms.
+	CallbackTimeout time.Duration
+
+	// MaxQueued, when set, bounds the queued units; Overflow says what a
+	// submission that would exceed it gets. The bound is enforced in the
+	// transaction that stores the submission, so it holds across processes.
+	// Default 0: unbounded.
+	MaxQueued int
+	// Overflow is the policy when the queue is full. Default OverflowReject.
+	Overflow OverflowPolicy
+	// OnBackpressure, when set, is called (on a goroutine of its own, in
+	// every Cue on the database) when backpressure becomes active (the
+	// queue reached HighWater of MaxQueued) and when it clears (LowWater).
+	OnBackpressure func(active bool, queued int)
+
+	// Feed, when set, supplies work: the owner calls it whenever fewer than
+	// FeedLowWater units are queued, and submits what it returns. Drain
+	// returns only once Feed has said ErrFeedExhausted and all work is done.
+	Feed FeedFunc
+	// FeedLowWater is the queued-unit count below which Feed is called.
+	// Default 100.
+	FeedLowWater int
+	// FeedInterval is how long to wait before calling Feed again after it
+	// returned nothing or an error. Default 1s.
+	FeedInterval time.Duration
+	// Clock is the time source of every scheduling decision. Default
+	// clock.Real().
+	Clock clock.Clock
+	// Logger receives structured logs: lifecycle transitions at Debug
+	// (work_started, work_completed), failures and circuit changes at Info
+	// and Warn, store failures at Error. Params and results are never logged.
+	// Default slog.Default().
+	Logger *slog.Logger
+	// MeterProvider receives runcue's metrics (see telemetry.go). Default
+	// otel.GetMeterProvider().
+	MeterProvider metric.MeterProvider
+	// TracerProvider receives one span per run. Default
+	// otel.GetTracerProvider().
+	TracerProvider trace.TracerProvider
+}
+
+// FailedDuplicatePolicy says what to do with a submission whose idempotency
+// key belongs to a failed or cancelled unit.
+type FailedDuplicatePolicy uint8
+
+const (
+	// RejectFailedDuplicates makes Submit return ErrDuplicate.
+	RejectFailedDuplicates FailedDuplicatePolicy = iota
+	// ResubmitFailedDuplicates stores a new unit, which takes the key over.
+	ResubmitFailedDuplicates
+)
+
+// pruneInterval is how often the owner prunes finished units (a tenth of
+// Retention) and the service log, between a minute and an hour.
+func (cfg Config) pruneInterval() time.Duration {
+	if cfg.Retention == 0 {
+		return time.Minute
+	}
+	return min(max(cfg.Retention/10, time.Minute), time.Hour)
+}
+
+// DefaultMaxPayload is the default Config.MaxPayload: 16 MiB.
+const DefaultMaxPayload = 16 << 20
+
+// validate refuses negative and contradictory settings; zero values are
+// defaults and stay allowed.
+func (cfg Config) validate() error {
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxConcurrent", int64(cfg.MaxConcurrent)}, {"MaxPayload", int64(cfg.MaxPayload)},
+		{"DefaultTimeout", int64(cfg.DefaultTimeout)}, {"LeaseBuffer", int64(cfg.LeaseBuffer)},
+		{"MaxStartDelay", int64(cfg.MaxStartDelay)}, {"PollInterval", int64(cfg.PollInterval)},
+		{"EventBuffer", int64(cfg.EventBuffer)}, {"EventRetention", int64(cfg.EventRetention)},
+		{"ShutdownTimeout", int64(cfg.ShutdownTimeout)}, {"CancelGrace", int64(cfg.CancelGrace)},
+		{"Retention", int64(cfg.Retention)}, {"DependencyRecheck", int64(cfg.DependencyRecheck)},
+		{"PriorityTTL", int64(cfg.PriorityTTL)}, {"CallbackTimeout", int64(cfg.CallbackTimeout)},
+		{"MaxQueued", int64(cfg.MaxQueued)}, {"FeedLowWater", int64(cfg.FeedLowWater)},
+		{"FeedInterval", int64(cfg.FeedInterval)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("%w: Config.%s is negative (%d)", ErrInvalid, f.name, f.v)
+		}
+	}
+	switch {
+	case cfg.Synchronous != SyncNormal && cfg.Synchronous != SyncFull:
+		return fmt.Errorf("%w: Config.Synchronous %d is neither SyncNormal nor SyncFull", ErrInvalid, cfg.Synchronous)
+	case cfg.FailedDuplicates > ResubmitFailedDuplicates:
+		return fmt.Errorf("%w: Config.FailedDuplicates %d is not a policy", ErrInvalid, cfg.FailedDuplicates)
+	case cfg.Overflow > OverflowBlock:
+		return fmt.Errorf("%w: Config.Overflow %d is not a policy", ErrInvalid, cfg.Overflow)
+	case cfg.Overflow != OverflowReject && cfg.MaxQueued == 0:
+		return fmt.Errorf("%w: Config.Overflow is set but MaxQueued is not: the queue is unbounded", ErrInvalid)
+	case cfg.OnBackpressure != nil && cfg.MaxQueued == 0:
+		return fmt.Errorf("%w: Config.OnBackpressure is set but MaxQueued is not: it would never be called", ErrInvalid)
+	case cfg.FileMode&^os.ModePerm != 0:
+		return fmt.Errorf("%w: Config.FileMode %v has bits other than permissions", ErrInvalid, cfg.FileMode)
+	}
+	return nil
+}
+
+func (cfg Config) withDefaults() Config {
+	if cfg.MaxConcurrent <= 0 {
+		cfg.MaxConcurrent = 100
+	}
+	if cfg.MaxPayload <= 0 {
+		cfg.MaxPayload = DefaultMaxPayload
+	}
+	if cfg.DefaultTimeout <= 0 {
+		cfg.DefaultTimeout = 30 * time.Minute
+	}
+	if cfg.LeaseBuffer <= 0 {
+		cfg.LeaseBuffer = 60 * time.Second
+	}
+	if cfg.MaxStartDelay <= 0 {
+		cfg.MaxStartDelay = 2 * time.Second
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = 100 * time.Millisecond
+	}
+	if cfg.EventBuffer <= 0 {
+		cfg.EventBuffer = 4096
+	}
+	if cfg.EventRetention <= 0 {
+		cfg.EventRetention = 7 * 24 * time.Hour
+	}
+	if cfg.QueueStatusInterval == 0 {
+		cfg.QueueStatusInterval = 5 * time.Second
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 10 * time.Second
+	}
+	if cfg.CancelGrace <= 0 {
+		cfg.CancelGrace = 30 * time.Second
+	}
+	if cfg.DependencyRecheck <= 0 {
+		cfg.DependencyRecheck = time.Second
+	}
+	if cfg.PriorityTTL <= 0 {
+		cfg.PriorityTTL = 100 * time.Millisecond
+	}
+	if cfg.CallbackTimeout <= 0 {
+		cfg.CallbackTimeout = 100 * time.Millisecond
+	}
+	if cfg.FeedLowWater <= 0 {
+		cfg.FeedLowWater = 100
+	}
+	if cfg.FeedInterval <= 0 {
+		cfg.FeedInterval = time.Second
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
