@@ -35,7 +35,7 @@ func (c *Cue) Cancel(ctx context.Context, id string, opts CancelOptions) error {
 	}
 	if d := c.disp.Load(); d != nil {
 		errc := make(chan error, 1)
-		d.in.Push(msg{kind: mCancel, id: id, cancelOpts: opts, errc: errc})
+		d.in.Push(msgCancel{id: id, opts: opts, errc: errc})
 		select {
 		case err := <-errc:
 			return err

@@ -145,7 +145,7 @@ func (c *Cue) publish(evs []store.Event, external bool) {
 	c.hub.Publish(evs)
 	if external {
 		if d := c.disp.Load(); d != nil {
-			d.in.Push(msg{kind: mExternal, events: evs})
+			d.in.Push(msgExternal{events: evs})
 		}
 	}
 }
@@ -155,7 +155,7 @@ func (c *Cue) storeFailed(err error) {
 	c.hub.Publish([]store.Event{{Type: string(EventStoreFailed), Time: c.clock.Now(),
 		Data: eventData{Error: err.Error(), ErrorKind: "store"}.encode()}})
 	if d := c.disp.Load(); d != nil {
-		d.in.Push(msg{kind: mStoreFailed, err: err})
+		d.in.Push(msgStoreFailed{err: err})
 	}
 }
 
@@ -180,13 +180,13 @@ func (c *Cue) inserted(units []*store.Unit, r store.Result) {
 		}
 	}
 	if len(fresh) > 0 || len(ended) > 0 {
-		d.in.Push(msg{kind: mInserted, units: fresh, events: ended})
+		d.in.Push(msgInserted{units: fresh, ended: ended})
 	}
 }
 
 func (c *Cue) notifyRegistry() {
 	if d := c.disp.Load(); d != nil {
-		d.in.Push(msg{kind: mRegistry})
+		d.in.Push(msgRegistry{})
 	}
 }
 
@@ -287,7 +287,7 @@ func (c *Cue) stop(ctx context.Context, cancel bool) error {
 		return nil
 	}
 	d.stopReq.Store(true)
-	d.in.Push(msg{kind: mStop, cancel: cancel})
+	d.in.Push(msgStop{cancel: cancel})
 	select {
 	case <-d.done:
 		return nil
@@ -317,7 +317,7 @@ func (c *Cue) Close() error {
 	c.mu.Unlock()
 	if err != nil && d != nil {
 		// Handlers ignore their contexts: abandon them.
-		d.in.Push(msg{kind: mAbandon})
+		d.in.Push(msgAbandon{})
 		<-d.done
 	}
 	c.w.Close()

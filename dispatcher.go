@@ -35,64 +35,6 @@ import (
 // service) at once, or none: a lane that cannot have one of them parks on
 // it and is woken when that resource has room again.
 
-type msgKind uint8
-
-const (
-	mInserted       msgKind = iota // units committed by this Cue
-	mExternal                      // events committed by another process (or requeues by this one)
-	mDone                          // a handler returned
-	mClaimFailed                   // a write-behind claim did not apply
-	mClaimed                       // a write-ahead claim committed (or not)
-	mStop                          // stop dispatching (cancel: and cancel runs)
-	mAbandon                       // exit now, leaving runs behind
-	mRegistry                      // tasks or services were registered
-	mStoreFailed                   // the store failed
-	mDrain                         // reply when idle
-	mSync                          // reply after one loop iteration (tests)
-	mCancel                        // Cancel from this Cue
-	mHeartbeat                     // a handler reported liveness
-	mPruned                        // a retention pass finished
-	mApplied                       // events of this Cue's commits that end queued units
-	mServiceChanged                // a service's override or pause changed
-	mStatus                        // snapshot of service status
-	mInspect                       // run a function on the dispatcher goroutine (tests)
-	mSettled                       // a terminal Finish committed (or not)
-	mChecked                       // a DependencySatisfied check finished
-	mScores                        // a late scoring pass finished
-	mFed                           // a Feed call finished
-	mExplain                       // explain a unit
-	mProgress                      // a handler reported progress
-	mStarted                       // a handler of a rate-limited run started
-)
-
-type msg struct {
-	kind    msgKind
-	units   []*store.Unit
-	events  []store.Event
-	run     *run
-	result  []byte
-	err     error
-	end     time.Time
-	cancel  bool
-	applied bool
-	reply   chan struct{}
-	drain   chan drainReply
-
-	id         string
-	cancelOpts CancelOptions
-	errc       chan error
-	status     chan []ServiceStatus
-	inspect    func(*dispatcher)
-	state      store.State
-	ok         bool
-	scores     map[string]float64
-	explain    chan Explanation
-	// start is a handler's start instant on the monotonic timeline
-	// (mStarted); notStarted marks an mDone whose handler was never called.
-	start      time.Time
-	notStarted bool
-}
-
 // unit states inside the dispatcher.
 const (
 	uWaiting  = iota // until runAt (timer heap)
@@ -253,7 +195,7 @@ type dispatcher struct {
 	owner string
 	own   store.Ownership
 	clock clock.Clock
-	in    *inbox.Inbox[msg]
+	in    *inbox.Inbox[message]
 	done  chan struct{}
 	// stopReq is set once Stop or StopAndCancel has been called.
 	stopReq atomic.Bool
@@ -367,7 +309,7 @@ func (d *dispatcher) fromWall(t time.Time) time.Time {
 // newDispatcher is called with c.mu held.
 func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.ServiceRecord) *dispatcher {
 	d := &dispatcher{
-		c: c, owner: owner, own: own, clock: c.clock, in: inbox.New[msg](), done: make(chan struct{}),
+		c: c, owner: owner, own: own, clock: c.clock, in: inbox.New[message](), done: make(chan struct{}),
 		tasks: make(map[string]*taskRT), regs: make(map[string]Service), services: make(map[string]*resource), keyed: make(map[string]*resource),
 		lanes: make(map[string]*lane), stored: make(map[string]store.ServiceRecord),
 		units: make(map[string]*unit), orphans: make(map[string]map[string]*unit), runs: make(map[string]*run), held: make(map[*run]struct{}),
@@ -702,27 +644,28 @@ func (d *dispatcher) exit() {
 	close(d.done)
 }
 
-func (d *dispatcher) handle(m msg) {
-	switch m.kind {
-	case mInserted:
-		d.applyEnded(m.events)
+// handle applies one message. The message types are in messages.go.
+func (d *dispatcher) handle(m message) {
+	switch m := m.(type) {
+	case msgInserted:
+		d.applyEnded(m.ended)
 		d.addUnits(m.units, true)
-	case mExternal:
+	case msgExternal:
 		d.external(m.events)
-	case mDone:
+	case msgDone:
 		d.live--
 		d.finished(m)
-	case mClaimFailed:
+	case msgClaimFailed:
 		r := m.run
 		r.claimFailed = true
 		if !r.ended {
 			r.cause = ErrCancelled
 			r.cancel(ErrCancelled)
 		}
-	case mClaimed:
+	case msgClaimed:
 		d.claims--
 		d.claimed(m.run, m.applied)
-	case mStop:
+	case msgStop:
 		if !d.stopping {
 			d.stopping = true
 			d.c.log.Info("runcue: stopping", "owner", d.owner, "running", d.inflight, "cancel", m.cancel)
@@ -735,59 +678,55 @@ func (d *dispatcher) handle(m msg) {
 				r.cancel(ErrShutdown)
 			}
 		}
-	case mAbandon:
+	case msgAbandon:
 		d.abandon = true
-	case mRegistry:
+	case msgRegistry:
 		d.c.mu.Lock()
 		d.refreshRegistry(d.c.services, d.c.tasks)
 		d.c.mu.Unlock()
-	case mStoreFailed:
+	case msgStoreFailed:
 		d.failed = m.err
-	case mDrain:
-		d.drains = append(d.drains, m.drain)
-	case mSync:
+	case msgDrain:
+		d.drains = append(d.drains, m.reply)
+	case msgSync:
 		d.syncs = append(d.syncs, m.reply)
-	case mCancel:
-		d.cancelUnit(m.id, m.cancelOpts, m.errc)
-	case mHeartbeat:
-		if r := d.runs[m.id]; r != nil && r == m.run {
+	case msgCancel:
+		d.cancelUnit(m.id, m.opts, m.errc)
+	case msgHeartbeat:
+		if r := d.runs[m.run.id]; r != nil && r == m.run {
 			now := d.wall()
 			d.submit(&store.Heartbeat{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
 				LeaseExpires: now.Add(d.c.cfg.LeaseBuffer)})
 		}
-	case mPruned:
+	case msgPruned:
 		d.pruning = false
 		next := d.c.cfg.pruneInterval()
-		if m.applied {
+		if m.more {
 			next = 0 // a batch was full: more to do
 		}
 		d.schedulePrune(d.now().Add(next))
-	case mApplied:
+	case msgApplied:
 		d.applyEnded(m.events)
-	case mServiceChanged:
-		d.serviceChanged(m.id)
-	case mStatus:
-		m.status <- d.statusAll()
-	case mInspect:
-		m.inspect(d)
-	case mSettled:
-		d.settled(m.id, m.state, m.ok)
-		d.applyEnded(m.events)
-	case mChecked:
+	case msgServiceChanged:
+		d.serviceChanged(m.service)
+	case msgCall:
+		m.f(d)
+	case msgSettled:
+		d.settled(m.id, m.state, m.applied)
+		d.applyEnded(m.derived)
+	case msgChecked:
 		d.checked(m.id, m.ok)
-	case mScores:
+	case msgScores:
 		d.scoring = false
 		d.storeScores(m.scores)
-	case mFed:
+	case msgFed:
 		d.fed(m.err)
-	case mExplain:
-		m.explain <- d.explain(m.id)
-	case mStarted:
+	case msgStarted:
 		d.settleReservations(m.run, m.start)
-	case mProgress:
-		if m.end.After(d.now()) {
+	case msgProgress:
+		if m.due.After(d.now()) {
 			d.dropTimer(m.run.progressTimer)
-			m.run.progressTimer = &timerEntry{at: m.end, kind: tProgress, r: m.run}
+			m.run.progressTimer = &timerEntry{at: m.due, kind: tProgress, r: m.run}
 			d.pushTimer(m.run.progressTimer)
 		} else {
 			d.emitProgress(m.run)
@@ -997,13 +936,13 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 	r.waitClaim = len(l.logged) > 0
 	done := func(res []store.Result, err error) {
 		if err != nil || !res[0].Applied {
-			d.in.Push(msg{kind: mClaimFailed, run: r})
+			d.in.Push(msgClaimFailed{run: r})
 		}
 	}
 	if r.waitClaim {
 		d.claims++
 		done = func(res []store.Result, err error) {
-			d.in.Push(msg{kind: mClaimed, run: r, applied: err == nil && res[0].Applied})
+			d.in.Push(msgClaimed{run: r, applied: err == nil && res[0].Applied})
 		}
 	}
 	if err := d.c.w.Submit(&writer.Request{Ops: []store.Op{claim}, Done: done}); err != nil {
@@ -1041,7 +980,7 @@ func (d *dispatcher) claimed(r *run, applied bool) {
 		// Its deadline passed first; nothing to run.
 	case r.cause != nil:
 		// Shutdown or cancellation came first: do not start the handler.
-		d.finished(msg{run: r, err: context.Cause(r.ctx), end: d.wall()})
+		d.finished(msgDone{run: r, err: context.Cause(r.ctx), end: d.wall()})
 	default:
 		d.launch(r)
 	}
@@ -1059,7 +998,7 @@ func (d *dispatcher) execute(r *run) {
 		// goroutine without the send below: record the run as failed now,
 		// not at its deadline.
 		if !sent {
-			d.in.Push(msg{kind: mDone, run: r, err: errGoexit, end: d.wall()})
+			d.in.Push(msgDone{run: r, err: errGoexit, end: d.wall()})
 		}
 	}()
 	if r.load {
@@ -1088,7 +1027,7 @@ func (d *dispatcher) execute(r *run) {
 		}
 	}
 	sent = true
-	d.in.Push(msg{kind: mDone, run: r, result: out, err: err, end: d.wall(), notStarted: notStarted})
+	d.in.Push(msgDone{run: r, result: out, err: err, end: d.wall(), notStarted: notStarted})
 }
 
 // errLateStart is why a rate-limited run whose handler would have started
@@ -1117,7 +1056,7 @@ func (d *dispatcher) begin(r *run, w *Work) error {
 		if now.Sub(r.decided) > d.c.cfg.MaxStartDelay {
 			return errLateStart
 		}
-		d.in.Push(msg{kind: mStarted, run: r, start: now})
+		d.in.Push(msgStarted{run: r, start: now})
 	}
 	return nil
 }
@@ -1247,7 +1186,7 @@ func (d *dispatcher) end(r *run, returned bool, v verdict) {
 
 // finished handles a handler's return (or a run that never started its
 // handler because shutdown or cancellation came first).
-func (d *dispatcher) finished(m msg) {
+func (d *dispatcher) finished(m msgDone) {
 	r := m.run
 	if m.notStarted {
 		d.settleReservations(r, time.Time{})
@@ -1446,9 +1385,9 @@ func (d *dispatcher) cancelUnit(id string, opts CancelOptions, errc chan error) 
 			evs = res[0].Events
 		}
 		if u != nil {
-			d.in.Push(msg{kind: mSettled, id: id, state: store.Cancelled, ok: err == nil && res[0].Applied, events: evs})
+			d.in.Push(msgSettled{id: id, state: store.Cancelled, applied: err == nil && res[0].Applied, derived: evs})
 		} else if len(evs) > 0 {
-			d.in.Push(msg{kind: mApplied, events: evs})
+			d.in.Push(msgApplied{events: evs})
 		}
 		if err != nil {
 			errc <- wrapStoreErr(err)
@@ -1525,7 +1464,7 @@ func (d *dispatcher) heartbeat(r *run) {
 	if now-last < int64(time.Second) || !r.lastBeat.CompareAndSwap(last, now) {
 		return
 	}
-	d.in.Push(msg{kind: mHeartbeat, id: r.id, run: r})
+	d.in.Push(msgHeartbeat{run: r})
 }
 
 // pruneBatch caps the rows one retention pass deletes in a transaction.
@@ -1548,7 +1487,7 @@ func (d *dispatcher) prune(now time.Time) {
 	}
 	d.pruning = true
 	err := d.c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
-		d.in.Push(msg{kind: mPruned, applied: err == nil && res[0].More})
+		d.in.Push(msgPruned{more: err == nil && res[0].More})
 	}})
 	if err != nil {
 		d.pruning = false
@@ -1578,9 +1517,9 @@ func (d *dispatcher) submit(ops ...store.Op) {
 				derived = res[i].Events[own:]
 			}
 			if ends {
-				d.in.Push(msg{kind: mSettled, id: id, state: state, ok: applied, events: derived})
+				d.in.Push(msgSettled{id: id, state: state, applied: applied, derived: derived})
 			} else if len(derived) > 0 {
-				d.in.Push(msg{kind: mApplied, events: derived})
+				d.in.Push(msgApplied{events: derived})
 			}
 		}
 	}})
@@ -1606,7 +1545,7 @@ func opEnds(op store.Op) (id string, state store.State, own int, ends bool) {
 // drain waits until the dispatcher holds no work of registered task types.
 func (d *dispatcher) drain(ctx context.Context) error {
 	ch := make(chan drainReply, 1)
-	d.in.Push(msg{kind: mDrain, drain: ch})
+	d.in.Push(msgDrain{reply: ch})
 	select {
 	case rep := <-ch:
 		if rep.stopped {
@@ -1628,7 +1567,7 @@ type drainReply struct {
 // the call and completed one loop iteration.
 func (d *dispatcher) sync(ctx context.Context) error {
 	ch := make(chan struct{})
-	d.in.Push(msg{kind: mSync, reply: ch})
+	d.in.Push(msgSync{reply: ch})
 	select {
 	case <-ch:
 		return nil

@@ -100,7 +100,7 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 	}
 	if d := c.disp.Load(); d != nil {
 		ch := make(chan Explanation, 1)
-		d.in.Push(msg{kind: mExplain, id: id, explain: ch})
+		d.in.Push(msgCall{f: func(d *dispatcher) { ch <- d.explain(id) }})
 		select {
 		case ex := <-ch:
 			if ex.ID != "" {

@@ -67,7 +67,7 @@ func Inspect(ctx context.Context, c *Cue) (DispatcherState, error) {
 		return DispatcherState{}, fmt.Errorf("not running")
 	}
 	ch := make(chan DispatcherState, 1)
-	d.in.Push(msg{kind: mInspect, inspect: func(d *dispatcher) {
+	d.in.Push(msgCall{f: func(d *dispatcher) {
 		ch <- DispatcherState{Live: d.live, Inflight: d.inflight, Claims: d.claims, Keyed: len(d.keyed), Lanes: len(d.lanes), Units: len(d.units), Drains: len(d.drains)}
 	}})
 	select {
@@ -171,7 +171,7 @@ func CorruptActive(ctx context.Context, c *Cue, service string) error {
 		return fmt.Errorf("not running")
 	}
 	done := make(chan struct{})
-	d.in.Push(msg{kind: mInspect, inspect: func(d *dispatcher) {
+	d.in.Push(msgCall{f: func(d *dispatcher) {
 		d.services[service].active++
 		close(done)
 	}})

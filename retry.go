@@ -241,7 +241,7 @@ func (c *Cue) RetryFailed(ctx context.Context, f RetryFilter) (int, error) {
 // them as it does units queued by other processes.
 func (c *Cue) requeued(r store.Result) {
 	if d := c.disp.Load(); d != nil && len(r.Events) > 0 {
-		d.in.Push(msg{kind: mExternal, events: r.Events})
+		d.in.Push(msgExternal{events: r.Events})
 	}
 }
 

@@ -341,7 +341,7 @@ func (d *dispatcher) checker() {
 					break
 				}
 			}
-			d.in.Push(msg{kind: mChecked, id: job.id, ok: ok})
+			d.in.Push(msgChecked{id: job.id, ok: ok})
 		}
 	}
 }
@@ -501,7 +501,7 @@ func (d *dispatcher) ensureScores(cands []candidate, now time.Time) {
 			len(jobs), d.c.cfg.CallbackTimeout), "consecutive_overruns", d.overruns)
 		go func() {
 			<-progress
-			d.in.Push(msg{kind: mScores, scores: <-results})
+			d.in.Push(msgScores{scores: <-results})
 		}()
 	}
 }
@@ -618,7 +618,7 @@ func (d *dispatcher) maybeFeed() {
 		} else if err == nil {
 			err = errFeedEmpty
 		}
-		d.in.Push(msg{kind: mFed, err: err})
+		d.in.Push(msgFed{err: err})
 	})
 }
 
@@ -659,7 +659,7 @@ func (d *dispatcher) reportProgress(r *run, b []byte) {
 	p.pending = true
 	due := p.lastEmit.Add(progressEvery)
 	p.mu.Unlock()
-	d.in.Push(msg{kind: mProgress, run: r, end: due})
+	d.in.Push(msgProgress{run: r, due: due})
 }
 
 func (d *dispatcher) emitProgress(r *run) {

@@ -193,7 +193,7 @@ func (c *Cue) changeService(ctx context.Context, name string, op *store.PutServi
 		return wrapStoreErr(err)
 	}
 	if d := c.disp.Load(); d != nil {
-		d.in.Push(msg{kind: mServiceChanged, id: name})
+		d.in.Push(msgServiceChanged{service: name})
 	}
 	return nil
 }
@@ -228,7 +228,7 @@ func (c *Cue) Services(ctx context.Context) ([]ServiceStatus, error) {
 	}
 	if d := c.disp.Load(); d != nil {
 		ch := make(chan []ServiceStatus, 1)
-		d.in.Push(msg{kind: mStatus, status: ch})
+		d.in.Push(msgCall{f: func(d *dispatcher) { ch <- d.statusAll() }})
 		select {
 		case st := <-ch:
 			return st, nil

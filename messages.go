@@ -1,0 +1,147 @@
+package runcue
+
+import (
+	"time"
+
+	"github.com/runcue/runcue/store"
+)
+
+// Messages: everything that reaches the dispatcher goroutine arrives as one
+// of these values on its inbox (d.in), from the Cue's methods, the writer's
+// commit callbacks, handler goroutines and the helper goroutines. The types
+// below are the only messages; handle (dispatcher.go) switches on them.
+// Each field says what it carries; none is shared with another kind.
+type message interface{ isMessage() }
+
+// msgInserted: units this Cue committed, and the events of the same
+// insert that ended other units (dropped for room, failed because a
+// dependency was dead).
+type msgInserted struct {
+	units []*store.Unit
+	ended []store.Event
+}
+
+// msgExternal: events committed by another process (or requeues by this
+// one), to apply.
+type msgExternal struct{ events []store.Event }
+
+// msgDone: a handler goroutine ended (or a run that never launched its
+// handler is being finished). end is the wall-clock end; notStarted marks
+// a handler that was never called.
+type msgDone struct {
+	run        *run
+	result     []byte
+	err        error
+	end        time.Time
+	notStarted bool
+}
+
+// msgClaimFailed: a write-behind claim did not apply.
+type msgClaimFailed struct{ run *run }
+
+// msgClaimed: a write-ahead claim committed (applied) or not.
+type msgClaimed struct {
+	run     *run
+	applied bool
+}
+
+// msgStop: stop dispatching; cancel also cancels running handlers.
+type msgStop struct{ cancel bool }
+
+// msgAbandon: exit now, leaving running handlers behind.
+type msgAbandon struct{}
+
+// msgRegistry: tasks or services were registered in the Cue.
+type msgRegistry struct{}
+
+// msgStoreFailed: the store failed; nothing more is dispatched.
+type msgStoreFailed struct{ err error }
+
+// msgDrain: reply once no work of registered task types is left.
+type msgDrain struct{ reply chan drainReply }
+
+// msgSync: reply after one full loop iteration (tests and Settle).
+type msgSync struct{ reply chan struct{} }
+
+// msgCancel: Cancel from this Cue; the outcome goes to errc.
+type msgCancel struct {
+	id   string
+	opts CancelOptions
+	errc chan error
+}
+
+// msgHeartbeat: a handler reported liveness.
+type msgHeartbeat struct{ run *run }
+
+// msgPruned: a retention pass committed; more reports a full batch.
+type msgPruned struct{ more bool }
+
+// msgApplied: events of this Cue's commits that end queued units.
+type msgApplied struct{ events []store.Event }
+
+// msgServiceChanged: a service's stored override or pause changed.
+type msgServiceChanged struct{ service string }
+
+// msgCall runs f on the dispatcher goroutine: queries (service status,
+// Explain) and test inspection. f must not block.
+type msgCall struct{ f func(*dispatcher) }
+
+// msgSettled: an op that ends unit id committed (applied) or not, leaving
+// it in state; derived are the events the store added for other units
+// (dependents failed or cancelled with it).
+type msgSettled struct {
+	id      string
+	state   store.State
+	applied bool
+	derived []store.Event
+}
+
+// msgChecked: a DependencySatisfied check of unit id finished.
+type msgChecked struct {
+	id string
+	ok bool
+}
+
+// msgScores: a scoring pass that overran its timeout finished.
+type msgScores struct{ scores map[string]float64 }
+
+// msgFed: a Feed call finished.
+type msgFed struct{ err error }
+
+// msgProgress: a handler reported progress; emit it at due (on the
+// scheduling timeline).
+type msgProgress struct {
+	run *run
+	due time.Time
+}
+
+// msgStarted: a rate-limited run's handler started at start (on the
+// scheduling timeline).
+type msgStarted struct {
+	run   *run
+	start time.Time
+}
+
+func (msgInserted) isMessage()       {}
+func (msgExternal) isMessage()       {}
+func (msgDone) isMessage()           {}
+func (msgClaimFailed) isMessage()    {}
+func (msgClaimed) isMessage()        {}
+func (msgStop) isMessage()           {}
+func (msgAbandon) isMessage()        {}
+func (msgRegistry) isMessage()       {}
+func (msgStoreFailed) isMessage()    {}
+func (msgDrain) isMessage()          {}
+func (msgSync) isMessage()           {}
+func (msgCancel) isMessage()         {}
+func (msgHeartbeat) isMessage()      {}
+func (msgPruned) isMessage()         {}
+func (msgApplied) isMessage()        {}
+func (msgServiceChanged) isMessage() {}
+func (msgCall) isMessage()           {}
+func (msgSettled) isMessage()        {}
+func (msgChecked) isMessage()        {}
+func (msgScores) isMessage()         {}
+func (msgFed) isMessage()            {}
+func (msgProgress) isMessage()       {}
+func (msgStarted) isMessage()        {}
