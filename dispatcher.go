@@ -812,16 +812,20 @@ func (d *dispatcher) fireTimers() {
 				d.makeEligible(e.u)
 			}
 		case tDeadline:
-			if !e.r.ended {
-				if e.r.cancelled != nil {
-					d.cancelledEnd(e.r, wall, nil)
-				} else {
-					d.timedOut(e.r, wall)
-				}
+			switch r := e.r; {
+			case r.ended:
+			case r.cancelled != nil:
+				d.conclude(r, ending{err: ErrCancelled, cancelled: r.cancelled, at: wall})
+			default:
+				// It fails at its deadline whether or not its handler
+				// ever returns.
+				r.cause = ErrTimeout
+				r.cancel(ErrTimeout)
+				d.conclude(r, ending{err: timeoutError(r), at: wall})
 			}
 		case tGrace:
-			if !e.r.ended {
-				d.cancelledEnd(e.r, wall, nil)
+			if r := e.r; !r.ended {
+				d.conclude(r, ending{err: ErrCancelled, cancelled: r.cancelled, at: wall})
 			}
 		case tPrune:
 			d.prune(wall)
@@ -1202,135 +1206,8 @@ func (d *dispatcher) finished(m msgDone) {
 		r.cancel(nil)
 		return
 	}
-	u := r.u
-	if r.claimFailed {
-		// The store refused the claim (the unit was cancelled elsewhere,
-		// or the store failed): there is nothing to record.
-		d.end(r, true, verdictNone)
-		r.cancel(nil)
-		d.forget(u)
-		endSpan(r.span, "abandoned", nil)
-		return
-	}
-	att := store.Attempt{Run: r.no, Start: r.start, End: m.end}
-	fin := &store.Finish{ID: u.id, Owner: d.owner, Run: r.no, At: m.end, Attempt: att}
-	delay, deferServices, isDeferral := retryAfterOf(m.err)
-	defer func() { d.record(r, fin, m.err, m.end) }()
-	switch {
-	case m.err == nil:
-		d.end(r, true, verdictSuccess)
-		fin.State, fin.Result = store.Completed, m.result
-		fin.Attempt.Outcome = "completed"
-		fin.Events = []store.Event{{Type: string(EventWorkCompleted), Task: u.task, Attempt: r.no, Result: m.result}}
-		d.forget(u)
-	case r.cancelled != nil:
-		d.end(r, true, verdictNone)
-		d.recordCancelled(r, fin, m.err)
-		r.cancel(nil)
-		return
-	case errors.Is(r.cause, ErrShutdown):
-		d.end(r, true, verdictNone)
-		d.interrupted(r, fin, m.err)
-	case errors.Is(m.err, errLateStart):
-		d.end(r, true, verdictNone)
-		d.lateStart(r, fin)
-	case isDeferral && u.deferrals < r.lane.task.def.maxDeferrals():
-		d.end(r, true, verdictNone)
-		d.deferred(r, fin, m.err, delay, deferServices, m.end)
-	default:
-		v := verdictFailure
-		if errors.Is(m.err, ErrPermanent) || isDeferral {
-			v = verdictNone // input errors and politeness never open a circuit
-		}
-		d.end(r, true, v)
-		d.failedRun(r, fin, m.err, kindOf(m.err), m.end)
-	}
-	r.cancel(nil)
-	d.submit(fin)
-}
-
-func kindOf(err error) string {
-	if errors.Is(err, ErrPanic) {
-		return "panic"
-	}
-	return "error"
-}
-
-// interrupted requeues a run cut short by shutdown, without spending budget.
-func (d *dispatcher) interrupted(r *run, fin *store.Finish, err error) {
-	fin.State = store.Queued
-	fin.Error, fin.ErrorKind = err.Error(), "interrupted"
-	fin.Attempt.Outcome, fin.Attempt.Error = "interrupted", err.Error()
-	fin.Events = []store.Event{{Type: string(EventWorkRequeued), Task: r.u.task, Attempt: r.no,
-		Data: eventData{Reason: "shutdown"}.encode()}}
-	d.requeueLocal(r.u, time.Time{})
-}
-
-// lateStart requeues a run that did not start because its start would have
-// come too long after its decision (see Config.MaxStartDelay), without
-// spending budget: nothing ran.
-func (d *dispatcher) lateStart(r *run, fin *store.Finish) {
-	fin.State = store.Queued
-	fin.Error, fin.ErrorKind = errLateStart.Error(), "late_start"
-	fin.Attempt.Outcome, fin.Attempt.Error = "late_start", errLateStart.Error()
-	fin.Events = []store.Event{{Type: string(EventWorkRequeued), Task: r.u.task, Attempt: r.no,
-		Data: eventData{Reason: "late_start"}.encode()}}
-	d.c.log.Warn("runcue: a rate-limited run would have started too long after its dispatch was decided; requeued",
-		"work_unit_id", r.id, "task_type", r.task, "max_start_delay", d.c.cfg.MaxStartDelay)
-	d.requeueLocal(r.u, time.Time{})
-}
-
-// deferred reschedules a unit whose service asked it to come back later
-// (Retry-After), pausing the services named.
-func (d *dispatcher) deferred(r *run, fin *store.Finish, err error, delay time.Duration, services []string, now time.Time) {
-	u := r.u
-	next := now.Add(delay)
-	d.blockServices(r.lane, services, delay)
-	u.deferrals++
-	fin.State, fin.RunAt, fin.Deferral = store.Queued, next, true
-	fin.Error, fin.ErrorKind = err.Error(), "retry_after"
-	fin.Attempt.Outcome, fin.Attempt.Error = "deferred", err.Error()
-	fin.Events = []store.Event{{Type: string(EventWorkRetrying), Task: u.task, Attempt: r.no,
-		Data: eventData{NextAttempt: next.UnixNano(), Reason: "retry_after", Error: err.Error()}.encode()}}
-	u.why = "retry_after"
-	d.requeueLocal(u, next)
-}
-
-// failedRun records a failed run: a retry if the policy allows, otherwise
-// the unit fails for good.
-func (d *dispatcher) failedRun(r *run, fin *store.Finish, err error, kind string, now time.Time) {
-	u := r.u
-	policy := r.lane.task.retry
-	if u.retry != nil {
-		p := *u.retry
-		p.RetryOn = policy.RetryOn
-		policy = p.withDefaults()
-	}
-	msgText := err.Error()
-	fin.Error, fin.ErrorKind = msgText, kind
-	fin.Attempt.Outcome, fin.Attempt.Error = kind, msgText
-	if kind == "error" {
-		fin.Attempt.Outcome = "failed"
-	}
-	fin.SpendBudget = true
-	u.failures++
-	if u.failures < policy.MaxAttempts && policy.retryable(err) {
-		next := now.Add(policy.Delay(u.failures, d.rnd.Float64()))
-		fin.State, fin.RunAt = store.Queued, next
-		fin.Events = []store.Event{
-			{Type: string(EventWorkFailed), Task: u.task, Attempt: r.no,
-				Data: eventData{Error: msgText, ErrorKind: kind, WillRetry: true}.encode()},
-			{Type: string(EventWorkRetrying), Task: u.task, Attempt: r.no,
-				Data: eventData{NextAttempt: next.UnixNano()}.encode()},
-		}
-		u.why = "backoff"
-		d.requeueLocal(u, next)
-		return
-	}
-	fin.State, fin.Propagate = store.Failed, true
-	fin.Events = []store.Event{{Type: string(EventWorkFailed), Task: u.task, Attempt: r.no,
-		Data: eventData{Error: msgText, ErrorKind: kind}.encode()}}
-	d.forget(u)
+	d.conclude(r, ending{returned: true, err: m.err, result: m.result, cancelled: r.cancelled,
+		shutdown: errors.Is(r.cause, ErrShutdown), at: m.end})
 }
 
 func (d *dispatcher) requeueLocal(u *unit, at time.Time) {
@@ -1340,20 +1217,6 @@ func (d *dispatcher) requeueLocal(u *unit, at time.Time) {
 		return
 	}
 	d.makeEligible(u)
-}
-
-// timedOut ends a run at its deadline, whether or not its handler returns.
-func (d *dispatcher) timedOut(r *run, now time.Time) {
-	r.cause = ErrTimeout
-	r.cancel(ErrTimeout)
-	fin := d.endUnreturned(r, now, verdictFailure)
-	if fin == nil {
-		return
-	}
-	err := fmt.Errorf("%w after %v", ErrTimeout, r.deadline.Sub(r.start))
-	d.failedRun(r, fin, err, "timeout", now)
-	d.record(r, fin, err, now)
-	d.submit(fin)
 }
 
 // cancelUnit handles Cancel for a unit this Cue owns.
@@ -1410,51 +1273,6 @@ func (d *dispatcher) cancelRun(r *run, opts CancelOptions) {
 	r.cancel(ErrCancelled)
 	r.graceTimer = &timerEntry{at: d.now().Add(d.c.cfg.CancelGrace), kind: tGrace, r: r}
 	d.pushTimer(r.graceTimer)
-}
-
-// cancelledEnd records a cancelled run whose handler has not returned (its
-// grace or deadline passed).
-func (d *dispatcher) cancelledEnd(r *run, now time.Time, err error) {
-	fin := d.endUnreturned(r, now, verdictNone)
-	if fin == nil {
-		return
-	}
-	d.recordCancelled(r, fin, err)
-	d.record(r, fin, ErrCancelled, now)
-}
-
-// endUnreturned ends a run whose handler has not returned (its deadline or
-// cancellation grace passed) and returns the Finish to fill in, or nil if
-// the store refused the run's claim and there is nothing to record.
-func (d *dispatcher) endUnreturned(r *run, now time.Time, v verdict) *store.Finish {
-	d.end(r, false, v)
-	if r.claimFailed {
-		d.forget(r.u)
-		endSpan(r.span, "abandoned", nil)
-		return nil
-	}
-	return &store.Finish{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
-		Attempt: store.Attempt{Run: r.no, Start: r.start, End: now}}
-}
-
-// recordCancelled stores the outcome of a cancelled run that did not
-// succeed. It spends no retry budget.
-func (d *dispatcher) recordCancelled(r *run, fin *store.Finish, err error) {
-	reason := r.cancelled.Reason
-	if reason == "" {
-		reason = "cancelled"
-	}
-	fin.State = store.Cancelled
-	fin.Error, fin.ErrorKind = reason, "cancelled"
-	fin.Attempt.Outcome = "cancelled"
-	if err != nil {
-		fin.Attempt.Error = err.Error()
-	}
-	fin.Propagate, fin.CascadeCancel = true, r.cancelled.Cascade
-	fin.Events = []store.Event{{Type: string(EventWorkCancelled), Task: r.u.task, Attempt: r.no,
-		Data: eventData{Reason: r.cancelled.Reason}.encode()}}
-	d.forget(r.u)
-	d.submit(fin)
 }
 
 // heartbeat records that r's handler is alive, at most once a second.

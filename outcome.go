@@ -1,0 +1,221 @@
+package runcue
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/runcue/runcue/store"
+)
+
+// The outcome of a run: decide is the one place that turns how a run ended
+// into its unit's fate and the store.Finish that records it; conclude
+// (below) is the one place that applies the decision and submits the
+// Finish.
+
+// ending is how a run ended.
+type ending struct {
+	// returned: the handler returned. Otherwise its deadline or its
+	// cancellation grace passed first, and err says which.
+	returned bool
+	// err is the handler's error (nil: success) or, when it did not
+	// return, why it was cut off (ErrTimeout after its timeout,
+	// ErrCancelled).
+	err    error
+	result []byte
+	// cancelled: a Cancel reached the run (its options).
+	cancelled *CancelOptions
+	// shutdown: StopAndCancel cut the run short.
+	shutdown bool
+	// at is the wall-clock end.
+	at time.Time
+}
+
+// runFacts is what decide needs to know of a run and its unit.
+type runFacts struct {
+	id, task, owner string
+	run             int
+	start           time.Time
+	// failures and deferrals are the unit's counts before this run.
+	failures, deferrals int
+	policy              RetryPolicy
+	maxDeferrals        int
+}
+
+// outcome is the decision about a run.
+type outcome struct {
+	// fin records the run; conclude submits it.
+	fin store.Finish
+	// verdict goes to the circuits of the run's services.
+	verdict verdict
+	// requeue: the unit comes back, eligible at runAt (zero: at once),
+	// waiting for why ("backoff", "retry_after" or ""). Otherwise it leaves
+	// the dispatcher.
+	requeue bool
+	runAt   time.Time
+	why     string
+	// hold, when positive, holds the services named in holdServices (all
+	// of the run's when empty) for that long: a Retry-After.
+	hold         time.Duration
+	holdServices []string
+	// failures and deferrals are the unit's counts after the run.
+	failures, deferrals int
+}
+
+// decide returns the fate of a run that ended as e. jitter, in [0, 1),
+// draws the retry delay. It is pure: no clock, no I/O, no dispatcher.
+func decide(f runFacts, e ending, jitter float64) outcome {
+	o := outcome{failures: f.failures, deferrals: f.deferrals}
+	fin := &o.fin
+	*fin = store.Finish{ID: f.id, Owner: f.owner, Run: f.run, At: e.at,
+		Attempt: store.Attempt{Run: f.run, Start: f.start, End: e.at}}
+	delay, services, isDeferral := retryAfterOf(e.err)
+	switch {
+	case e.returned && e.err == nil:
+		o.verdict = verdictSuccess
+		fin.State, fin.Result = store.Completed, e.result
+		fin.Attempt.Outcome = "completed"
+		fin.Events = []store.Event{{Type: string(EventWorkCompleted), Task: f.task, Attempt: f.run, Result: e.result}}
+	case e.cancelled != nil:
+		// Cancelled and not a success: no budget spent.
+		reason := e.cancelled.Reason
+		if reason == "" {
+			reason = "cancelled"
+		}
+		fin.State = store.Cancelled
+		fin.Error, fin.ErrorKind = reason, "cancelled"
+		fin.Attempt.Outcome = "cancelled"
+		if e.returned && e.err != nil {
+			fin.Attempt.Error = e.err.Error()
+		}
+		fin.Propagate, fin.CascadeCancel = true, e.cancelled.Cascade
+		fin.Events = []store.Event{{Type: string(EventWorkCancelled), Task: f.task, Attempt: f.run,
+			Data: eventData{Reason: e.cancelled.Reason}.encode()}}
+	case e.returned && e.shutdown:
+		// Cut short by shutdown: back to the queue, no budget spent.
+		o.requeue = true
+		fin.State = store.Queued
+		fin.Error, fin.ErrorKind = e.err.Error(), "interrupted"
+		fin.Attempt.Outcome, fin.Attempt.Error = "interrupted", e.err.Error()
+		fin.Events = []store.Event{{Type: string(EventWorkRequeued), Task: f.task, Attempt: f.run,
+			Data: eventData{Reason: "shutdown"}.encode()}}
+	case e.returned && errors.Is(e.err, errLateStart):
+		// Never started (see Config.MaxStartDelay): nothing ran.
+		o.requeue = true
+		fin.State = store.Queued
+		fin.Error, fin.ErrorKind = e.err.Error(), "late_start"
+		fin.Attempt.Outcome, fin.Attempt.Error = "late_start", e.err.Error()
+		fin.Events = []store.Event{{Type: string(EventWorkRequeued), Task: f.task, Attempt: f.run,
+			Data: eventData{Reason: "late_start"}.encode()}}
+	case e.returned && isDeferral && f.deferrals < f.maxDeferrals:
+		// Retry-After: come back later, holding the services; no budget.
+		next := e.at.Add(delay)
+		o.requeue, o.runAt, o.why = true, next, "retry_after"
+		o.hold, o.holdServices = delay, services
+		o.deferrals++
+		fin.State, fin.RunAt, fin.Deferral = store.Queued, next, true
+		fin.Error, fin.ErrorKind = e.err.Error(), "retry_after"
+		fin.Attempt.Outcome, fin.Attempt.Error = "deferred", e.err.Error()
+		fin.Events = []store.Event{{Type: string(EventWorkRetrying), Task: f.task, Attempt: f.run,
+			Data: eventData{NextAttempt: next.UnixNano(), Reason: "retry_after", Error: e.err.Error()}.encode()}}
+	default:
+		// A failure: retried while the policy allows.
+		kind := "error"
+		switch {
+		case !e.returned:
+			kind = "timeout"
+		case errors.Is(e.err, ErrPanic):
+			kind = "panic"
+		}
+		o.verdict = verdictFailure
+		if e.returned && (errors.Is(e.err, ErrPermanent) || isDeferral) {
+			o.verdict = verdictNone // input errors and politeness never open a circuit
+		}
+		msg := e.err.Error()
+		fin.Error, fin.ErrorKind = msg, kind
+		fin.Attempt.Outcome, fin.Attempt.Error = kind, msg
+		if kind == "error" {
+			fin.Attempt.Outcome = "failed"
+		}
+		fin.SpendBudget = true
+		o.failures++
+		if o.failures < f.policy.MaxAttempts && f.policy.retryable(e.err) {
+			next := e.at.Add(f.policy.Delay(o.failures, jitter))
+			o.requeue, o.runAt, o.why = true, next, "backoff"
+			fin.State, fin.RunAt = store.Queued, next
+			fin.Events = []store.Event{
+				{Type: string(EventWorkFailed), Task: f.task, Attempt: f.run,
+					Data: eventData{Error: msg, ErrorKind: kind, WillRetry: true}.encode()},
+				{Type: string(EventWorkRetrying), Task: f.task, Attempt: f.run,
+					Data: eventData{NextAttempt: next.UnixNano()}.encode()},
+			}
+			break
+		}
+		fin.State, fin.Propagate = store.Failed, true
+		fin.Events = []store.Event{{Type: string(EventWorkFailed), Task: f.task, Attempt: f.run,
+			Data: eventData{Error: msg, ErrorKind: kind}.encode()}}
+	}
+	return o
+}
+
+// facts gathers what decide needs of r.
+func (d *dispatcher) facts(r *run) runFacts {
+	u := r.u
+	policy := r.lane.task.retry
+	if u.retry != nil {
+		p := *u.retry
+		p.RetryOn = policy.RetryOn
+		policy = p.withDefaults()
+	}
+	return runFacts{id: u.id, task: u.task, owner: d.owner, run: r.no, start: r.start,
+		failures: u.failures, deferrals: u.deferrals, policy: policy, maxDeferrals: r.lane.task.def.maxDeferrals()}
+}
+
+// conclude ends r as e says: the run leaves the running set (its
+// resources are released, unless it holds them until its handler
+// returns), the decision is applied to its unit, and its Finish is
+// submitted. It is the only place a run's Finish is submitted.
+func (d *dispatcher) conclude(r *run, e ending) {
+	u := r.u
+	if r.claimFailed {
+		// The store refused the claim (the unit was cancelled elsewhere,
+		// or the store failed): there is nothing to record.
+		d.end(r, e.returned, verdictNone)
+		d.forget(u)
+		endSpan(r.span, "abandoned", nil)
+		if e.returned {
+			r.cancel(nil)
+		}
+		return
+	}
+	o := decide(d.facts(r), e, d.rnd.Float64())
+	d.end(r, e.returned, o.verdict)
+	u.failures, u.deferrals = o.failures, o.deferrals
+	if o.hold > 0 {
+		d.blockServices(r.lane, o.holdServices, o.hold)
+	}
+	if o.requeue {
+		u.why = o.why
+		d.requeueLocal(u, o.runAt)
+	} else {
+		d.forget(u)
+	}
+	if o.fin.Attempt.Outcome == "late_start" {
+		d.c.log.Warn("runcue: a rate-limited run would have started too long after its dispatch was decided; requeued",
+			"work_unit_id", r.id, "task_type", r.task, "max_start_delay", d.c.cfg.MaxStartDelay)
+	}
+	recorded := e.err
+	if !e.returned && e.cancelled != nil {
+		recorded = ErrCancelled
+	}
+	d.record(r, &o.fin, recorded, e.at)
+	if e.returned {
+		r.cancel(nil)
+	}
+	d.submit(&o.fin)
+}
+
+// timeoutError is the failure recorded for a run cut off at its deadline.
+func timeoutError(r *run) error {
+	return fmt.Errorf("%w after %v", ErrTimeout, r.deadline.Sub(r.start))
+}

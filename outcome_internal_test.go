@@ -1,0 +1,105 @@
+package runcue
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/runcue/runcue/store"
+)
+
+// TestDecide is the table of run outcomes: how a run ended, and the
+// retry policy, decide the unit's fate, the verdict for its circuits and
+// the Finish recorded.
+func TestDecide(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	end := start.Add(2 * time.Second)
+	facts := runFacts{id: "u", task: "t", owner: "o", run: 3, start: start, failures: 1, deferrals: 0,
+		policy: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second, Jitter: JitterNone}.withDefaults(), maxDeferrals: 2}
+	exhausted := facts
+	exhausted.failures = 2
+	deferredOut := facts
+	deferredOut.deferrals = 2
+	transient := errors.New("503")
+	panicked := &panicError{value: "bug"}
+	for _, tc := range []struct {
+		name    string
+		f       runFacts
+		e       ending
+		state   store.State
+		outcome string
+		kind    string
+		verdict verdict
+		requeue bool
+		runAt   time.Time
+		events  []EventType
+		budget  bool
+	}{
+		{"success", facts, ending{returned: true, result: []byte(`1`), at: end},
+			store.Completed, "completed", "", verdictSuccess, false, time.Time{}, []EventType{EventWorkCompleted}, false},
+		{"failure retried", facts, ending{returned: true, err: transient, at: end},
+			store.Queued, "failed", "error", verdictFailure, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
+		{"failure, budget spent", exhausted, ending{returned: true, err: transient, at: end},
+			store.Failed, "failed", "error", verdictFailure, false, time.Time{}, []EventType{EventWorkFailed}, true},
+		{"permanent", facts, ending{returned: true, err: Permanent(transient), at: end},
+			store.Failed, "failed", "error", verdictNone, false, time.Time{}, []EventType{EventWorkFailed}, true},
+		{"panic", facts, ending{returned: true, err: panicked, at: end},
+			store.Queued, "panic", "panic", verdictFailure, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
+		{"timeout", facts, ending{err: fmt.Errorf("%w after 2s", ErrTimeout), at: end},
+			store.Queued, "timeout", "timeout", verdictFailure, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
+		{"cancelled, returned", facts, ending{returned: true, err: ErrCancelled, cancelled: &CancelOptions{Reason: "user"}, at: end},
+			store.Cancelled, "cancelled", "cancelled", verdictNone, false, time.Time{}, []EventType{EventWorkCancelled}, false},
+		{"cancelled, grace passed", facts, ending{err: ErrCancelled, cancelled: &CancelOptions{}, at: end},
+			store.Cancelled, "cancelled", "cancelled", verdictNone, false, time.Time{}, []EventType{EventWorkCancelled}, false},
+		{"cancelled but succeeded", facts, ending{returned: true, cancelled: &CancelOptions{}, at: end},
+			store.Completed, "completed", "", verdictSuccess, false, time.Time{}, []EventType{EventWorkCompleted}, false},
+		{"shutdown", facts, ending{returned: true, err: ErrShutdown, shutdown: true, at: end},
+			store.Queued, "interrupted", "interrupted", verdictNone, true, time.Time{}, []EventType{EventWorkRequeued}, false},
+		{"late start", facts, ending{returned: true, err: errLateStart, at: end},
+			store.Queued, "late_start", "late_start", verdictNone, true, time.Time{}, []EventType{EventWorkRequeued}, false},
+		{"retry-after", facts, ending{returned: true, err: RetryAfter(30*time.Second, transient, "api"), at: end},
+			store.Queued, "deferred", "retry_after", verdictNone, true, end.Add(30 * time.Second), []EventType{EventWorkRetrying}, false},
+		{"retry-after past MaxDeferrals", deferredOut, ending{returned: true, err: RetryAfter(30*time.Second, transient), at: end},
+			store.Queued, "failed", "error", verdictNone, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := decide(tc.f, tc.e, 0)
+			fin := o.fin
+			if fin.State != tc.state || fin.Attempt.Outcome != tc.outcome || fin.ErrorKind != tc.kind {
+				t.Fatalf("state %s outcome %s kind %q; want %s %s %q", fin.State, fin.Attempt.Outcome, fin.ErrorKind, tc.state, tc.outcome, tc.kind)
+			}
+			if o.verdict != tc.verdict || o.requeue != tc.requeue || !o.runAt.Equal(tc.runAt) || !fin.RunAt.Equal(tc.runAt) {
+				t.Fatalf("verdict %d requeue %v at %v (finish %v); want %d %v %v", o.verdict, o.requeue, o.runAt, fin.RunAt, tc.verdict, tc.requeue, tc.runAt)
+			}
+			if fin.SpendBudget != tc.budget {
+				t.Fatalf("budget %v", fin.SpendBudget)
+			}
+			var types []EventType
+			for _, ev := range fin.Events {
+				types = append(types, EventType(ev.Type))
+			}
+			if fmt.Sprint(types) != fmt.Sprint(tc.events) {
+				t.Fatalf("events %v, want %v", types, tc.events)
+			}
+			if fin.ID != "u" || fin.Run != 3 || fin.Owner != "o" || !fin.At.Equal(end) || !fin.Attempt.Start.Equal(start) || !fin.Attempt.End.Equal(end) {
+				t.Fatalf("finish identity %+v", fin)
+			}
+			wantFailures := tc.f.failures
+			if tc.budget {
+				wantFailures++
+			}
+			if o.failures != wantFailures {
+				t.Fatalf("failures %d, want %d", o.failures, wantFailures)
+			}
+			if terminal := fin.State.Terminal(); fin.Propagate != (terminal && fin.State != store.Completed) {
+				t.Fatalf("propagate %v for %s", fin.Propagate, fin.State)
+			}
+		})
+	}
+	// A Retry-After holds the services it names, or all of the run's.
+	if o := decide(facts, ending{returned: true, err: RetryAfter(time.Minute, transient, "api"), at: end}, 0); o.hold != time.Minute ||
+		fmt.Sprint(o.holdServices) != "[api]" || o.deferrals != 1 {
+		t.Fatalf("hold %v %v deferrals %d", o.hold, o.holdServices, o.deferrals)
+	}
+}
