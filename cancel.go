@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/runcue/runcue/internal/writer"
 	"github.com/runcue/runcue/store"
 )
 
@@ -64,4 +65,60 @@ func cancelResult(id string, r store.Result) error {
 		return fmt.Errorf("%w: %s is %s", ErrFinished, id, r.State)
 	}
 	return nil
+}
+
+// cancelUnit handles Cancel for a unit this Cue owns.
+func (d *dispatcher) cancelUnit(id string, opts CancelOptions, errc chan error) {
+	if r := d.runs[id]; r != nil {
+		d.cancelRun(r, opts)
+		errc <- nil
+		return
+	}
+	u := d.units[id]
+	if u == nil {
+		for _, o := range d.orphans {
+			if u = o[id]; u != nil {
+				break
+			}
+		}
+	}
+	op := &store.Cancel{ID: id, At: d.wall(), Reason: opts.Reason, Cascade: opts.Cascade, RequestIfRunning: true}
+	if u != nil {
+		// It cannot be dispatched while the cancel commits, and its
+		// dependents wait for the commit, as for a Finish.
+		d.removeQueued(u)
+		d.finishing[id] = struct{}{}
+		op.Events = []store.Event{{Type: string(EventWorkCancelled), Task: u.task, Data: eventData{Reason: opts.Reason}.encode()}}
+	}
+	err := d.c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+		var evs []store.Event
+		if err == nil {
+			evs = res[0].Events
+		}
+		if u != nil {
+			d.in.Push(msgSettled{id: id, state: store.Cancelled, applied: err == nil && res[0].Applied, derived: evs})
+		} else if len(evs) > 0 {
+			d.in.Push(msgApplied{events: evs})
+		}
+		if err != nil {
+			errc <- wrapStoreErr(err)
+			return
+		}
+		errc <- cancelResult(id, res[0])
+	}})
+	if err != nil {
+		errc <- wrapStoreErr(err)
+	}
+}
+
+// cancelRun cancels a running handler's context and starts its grace.
+func (d *dispatcher) cancelRun(r *run, opts CancelOptions) {
+	if r.cancelled != nil || r.ended {
+		return
+	}
+	r.cancelled = &opts
+	r.cause = ErrCancelled
+	r.cancel(ErrCancelled)
+	r.graceTimer = &timerEntry{at: d.now().Add(d.c.cfg.CancelGrace), kind: tGrace, r: r}
+	d.pushTimer(r.graceTimer)
 }

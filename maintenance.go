@@ -1,0 +1,39 @@
+package runcue
+
+import (
+	"time"
+
+	"github.com/runcue/runcue/internal/writer"
+	"github.com/runcue/runcue/store"
+)
+
+// Maintenance: the retention pass, which deletes old finished units,
+// events and service log entries in bounded batches. Driven by the
+// dispatcher's timer.
+
+// pruneBatch caps the rows one retention pass deletes in a transaction.
+const pruneBatch = 1000
+
+func (d *dispatcher) schedulePrune(at time.Time) {
+	d.pushTimer(&timerEntry{at: at, kind: tPrune})
+}
+
+// prune deletes, in one batch, finished units past Config.Retention, events
+// past Config.EventRetention, and the service log entries that no rate
+// window needs any more.
+func (d *dispatcher) prune(now time.Time) {
+	if d.pruning || d.stopping {
+		return
+	}
+	op := &store.Prune{Limit: pruneBatch, LogBefore: d.logCutoffs(now), EventsBefore: now.Add(-d.c.cfg.EventRetention)}
+	if d.c.cfg.Retention > 0 {
+		op.Before = now.Add(-d.c.cfg.Retention)
+	}
+	d.pruning = true
+	err := d.c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+		d.in.Push(msgPruned{more: err == nil && res[0].More})
+	}})
+	if err != nil {
+		d.pruning = false
+	}
+}

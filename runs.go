@@ -1,0 +1,420 @@
+package runcue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/internal/broker"
+	"github.com/runcue/runcue/internal/writer"
+	"github.com/runcue/runcue/store"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// The run table: a run from its dispatch (start) through its handler
+// goroutine (execute, begin) to its end (end, finished; the outcome is
+// decided in outcome.go). The dispatcher goroutine owns a run's fields but
+// those its comments give to the handler goroutine.
+
+type run struct {
+	u        *unit
+	lane     *lane
+	no       int
+	start    time.Time
+	deadline time.Time
+	ctx      context.Context
+	cancel   context.CancelCauseFunc
+	stopDL   context.CancelFunc
+	handler  Handler
+	// target, params and load are the unit's, copied at the start: the
+	// handler goroutine must not read the unit, which the dispatcher keeps
+	// changing. load: the params were not in memory; read them.
+	target string
+	params []byte
+	load   bool
+	// id and task are the unit's, for the handler goroutine.
+	id, task string
+	// probes are the resources whose half-open circuit this run probes.
+	probes []*resource
+	// cause is why runcue cancelled the run (ErrShutdown, ErrTimeout,
+	// ErrCancelled), nil if it did not.
+	cause error
+	// ended: the run's outcome is decided (by its return, its deadline or
+	// its cancellation grace); its resources are released, unless holding.
+	ended bool
+	// holding: ended before its handler returned, by a task that holds its
+	// slots until then.
+	holding     bool
+	claimFailed bool
+	// waitClaim: the handler starts only once the claim (and its service
+	// log entry) is committed.
+	waitClaim bool
+	// decided is when the dispatch was decided, on the monotonic timeline
+	// (d.now). A run of a rate-limited lane holds a reservation in each of
+	// its windows (reserved) from then until its handler's start is
+	// committed to them (mStarted) or it is known never to start.
+	decided  time.Time
+	reserved []*broker.Window
+	// launched: the handler goroutine was started; it reports whether the
+	// handler started (mStarted, or mDone with notStarted).
+	launched bool
+	// cancelled holds the options of a Cancel that reached the run.
+	cancelled *CancelOptions
+	// lastBeat is the time of the last heartbeat written (Unix ns).
+	lastBeat atomic.Int64
+	// span is the run's trace span.
+	span trace.Span
+	// progress is the latest value the handler reported, throttled.
+	progress progress
+	// deadlineTimer, graceTimer and progressTimer are r's entries on the
+	// timer heap, removed when r ends so that no timer keeps a finished run
+	// (its unit, contexts and span) reachable until it would have fired.
+	deadlineTimer, graceTimer, progressTimer *timerEntry
+}
+
+type progress struct {
+	mu       sync.Mutex
+	latest   []byte
+	lastEmit time.Time
+	pending  bool // an emission is scheduled
+}
+
+func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) {
+	t := l.task
+	timeout := u.timeout
+	if timeout <= 0 {
+		timeout = t.def.Timeout
+	}
+	if timeout <= 0 {
+		timeout = d.c.cfg.DefaultTimeout
+	}
+	u.runs++
+	u.state = uRunning
+	wall := d.wall()
+	r := &run{u: u, id: u.id, task: u.task, lane: l, no: u.runs, start: wall, deadline: wall.Add(timeout), handler: t.def.Handler,
+		target: u.target, params: u.params, load: !u.hasParams, probes: probes}
+	r.ctx, r.cancel = context.WithCancelCause(context.Background())
+	if clock.IsReal(d.clock) {
+		// Let the handler see its deadline; the timer heap still decides.
+		r.ctx, r.stopDL = context.WithDeadlineCause(r.ctx, r.deadline, ErrTimeout)
+	}
+	r.ctx, r.span = d.c.tel.startSpan(r.ctx, u.trace, u.task, u.id, r.no)
+	tel := d.c.tel
+	tel.queueWait.Record(bg, seconds(now.Sub(u.readyAt)), t.attrs)
+	for _, res := range l.resources {
+		if res.class != "" {
+			tel.requests.Add(bg, 1, res.attrs())
+		}
+	}
+	if d.c.log.Enabled(bg, slog.LevelDebug) {
+		d.c.log.Debug("work_started", "work_unit_id", u.id, "task_type", u.task, "attempt", r.no)
+	}
+	r.decided = now
+	for _, res := range l.resources {
+		if res.window != nil {
+			r.reserved = append(r.reserved, res.window) // reserved by acquire
+		}
+	}
+	d.runs[u.id] = r
+	if h := d.c.testHooks.started; h != nil {
+		h(r)
+	}
+	d.inflight++
+	d.c.stats.dispatches.Add(1)
+	r.deadlineTimer = &timerEntry{at: now.Add(timeout), kind: tDeadline, r: r}
+	d.pushTimer(r.deadlineTimer)
+	claim := &store.Claim{ID: u.id, Owner: d.owner, Run: r.no, At: wall, LeaseExpires: r.deadline.Add(d.c.cfg.LeaseBuffer),
+		ServiceLog: l.logged, Events: []store.Event{{Type: string(EventWorkStarted), Task: u.task, Attempt: r.no}}}
+	// A dispatch counted in a rate window is logged before the handler
+	// starts, so that a crash cannot forget a request the service saw.
+	// Other claims are written behind the handler's start: a crash before
+	// the commit leaves the unit queued, and it runs again.
+	r.waitClaim = len(l.logged) > 0
+	done := func(res []store.Result, err error) {
+		if err != nil || !res[0].Applied {
+			d.in.Push(msgClaimFailed{run: r})
+		}
+	}
+	if r.waitClaim {
+		d.claims++
+		done = func(res []store.Result, err error) {
+			d.in.Push(msgClaimed{run: r, applied: err == nil && res[0].Applied})
+		}
+	}
+	if err := d.c.w.Submit(&writer.Request{Ops: []store.Op{claim}, Done: done}); err != nil {
+		// The writer is closed or failed: the run cannot be recorded.
+		d.failed = err
+		r.claimFailed = true
+		if r.waitClaim {
+			d.claims--
+			d.claimed(r, false)
+			return
+		}
+	}
+	if !r.waitClaim {
+		d.launch(r)
+	}
+}
+
+func (d *dispatcher) launch(r *run) {
+	r.launched = true
+	d.live++
+	d.handlers.Go(func() { d.execute(r) })
+}
+
+// claimed continues a run whose write-ahead claim has committed.
+func (d *dispatcher) claimed(r *run, applied bool) {
+	switch {
+	case !applied:
+		r.claimFailed = true
+		if !r.ended {
+			d.end(r, true, verdictNone)
+			d.forget(r.u)
+			endSpan(r.span, "abandoned", nil)
+		}
+	case r.ended:
+		// Its deadline passed first; nothing to run.
+	case r.cause != nil:
+		// Shutdown or cancellation came first: do not start the handler.
+		d.finished(msgDone{run: r, err: context.Cause(r.ctx), end: d.wall()})
+	default:
+		d.launch(r)
+	}
+}
+
+// execute runs on the handler goroutine.
+func (d *dispatcher) execute(r *run) {
+	w := &Work{ID: r.id, Task: r.task, Target: r.target, Params: r.params, Attempt: r.no,
+		beat: func() { d.heartbeat(r) }, report: func(b []byte) { d.reportProgress(r, b) }}
+	var res any
+	var err error
+	sent := false
+	defer func() {
+		// Only runtime.Goexit (t.FailNow in a shared helper, say) ends the
+		// goroutine without the send below: record the run as failed now,
+		// not at its deadline.
+		if !sent {
+			d.in.Push(msgDone{run: r, err: errGoexit, end: d.wall()})
+		}
+	}()
+	if r.load {
+		var su *store.Unit
+		if su, err = d.c.st.GetUnit(context.Background(), r.id); err == nil {
+			w.Target, w.Params = su.Target, su.Params
+		} else {
+			err = fmt.Errorf("runcue: load unit: %w", err)
+		}
+	}
+	var out []byte
+	notStarted := true
+	if err == nil {
+		if r.lane.keyErr != nil {
+			err = Permanent(r.lane.keyErr)
+		} else if err = d.begin(r, w); err == nil {
+			notStarted = false
+			res, err = callHandler(r.ctx, r.handler, w)
+		}
+		if err == nil {
+			if out, err = json.Marshal(res); err != nil {
+				err = Permanent(fmt.Errorf("runcue: encode result: %w", err))
+			} else if len(out) > d.c.cfg.MaxPayload {
+				out, err = nil, Permanent(fmt.Errorf("runcue: result of %d bytes exceeds Config.MaxPayload (%d)", len(out), d.c.cfg.MaxPayload))
+			}
+		}
+	}
+	sent = true
+	d.in.Push(msgDone{run: r, result: out, err: err, end: d.wall(), notStarted: notStarted})
+}
+
+// errLateStart is why a rate-limited run whose handler would have started
+// more than Config.MaxStartDelay after its dispatch was decided did not
+// start.
+var errLateStart = errors.New("runcue: the handler would have started more than MaxStartDelay after its dispatch was decided")
+
+// begin runs on the handler goroutine just before it calls the handler: it
+// reads the start instant (Work.Started) and reports it to the rate windows
+// of the run's services. It refuses the start, with the reason, when the
+// run was cancelled or shut down meanwhile, when the start would come more
+// than MaxStartDelay after the decision (the run is requeued), or when the
+// dispatcher has exited.
+func (d *dispatcher) begin(r *run, w *Work) error {
+	if r.ctx.Err() != nil {
+		return context.Cause(r.ctx)
+	}
+	d.startMu.RLock()
+	defer d.startMu.RUnlock()
+	if d.noStarts {
+		return ErrShutdown
+	}
+	now := d.now()
+	w.Started = d.wall()
+	if len(r.reserved) > 0 {
+		if now.Sub(r.decided) > d.c.cfg.MaxStartDelay {
+			return errLateStart
+		}
+		d.in.Push(msgStarted{run: r, start: now})
+	}
+	return nil
+}
+
+// settleReservations commits r's window reservations at its handler's
+// start, or gives them back (start zero) if the handler never started.
+func (d *dispatcher) settleReservations(r *run, start time.Time) {
+	if len(r.reserved) == 0 {
+		return
+	}
+	for _, w := range r.reserved {
+		if start.IsZero() {
+			w.Release()
+		} else {
+			w.Commit(start)
+		}
+	}
+	r.reserved = nil
+	for _, res := range r.lane.resources {
+		if res.window != nil {
+			d.markStatus(res)
+			d.wake(res) // a place freed, or its time is known now
+		}
+	}
+}
+
+// errGoexit is the failure recorded for a handler that called
+// runtime.Goexit. It counts as a panic: the handler did not return.
+var errGoexit = &panicError{value: "handler called runtime.Goexit (t.FailNow, t.SkipNow or log.Fatal-like code in a handler?) instead of returning"}
+
+// record reports a run's outcome to metrics, its span and the log.
+func (d *dispatcher) record(r *run, fin *store.Finish, err error, end time.Time) {
+	outcome := fin.Attempt.Outcome
+	if outcome == "" {
+		outcome = "abandoned" // the claim was refused: nothing ran for the record
+	}
+	tel, log := d.c.tel, d.c.log
+	rt := r.lane.task
+	tel.runDuration.Record(bg, seconds(end.Sub(r.start)), rt.outcomeAttrs(outcome))
+	switch outcome {
+	case "completed":
+		tel.completed.Add(bg, 1, rt.attrs)
+		if log.Enabled(bg, slog.LevelDebug) {
+			log.Debug("work_completed", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no, "duration", end.Sub(r.start))
+		}
+	case "failed", "timeout", "panic":
+		tel.failed.Add(bg, 1, rt.outcomeAttrs(outcome))
+		willRetry := fin.State == store.Queued
+		level := slog.LevelWarn
+		if willRetry {
+			level = slog.LevelInfo
+		}
+		errText := fin.Error
+		if outcome == "panic" {
+			errText = firstLine(errText) // the stack is in the unit's history
+		}
+		log.Log(bg, level, "work_failed", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no,
+			"error", errText, "error_kind", fin.ErrorKind, "will_retry", willRetry)
+	case "cancelled", "interrupted", "deferred":
+		log.Info("work_"+outcome, "work_unit_id", r.id, "task_type", r.task, "attempt", r.no)
+	}
+	endSpan(r.span, outcome, err)
+}
+
+func firstLine(s string) string {
+	for i := range len(s) {
+		if s[i] == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}
+
+// panicError records a handler panic.
+type panicError struct {
+	value any
+	stack []byte
+}
+
+func (e *panicError) Error() string {
+	if len(e.stack) == 0 {
+		return fmt.Sprintf("panic: %v", e.value)
+	}
+	return fmt.Sprintf("panic: %v\n%s", e.value, e.stack)
+}
+
+func (e *panicError) Is(target error) bool { return target == ErrPanic }
+
+func callHandler(ctx context.Context, h Handler, w *Work) (res any, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			stack := debug.Stack()
+			if len(stack) > 8<<10 {
+				stack = stack[:8<<10]
+			}
+			res, err = nil, &panicError{value: v, stack: stack}
+		}
+	}()
+	return h(ctx, w)
+}
+
+// end decides that r is over and its unit leaves the running set. The
+// verdict goes to the circuits of the run's services. Its resources are
+// released now, unless its handler has not returned and its task holds
+// slots until then.
+func (d *dispatcher) end(r *run, returned bool, v verdict) {
+	r.ended = true
+	if !r.launched {
+		d.settleReservations(r, time.Time{}) // it never starts
+	}
+	delete(d.runs, r.u.id)
+	if r.stopDL != nil {
+		r.stopDL()
+	}
+	d.dropTimer(r.deadlineTimer)
+	d.dropTimer(r.graceTimer)
+	r.deadlineTimer, r.graceTimer = nil, nil
+	d.judge(r, v)
+	if !returned && r.lane.task.def.HoldSlotsUntilReturn {
+		r.holding = true
+		d.held[r] = struct{}{}
+		return
+	}
+	d.inflight--
+	d.release(r.lane)
+}
+
+// finished handles a handler's return (or a run that never started its
+// handler because shutdown or cancellation came first).
+func (d *dispatcher) finished(m msgDone) {
+	r := m.run
+	if m.notStarted {
+		d.settleReservations(r, time.Time{})
+	}
+	if r.ended {
+		// Decided at its deadline or grace: a late result is discarded.
+		if r.holding {
+			r.holding = false
+			delete(d.held, r)
+			d.inflight--
+			d.release(r.lane)
+		}
+		r.cancel(nil)
+		return
+	}
+	d.conclude(r, ending{returned: true, err: m.err, result: m.result, cancelled: r.cancelled,
+		shutdown: errors.Is(r.cause, ErrShutdown), at: m.end})
+}
+
+// heartbeat records that r's handler is alive, at most once a second.
+func (d *dispatcher) heartbeat(r *run) {
+	now := d.now().UnixNano()
+	last := r.lastBeat.Load()
+	if now-last < int64(time.Second) || !r.lastBeat.CompareAndSwap(last, now) {
+		return
+	}
+	d.in.Push(msgHeartbeat{run: r})
+}

@@ -1,0 +1,69 @@
+package runcue
+
+// Task registrations as the dispatcher sees them: per task its cap, its
+// services, its base lane and its metric attributes, refreshed from the
+// Cue's registry (msgRegistry).
+
+import "go.opentelemetry.io/otel/metric"
+
+type taskRT struct {
+	name     string
+	def      *Task
+	cap      *resource
+	services []*resource
+	base     *lane // the lane of units without keyed services
+	retry    RetryPolicy
+	// attrs and byOutcome are the task's metric attributes, built once.
+	attrs     metric.MeasurementOption
+	byOutcome map[string]metric.MeasurementOption
+}
+
+func (rt *taskRT) outcomeAttrs(outcome string) metric.MeasurementOption {
+	o, ok := rt.byOutcome[outcome]
+	if !ok {
+		o = taskOutcome(rt.name, outcome)
+		rt.byOutcome[outcome] = o
+	}
+	return o
+}
+
+// refreshRegistry brings the dispatcher's view of tasks and services up to
+// date with the Cue's registrations, and adopts orphans whose task type is
+// now registered. The caller holds c.mu.
+func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[string]*Task) {
+	now := d.now()
+	for name, s := range services {
+		d.regs[name] = s
+	}
+	for name, s := range services {
+		if _, ok := d.services[name]; !ok {
+			d.services[name] = d.newServiceResource(name, name, s, now)
+		}
+	}
+	for name, t := range tasks {
+		if _, ok := d.tasks[name]; ok {
+			continue
+		}
+		rt := &taskRT{name: name, def: t, cap: newResource("task "+name, "", t.MaxConcurrent), retry: t.Retry.withDefaults(),
+			attrs: taskAttr(name), byOutcome: map[string]metric.MeasurementOption{}}
+		for _, s := range t.Services {
+			rt.services = append(rt.services, d.services[s])
+		}
+		d.tasks[name] = rt
+		rt.base = d.laneFor(rt, nil, nil)
+		if orphans := d.orphans[name]; orphans != nil {
+			delete(d.orphans, name)
+			var withDeps []*unit
+			for _, u := range orphans {
+				d.deriveKeys(u, rt)
+				d.units[u.id] = u
+				if len(u.deps) > 0 {
+					withDeps = append(withDeps, u)
+				} else {
+					d.makeEligible(u)
+				}
+			}
+			d.resolveDeps(withDeps)
+		}
+	}
+}

@@ -1,0 +1,133 @@
+package runcue
+
+// Time and timers of the dispatcher: its scheduling timeline (monotonic)
+// against the wall clock, and the timer heap that wakes it for due units,
+// deadlines, graces, retention passes and the other timed work. Owned by
+// the dispatcher goroutine (now and wall are safe anywhere).
+
+import "time"
+
+type timerKind uint8
+
+const (
+	tUnitDue     timerKind = iota
+	tDeadline              // a run's timeout
+	tGrace                 // a cancelled run's grace period ends
+	tPrune                 // time for a retention pass
+	tResource              // a resource may have room again
+	tStatus                // a coalesced service_status is due
+	tEvict                 // a keyed service may be idle
+	tDepDeadline           // a unit's DependencyTimeout
+	tRecheck               // ask DependencySatisfied again
+	tFeed                  // call Feed again
+	tProgress              // a run's throttled progress is due
+	tQueueStatus           // time for a queue_status event
+)
+
+type timerEntry struct {
+	at   time.Time
+	n    uint64 // tie-break: insertion order
+	kind timerKind
+	u    *unit
+	gen  uint64
+	r    *run
+	res  *resource
+	idx  int
+}
+
+func (d *dispatcher) pushTimer(e *timerEntry) {
+	d.timerN++
+	e.n = d.timerN
+	d.timers.Push(e)
+}
+
+// dropTimer removes e from the timer heap if it is still there.
+func (d *dispatcher) dropTimer(e *timerEntry) {
+	if e != nil && e.idx >= 0 && e.idx < d.timers.Len() && d.timers.Items()[e.idx] == e {
+		d.timers.Remove(e.idx)
+	}
+}
+
+// fireTimers handles the timers that are due. Timer entries are on the
+// monotonic timeline (d.now); what the handlers record is wall-clock time.
+func (d *dispatcher) fireTimers() {
+	now, wall := d.now(), d.wall()
+	for d.timers.Len() > 0 && !d.timers.Peek().at.After(now) {
+		e := d.timers.Pop()
+		switch e.kind {
+		case tUnitDue:
+			if e.u.state == uWaiting && e.gen == e.u.timerGen {
+				e.u.runAt = time.Time{}
+				d.makeEligible(e.u)
+			}
+		case tDeadline:
+			switch r := e.r; {
+			case r.ended:
+			case r.cancelled != nil:
+				d.conclude(r, ending{err: ErrCancelled, cancelled: r.cancelled, at: wall})
+			default:
+				// It fails at its deadline whether or not its handler
+				// ever returns.
+				r.cause = ErrTimeout
+				r.cancel(ErrTimeout)
+				d.conclude(r, ending{err: timeoutError(r), at: wall})
+			}
+		case tGrace:
+			if r := e.r; !r.ended {
+				d.conclude(r, ending{err: ErrCancelled, cancelled: r.cancelled, at: wall})
+			}
+		case tPrune:
+			d.prune(wall)
+		case tResource:
+			if e.at.Equal(e.res.timerAt) {
+				e.res.timerAt = time.Time{}
+				d.markStatus(e.res)
+				d.wake(e.res)
+			}
+		case tStatus:
+			e.res.statusTimer = false
+			d.markStatus(e.res)
+		case tEvict:
+			d.maybeEvict(e.res)
+		case tDepDeadline:
+			d.dependencyTimeout(e.u, wall)
+		case tRecheck:
+			if d.units[e.u.id] == e.u && e.u.state == uChecking && !e.u.checking {
+				d.requestCheck(e.u)
+			}
+		case tFeed:
+			d.feedWait = false
+		case tProgress:
+			d.emitProgress(e.r)
+		case tQueueStatus:
+			d.queueStatus()
+		}
+	}
+}
+
+// now returns the current instant on the dispatcher's scheduling timeline:
+// the clock's monotonic reading, as a time.Time that read as the wall clock
+// when the dispatcher started. Every duration the dispatcher measures
+// (timers, rate windows, circuit cooldowns, holds) is on this timeline, so
+// a step of the wall clock changes none of them. It is safe to call from
+// any goroutine.
+func (d *dispatcher) now() time.Time { return d.monoBase.Add(d.clock.Monotonic()) }
+
+// wall returns the wall-clock time: what is stored and reported.
+func (d *dispatcher) wall() time.Time { return d.clock.Now() }
+
+// toWall converts an instant of the scheduling timeline to the wall clock
+// as it reads now; fromWall converts back. The zero time stays zero.
+func (d *dispatcher) toWall(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return d.wall().Add(t.Sub(d.now()))
+}
+
+func (d *dispatcher) fromWall(t time.Time) time.Time {
+	if t.IsZero() {
+		return t
+	}
+	return d.now().Add(t.Sub(d.wall()))
+}

@@ -1,0 +1,301 @@
+package runcue
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/runcue/runcue/store"
+)
+
+// The unit index: queued, waiting and blocked units of registered tasks
+// (d.units), orphans of unregistered ones (d.orphans), and how units come
+// in (this Cue's inserts, other processes' commits, recovery) and leave.
+// Owned by the dispatcher goroutine.
+
+// unit states inside the dispatcher.
+const (
+	uWaiting  = iota // until runAt (timer heap)
+	uReady           // in its lane
+	uRunning         //
+	uOrphan          // task type not registered here
+	uBlocked         // waiting for dependencies to complete
+	uChecking        // dependencies complete, DependencySatisfied not yet true
+)
+
+type unit struct {
+	id        string
+	seq       int64
+	task      string
+	target    string
+	params    []byte
+	hasParams bool
+	runs      int
+	failures  int
+	deferrals int
+	runAt     time.Time
+	timeout   time.Duration
+	retry     *RetryPolicy // the submission's own policy, if any
+	keys      []string     // keyed services, sorted
+	keyErr    error        // deriving keys failed: the run fails with it
+	createdAt time.Time
+	deps      []string  // dependencies
+	pending   int       // dependencies not yet completed
+	depsBy    time.Time // DependencyDeadline
+	checking  bool      // a DependencySatisfied check is in flight
+	why       string    // why runAt is set: "backoff", "retry_after", "run_at"
+	trace     []byte    // the submitter's trace context
+	readyAt   time.Time // when it last became eligible
+	state     int
+	lane      *lane
+	laneIdx   int // position in lane heap
+	timerGen  uint64
+	// due, depTimer and recheck are u's entries on the timer heap (its
+	// runAt, its DependencyDeadline, its next DependencySatisfied check),
+	// removed when u is forgotten so that no timer keeps it reachable.
+	due, depTimer, recheck *timerEntry
+}
+
+// maxParamBytes bounds the parameters kept in memory for queued units;
+// beyond it, a unit's parameters are read from the store when it runs.
+const maxParamBytes = 64 << 20
+
+// addUnits indexes queued units not yet known, then files each where it
+// belongs: waiting for its dependencies, on the timer heap, or in its lane.
+// Every unit is indexed before any unit's dependencies are looked at, so a
+// dependency later in the same batch is known as queued (see resolveDeps).
+func (d *dispatcher) addUnits(sus []*store.Unit, keepParams bool) {
+	units := make([]*unit, 0, len(sus))
+	for _, su := range sus {
+		if u := d.index(su, keepParams); u != nil {
+			units = append(units, u)
+		}
+	}
+	d.file(units)
+}
+
+// file sends newly indexed units on: to wait for their dependencies, or to
+// eligibility.
+func (d *dispatcher) file(units []*unit) {
+	var withDeps []*unit
+	for _, u := range units {
+		if len(u.deps) > 0 {
+			withDeps = append(withDeps, u)
+		} else {
+			d.makeEligible(u)
+		}
+	}
+	d.resolveDeps(withDeps)
+}
+
+// index records a queued unit, unless it is already known. It returns nil
+// for a known unit and for an orphan (its task type is not registered
+// here), which is kept apart until its task is.
+func (d *dispatcher) index(su *store.Unit, keepParams bool) *unit {
+	if _, ok := d.units[su.ID]; ok {
+		return nil
+	}
+	if o := d.orphans[su.Task]; o != nil && o[su.ID] != nil {
+		return nil
+	}
+	u := &unit{id: su.ID, seq: su.Seq, task: su.Task, target: su.Target, params: su.Params, hasParams: true,
+		runs: su.Runs, failures: su.Failures, deferrals: su.Deferrals, runAt: su.RunAt, timeout: su.Timeout, laneIdx: -1,
+		createdAt: su.CreatedAt, deps: su.DependsOn, depsBy: su.DependencyDeadline, trace: su.Trace}
+	switch {
+	case su.RunAt.IsZero():
+	case su.ErrorKind == "retry_after":
+		u.why = "retry_after"
+	case su.Failures > 0:
+		u.why = "backoff"
+	default:
+		u.why = "run_at"
+	}
+	if (u.why == "retry_after" || u.why == "backoff") && !su.StartedAt.IsZero() {
+		// A retry time runcue chose is a hold that began after the last
+		// run started: if the wall clock was set back since, the stored
+		// instant lies further away than the hold was long. It never lasts
+		// longer from now than it could have from that start. (A RunAt the
+		// submitter chose keeps its wall-clock meaning.)
+		if bound := d.wall().Add(su.RunAt.Sub(su.StartedAt)); u.runAt.After(bound) {
+			u.runAt = bound
+		}
+	}
+	if len(su.Retry) > 0 {
+		if p, err := decodeRetry(su.Retry); err == nil {
+			u.retry = &p
+		} else {
+			d.c.log.Warn("runcue: ignoring a unit's unreadable retry policy", "work_id", su.ID, "error", err)
+		}
+	}
+	rt, ok := d.tasks[u.task]
+	if !ok {
+		u.state = uOrphan
+		o := d.orphans[u.task]
+		if o == nil {
+			o = make(map[string]*unit)
+			d.orphans[u.task] = o
+			d.c.log.Warn("runcue: queued units have a task type not registered here; they stay queued", "task_type", u.task)
+		}
+		o[u.id] = u
+		return nil
+	}
+	d.deriveKeys(u, rt)
+	if keepParams && d.paramBytes+len(u.params) <= maxParamBytes {
+		d.paramBytes += len(u.params)
+	} else {
+		u.params, u.hasParams = nil, false // read again when it runs
+	}
+	d.units[u.id] = u
+	return u
+}
+
+// makeEligible puts u in its lane, or on the timer heap until its runAt.
+func (d *dispatcher) makeEligible(u *unit) {
+	if wall := d.wall(); u.runAt.After(wall) {
+		// runAt is a wall-clock instant: it keeps its meaning as the wall
+		// clock reads now, and the wait it implies is measured from now on
+		// the monotonic clock.
+		u.state = uWaiting
+		u.timerGen++
+		d.dropTimer(u.due)
+		u.due = &timerEntry{at: d.now().Add(u.runAt.Sub(wall)), kind: tUnitDue, u: u, gen: u.timerGen}
+		d.pushTimer(u.due)
+		return
+	}
+	u.state = uReady
+	u.readyAt = d.now()
+	rt := d.tasks[u.task]
+	l := rt.base
+	if len(u.keys) > 0 || u.keyErr != nil {
+		l = d.laneFor(rt, u.keys, u.keyErr)
+	}
+	u.lane = l
+	l.units.Push(u)
+	d.laneChanged(l)
+}
+
+// laneChanged re-files l after its units changed.
+func (d *dispatcher) laneChanged(l *lane) {
+	switch {
+	case l.units.Len() == 0:
+		if l.inReady {
+			d.ready.Remove(l.idx)
+			l.inReady = false
+		} else if l.parkedOn != nil {
+			l.parkedOn.waiters.Remove(l.idx)
+			l.parkedOn = nil
+		}
+		d.maybeDropLane(l)
+	case l.inReady:
+		d.ready.Fix(l.idx)
+	case l.parkedOn != nil:
+		l.parkedOn.waiters.Fix(l.idx)
+	default:
+		l.inReady = true
+		d.ready.Push(l)
+	}
+}
+
+func (d *dispatcher) removeQueued(u *unit) {
+	switch u.state {
+	case uReady:
+		l := u.lane
+		l.units.Remove(u.laneIdx)
+		d.laneChanged(l)
+	case uWaiting:
+		u.timerGen++ // its timer entry is now stale
+	case uBlocked, uChecking:
+		// Its entries in d.dependents and the timer heap are now stale.
+	case uOrphan:
+		delete(d.orphans[u.task], u.id)
+		return
+	}
+	d.forget(u)
+}
+
+func (d *dispatcher) forget(u *unit) {
+	if u.hasParams {
+		d.paramBytes -= len(u.params)
+		u.params, u.hasParams = nil, false
+	}
+	delete(d.units, u.id)
+	delete(d.scores, u.id)
+	d.dropTimer(u.due)
+	d.dropTimer(u.depTimer)
+	d.dropTimer(u.recheck)
+	u.due, u.depTimer, u.recheck = nil, nil, nil
+}
+
+// external applies changes committed by other processes.
+func (d *dispatcher) external(evs []store.Event) {
+	var load []string
+	for _, ev := range evs {
+		switch ev.Type {
+		case string(EventWorkQueued):
+			if _, known := d.units[ev.WorkID]; !known {
+				load = append(load, ev.WorkID)
+			}
+		case string(EventWorkCancelled), string(EventWorkFailed):
+			d.applyEnded([]store.Event{ev})
+		case store.EventWorkCancelRequested:
+			if r := d.runs[ev.WorkID]; r != nil {
+				var data struct {
+					Cascade bool   `json:"cascade"`
+					Reason  string `json:"reason"`
+				}
+				_ = json.Unmarshal(ev.Data, &data)
+				d.cancelRun(r, CancelOptions{Cascade: data.Cascade, Reason: data.Reason})
+			}
+		case string(EventServiceChanged):
+			var data struct {
+				Service string `json:"service"`
+			}
+			if json.Unmarshal(ev.Data, &data) == nil {
+				d.reloadService(data.Service)
+			}
+		}
+	}
+	if len(load) == 0 {
+		return
+	}
+	units, err := d.c.st.ListUnits(context.Background(), store.ListFilter{IDs: load, States: []store.State{store.Queued}, Limit: len(load)})
+	if err != nil {
+		d.c.log.Error("runcue: load units submitted by another process", "units", len(load), "error", err)
+		return
+	}
+	d.addUnits(units, true)
+}
+
+// applyEnded drops from memory the queued units that events report ended
+// (cancelled, or failed by the store because a dependency died). Events
+// about running units, or failures that will retry, are skipped.
+func (d *dispatcher) applyEnded(evs []store.Event) {
+	for _, ev := range evs {
+		if ev.Type != string(EventWorkCancelled) && ev.Type != string(EventWorkFailed) {
+			continue
+		}
+		if ev.Type == string(EventWorkFailed) && eventFrom(&ev).WillRetry {
+			continue
+		}
+		if _, finishing := d.finishing[ev.WorkID]; !finishing {
+			// Ended by another process or with another unit: the store
+			// failed its dependents in the same transaction, and their own
+			// events remove them.
+			delete(d.dependents, ev.WorkID)
+		}
+		if u, ok := d.units[ev.WorkID]; ok && u.state != uRunning {
+			d.removeQueued(u)
+		} else if o := d.orphans[ev.Task]; o != nil {
+			delete(o, ev.WorkID)
+		}
+	}
+}
+
+func (d *dispatcher) requeueLocal(u *unit, at time.Time) {
+	u.runAt = at
+	if d.stopping {
+		d.forget(u) // it stays queued in the store for the next run
+		return
+	}
+	d.makeEligible(u)
+}
