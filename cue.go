@@ -247,6 +247,7 @@ func (c *Cue) Start(ctx context.Context) error {
 	d := newDispatcher(c, owner, own, stored)
 	c.disp.Store(d) // from here on, commits reach d's inbox
 	if err := d.recover(ctx); err != nil {
+		d.keys.stop()
 		c.disp.Store(nil)
 		own.Release()
 		return err

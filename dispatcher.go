@@ -78,6 +78,9 @@ type dispatcher struct {
 	auxCtx     context.Context // cancelled at exit, for Feed calls
 	auxCancel  context.CancelFunc
 
+	// keys calls ServiceKeys callbacks with a timeout.
+	keys keysCaller
+
 	scores   map[string]scoreEntry // priority scores, by unit
 	scoring  bool                  // a scoring pass is still running
 	overruns int                   // consecutive scoring passes that overran
@@ -215,6 +218,7 @@ func (d *dispatcher) exit() {
 	close(d.auxStop)
 	d.auxCancel()
 	d.aux.Wait()
+	d.keys.stop()
 	for _, ch := range d.drains {
 		ch <- drainReply{stopped: true}
 	}

@@ -310,3 +310,28 @@ func TestMaxPayload(t *testing.T) {
 	assert.Contains(t, big.Error, "exceeds Config.MaxPayload")
 	assert.Empty(t, big.Result)
 }
+
+// TestServiceKeysTimeout: a ServiceKeys callback that hangs costs its unit
+// (failed, with the reason counted and logged), not the dispatcher: other
+// units are keyed and run meanwhile.
+func TestServiceKeysTimeout(t *testing.T) {
+	e := newEnv(t, runcue.Config{CallbackTimeout: 20 * time.Millisecond})
+	release := make(chan struct{})
+	defer close(release)
+	require.NoError(t, e.c.Service("host", runcue.Service{MaxConcurrent: 1}))
+	require.NoError(t, e.c.Task("get", runcue.Task{Handler: noop, Retry: runcue.RetryPolicy{MaxAttempts: 1},
+		ServiceKeys: func(w *runcue.Work) []string {
+			if w.Target == "stuck" {
+				<-release
+			}
+			return []string{"host:" + w.Target}
+		}}))
+	e.start()
+	stuck := e.submit("get", func(s *runcue.Submission) { s.Target = "stuck" })
+	fine := e.submit("get", func(s *runcue.Submission) { s.Target = "fine" })
+	assert.Equal(t, runcue.StateCompleted, e.wait(fine).State, "the loop went on")
+	wi := e.wait(stuck)
+	assert.Equal(t, runcue.StateFailed, wi.State)
+	assert.Contains(t, wi.Error, "ServiceKeys did not return within 20ms")
+	assert.Contains(t, e.logs.String(), "callback=service_keys reason=timeout")
+}
