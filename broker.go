@@ -397,21 +397,51 @@ func (d *dispatcher) checkKeys(keys []string) error {
 // it might (zero: when something happens). probe reports that the dispatch
 // would be r's half-open probe.
 func (d *dispatcher) check(r *resource, now time.Time) (ok bool, until time.Time, probe bool) {
-	switch {
-	case r.paused:
-		return false, time.Time{}, false
-	case r.blockedUntil.After(now):
-		return false, r.blockedUntil, false
-	case r.limit > 0 && r.active >= r.limit:
-		return false, time.Time{}, false
-	case r.window != nil && !r.window.Allow(now):
-		return false, r.window.NextFree(now), false
-	case r.circuit != nil:
+	if r.window != nil {
+		r.window.Expire(now)
+	}
+	if rf, refused := r.refusal(now); refused {
+		return false, rf.until, false
+	}
+	if r.circuit != nil {
+		// Not refused: a circuit whose open time is over turns half-open
+		// here, and this dispatch is its probe.
 		ok, until, probe = r.circuit.Allow(now)
 		d.noteCircuit(r)
 		return ok, until, probe
 	}
 	return true, time.Time{}, false
+}
+
+// refusal says why r refuses a dispatch at now, if it does, and until when
+// (zero: until something happens, such as a run ending, a resume or a
+// start). It is the one statement of that rule: admission (check), Explain
+// and status all read it. It changes nothing.
+type refusal struct {
+	kind  ReasonKind
+	until time.Time
+}
+
+func (r *resource) refusal(now time.Time) (refusal, bool) {
+	c := r.circuit
+	switch {
+	case r.paused:
+		return refusal{kind: ReasonPaused}, true
+	case r.blockedUntil.After(now):
+		return refusal{kind: ReasonServiceRetryAfter, until: r.blockedUntil}, true
+	case c != nil && c.State == broker.Open && now.Before(c.Until):
+		return refusal{kind: ReasonCircuitOpen, until: c.Until}, true
+	case c != nil && c.Probing && (c.State == broker.HalfOpen || c.State == broker.Open):
+		return refusal{kind: ReasonCircuitProbe}, true
+	case r.limit > 0 && r.active >= r.limit:
+		if r.class == "" {
+			return refusal{kind: ReasonTaskCap}, true
+		}
+		return refusal{kind: ReasonServiceBusy}, true
+	case r.window != nil && !r.window.Allow(now):
+		return refusal{kind: ReasonRateLimited, until: r.window.NextFree(now)}, true
+	}
+	return refusal{}, false
 }
 
 // admit checks every resource of l; it returns the first that refuses.
@@ -707,32 +737,20 @@ func (d *dispatcher) statusOf(r *resource, now time.Time) ServiceStatus {
 // nextCapacity is when r may next admit a dispatch: zero if it may now or
 // will only when something else happens (a run ends, a resume).
 func (d *dispatcher) nextCapacity(r *resource, now time.Time) time.Time {
+	// Step through the refusals forward in time: each says until when it
+	// holds; the first instant none holds is the answer.
 	next := now
-	if r.paused || (r.limit > 0 && r.active >= r.limit) {
-		return time.Time{}
-	}
-	if r.blockedUntil.After(next) {
-		next = r.blockedUntil
-	}
-	if r.window != nil {
-		t := r.window.NextFree(next)
-		if t.IsZero() {
-			return time.Time{} // reservations fill it: a place frees when one starts
+	for range 8 {
+		rf, refused := r.refusal(next)
+		switch {
+		case !refused:
+			return next
+		case rf.until.IsZero() || !rf.until.After(next):
+			return time.Time{}
 		}
-		if t.After(next) {
-			next = t
-		}
+		next = rf.until
 	}
-	if r.circuit != nil && r.circuit.State == broker.Open && r.circuit.Until.After(next) {
-		next = r.circuit.Until
-	}
-	if r.circuit != nil && r.circuit.State == broker.HalfOpen && r.circuit.Probing {
-		return time.Time{}
-	}
-	if next.Equal(now) {
-		return now
-	}
-	return next
+	return time.Time{}
 }
 
 // statusAll reports every registered service, with its keyed instances

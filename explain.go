@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/store"
 )
 
@@ -224,31 +223,30 @@ func (d *dispatcher) explain(id string) Explanation {
 	return ex
 }
 
-// resourceReason says why r refuses a dispatch now, if it does. It reads
-// r's state without changing it.
+// resourceReason says why r refuses a dispatch now, if it does: its
+// refusal, in words.
 func (d *dispatcher) resourceReason(r *resource, now time.Time) (Reason, bool) {
-	name := r.name
-	switch {
-	case r.class == "" && r.limit > 0 && r.active >= r.limit:
-		return Reason{Kind: ReasonTaskCap, Detail: fmt.Sprintf("%d units of the task are running, its MaxConcurrent", r.active)}, true
-	case r.class == "":
+	rf, refused := r.refusal(now)
+	if !refused || (r.class == "" && rf.kind != ReasonTaskCap) {
 		return Reason{}, false
-	case r.paused:
-		return Reason{Kind: ReasonPaused, Service: name, Detail: name + " is paused"}, true
-	case r.blockedUntil.After(now):
-		return Reason{Kind: ReasonServiceRetryAfter, Service: name, Until: r.blockedUntil,
-			Detail: name + " asked to wait (Retry-After)"}, true
-	case r.circuit != nil && r.circuit.State == broker.Open && now.Before(r.circuit.Until):
-		return Reason{Kind: ReasonCircuitOpen, Service: name, Until: r.circuit.Until,
-			Detail: fmt.Sprintf("%s's circuit is open after %d consecutive failures", name, r.circuit.Threshold)}, true
-	case r.circuit != nil && r.circuit.State == broker.HalfOpen && r.circuit.Probing:
-		return Reason{Kind: ReasonCircuitProbe, Service: name, Detail: name + "'s circuit is half-open; its probe is running"}, true
-	case r.limit > 0 && r.active >= r.limit:
-		return Reason{Kind: ReasonServiceBusy, Service: name,
-			Detail: fmt.Sprintf("%s has %d of %d slots in use", name, r.active, r.limit)}, true
-	case r.window != nil && !r.window.Allow(now):
-		return Reason{Kind: ReasonRateLimited, Service: name, Until: r.window.NextFree(now),
-			Detail: fmt.Sprintf("%s's rate window is full (%d per %v)", name, r.window.Limit(), r.window.Length())}, true
 	}
-	return Reason{}, false
+	name := r.name
+	reason := Reason{Kind: rf.kind, Service: name, Until: rf.until}
+	switch rf.kind {
+	case ReasonTaskCap:
+		reason.Service, reason.Detail = "", fmt.Sprintf("%d units of the task are running, its MaxConcurrent", r.active)
+	case ReasonPaused:
+		reason.Detail = name + " is paused"
+	case ReasonServiceRetryAfter:
+		reason.Detail = name + " asked to wait (Retry-After)"
+	case ReasonCircuitOpen:
+		reason.Detail = fmt.Sprintf("%s's circuit is open after %d consecutive failures", name, r.circuit.Threshold)
+	case ReasonCircuitProbe:
+		reason.Detail = name + "'s circuit is half-open; its probe is running"
+	case ReasonServiceBusy:
+		reason.Detail = fmt.Sprintf("%s has %d of %d slots in use", name, r.active, r.limit)
+	case ReasonRateLimited:
+		reason.Detail = fmt.Sprintf("%s's rate window is full (%d per %v)", name, r.window.Limit(), r.window.Length())
+	}
+	return reason, true
 }

@@ -37,6 +37,10 @@ func TestWindowSliding(t *testing.T) {
 	if w.Count(at(100)) != 0 {
 		t.Fatal("everything expires")
 	}
+	if _, ok := w.Last(); !ok {
+		t.Fatal("a query drops nothing")
+	}
+	w.Expire(at(100))
 	if _, ok := w.Last(); ok {
 		t.Fatal("empty window has no last entry")
 	}
@@ -148,6 +152,20 @@ func TestCircuitStatesAreStable(t *testing.T) {
 	got := []string{string(Closed), string(Open), string(HalfOpen)}
 	if !slices.Equal(got, []string{"closed", "open", "half_open"}) {
 		t.Fatal(got)
+	}
+}
+
+// TestWindowQueriesChangeNothing: asking about a future instant (when does
+// a place free?) must not drop entries that are in the window now.
+func TestWindowQueriesChangeNothing(t *testing.T) {
+	w := NewWindow(2, time.Second)
+	w.Add(t0)
+	w.Add(t0.Add(500 * time.Millisecond))
+	if !w.NextFree(t0.Add(5*time.Second)).Equal(t0.Add(5*time.Second)) || w.Count(t0.Add(5*time.Second)) != 0 {
+		t.Fatal("in 5s the window is empty")
+	}
+	if w.Allow(t0.Add(600 * time.Millisecond)) {
+		t.Fatal("a query about the future dropped entries that count now")
 	}
 }
 

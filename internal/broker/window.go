@@ -3,7 +3,10 @@
 // caller passes the time, so the logic is tested without sleeping.
 package broker
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // Window is an exact sliding log of start instants: at most Limit starts
 // lie within any interval of length Length.
@@ -19,7 +22,10 @@ import "time"
 // leaves the window at t+Length.
 //
 // Its memory follows its entries: at most about twice the entries in it,
-// whatever Limit is. A Window is not safe for concurrent use.
+// whatever Limit is. Queries (Count, Used, Allow, NextFree) change nothing
+// and may ask about any instant, the future included; entries that have
+// left the window are dropped by Expire, and by Add and Commit, which are
+// given the present. A Window is not safe for concurrent use.
 type Window struct {
 	limit   int
 	length  time.Duration
@@ -37,7 +43,9 @@ func NewWindow(limit int, length time.Duration) *Window {
 func (w *Window) Limit() int            { return w.limit }
 func (w *Window) Length() time.Duration { return w.length }
 
-func (w *Window) expire(now time.Time) {
+// Expire drops the entries that left the window by now. now must not be
+// ahead of the present: an entry dropped is gone for every later query.
+func (w *Window) Expire(now time.Time) {
 	cut := now.UnixNano() - int64(w.length)
 	for w.head < len(w.ts) && w.ts[w.head] <= cut {
 		w.head++
@@ -54,11 +62,17 @@ func (w *Window) expire(now time.Time) {
 	}
 }
 
-// Count returns the entries in the window ending at now (reservations
+// first returns the index of the first entry still in the window at t.
+func (w *Window) first(t time.Time) int {
+	cut := t.UnixNano() - int64(w.length)
+	live := w.ts[w.head:]
+	return w.head + sort.Search(len(live), func(i int) bool { return live[i] > cut })
+}
+
+// Count returns the entries in the window ending at t (reservations
 // aside).
-func (w *Window) Count(now time.Time) int {
-	w.expire(now)
-	return len(w.ts) - w.head
+func (w *Window) Count(t time.Time) int {
+	return len(w.ts) - w.first(t)
 }
 
 // Pending returns the reservations not yet committed or released.
@@ -83,10 +97,11 @@ func (w *Window) NextFree(now time.Time) time.Time {
 		return now
 	}
 	need := used - w.limit + 1
-	if need > len(w.ts)-w.head {
+	i := w.first(now)
+	if need > len(w.ts)-i {
 		return time.Time{}
 	}
-	return time.Unix(0, w.ts[w.head+need-1]+int64(w.length))
+	return time.Unix(0, w.ts[i+need-1]+int64(w.length))
 }
 
 // Reserve takes a place for a dispatch decided now (callers check Allow
@@ -111,6 +126,7 @@ func (w *Window) Release() {
 // Add logs a start at t, in order among the entries (starts reported out
 // of order are placed where they belong).
 func (w *Window) Add(t time.Time) {
+	w.Expire(t)
 	v := t.UnixNano()
 	i := len(w.ts)
 	for i > w.head && w.ts[i-1] > v {
