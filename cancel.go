@@ -46,8 +46,7 @@ func (c *Cue) Cancel(ctx context.Context, id string, opts CancelOptions) error {
 			// The dispatcher stopped before handling it: cancel in the store.
 		}
 	}
-	res, err := c.w.Do(ctx, &store.Cancel{ID: id, At: c.clock.Now(), Reason: opts.Reason, Cascade: opts.Cascade,
-		RequestIfRunning: true})
+	res, err := c.w.Do(ctx, &store.Cancel{ID: id, At: c.clock.Now(), Reason: opts.Reason, Cascade: opts.Cascade})
 	if err != nil {
 		return wrapStoreErr(err)
 	}
@@ -82,7 +81,7 @@ func (d *dispatcher) cancelUnit(id string, opts CancelOptions, errc chan error) 
 			}
 		}
 	}
-	op := &store.Cancel{ID: id, At: d.wall(), Reason: opts.Reason, Cascade: opts.Cascade, RequestIfRunning: true}
+	op := &store.Cancel{ID: id, At: d.wall(), Reason: opts.Reason, Cascade: opts.Cascade}
 	if u != nil {
 		// It cannot be dispatched while the cancel commits, and its
 		// dependents wait for the commit, as for a Finish.

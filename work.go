@@ -226,7 +226,7 @@ func (c *Cue) SubmitBatch(ctx context.Context, subs []Submission) ([]Submitted, 
 		u.Trace = trace
 		units[i] = u
 	}
-	op := &store.Insert{Units: units, At: now, FailOnDeadDependency: true,
+	op := &store.Insert{Units: units, At: now,
 		MaxQueued: c.cfg.MaxQueued, DropOldest: c.cfg.Overflow == OverflowDropOldest}
 	if c.cfg.FailedDuplicates == ResubmitFailedDuplicates {
 		op.OnFailedDuplicate = store.ResubmitFailedDuplicate

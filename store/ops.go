@@ -31,17 +31,15 @@ const (
 // and so is every unit of the batch that depends on it, directly or not
 // (Refused matching ErrDependencyRefused); the rest of the batch is stored.
 // Any other failure (an unknown dependency, a cycle, a duplicate ID)
-// fails the whole op. DependsOn may name units of the
-// same Insert that come before or after; an unknown dependency fails the op
-// with ErrUnknownDependency, a cycle with a *CycleError. A unit whose
-// dependency is already failed or cancelled is stored and, when
-// FailOnDeadDependency is set, failed at once with the ErrorKind
-// "prerequisite_failed" or "prerequisite_cancelled".
+// fails the whole op. DependsOn may name units of the same Insert that
+// come before or after; an unknown dependency fails the op with
+// ErrUnknownDependency, a cycle with a *CycleError. A unit whose dependency
+// is already failed or cancelled is stored and failed at once with the
+// ErrorKind "prerequisite_failed" or "prerequisite_cancelled".
 type Insert struct {
-	Units                []*Unit
-	At                   time.Time
-	OnFailedDuplicate    DuplicatePolicy
-	FailOnDeadDependency bool
+	Units             []*Unit
+	At                time.Time
+	OnFailedDuplicate DuplicatePolicy
 	// MaxQueued, when positive, bounds the queued units after the insert.
 	// When the insert would exceed it, the op fails with ErrBackpressure,
 	// or, with DropOldest, cancels the oldest queued units (reason
@@ -122,18 +120,16 @@ type Recover struct {
 }
 
 // Cancel cancels a unit. A queued unit becomes cancelled at once (Applied),
-// with Events (default: one work_cancelled). A running unit, when
-// RequestIfRunning is true (for a process that does not own it), gets
+// with Events (default: one work_cancelled). A running unit gets
 // CancelRequested set and a work_cancel_requested event, which tells its
-// owner. Result.State reports the state found. Dependents of a cancelled unit
+// owner (another process, or this one for a run it does not hold). Result.State reports the state found. Dependents of a cancelled unit
 // are handled as for Finish with Propagate.
 type Cancel struct {
-	ID               string
-	At               time.Time
-	Reason           string
-	Cascade          bool
-	RequestIfRunning bool
-	Events           []Event
+	ID      string
+	At      time.Time
+	Reason  string
+	Cascade bool
+	Events  []Event
 }
 
 // Requeue moves failed units back to queued with a fresh retry budget.

@@ -1,15 +1,36 @@
 // Package store defines the persistence contract runcue's Cue is built on:
 // the records it keeps and the Store interface a backend implements.
 //
+// This interface is not stable: it changes with runcue's needs, without
+// notice in minor versions. Implement it outside this module only if you
+// are ready to follow it; package store/storetest is the conformance suite
+// every backend must pass, and package store/sqlite is the reference
+// backend.
+//
 // The interface is shaped for group commit: a Cue collects the mutations of
 // many goroutines (submits, dispatches, completions) and hands them to Apply
-// as one ordered batch, which the backend runs in a single transaction. A
-// backend that can run a batch atomically (SQLite, PostgreSQL) can serve a
-// Cue; package store/storetest holds the conformance suite every backend must
-// pass, and package store/sqlite is the reference backend.
+// as one ordered batch, which the backend runs in a single transaction.
 //
-// Times are stored with nanosecond precision. The zero time.Time means "not
-// set" everywhere.
+// What a backend guarantees:
+//
+//   - Atomicity per op, in one transaction per batch. Apply runs the ops in
+//     order; an op that fails on its own is rolled back alone (Result.Err)
+//     and the others stand; an error from Apply means nothing of the batch
+//     was stored. Every rule an op states (idempotency, dependency failure
+//     propagation, the queued count, MaxQueued) holds inside the op's
+//     transaction, so it holds across processes.
+//   - Event sequence numbers are assigned at commit, strictly increasing
+//     and contiguous in commit order, and never reused for the database's
+//     whole life (pruning deletes old events; it never renumbers). A gap in
+//     what EventsAfter returns therefore means retention deleted events.
+//   - Ownership: Acquire succeeds for one holder at a time, across
+//     processes, and ownership ends when released or when its process dies
+//     (a new holder may then requeue what the old one left running).
+//   - Concurrency: Apply and Changed are called by one goroutine at a time
+//     (the Cue's writer); every other method may be called by any number of
+//     goroutines at once, in this process and in others, while Apply runs.
+//   - Times are stored with nanosecond precision. The zero time.Time means
+//     "not set" everywhere.
 package store
 
 import (

@@ -404,7 +404,7 @@ outer:
 		u.State = store.Queued
 		var finished int64
 		var errMsg, errKind any = nil, nil
-		if deadKind != "" && op.FailOnDeadDependency {
+		if deadKind != "" {
 			u.State = store.Failed
 			finished = ns(op.At)
 			errMsg, errKind = deadKind, deadKind
@@ -846,7 +846,7 @@ func (t *txn) cancel(op *store.Cancel, r *store.Result) error {
 		}
 		return t.propagate(op.ID, store.Cancelled, op.Cascade, op.At, r)
 	case store.Running:
-		if op.RequestIfRunning && !cancelReq {
+		if !cancelReq {
 			if _, err := t.exec(`UPDATE work_units SET cancel_requested=? WHERE id=?`, cancelFlag(op.Cascade), op.ID); err != nil {
 				return err
 			}

@@ -367,7 +367,7 @@ func testDeadDependency(t *testing.T, h *harness) {
 	d1 := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{dead.ID} })
 	d2 := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{gone.ID} })
 	d3 := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{d1.ID} })
-	res := h.apply(&store.Insert{Units: []*store.Unit{d1, d2, d3}, At: h.tick(), FailOnDeadDependency: true})
+	res := h.apply(&store.Insert{Units: []*store.Unit{d1, d2, d3}, At: h.tick()})
 	require.NoError(t, res[0].Err)
 	assert.Equal(t, store.Failed, res[0].Units[0].State)
 	assert.Equal(t, "prerequisite_failed", h.get(d1.ID).ErrorKind)
@@ -375,11 +375,6 @@ func testDeadDependency(t *testing.T, h *harness) {
 	assert.Equal(t, store.Failed, h.get(d3.ID).State, "a dependent of a unit failed in the same insert fails too")
 	assert.Equal(t, []string{"work_queued:" + d1.ID, "work_failed:" + d1.ID, "work_queued:" + d2.ID, "work_failed:" + d2.ID,
 		"work_queued:" + d3.ID, "work_failed:" + d3.ID}, types(res[0].Events))
-
-	// Without the flag the units are stored queued.
-	d4 := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{dead.ID} })
-	h.insert(d4)
-	assert.Equal(t, store.Queued, h.get(d4.ID).State)
 }
 
 func testClaimFinish(t *testing.T, h *harness) {
@@ -525,7 +520,7 @@ func testRecover(t *testing.T, h *harness) {
 	h.insert(a, b, q)
 	h.claim(a.ID, 1)
 	h.claim(b.ID, 1)
-	h.apply(&store.Cancel{ID: b.ID, At: h.tick(), RequestIfRunning: true})
+	h.apply(&store.Cancel{ID: b.ID, At: h.tick()})
 	dep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{b.ID} })
 	h.insert(dep)
 	r := h.apply(&store.Recover{At: h.tick()})[0]
@@ -571,21 +566,19 @@ func testCancel(t *testing.T, h *harness) {
 	h.apply(&store.Cancel{ID: q2.ID, At: h.tick(), Cascade: true})
 	assert.Equal(t, store.Cancelled, h.get(dep2.ID).State)
 
-	// Running: only a request, and only when asked.
+	// Running: only a request.
 	run := h.unit("a")
 	h.insert(run)
 	h.claim(run.ID, 1)
-	r = h.apply(&store.Cancel{ID: run.ID, At: h.tick()})[0]
+	r = h.apply(&store.Cancel{ID: run.ID, At: h.tick(), Cascade: true})[0]
 	assert.False(t, r.Applied)
 	assert.Equal(t, store.Running, r.State)
-	assert.False(t, h.get(run.ID).CancelRequested)
-	r = h.apply(&store.Cancel{ID: run.ID, At: h.tick(), RequestIfRunning: true, Cascade: true})[0]
 	assert.True(t, h.get(run.ID).CancelRequested)
 	assert.Equal(t, store.Running, h.get(run.ID).State)
 	require.Len(t, r.Events, 1, "the request is an event, so the owner learns of it")
 	assert.Equal(t, store.EventWorkCancelRequested, r.Events[0].Type)
 	assert.JSONEq(t, `{"cascade":true,"reason":""}`, string(r.Events[0].Data))
-	r = h.apply(&store.Cancel{ID: run.ID, At: h.tick(), RequestIfRunning: true})[0]
+	r = h.apply(&store.Cancel{ID: run.ID, At: h.tick()})[0]
 	assert.Empty(t, r.Events, "asked once")
 
 	// Finished units are unchanged; unknown IDs are reported.
@@ -604,7 +597,7 @@ func testCancel(t *testing.T, h *harness) {
 	q3 := h.unit("a")
 	h.insert(q3)
 	h.claim(q3.ID, 1)
-	h.apply(&store.Cancel{ID: q3.ID, At: h.tick(), RequestIfRunning: true})
+	h.apply(&store.Cancel{ID: q3.ID, At: h.tick()})
 	h.finish(q3.ID, 1, store.Queued)
 	assert.False(t, h.get(q3.ID).CancelRequested, "finishing clears the request")
 }
@@ -1171,7 +1164,7 @@ func testClaimFinishOneBatch(t *testing.T, h *harness) {
 		claim(us[0]), claim(us[1]), claim(us[2]),
 		&store.AppendEvent{Event: store.Event{Type: "between"}},
 		finish(us[0], store.Completed),
-		&store.Cancel{ID: us[2].ID, At: at, RequestIfRunning: true},
+		&store.Cancel{ID: us[2].ID, At: at},
 		finish(us[1], store.Failed),
 		finish(us[2], store.Completed),
 		claim(us[3]), finish(us[3], store.Completed),
