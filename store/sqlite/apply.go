@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -318,7 +317,7 @@ func (t *txn) insert(op *store.Insert, r *store.Result) error {
 		}
 		inBatch[u.ID] = i
 	}
-	if err := checkCycles(units, inBatch); err != nil {
+	if err := store.CheckCycles(units, inBatch); err != nil {
 		return opError{err}
 	}
 	r.Units = make([]store.InsertedUnit, len(units))
@@ -330,7 +329,7 @@ func (t *txn) insert(op *store.Insert, r *store.Result) error {
 	// its dependents depend on that unit; refused marks units not stored.
 	alias := map[string]string{}
 	refused := map[string]bool{}
-	order := topoOrder(units, inBatch)
+	order := store.TopoOrder(units, inBatch)
 outer:
 	for _, i := range order {
 		u := units[i]
@@ -440,7 +439,7 @@ outer:
 		}
 		r.Events = append(r.Events, ev)
 		if u.State == store.Failed {
-			data, _ := json.Marshal(map[string]any{"error": deadKind, "error_kind": deadKind, "will_retry": false})
+			data := store.PrerequisiteFailedData(deadKind, "")
 			ev := store.Event{Type: store.EventWorkFailed, WorkID: u.ID, Task: u.Task, Data: data}
 			if err := t.event(&ev, op.At); err != nil {
 				return err
@@ -515,88 +514,6 @@ func (t *txn) failQueued(op *store.FailQueued, r *store.Result) error {
 		return err
 	}
 	return t.propagate(op.ID, store.Failed, false, op.At, r)
-}
-
-// checkCycles finds a cycle among the batch's own dependencies.
-func checkCycles(units []*store.Unit, inBatch map[string]int) error {
-	const (
-		white = iota
-		grey
-		black
-	)
-	color := make([]uint8, len(units))
-	var stack []int
-	var visit func(i int) []string
-	visit = func(i int) []string {
-		color[i] = grey
-		stack = append(stack, i)
-		for _, d := range units[i].DependsOn {
-			j, ok := inBatch[d]
-			if !ok {
-				continue
-			}
-			switch color[j] {
-			case grey:
-				k := slices.Index(stack, j)
-				var members []string
-				for _, m := range stack[k:] {
-					members = append(members, units[m].ID)
-				}
-				return members
-			case white:
-				if c := visit(j); c != nil {
-					return c
-				}
-			}
-		}
-		stack = stack[:len(stack)-1]
-		color[i] = black
-		return nil
-	}
-	for i := range units {
-		if color[i] == white {
-			if c := visit(i); c != nil {
-				return &store.CycleError{Members: c}
-			}
-		}
-	}
-	return nil
-}
-
-// topoOrder lists the batch so that every unit comes after the batch units
-// it depends on (the batch is acyclic), keeping submission order otherwise.
-func topoOrder(units []*store.Unit, inBatch map[string]int) []int {
-	hasDeps := false
-	for _, u := range units {
-		if len(u.DependsOn) > 0 {
-			hasDeps = true
-			break
-		}
-	}
-	order := make([]int, 0, len(units))
-	if !hasDeps {
-		for i := range units {
-			order = append(order, i)
-		}
-		return order
-	}
-	done := make([]bool, len(units))
-	var visit func(i int)
-	visit = func(i int) {
-		done[i] = true
-		for _, d := range units[i].DependsOn {
-			if j, ok := inBatch[d]; ok && !done[j] {
-				visit(j)
-			}
-		}
-		order = append(order, i)
-	}
-	for i := range units {
-		if !done[i] {
-			visit(i)
-		}
-	}
-	return order
 }
 
 func (t *txn) claim(op *store.Claim, r *store.Result) error {
@@ -747,13 +664,12 @@ func (t *txn) propagate(id string, rootState store.State, cascade bool, at time.
 				continue
 			}
 			t.queued--
-			data := map[string]any{"error": kind, "error_kind": kind, "prerequisite": cur.id}
+			var b []byte
 			if state == store.Failed {
-				data["will_retry"] = false
+				b = store.PrerequisiteFailedData(kind, cur.id)
 			} else {
-				data["reason"] = "cascade"
+				b = store.CascadeCancelledData(kind, cur.id)
 			}
-			b, _ := json.Marshal(data)
 			ev := store.Event{Type: evType, WorkID: d.id, Task: d.task, Data: b}
 			if err := t.event(&ev, at); err != nil {
 				return err
@@ -850,7 +766,7 @@ func (t *txn) cancel(op *store.Cancel, r *store.Result) error {
 			if _, err := t.exec(`UPDATE work_units SET cancel_requested=? WHERE id=?`, cancelFlag(op.Cascade), op.ID); err != nil {
 				return err
 			}
-			data, _ := json.Marshal(map[string]any{"cascade": op.Cascade, "reason": op.Reason})
+			data := store.CancelRequestedData(op.Cascade, op.Reason)
 			ev := store.Event{Type: store.EventWorkCancelRequested, WorkID: op.ID, Task: task, Data: data}
 			if err := t.event(&ev, op.At); err != nil {
 				return err
