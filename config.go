@@ -217,54 +217,24 @@ func (cfg Config) validate() error {
 }
 
 func (cfg Config) withDefaults() Config {
-	if cfg.MaxConcurrent <= 0 {
-		cfg.MaxConcurrent = 100
-	}
-	if cfg.MaxPayload <= 0 {
-		cfg.MaxPayload = DefaultMaxPayload
-	}
-	if cfg.DefaultTimeout <= 0 {
-		cfg.DefaultTimeout = 30 * time.Minute
-	}
-	if cfg.LeaseBuffer <= 0 {
-		cfg.LeaseBuffer = 60 * time.Second
-	}
-	if cfg.MaxStartDelay <= 0 {
-		cfg.MaxStartDelay = 2 * time.Second
-	}
-	if cfg.PollInterval <= 0 {
-		cfg.PollInterval = 100 * time.Millisecond
-	}
-	if cfg.EventBuffer <= 0 {
-		cfg.EventBuffer = 4096
-	}
-	if cfg.EventRetention <= 0 {
-		cfg.EventRetention = 7 * 24 * time.Hour
-	}
-	if cfg.QueueStatusInterval == 0 {
+	orDefault(&cfg.MaxConcurrent, 100)
+	orDefault(&cfg.MaxPayload, DefaultMaxPayload)
+	orDefault(&cfg.DefaultTimeout, 30*time.Minute)
+	orDefault(&cfg.LeaseBuffer, 60*time.Second)
+	orDefault(&cfg.MaxStartDelay, 2*time.Second)
+	orDefault(&cfg.PollInterval, 100*time.Millisecond)
+	orDefault(&cfg.EventBuffer, 4096)
+	orDefault(&cfg.EventRetention, 7*24*time.Hour)
+	if cfg.QueueStatusInterval == 0 { // negative disables it
 		cfg.QueueStatusInterval = 5 * time.Second
 	}
-	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 10 * time.Second
-	}
-	if cfg.CancelGrace <= 0 {
-		cfg.CancelGrace = 30 * time.Second
-	}
-	if cfg.DependencyRecheck <= 0 {
-		cfg.DependencyRecheck = time.Second
-	}
-	if cfg.PriorityTTL <= 0 {
-		cfg.PriorityTTL = 100 * time.Millisecond
-	}
-	if cfg.CallbackTimeout <= 0 {
-		cfg.CallbackTimeout = 100 * time.Millisecond
-	}
-	if cfg.FeedLowWater <= 0 {
-		cfg.FeedLowWater = 100
-	}
-	if cfg.FeedInterval <= 0 {
-		cfg.FeedInterval = time.Second
-	}
+	orDefault(&cfg.ShutdownTimeout, 10*time.Second)
+	orDefault(&cfg.CancelGrace, 30*time.Second)
+	orDefault(&cfg.DependencyRecheck, time.Second)
+	orDefault(&cfg.PriorityTTL, 100*time.Millisecond)
+	orDefault(&cfg.CallbackTimeout, 100*time.Millisecond)
+	orDefault(&cfg.FeedLowWater, 100)
+	orDefault(&cfg.FeedInterval, time.Second)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()
 	}
@@ -272,4 +242,12 @@ func (cfg Config) withDefaults() Config {
 		cfg.Logger = slog.Default()
 	}
 	return cfg
+}
+
+// orDefault sets *p to def when it is zero (validate has refused negative
+// values by then).
+func orDefault[T int | time.Duration](p *T, def T) {
+	if *p <= 0 {
+		*p = def
+	}
 }

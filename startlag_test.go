@@ -2,6 +2,7 @@ package runcue_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,25 @@ import (
 	"github.com/runcue/runcue/store"
 )
 
+// startRecorder is a handler that records every run's Work.Started.
+type startRecorder struct {
+	mu      sync.Mutex
+	started []time.Time
+}
+
+func (r *startRecorder) handler(_ context.Context, w *runcue.Work) (any, error) {
+	r.mu.Lock()
+	r.started = append(r.started, w.Started)
+	r.mu.Unlock()
+	return nil, nil
+}
+
+func (r *startRecorder) all() []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.started)
+}
+
 // TestLateStartRequeued: a rate-limited run whose claim commits more than
 // MaxStartDelay after its dispatch was decided does not start; it is
 // requeued without spending budget (outcome late_start) and runs again.
@@ -21,15 +41,9 @@ import (
 func TestLateStartRequeued(t *testing.T) {
 	const lag = time.Second
 	e, hs := newHeldEnv(t, runcue.Config{MaxStartDelay: lag})
-	var mu sync.Mutex
-	var started []time.Time
+	var rec startRecorder
 	require.NoError(t, e.c.Service("api", runcue.Service{RateLimit: 5, RateWindow: time.Minute}))
-	require.NoError(t, e.c.Task("t", runcue.Task{Services: []string{"api"}, Handler: func(_ context.Context, w *runcue.Work) (any, error) {
-		mu.Lock()
-		started = append(started, w.Started)
-		mu.Unlock()
-		return nil, nil
-	}}))
+	require.NoError(t, e.c.Task("t", runcue.Task{Services: []string{"api"}, Handler: rec.handler}))
 	hold := hs.Hold(testutil.HasOp(func(op store.Op) bool { _, ok := op.(*store.Claim); return ok }))
 	e.start()
 	id := e.submit("t")
@@ -42,8 +56,7 @@ func TestLateStartRequeued(t *testing.T) {
 	assert.Equal(t, "late_start", wi.Attempts[0].Outcome)
 	assert.Equal(t, "completed", wi.Attempts[1].Outcome)
 	assert.Zero(t, wi.Failures, "no budget spent")
-	mu.Lock()
-	defer mu.Unlock()
+	started := rec.all()
 	require.Len(t, started, 1, "the late run never called its handler")
 	assert.True(t, started[0].Equal(epoch.Add(lag+time.Millisecond)), "Work.Started is the handler's start: %v", started[0])
 	st, err := e.c.ServiceStatus(e.ctx, "api")
@@ -57,15 +70,9 @@ func TestLateStartRequeued(t *testing.T) {
 // any RateWindow, though decisions and starts are apart.
 func TestWindowCountsStartsNotDecisions(t *testing.T) {
 	e, hs := newHeldEnv(t, runcue.Config{MaxStartDelay: time.Hour})
-	var mu sync.Mutex
-	var started []time.Time
+	var rec startRecorder
 	require.NoError(t, e.c.Service("api", runcue.Service{RateLimit: 2, RateWindow: time.Second}))
-	require.NoError(t, e.c.Task("t", runcue.Task{Services: []string{"api"}, Handler: func(_ context.Context, w *runcue.Work) (any, error) {
-		mu.Lock()
-		started = append(started, w.Started)
-		mu.Unlock()
-		return nil, nil
-	}}))
+	require.NoError(t, e.c.Task("t", runcue.Task{Services: []string{"api"}, Handler: rec.handler}))
 	isClaim := testutil.HasOp(func(op store.Op) bool { _, ok := op.(*store.Claim); return ok })
 	first := hs.Hold(isClaim)
 	e.start()
@@ -78,10 +85,7 @@ func TestWindowCountsStartsNotDecisions(t *testing.T) {
 	// Decided at 0, started at 0.9: the window is full until 1.9s.
 	e.clk.Advance(200 * time.Millisecond) // 1.1s
 	e.quiesce(e.c)
-	mu.Lock()
-	n := len(started)
-	mu.Unlock()
-	assert.Equal(t, 2, n, "nothing more starts before 1.9s")
+	assert.Len(t, rec.all(), 2, "nothing more starts before 1.9s")
 	e.clk.Advance(800 * time.Millisecond) // 1.9s
 	e.quiesce(e.c)
 	e.clk.Advance(time.Second)
@@ -89,8 +93,7 @@ func TestWindowCountsStartsNotDecisions(t *testing.T) {
 	e.clk.Advance(time.Second)
 	e.quiesce(e.c)
 	require.NoError(t, e.c.Drain(e.ctx))
-	mu.Lock()
-	defer mu.Unlock()
+	started := rec.all()
 	require.Len(t, started, 6)
 	checkWindows(t, "api (starts)", started, 2, time.Second)
 }
