@@ -1,0 +1,110 @@
+package sqlite
+
+import (
+	"database/sql/driver"
+	"strings"
+
+	"github.com/runcue/runcue/store"
+)
+
+// Maintenance ops: service records (PutService) and retention (Prune).
+
+func (t *txn) putService(op *store.PutService, r *store.Result) error {
+	if _, err := t.exec(`INSERT INTO services(name, def) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET def=coalesce(excluded.def, def)`,
+		op.Name, nullBytes(op.Def)); err != nil {
+		return err
+	}
+	if op.Override != nil {
+		if _, err := t.exec(`UPDATE services SET override=? WHERE name=?`, nullBytes(op.Override), op.Name); err != nil {
+			return err
+		}
+	}
+	if op.Paused != nil {
+		if _, err := t.exec(`UPDATE services SET paused=? WHERE name=?`, *op.Paused, op.Name); err != nil {
+			return err
+		}
+	}
+	if op.Circuit != nil {
+		if len(op.Circuit) == 0 {
+			if _, err := t.exec(`DELETE FROM circuit_state WHERE service=?`, op.Name); err != nil {
+				return err
+			}
+		} else if _, err := t.exec(`INSERT INTO circuit_state(service, state) VALUES(?, ?)
+				ON CONFLICT(service) DO UPDATE SET state=excluded.state`, op.Name, op.Circuit); err != nil {
+			return err
+		}
+	}
+	r.Applied = true
+	return nil
+}
+
+func (t *txn) prune(op *store.Prune, r *store.Result) error {
+	limit := op.Limit
+	if limit <= 0 {
+		limit = -1 // SQLite: no limit
+	}
+	if !op.Before.IsZero() {
+		ids, err := t.stringList(`SELECT id FROM work_units WHERE finished_at > 0 AND finished_at < ?
+			AND state IN ('completed','failed','cancelled') ORDER BY finished_at LIMIT ?`, ns(op.Before), int64(limit))
+		if err != nil {
+			return err
+		}
+		for _, id := range ids {
+			if _, err := t.exec(`DELETE FROM work_units WHERE id=?`, id); err != nil {
+				return err
+			}
+			// Edges from and to the unit: a dependency that finished and
+			// was pruned is satisfied, not unknown.
+			if _, err := t.exec(`DELETE FROM dependencies WHERE unit_id=?1 OR depends_on=?1`, id); err != nil {
+				return err
+			}
+		}
+		r.Count = len(ids)
+		r.More = limit > 0 && len(ids) == limit
+	}
+	more := func(res driver.Result) {
+		if n, _ := res.RowsAffected(); limit > 0 && n == int64(limit) {
+			r.More = true
+		}
+	}
+	if !op.EventsBefore.IsZero() {
+		// Events are appended in time order, so the old ones are a prefix.
+		if res, err := t.exec(`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <
+				coalesce((SELECT seq FROM events WHERE at >= ? ORDER BY seq LIMIT 1), (SELECT max(seq) + 1 FROM events)) ORDER BY seq LIMIT ?)`,
+			ns(op.EventsBefore), int64(limit)); err != nil {
+			return err
+		} else {
+			more(res)
+		}
+		// Ranges wholly before the oldest event left describe nothing.
+		if res, err := t.exec(`DELETE FROM event_ranges WHERE rowid IN (SELECT rowid FROM event_ranges WHERE last <
+				coalesce((SELECT min(seq) FROM events), (SELECT max(last) + 1 FROM event_ranges)) LIMIT ?)`, int64(limit)); err != nil {
+			return err
+		} else {
+			more(res)
+		}
+	}
+	if op.LogBefore != nil {
+		for svc, before := range op.LogBefore {
+			if strings.HasSuffix(svc, ":") {
+				// A class: every keyed instance, by a range on the index.
+				hi := svc[:len(svc)-1] + ";" // ';' follows ':'
+				res, err := t.exec(`DELETE FROM service_log WHERE rowid IN (SELECT rowid FROM service_log
+						WHERE service >= ? AND service < ? AND started_at < ? LIMIT ?)`, svc, hi, ns(before), int64(limit))
+				if err != nil {
+					return err
+				}
+				more(res)
+				continue
+			}
+			res, err := t.exec(`DELETE FROM service_log WHERE rowid IN (SELECT rowid FROM service_log
+					WHERE service=? AND started_at < ? LIMIT ?)`, svc, ns(before), int64(limit))
+			if err != nil {
+				return err
+			}
+			more(res)
+		}
+	}
+	r.Applied = true
+	return nil
+}
