@@ -1,0 +1,133 @@
+package storetest
+
+import (
+	"encoding/json"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/runcue/runcue/store"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Conformance: the event log (sequence numbers, filtered reads, Changed).
+
+func testEvents(t *testing.T, h *harness) {
+	last, err := h.st.LastSeq(h.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, last)
+	first, err := h.st.FirstSeq(h.ctx)
+	require.NoError(t, err)
+	assert.Zero(t, first)
+	var units []*store.Unit
+	for range 30 {
+		units = append(units, h.unit("a"))
+	}
+	h.insert(units...)
+	r := h.apply(&store.AppendEvent{Event: store.Event{Type: "backpressure_active", Time: h.tick(), Data: []byte(`{"queued":5}`)}})[0]
+	require.True(t, r.Applied)
+	require.Len(t, r.Events, 1)
+	assert.Equal(t, int64(31), r.Events[0].Seq)
+	evs := h.events(0)
+	require.Len(t, evs, 31)
+	for i, e := range evs {
+		assert.Equal(t, int64(i+1), e.Seq)
+	}
+	assert.Equal(t, "backpressure_active", evs[30].Type)
+	assert.Equal(t, `{"queued":5}`, string(evs[30].Data))
+	page, err := h.st.EventsAfter(h.ctx, 10, 5)
+	require.NoError(t, err)
+	require.Len(t, page, 5)
+	assert.Equal(t, int64(11), page[0].Seq)
+	last, _ = h.st.LastSeq(h.ctx)
+	assert.Equal(t, int64(31), last)
+	first, _ = h.st.FirstSeq(h.ctx)
+	assert.Equal(t, int64(1), first)
+	// Event data round-trips.
+	var d map[string]any
+	require.NoError(t, json.Unmarshal(evs[30].Data, &d))
+
+	// Filtered reads.
+	b := h.unit("b")
+	h.insert(b)
+	h.claim(b.ID, 1) // work_started of task t (the harness's claim event)
+	m, err := h.st.MatchingEvents(h.ctx, store.EventQuery{After: 0, Upto: 1000, Tasks: []string{"b"}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"work_queued:" + b.ID}, types(m), "by task")
+	m, err = h.st.MatchingEvents(h.ctx, store.EventQuery{After: 0, Upto: 1000, Types: []string{"backpressure_active", "work_started"}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"backpressure_active:", "work_started:" + b.ID}, types(m), "by type")
+	m, err = h.st.MatchingEvents(h.ctx, store.EventQuery{After: 5, Upto: 8, Tasks: []string{"a"}, Types: []string{"work_queued"}})
+	require.NoError(t, err)
+	require.Len(t, m, 3, "bounded by After and Upto")
+	assert.Equal(t, int64(6), m[0].Seq)
+	m, err = h.st.MatchingEvents(h.ctx, store.EventQuery{After: 0, Upto: 1000, Tasks: []string{"a"}, Limit: 4})
+	require.NoError(t, err)
+	assert.Len(t, m, 4, "limited")
+	m, err = h.st.MatchingEvents(h.ctx, store.EventQuery{After: 0, Upto: 1000, Tasks: []string{"nothing"}})
+	require.NoError(t, err)
+	assert.Empty(t, m)
+}
+
+// testMatchingEvents compares MatchingEvents with EventsAfter filtered by
+// hand, over transactions that mix tasks and types, for many queries.
+func testMatchingEvents(t *testing.T, h *harness) {
+	rnd := rand.New(rand.NewPCG(5, 5))
+	tasks := []string{"a", "b", "c"}
+	for range 60 {
+		var ops []store.Op
+		for range 1 + rnd.IntN(5) {
+			task := tasks[rnd.IntN(len(tasks))]
+			if rnd.IntN(10) == 0 {
+				ops = append(ops, &store.AppendEvent{Event: store.Event{Type: "backpressure_active", Time: h.tick()}})
+				continue
+			}
+			ops = append(ops, &store.Insert{Units: []*store.Unit{h.unit(task)}, At: h.tick()})
+		}
+		h.apply(ops...)
+	}
+	all := h.events(0)
+	last := all[len(all)-1].Seq
+	for range 200 {
+		q := store.EventQuery{After: rnd.Int64N(last), Limit: 1 + rnd.IntN(20)}
+		q.Upto = q.After + 1 + rnd.Int64N(last-q.After)
+		if rnd.IntN(2) == 0 {
+			q.Tasks = []string{tasks[rnd.IntN(3)]}
+		}
+		if rnd.IntN(2) == 0 || len(q.Tasks) == 0 {
+			q.Types = []string{[]string{"work_queued", "backpressure_active"}[rnd.IntN(2)]}
+		}
+		var want []int64
+		for _, e := range all {
+			if e.Seq > q.After && e.Seq <= q.Upto && len(want) < q.Limit &&
+				(len(q.Types) == 0 || q.Types[0] == e.Type) && (len(q.Tasks) == 0 || q.Tasks[0] == e.Task) {
+				want = append(want, e.Seq)
+			}
+		}
+		got, err := h.st.MatchingEvents(h.ctx, q)
+		require.NoError(t, err)
+		var seqs []int64
+		for _, e := range got {
+			seqs = append(seqs, e.Seq)
+		}
+		require.Equal(t, want, seqs, "query %+v", q)
+	}
+}
+
+func testChanged(t *testing.T, h *harness) {
+	_, err := h.st.Changed(h.ctx)
+	require.NoError(t, err)
+	h.insert(h.unit("a"))
+	changed, err := h.st.Changed(h.ctx)
+	require.NoError(t, err)
+	assert.False(t, changed, "own commits are not changes")
+	other := h.again()
+	defer other.Close()
+	_, err = other.Apply(h.ctx, []store.Op{&store.Insert{Units: []*store.Unit{h.unit("a")}, At: h.tick()}})
+	require.NoError(t, err)
+	changed, err = h.st.Changed(h.ctx)
+	require.NoError(t, err)
+	assert.True(t, changed, "another handle's commit is a change")
+	changed, _ = h.st.Changed(h.ctx)
+	assert.False(t, changed, "reported once")
+}

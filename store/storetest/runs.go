@@ -1,0 +1,269 @@
+package storetest
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/runcue/runcue/store"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Conformance: a run's ops (Claim, Finish, history, Recover, Heartbeat, merged claim and finish, concurrent Apply).
+
+func testClaimFinish(t *testing.T, h *harness) {
+	u := h.unit("a")
+	h.insert(u)
+	r := h.claim(u.ID, 1)
+	require.True(t, r.Applied)
+	require.Len(t, r.Events, 1)
+	assert.Equal(t, u.ID, r.Events[0].WorkID, "the store fills in the event's unit")
+	got := h.get(u.ID)
+	assert.Equal(t, store.Running, got.State)
+	assert.Equal(t, 1, got.Runs)
+	assert.Equal(t, "owner", got.LeasedBy)
+	assert.True(t, got.LeaseExpiresAt.Equal(got.StartedAt.Add(time.Minute)))
+	assert.False(t, h.claim(u.ID, 2).Applied, "a running unit cannot be claimed")
+
+	fr := h.finish(u.ID, 1, store.Completed, func(f *store.Finish) {
+		f.Result = []byte(`{"ok":true}`)
+		f.Events = []store.Event{{Type: "work_completed", Task: "a", Attempt: 1}}
+	})
+	require.True(t, fr.Applied)
+	got = h.get(u.ID)
+	assert.Equal(t, store.Completed, got.State)
+	assert.JSONEq(t, `{"ok":true}`, string(got.Result))
+	assert.Empty(t, got.LeasedBy)
+	assert.True(t, got.LeaseExpiresAt.IsZero())
+	assert.True(t, got.FinishedAt.Equal(h.now))
+	require.Len(t, got.Attempts, 1)
+	assert.Equal(t, 1, got.Attempts[0].Run)
+	assert.Equal(t, "completed", got.Attempts[0].Outcome)
+	assert.Equal(t, time.Second, got.Attempts[0].End.Sub(got.Attempts[0].Start))
+	// Exactly one completion: finishing again does nothing.
+	assert.False(t, h.finish(u.ID, 1, store.Completed).Applied)
+	assert.False(t, h.claim(u.ID, 2).Applied, "a completed unit cannot be claimed")
+	evs := h.events(0)
+	n := 0
+	for _, e := range evs {
+		if e.Type == "work_completed" {
+			n++
+			assert.JSONEq(t, `{"ok":true}`, string(e.Result), "EventsAfter joins the result")
+		}
+	}
+	assert.Equal(t, 1, n)
+}
+
+func testFinishPreconditions(t *testing.T, h *harness) {
+	u := h.unit("a")
+	h.insert(u)
+	assert.False(t, h.finish(u.ID, 1, store.Completed).Applied, "a queued unit cannot finish")
+	h.claim(u.ID, 1)
+	f := &store.Finish{ID: u.ID, Owner: "someone-else", Run: 1, At: h.tick(), State: store.Completed}
+	assert.False(t, h.apply(f)[0].Applied, "only the lease holder finishes")
+	assert.False(t, h.finish(u.ID, 2, store.Completed).Applied, "only the current run finishes")
+	assert.Equal(t, store.Running, h.get(u.ID).State)
+	assert.True(t, h.finish(u.ID, 1, store.Completed).Applied)
+}
+
+func testRetryAndHistory(t *testing.T, h *harness) {
+	u := h.unit("a")
+	h.insert(u)
+	next := h.now.Add(time.Hour)
+	h.claim(u.ID, 1)
+	r := h.finish(u.ID, 1, store.Queued, func(f *store.Finish) {
+		f.RunAt, f.SpendBudget, f.Error, f.ErrorKind = next, true, "boom", "error"
+		f.Attempt.Outcome, f.Attempt.Error = "failed", "boom"
+		f.Events = []store.Event{{Type: "work_failed", Task: "a", Data: []byte(`{"will_retry":true}`)}, {Type: "work_retrying", Task: "a"}}
+	})
+	require.True(t, r.Applied)
+	require.Len(t, r.Events, 2)
+	assert.Equal(t, r.Events[0].Seq+1, r.Events[1].Seq)
+	got := h.get(u.ID)
+	assert.Equal(t, store.Queued, got.State)
+	assert.True(t, got.RunAt.Equal(next))
+	assert.Equal(t, 1, got.Failures)
+	assert.Equal(t, "boom", got.Error)
+	assert.True(t, got.FinishedAt.IsZero(), "a retrying unit is not finished")
+
+	h.claim(u.ID, 2)
+	h.finish(u.ID, 2, store.Queued, func(f *store.Finish) { f.Deferral = true; f.Attempt.Outcome = "deferred" })
+	got = h.get(u.ID)
+	assert.Equal(t, 1, got.Failures, "a deferral spends no budget")
+	assert.Equal(t, 1, got.Deferrals)
+	h.claim(u.ID, 3)
+	h.finish(u.ID, 3, store.Completed)
+	got = h.get(u.ID)
+	assert.Equal(t, 3, got.Runs)
+	require.Len(t, got.Attempts, 3)
+	assert.Equal(t, []string{"failed", "deferred", "completed"}, []string{got.Attempts[0].Outcome, got.Attempts[1].Outcome, got.Attempts[2].Outcome})
+	assert.Equal(t, "boom", got.Attempts[0].Error)
+}
+
+func testRecover(t *testing.T, h *harness) {
+	a, b, q := h.unit("a"), h.unit("b"), h.unit("a")
+	h.insert(a, b, q)
+	h.claim(a.ID, 1)
+	h.claim(b.ID, 1)
+	h.apply(&store.Cancel{ID: b.ID, At: h.tick()})
+	dep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{b.ID} })
+	h.insert(dep)
+	r := h.apply(&store.Recover{At: h.tick()})[0]
+	assert.Equal(t, []string{a.ID}, r.IDs)
+	got := h.get(a.ID)
+	assert.Equal(t, store.Queued, got.State)
+	assert.Empty(t, got.LeasedBy)
+	assert.Equal(t, 1, got.Runs, "the interrupted run is counted")
+	assert.Zero(t, got.Failures, "but spends no budget")
+	require.Len(t, got.Attempts, 1)
+	assert.Equal(t, "abandoned", got.Attempts[0].Outcome)
+	assert.Equal(t, store.Cancelled, h.get(b.ID).State, "a unit asked to cancel is cancelled, not requeued")
+	assert.Equal(t, store.Failed, h.get(dep.ID).State)
+	assert.Equal(t, store.Queued, h.get(q.ID).State)
+	var kinds []string
+	for _, e := range r.Events {
+		kinds = append(kinds, e.Type+":"+e.WorkID)
+	}
+	assert.Contains(t, kinds, "work_recovered:"+a.ID)
+	assert.Contains(t, kinds, "work_cancelled:"+b.ID)
+	assert.Empty(t, h.apply(&store.Recover{At: h.tick()})[0].IDs, "nothing left to recover")
+}
+
+func testHeartbeat(t *testing.T, h *harness) {
+	u := h.unit("a")
+	h.insert(u)
+	h.claim(u.ID, 1)
+	lease := h.get(u.ID).LeaseExpiresAt
+	at := h.tick()
+	later := lease.Add(time.Hour)
+	assert.True(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "owner", Run: 1, At: at, LeaseExpires: later})[0].Applied)
+	got := h.get(u.ID)
+	assert.True(t, got.LeaseExpiresAt.Equal(later))
+	assert.True(t, got.HeartbeatAt.Equal(at))
+	assert.True(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "owner", Run: 1, At: h.tick(), LeaseExpires: lease})[0].Applied)
+	assert.True(t, h.get(u.ID).LeaseExpiresAt.Equal(later), "a lease never shrinks")
+	assert.False(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "x", Run: 1, At: h.tick(), LeaseExpires: later})[0].Applied)
+	assert.False(t, h.apply(&store.Heartbeat{ID: u.ID, Owner: "owner", Run: 2, At: h.tick(), LeaseExpires: later})[0].Applied)
+}
+
+func testConcurrentApply(t *testing.T, h *harness) {
+	other := h.again()
+	defer other.Close()
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		st := h.st
+		if g%2 == 1 {
+			st = other
+		}
+		wg.Go(func() {
+			for i := range 25 {
+				u := &store.Unit{ID: fmt.Sprintf("g%d-%d", g, i), Task: "a"}
+				res, err := st.Apply(h.ctx, []store.Op{&store.Insert{Units: []*store.Unit{u}, At: time.Now()}})
+				if err == nil && res[0].Err != nil {
+					err = res[0].Err
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	evs := h.events(0)
+	require.Len(t, evs, 200)
+	for i, e := range evs {
+		assert.Equal(t, int64(i+1), e.Seq, "sequence numbers are unique and contiguous across writers")
+	}
+	counts, _ := h.st.CountActive(h.ctx)
+	assert.Equal(t, 200, counts["a"])
+}
+
+// testClaimFinishOneBatch checks that a claim and its finish in one batch
+// (which a store may merge) behave exactly as in two batches.
+func testClaimFinishOneBatch(t *testing.T, h *harness) {
+	mk := func(n int) []*store.Unit {
+		var us []*store.Unit
+		for range n {
+			us = append(us, h.unit("a"))
+		}
+		h.insert(us...)
+		return us
+	}
+	us := mk(4)
+	at := h.tick()
+	claim := func(u *store.Unit) *store.Claim {
+		return &store.Claim{ID: u.ID, Owner: "o", Run: 1, At: at, LeaseExpires: at.Add(time.Minute), ServiceLog: []string{"svc"},
+			Events: []store.Event{{Type: "work_started", Task: "a", Attempt: 1}}}
+	}
+	finish := func(u *store.Unit, st store.State) *store.Finish {
+		return &store.Finish{ID: u.ID, Owner: "o", Run: 1, At: at.Add(time.Millisecond), State: st, Result: []byte(`1`),
+			SpendBudget: st != store.Completed, Propagate: true,
+			Attempt: store.Attempt{Run: 1, Start: at, End: at.Add(time.Millisecond), Outcome: string(st)},
+			Events:  []store.Event{{Type: "work_" + string(st), Task: "a", Attempt: 1}}}
+	}
+	dep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{us[1].ID} })
+	h.insert(dep)
+	// us[2]: a cancel request lands between its claim and finish; us[3]: its
+	// claim is refused (the unit was cancelled), so its finish must not apply.
+	h.apply(&store.Cancel{ID: us[3].ID, At: h.tick()})
+	res := h.apply(
+		claim(us[0]), claim(us[1]), claim(us[2]),
+		&store.AppendEvent{Event: store.Event{Type: "between"}},
+		finish(us[0], store.Completed),
+		&store.Cancel{ID: us[2].ID, At: at},
+		finish(us[1], store.Failed),
+		finish(us[2], store.Completed),
+		claim(us[3]), finish(us[3], store.Completed),
+	)
+	for i := range 3 {
+		assert.True(t, res[i].Applied, "claim %d", i)
+	}
+	assert.True(t, res[4].Applied)
+	assert.True(t, res[6].Applied)
+	assert.True(t, res[7].Applied, "a cancel request does not stop a run that finishes")
+	assert.False(t, res[8].Applied, "a cancelled unit is not claimed")
+	assert.False(t, res[9].Applied, "so its finish does not apply")
+
+	u0 := h.get(us[0].ID)
+	assert.Equal(t, store.Completed, u0.State)
+	assert.Equal(t, 1, u0.Runs)
+	assert.True(t, u0.StartedAt.Equal(at))
+	assert.Equal(t, "1", string(u0.Result))
+	assert.Empty(t, u0.LeasedBy)
+	require.Len(t, u0.Attempts, 1)
+	u1 := h.get(us[1].ID)
+	assert.Equal(t, store.Failed, u1.State)
+	assert.Equal(t, 1, u1.Failures)
+	assert.Equal(t, store.Failed, h.get(dep.ID).State, "propagation runs for a merged finish")
+	assert.Equal(t, store.Completed, h.get(us[2].ID).State)
+	assert.Equal(t, store.Cancelled, h.get(us[3].ID).State)
+	log, err := h.st.ServiceLog(h.ctx, "svc", time.Time{})
+	require.NoError(t, err)
+	assert.Len(t, log, 3, "each applied claim logs its dispatch")
+	// Events are in op order: claims, the marker, then the finishes.
+	var got []string
+	for _, r := range res {
+		for _, e := range r.Events {
+			got = append(got, e.Type+":"+e.WorkID)
+		}
+	}
+	want := []string{"work_started:" + us[0].ID, "work_started:" + us[1].ID, "work_started:" + us[2].ID, "between:",
+		"work_completed:" + us[0].ID, "work_cancel_requested:" + us[2].ID, "work_failed:" + us[1].ID, "work_failed:" + dep.ID,
+		"work_completed:" + us[2].ID}
+	assert.Equal(t, want, got)
+	var prev int64
+	for _, r := range res {
+		for _, e := range r.Events {
+			assert.Greater(t, e.Seq, prev)
+			prev = e.Seq
+		}
+	}
+}
