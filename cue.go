@@ -334,12 +334,3 @@ func (c *Cue) Close() error {
 	}
 	return errors.Join(errs...)
 }
-
-// Owner returns the lease name of the running dispatcher, or "" when this
-// Cue does not own the database.
-func (c *Cue) Owner() string {
-	if d := c.disp.Load(); d != nil {
-		return d.owner
-	}
-	return ""
-}

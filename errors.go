@@ -74,16 +74,8 @@ var (
 	ErrFeedExhausted = errors.New("runcue: feed exhausted")
 )
 
-// LockedError reports that another Cue owns the database. It matches
-// ErrLocked.
-type LockedError = store.LockedError
-
 // CycleError names the units of a dependency cycle. It matches ErrCycle.
 type CycleError = store.CycleError
-
-// Holder identifies a database's owner: its lease name, process ID, host and
-// the time it took ownership.
-type Holder = store.Holder
 
 // storeFailure wraps a store error so that it matches both ErrStoreFailed and
 // the underlying error.

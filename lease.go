@@ -1,16 +1,14 @@
 package runcue
 
 import (
-	"context"
-
 	"github.com/runcue/runcue/store"
 )
 
 // Ownership and leases.
 //
 // One Cue at a time owns a database: Start takes an operating-system lock
-// (on SQLite, flock on path+".lock") that the kernel releases when the
-// process dies, so a lock held proves its owner alive and a lock acquired
+// (on SQLite, flock on path+".lock", LockFileEx on Windows) that the kernel
+// releases when the process dies, so a lock held proves its owner alive and a lock acquired
 // proves the previous owner gone. The new owner therefore requeues, at once,
 // every unit the previous owner left running (work_recovered); it does not
 // wait for their leases to expire.
@@ -20,35 +18,27 @@ import (
 // transaction that marks the unit running. The run's deadline is enforced
 // by the owner's timer; on SQLite the lock, not the lease, is the liveness
 // signal, so a long run is never taken from an owner that is alive.
+//
+// The owner writes its Holder record into the lock file and clears it when
+// it releases ownership, so another process can tell who owns the
+// database, or that no one does, without taking the lock. A previous
+// owner's starts of rate-limited handlers are bounded in time (see
+// Config.MaxStartDelay), so the next owner's rate windows count them. The
+// recovery itself is in recovery.go.
 
-// recover requeues the units a previous owner left running and indexes the
-// queued units. It runs before the dispatcher goroutine starts.
-func (d *dispatcher) recover(ctx context.Context) error {
-	res, err := d.c.w.Do(ctx, &store.Recover{At: d.wall()})
-	if err != nil {
-		return wrapStoreErr(err)
+// LockedError reports that another Cue owns the database. It matches
+// ErrLocked.
+type LockedError = store.LockedError
+
+// Holder identifies a database's owner: its lease name, process ID, host and
+// the time it took ownership.
+type Holder = store.Holder
+
+// Owner returns the lease name of the running dispatcher, or "" when this
+// Cue does not own the database.
+func (c *Cue) Owner() string {
+	if d := c.disp.Load(); d != nil {
+		return d.owner
 	}
-	if n := len(res[0].IDs); n > 0 {
-		d.c.log.Info("runcue: requeued units left running by the previous owner", "units", n)
-	}
-	// Every queued unit is indexed before any is filed, so that a
-	// dependent stored before its dependency waits for it.
-	var loaded []*unit
-	err = d.c.st.LoadActive(ctx, func(su *store.Unit) error {
-		if su.State == store.Queued {
-			if u := d.index(su, false); u != nil {
-				loaded = append(loaded, u)
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	d.file(loaded)
-	d.schedulePrune(d.now())
-	if d.c.cfg.QueueStatusInterval > 0 {
-		d.pushTimer(&timerEntry{at: d.now().Add(d.c.cfg.QueueStatusInterval), kind: tQueueStatus})
-	}
-	return nil
+	return ""
 }
