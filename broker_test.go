@@ -28,6 +28,8 @@ type sim struct {
 	clk     interface{ Now() time.Time }
 	rnd     *rand.Rand
 	waiting map[*simRun]struct{}
+	// registered gets a signal whenever a handler registers its run.
+	registered chan struct{}
 	// decide returns a run's latency and outcome; called under mu.
 	decide func(w *runcue.Work, rnd *rand.Rand) (time.Duration, error)
 	// starts holds every run's Work.Started, by task and by target: the
@@ -43,7 +45,7 @@ type simRun struct {
 
 func newSim(e *env, seed uint64, decide func(*runcue.Work, *rand.Rand) (time.Duration, error)) *sim {
 	return &sim{clk: e.clk, rnd: rand.New(rand.NewPCG(seed, seed)), waiting: map[*simRun]struct{}{}, decide: decide,
-		starts: map[string][]time.Time{}}
+		starts: map[string][]time.Time{}, registered: make(chan struct{}, 1)}
 }
 
 func (s *sim) handler(ctx context.Context, w *runcue.Work) (any, error) {
@@ -54,6 +56,10 @@ func (s *sim) handler(ctx context.Context, w *runcue.Work) (any, error) {
 	r := &simRun{at: s.clk.Now().Add(lat), err: err, done: make(chan struct{})}
 	s.waiting[r] = struct{}{}
 	s.mu.Unlock()
+	select {
+	case s.registered <- struct{}{}:
+	default:
+	}
 	select {
 	case <-r.done:
 		return nil, r.err
@@ -99,8 +105,10 @@ func (s *sim) drive(t *testing.T, e *env, c *runcue.Cue, done func() bool, obser
 	for ; !done(); steps++ {
 		// Wait until no claim is in flight and every live handler has
 		// registered its return time: only then has the present instant
-		// nothing more to do.
-		deadline := time.Now().Add(wait)
+		// nothing more to do. Woken by the dispatcher's iterations and the
+		// handlers' registrations, never by a sleep.
+		iterated := runcue.WatchIterations(c)
+		deadline := time.After(wait)
 		for {
 			require.NoError(t, runcue.Settle(e.ctx, c))
 			st, err := runcue.Inspect(e.ctx, c)
@@ -108,8 +116,12 @@ func (s *sim) drive(t *testing.T, e *env, c *runcue.Cue, done func() bool, obser
 			if st.Claims == 0 && s.pending() == st.Live {
 				break
 			}
-			require.True(t, time.Now().Before(deadline), "handlers never registered (%d of %d)", s.pending(), st.Live)
-			time.Sleep(20 * time.Microsecond)
+			select {
+			case <-iterated:
+			case <-s.registered:
+			case <-deadline:
+				t.Fatalf("handlers never registered (%d of %d)", s.pending(), st.Live)
+			}
 		}
 		now := e.clk.Now()
 		if n, _ := s.step(now); n > 0 {

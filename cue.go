@@ -67,6 +67,9 @@ type testHooks struct {
 	checkInvariants func(d *dispatcher)
 	// started is called on the dispatcher goroutine for every run started.
 	started func(r *run)
+	// iterated, when set, gets a (non-blocking) signal after every loop
+	// iteration of the dispatcher: tests wait on it instead of polling.
+	iterated chan struct{}
 }
 
 // Open opens (creating if needed) the SQLite database at path and migrates

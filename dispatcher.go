@@ -177,6 +177,12 @@ func (d *dispatcher) run() {
 			close(ch)
 		}
 		d.syncs = d.syncs[:0]
+		if ch := d.c.testHooks.iterated; ch != nil {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
 		if d.abandon || (d.stopping && d.live == 0 && d.claims == 0) {
 			d.exit()
 			return

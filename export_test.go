@@ -163,6 +163,15 @@ func StallSubscribers(c *Cue) (release func()) {
 	}
 }
 
+// WatchIterations returns a channel that receives after loop iterations of
+// c's dispatcher (signals coalesce). Call before Start.
+func WatchIterations(c *Cue) <-chan struct{} {
+	if c.testHooks.iterated == nil {
+		c.testHooks.iterated = make(chan struct{}, 1)
+	}
+	return c.testHooks.iterated
+}
+
 // CorruptActive adds a phantom holder to a registered service's count, on
 // the dispatcher goroutine, so tests can see that CheckInvariants fails.
 func CorruptActive(ctx context.Context, c *Cue, service string) error {

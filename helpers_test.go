@@ -71,6 +71,7 @@ func (e *env) open(cfg runcue.Config) *runcue.Cue {
 	c, err := runcue.Open(e.path, cfg)
 	require.NoError(e.t, err)
 	e.t.Cleanup(func() { c.Close() })
+	runcue.WatchIterations(c)
 	return c
 }
 
@@ -94,6 +95,7 @@ func newHeldEnv(t *testing.T, cfg runcue.Config) (*env, *testutil.HoldStore) {
 	}
 	e.c, err = runcue.New(hs, cfg)
 	require.NoError(t, err)
+	runcue.WatchIterations(e.c)
 	t.Cleanup(func() { e.c.Close() })
 	return e, hs
 }
@@ -313,9 +315,12 @@ func parseUint(s string) (uint64, error) {
 // quiesce returns once the Cue's dispatcher has nothing in flight: no claim
 // waiting for its commit and no handler that has not returned (handlers
 // that block must not be running). Then settle.
+//
+// It waits on the dispatcher's own signal (a loop iteration: a handler's
+// return or a claim's commit is one), never on a sleep.
 func (e *env) quiesce(c *runcue.Cue) {
 	e.t.Helper()
-	deadline := time.Now().Add(wait)
+	iterated := runcue.WatchIterations(c)
 	for {
 		require.NoError(e.t, runcue.Settle(e.ctx, c))
 		st, err := runcue.Inspect(e.ctx, c)
@@ -324,7 +329,10 @@ func (e *env) quiesce(c *runcue.Cue) {
 			require.NoError(e.t, runcue.Settle(e.ctx, c))
 			return
 		}
-		require.True(e.t, time.Now().Before(deadline), "still in flight: %+v", st)
-		time.Sleep(100 * time.Microsecond)
+		select {
+		case <-iterated:
+		case <-e.ctx.Done():
+			e.t.Fatalf("still in flight: %+v", st)
+		}
 	}
 }
