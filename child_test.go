@@ -7,6 +7,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/runcue/runcue"
@@ -36,11 +37,13 @@ func runChild(mode string) int {
 			fmt.Fprintln(os.Stderr, "journal:", err)
 			return 2
 		}
+		var first sync.Once
 		must(c.Task("journal", runcue.Task{Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
 			// Journal first, so that every run a kill interrupts shows.
 			if _, err := j.WriteString(w.ID + "\n"); err != nil {
 				return nil, err
 			}
+			first.Do(func() { fmt.Println("running") })
 			time.Sleep(5*time.Millisecond + time.Duration(rand.IntN(20_000))*time.Microsecond)
 			return nil, nil
 		}}))
@@ -64,7 +67,10 @@ func runChild(mode string) int {
 	case "subscriber":
 		// Own the database, run "step" units, and journal the sequence number
 		// of every durable event received, resuming after the last one
-		// journaled (RUNCUE_SEQS).
+		// journaled (RUNCUE_SEQS). Prints "claimed" once it has seen a
+		// claim of its own committed, so that the test kills it while
+		// units run in the database.
+		began := time.Now()
 		must(c.Task("step", runcue.Task{Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
 			time.Sleep(2*time.Millisecond + time.Duration(rand.IntN(4000))*time.Microsecond)
 			return nil, nil
@@ -99,9 +105,16 @@ func runChild(mode string) int {
 			runcue.EventWorkQueued, runcue.EventWorkStarted, runcue.EventWorkCompleted, runcue.EventWorkRecovered}})
 		must(c.Start(ctx))
 		fmt.Println("ready")
+		startedHere := false
 		for ev := range evs {
 			if _, err := f.WriteString(strconv.FormatInt(ev.Seq, 10) + " " + string(ev.Type) + "\n"); err != nil {
 				return 2
+			}
+			if ev.Type == runcue.EventWorkStarted && !startedHere && ev.Time.After(began) {
+				// A claim of this process committed: units are running
+				// in the database now.
+				startedHere = true
+				fmt.Println("claimed")
 			}
 			if ev.Type == runcue.EventWorkCompleted {
 				if completed++; completed == want {

@@ -98,15 +98,16 @@ func TestCrashRecovery(t *testing.T) {
 	for kills < 14 {
 		cmd, out := child(t, "journal", db, "RUNCUE_JOURNAL="+journal)
 		// Kill at a random moment: every fourth kill during start-up and
-		// recovery, the others while units run (timed from "ready", so that
-		// a slow start, as under -race, does not shift the moments).
+		// recovery, the others while units run (timed from the first
+		// handler's start, so that a slow start, as under -race or load,
+		// does not shift the moments).
 		duringStartup := kills%4 == 0
 		if duringStartup {
 			time.Sleep(time.Duration(rnd.IntN(50_000)) * time.Microsecond)
 		} else {
-			for out.Scan() && out.Text() != "ready" {
+			for out.Scan() && out.Text() != "running" && out.Text() != "drained" {
 			}
-			time.Sleep(time.Duration(20_000+rnd.IntN(130_000)) * time.Microsecond)
+			time.Sleep(time.Duration(5_000+rnd.IntN(100_000)) * time.Microsecond)
 		}
 		require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 		_ = cmd.Wait()
@@ -306,9 +307,12 @@ func TestSubscribeResumeAfterKill(t *testing.T) {
 	env := []string{"RUNCUE_SEQS=" + seqs, fmt.Sprint("RUNCUE_UNITS=", units)}
 	for kill := range 6 {
 		cmd, out := child(t, "subscriber", db, env...)
-		for out.Scan() && out.Text() != "ready" {
+		// Kill while units run in the database (timed from the first claim
+		// of this child seen committed, so that a slow start under load
+		// does not shift the moment).
+		for out.Scan() && out.Text() != "claimed" && out.Text() != "drained" {
 		}
-		time.Sleep(time.Duration(5+kill*7) * time.Millisecond)
+		time.Sleep(time.Duration(1+kill*2) * time.Millisecond)
 		require.NoError(t, cmd.Process.Kill())
 		_ = cmd.Wait()
 	}
