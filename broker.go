@@ -3,809 +3,174 @@ package runcue
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
-	"slices"
 	"strings"
 	"time"
 
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
-
-	"github.com/runcue/runcue/internal/broker"
-	"github.com/runcue/runcue/internal/heaps"
 	"github.com/runcue/runcue/store"
 )
 
-// The resource broker: everything a unit needs capacity of before it may
-// start. A resource is a task's own cap, a registered service, or a keyed
-// instance of a service ("host:example.org" of service "host"). A resource
-// admits a dispatch when it is not paused, not blocked by a Retry-After, has
-// a free concurrency slot, room in its rate window and a circuit that lets
-// the dispatch through. A lane takes all of its resources at once or none,
-// and parks on the first that refuses it.
+// The resource broker, as a user sees it.
+//
+// Everything a unit needs capacity of before it may start is a resource: a
+// task's own cap (Task.MaxConcurrent), a registered service, or a keyed
+// instance of a service ("host:example.org" of service "host", created on
+// first use and forgotten when idle). A resource admits a dispatch when it
+// is not paused, not held by a Retry-After, its circuit lets the dispatch
+// through, it has a free concurrency slot and room in its rate window. A
+// unit takes all of its resources at once or none. Services and
+// ServiceStatus report all of that; Explain says which refuses a unit and
+// until when. The machinery is in resources.go (admission), keys.go
+// (keyed services), status.go (service_status events) and circuit.go.
 
-type resource struct {
-	name    string
-	class   string // the service whose limits apply; "" for a task cap
-	keyed   bool
-	limit   int // 0: unlimited
-	active  int
-	waiters *heaps.Heap[*lane]
-	window  *broker.Window
-	circuit *broker.Circuit
-	paused  bool
-	// blockedUntil is set by a Retry-After, on the monotonic timeline;
-	// blockedFor is the hold's length when it was set.
-	blockedUntil time.Time
-	blockedFor   time.Duration
-	// timerAt is the pending wake-up timer, if any.
-	timerAt time.Time
-	// refs counts the lanes using a keyed instance, for eviction.
-	refs int
-	// lastCircuit is the circuit state last reported.
-	lastCircuit broker.CircuitState
-	// status coalescing
-	lastStatus  statusKey
-	statusAt    time.Time
-	statusTimer bool
-	// svcAttrs is the metric attribute of its class, built once.
-	svcAttrs metric.MeasurementOption
+// ServiceStatus reports a service's limits and load.
+type ServiceStatus struct {
+	// Name is the service; Class the service whose limits apply (Name, but
+	// for a keyed instance such as "host:example.org", "host").
+	Name  string `json:"name"`
+	Class string `json:"class"`
+	// Limits are the limits in force: the override if one is set
+	// (Overridden), else the registered ones.
+	Limits     Service `json:"limits"`
+	Overridden bool    `json:"overridden,omitempty"`
+	// Active is the number of running units holding the service.
+	Active int `json:"active"`
+	// Waiting is the number of groups of queued units (task types and key
+	// sets) waiting for this service in particular.
+	Waiting int `json:"waiting,omitempty"`
+	// InWindow is the number of handler starts in the current rate window,
+	// plus the dispatches decided whose handlers have not started yet.
+	InWindow int `json:"in_window,omitempty"`
+	// Circuit is the circuit breaker state; CircuitOpenUntil when an open
+	// circuit admits its probe.
+	Circuit          CircuitState `json:"circuit"`
+	CircuitOpenUntil time.Time    `json:"circuit_open_until,omitzero"`
+	// Paused reports PauseService.
+	Paused bool `json:"paused,omitempty"`
+	// BlockedUntil is set while a Retry-After holds the service.
+	BlockedUntil time.Time `json:"blocked_until,omitzero"`
+	// NextCapacity is when the service may next admit a dispatch: now if it
+	// may, zero if only an event (a run ending, a resume) can free it.
+	NextCapacity time.Time `json:"next_capacity,omitzero"`
+	// Keys counts a class's live keyed instances; OpenKeys and BlockedKeys
+	// those with an open circuit or held by a Retry-After. Their load is
+	// included in Active, Waiting and InWindow.
+	Keys        int `json:"keys,omitempty"`
+	OpenKeys    int `json:"open_keys,omitempty"`
+	BlockedKeys int `json:"blocked_keys,omitempty"`
 }
 
-func (r *resource) attrs() metric.MeasurementOption {
-	if r.svcAttrs == nil {
-		r.svcAttrs = metric.WithAttributes(attribute.String("service", r.class))
+// Services reports every registered service, keyed instances folded into
+// their class. In the owning Cue the figures are live; in another process
+// they are read from the database (Active from running units, InWindow from
+// the service log).
+func (c *Cue) Services(ctx context.Context) ([]ServiceStatus, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
 	}
-	return r.svcAttrs
+	if d := c.disp.Load(); d != nil {
+		ch := make(chan []ServiceStatus, 1)
+		d.in.Push(msgCall{f: func(d *dispatcher) { ch <- d.statusAll() }})
+		select {
+		case st := <-ch:
+			return st, nil
+		case <-d.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return c.storedStatus(ctx)
 }
 
-func newResource(name, class string, limit int) *resource {
-	return &resource{name: name, class: class, limit: limit, waiters: heaps.New(laneLess, func(l *lane, i int) { l.idx = i })}
-}
-
-type lane struct {
-	key       string
-	task      *taskRT
-	resources []*resource // the task cap, then services by name
-	logged    []string    // names of the rate-limited resources
-	units     *heaps.Heap[*unit]
-	idx       int       // position in the ready heap or in parkedOn's waiters
-	parkedOn  *resource // nil when not parked
-	inReady   bool
-	running   int
-	keyErr    error
-}
-
-func laneLess(a, b *lane) bool { return a.headSeq() < b.headSeq() }
-
-func (l *lane) headSeq() int64 { return l.units.Peek().seq }
-
-// effective returns the limits in force for service name: its override if
-// one is stored, else its registration.
-func (d *dispatcher) effective(name string) (Service, bool) {
-	if rec, ok := d.stored[name]; ok && len(rec.Override) > 0 {
-		var def serviceDef
-		if json.Unmarshal(rec.Override, &def) == nil {
-			return Service(def), true
-		}
-	}
-	s, ok := d.regs[name]
-	return s, ok
-}
-
-// newServiceResource makes the resource of a service or keyed instance,
-// with its persisted pause, circuit and Retry-After state, and its rate
-// window rebuilt from the service log.
-func (d *dispatcher) newServiceResource(name, class string, reg Service, now time.Time) *resource {
-	s := reg
-	if eff, ok := d.effective(class); ok {
-		s = eff
-	}
-	r := newResource(name, class, s.MaxConcurrent)
-	r.keyed = name != class
-	r.paused = d.stored[class].Paused
-	d.applyLimits(r, s)
-	if r.window != nil {
-		for _, t := range d.priorLog(name, class, s, now) {
-			r.window.Add(t)
-		}
-	}
-	if rec, ok := d.stored[name]; ok && len(rec.Circuit) > 0 {
-		var cs circuitRecord
-		if json.Unmarshal(rec.Circuit, &cs) == nil {
-			d.restore(cs, r)
-		}
-	}
-	if r.circuit != nil {
-		r.lastCircuit = r.circuit.State
-	}
-	return r
-}
-
-// priorLog returns, on the scheduling timeline, the starts of a service's
-// runs by previous owners that may still count in its window (this owner's
-// own are in memory). The log records when each dispatch was decided; its
-// handler started at most MaxStartDelay later (a later start is refused)
-// and before this owner took over (its owner was dead, or had stopped
-// starting handlers, by then). So each entry t counts as a start at
-// min(t+MaxStartDelay, this owner's start): the latest instant it can have
-// had. That also clamps entries stamped in the future by a wall clock that
-// was set back since. For keyed instances one query per class serves every
-// key: it is read on the first key's creation.
-func (d *dispatcher) priorLog(name, class string, s Service, now time.Time) []time.Time {
-	lag := d.c.cfg.MaxStartDelay
-	if now.Sub(d.startMono) >= s.RateWindow+lag {
-		return nil // everything a previous owner started has left the window
-	}
-	since := d.started.Add(-s.RateWindow - lag)
-	var times []time.Time
-	if name == class {
-		var err error
-		times, err = d.c.st.ServiceLog(context.Background(), name, since)
-		if err != nil {
-			d.c.log.Error("runcue: read service log; rate window starts empty", "service", name, "error", err)
-		}
-	} else {
-		logs, ok := d.classLogs[class]
-		if !ok {
-			var err error
-			logs, err = d.c.st.ServiceLogPrefix(context.Background(), class+":", since)
-			if err != nil {
-				d.c.log.Error("runcue: read service log; rate windows start empty", "service", class, "error", err)
-			}
-			d.classLogs[class] = logs
-		}
-		times = logs[name]
-		delete(logs, name)
-	}
-	out := make([]time.Time, 0, len(times))
-	cut := now.Add(-s.RateWindow)
-	for _, t := range times {
-		latest := t.Add(lag)
-		if latest.After(d.started) {
-			latest = d.started
-		}
-		if at := d.startMono.Add(latest.Sub(d.started)); at.After(cut) {
-			out = append(out, at)
-		}
-	}
-	return out[max(0, len(out)-s.RateLimit):]
-}
-
-// applyLimits sets r's limits from s, keeping its window's entries and its
-// circuit's state.
-func (d *dispatcher) applyLimits(r *resource, s Service) {
-	r.limit = s.MaxConcurrent
-	switch {
-	case s.RateLimit == 0:
-		r.window = nil
-	case r.window == nil:
-		r.window = broker.NewWindow(s.RateLimit, s.RateWindow)
-	case r.window.Limit() != s.RateLimit || r.window.Length() != s.RateWindow:
-		r.window.SetLimits(s.RateLimit, s.RateWindow)
-	}
-	switch {
-	case s.CircuitThreshold == 0:
-		r.circuit = nil
-	case r.circuit == nil:
-		r.circuit = broker.NewCircuit(s.CircuitThreshold, s.CircuitTimeout)
-	default:
-		r.circuit.Threshold, r.circuit.Timeout = s.CircuitThreshold, s.CircuitTimeout
-	}
-}
-
-// laneFor returns (creating) the lane of a task's units with the given keyed
-// services.
-func (d *dispatcher) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
-	key := rt.name
-	if len(keys) > 0 {
-		key += "\x00" + strings.Join(keys, "\x00")
-	}
-	if keyErr != nil {
-		key += "\x00!"
-	}
-	if l, ok := d.lanes[key]; ok {
-		return l
-	}
-	l := &lane{key: key, task: rt, keyErr: keyErr,
-		units: heaps.New(func(a, b *unit) bool { return a.seq < b.seq }, func(u *unit, i int) { u.laneIdx = i })}
-	l.resources = append(l.resources, rt.cap)
-	svcs := slices.Clone(rt.services)
-	if keyErr == nil {
-		now := d.now()
-		for _, k := range keys {
-			r := d.keyed[k]
-			if r == nil {
-				class := k[:strings.IndexByte(k, ':')]
-				r = d.newServiceResource(k, class, d.regs[class], now)
-				d.keyed[k] = r
-			}
-			r.refs++
-			svcs = append(svcs, r)
-		}
-	}
-	slices.SortFunc(svcs, func(a, b *resource) int { return strings.Compare(a.name, b.name) })
-	l.resources = append(l.resources, svcs...)
-	for _, r := range svcs {
-		if r.window != nil {
-			l.logged = append(l.logged, r.name)
-		}
-	}
-	d.lanes[key] = l
-	return l
-}
-
-// maybeDropLane deletes an idle keyed lane, releasing its keyed services.
-func (d *dispatcher) maybeDropLane(l *lane) {
-	if l == l.task.base || l.units.Len() > 0 || l.running > 0 || l.inReady || l.parkedOn != nil {
-		return
-	}
-	delete(d.lanes, l.key)
-	for _, r := range l.resources {
-		if r.keyed {
-			r.refs--
-			d.maybeEvict(r)
-		}
-	}
-}
-
-// maybeEvict forgets an idle keyed instance: nothing uses it, its window is
-// empty, its circuit closed and no Retry-After holds it. If only its window
-// keeps it, it is looked at again when the window empties.
-func (d *dispatcher) maybeEvict(r *resource) {
-	if !r.keyed || r.refs > 0 || r.active > 0 || r.waiters.Len() > 0 || d.keyed[r.name] != r {
-		return
-	}
-	now := d.now()
-	if r.blockedUntil.After(now) || (r.circuit != nil && r.circuit.State != broker.Closed) {
-		return
-	}
-	if r.window != nil && r.window.Count(now) > 0 {
-		last, _ := r.window.Last()
-		d.pushTimer(&timerEntry{at: last.Add(r.window.Length()), kind: tEvict, res: r})
-		return
-	}
-	delete(d.keyed, r.name)
-	delete(d.dirty, r)
-}
-
-// deriveKeys computes u's keyed services with its task's ServiceKeys. A
-// failure (a panic, a malformed key, an unknown class) is kept: the unit
-// then fails permanently when it runs, without its handler.
-func (d *dispatcher) deriveKeys(u *unit, rt *taskRT) {
-	if rt.def.ServiceKeys == nil {
-		return
-	}
-	if !u.hasParams {
-		su, err := d.c.st.GetUnit(context.Background(), u.id)
-		if err != nil {
-			u.keyErr = fmt.Errorf("runcue: load unit to derive its service keys: %w", err)
-			return
-		}
-		u.params, u.hasParams = su.Params, true
-	}
-	keys, err := d.keys.call(rt.def.ServiceKeys, &Work{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: u.runs + 1},
-		d.c.cfg.CallbackTimeout)
-	if err == nil {
-		err = d.checkKeys(keys)
-	}
+// ServiceStatus reports one service (see Services).
+func (c *Cue) ServiceStatus(ctx context.Context, name string) (ServiceStatus, error) {
+	all, err := c.Services(ctx)
 	if err != nil {
-		u.keyErr = fmt.Errorf("runcue: service keys of %s: %w", u.id, err)
-		switch {
-		case errors.Is(err, errCallbackPanic):
-			d.c.cbErrs.report("service_keys", "panic", err.Error(), "work_id", u.id, "task_type", u.task)
-		case errors.Is(err, errCallbackTimeout):
-			d.c.cbErrs.report("service_keys", "timeout", err.Error(), "work_id", u.id, "task_type", u.task)
-		default:
-			d.c.log.Warn("runcue: deriving service keys failed; the unit will fail", "work_id", u.id, "task_type", u.task, "error", err)
-		}
-		return
+		return ServiceStatus{}, err
 	}
-	slices.Sort(keys)
-	u.keys = slices.Compact(keys)
+	for _, st := range all {
+		if st.Name == name {
+			return st, nil
+		}
+	}
+	return ServiceStatus{}, fmt.Errorf("%w: %q", ErrUnknownService, name)
 }
 
-// keysCaller calls ServiceKeys callbacks off the dispatcher goroutine, on
-// a worker goroutine of its own, and waits at most CallbackTimeout for
-// each: a callback that hangs costs its unit (which fails), not the loop.
-// A worker stuck in a callback is abandoned (it exits once the callback
-// returns) and the next call starts a new one. Only the dispatcher
-// goroutine uses it.
-type keysCaller struct {
-	ch    chan keysCall // to the current worker; nil: none yet
-	timer *time.Timer
-}
-
-type keysCall struct {
-	f   func(*Work) []string
-	w   *Work
-	out chan keysResult
-}
-
-type keysResult struct {
-	keys []string
-	err  error
-}
-
-// errCallbackTimeout marks a callback that did not answer in time.
-var errCallbackTimeout = errors.New("no answer in time")
-
-func (kc *keysCaller) call(f func(*Work) []string, w *Work, timeout time.Duration) ([]string, error) {
-	if kc.ch == nil {
-		kc.ch = make(chan keysCall, 1)
-		go func(ch chan keysCall) {
-			for c := range ch {
-				keys, err := callKeys(c.f, c.w)
-				c.out <- keysResult{keys, err}
+// storedStatus computes service status from the database, for a Cue that
+// does not own it.
+func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
+	recs, err := c.st.Services(ctx)
+	if err != nil {
+		return nil, c.readErr(err)
+	}
+	tasks, err := c.st.Tasks(ctx)
+	if err != nil {
+		return nil, c.readErr(err)
+	}
+	running, err := c.st.ListUnits(ctx, store.ListFilter{States: []store.State{store.Running}, Limit: 100000})
+	if err != nil {
+		return nil, c.readErr(err)
+	}
+	usedBy := map[string][]string{} // task -> services
+	for name, def := range tasks {
+		var td taskDef
+		if json.Unmarshal(def, &td) == nil {
+			usedBy[name] = td.Services
+		}
+	}
+	active := map[string]int{}
+	for _, u := range running {
+		for _, s := range usedBy[u.Task] {
+			active[s]++
+		}
+	}
+	now := c.clock.Now()
+	byName := map[string]store.ServiceRecord{}
+	for _, r := range recs {
+		byName[r.Name] = r
+	}
+	var out []ServiceStatus
+	for _, r := range recs {
+		if len(r.Def) == 0 {
+			continue // a keyed instance's circuit row
+		}
+		var def serviceDef
+		_ = json.Unmarshal(r.Def, &def)
+		st := ServiceStatus{Name: r.Name, Class: r.Name, Limits: Service(def), Paused: r.Paused, Active: active[r.Name], Circuit: CircuitClosed}
+		if len(r.Override) > 0 {
+			var ov serviceDef
+			if json.Unmarshal(r.Override, &ov) == nil {
+				st.Limits, st.Overridden = Service(ov), true
 			}
-		}(kc.ch)
-	}
-	out := make(chan keysResult, 1)
-	kc.ch <- keysCall{f, w, out}
-	if kc.timer == nil {
-		kc.timer = time.NewTimer(timeout)
-	} else {
-		kc.timer.Reset(timeout)
-	}
-	select {
-	case r := <-out:
-		kc.timer.Stop()
-		return r.keys, r.err
-	case <-kc.timer.C:
-		close(kc.ch) // the stuck worker exits once the callback returns
-		kc.ch = nil
-		return nil, fmt.Errorf("%w: ServiceKeys did not return within %v", errCallbackTimeout, timeout)
-	}
-}
-
-// stop ends the worker (once its current callback, if any, returns).
-func (kc *keysCaller) stop() {
-	if kc.ch != nil {
-		close(kc.ch)
-		kc.ch = nil
-	}
-	if kc.timer != nil {
-		kc.timer.Stop()
-	}
-}
-
-func callKeys(f func(*Work) []string, w *Work) (keys []string, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("%w: %v", errCallbackPanic, v)
 		}
-	}()
-	return f(w), nil
-}
-
-func (d *dispatcher) checkKeys(keys []string) error {
-	for _, k := range keys {
-		i := strings.IndexByte(k, ':')
-		if i <= 0 || i == len(k)-1 {
-			return fmt.Errorf("key %q is not of the form class:key", k)
+		if st.Limits.RateLimit > 0 {
+			log, err := c.st.ServiceLog(ctx, r.Name, now.Add(-st.Limits.RateWindow).Add(1))
+			if err != nil {
+				return nil, c.readErr(err)
+			}
+			st.InWindow = len(log)
 		}
-		if _, ok := d.services[k[:i]]; !ok {
-			return fmt.Errorf("key %q: %w %q", k, ErrUnknownService, k[:i])
-		}
-	}
-	return nil
-}
-
-// check reports whether r admits a dispatch at now. If not, until is when
-// it might (zero: when something happens). probe reports that the dispatch
-// would be r's half-open probe.
-func (d *dispatcher) check(r *resource, now time.Time) (ok bool, until time.Time, probe bool) {
-	if r.window != nil {
-		r.window.Expire(now)
-	}
-	if rf, refused := r.refusal(now); refused {
-		return false, rf.until, false
-	}
-	if r.circuit != nil {
-		// Not refused: a circuit whose open time is over turns half-open
-		// here, and this dispatch is its probe.
-		ok, until, probe = r.circuit.Allow(now)
-		d.noteCircuit(r)
-		return ok, until, probe
-	}
-	return true, time.Time{}, false
-}
-
-// refusal says why r refuses a dispatch at now, if it does, and until when
-// (zero: until something happens, such as a run ending, a resume or a
-// start). It is the one statement of that rule: admission (check), Explain
-// and status all read it. It changes nothing.
-type refusal struct {
-	kind  ReasonKind
-	until time.Time
-}
-
-func (r *resource) refusal(now time.Time) (refusal, bool) {
-	c := r.circuit
-	switch {
-	case r.paused:
-		return refusal{kind: ReasonPaused}, true
-	case r.blockedUntil.After(now):
-		return refusal{kind: ReasonServiceRetryAfter, until: r.blockedUntil}, true
-	case c != nil && c.State == broker.Open && now.Before(c.Until):
-		return refusal{kind: ReasonCircuitOpen, until: c.Until}, true
-	case c != nil && c.Probing && (c.State == broker.HalfOpen || c.State == broker.Open):
-		return refusal{kind: ReasonCircuitProbe}, true
-	case r.limit > 0 && r.active >= r.limit:
-		if r.class == "" {
-			return refusal{kind: ReasonTaskCap}, true
-		}
-		return refusal{kind: ReasonServiceBusy}, true
-	case r.window != nil && !r.window.Allow(now):
-		return refusal{kind: ReasonRateLimited, until: r.window.NextFree(now)}, true
-	}
-	return refusal{}, false
-}
-
-// admit checks every resource of l; it returns the first that refuses.
-func (d *dispatcher) admit(l *lane, now time.Time) (blocker *resource, until time.Time, probes []*resource) {
-	for _, r := range l.resources {
-		ok, u, probe := d.check(r, now)
-		if !ok {
-			return r, u, nil
-		}
-		if probe {
-			probes = append(probes, r)
-		}
-	}
-	return nil, time.Time{}, probes
-}
-
-func (d *dispatcher) acquire(l *lane, now time.Time, probes []*resource) {
-	l.running++
-	for _, r := range l.resources {
-		r.active++
-		if r.window != nil {
-			r.window.Reserve() // committed at the handler's start
-		}
-		d.markStatus(r)
-	}
-	for _, r := range probes {
-		r.circuit.Started(true)
-	}
-}
-
-func (d *dispatcher) release(l *lane) {
-	l.running--
-	for _, r := range l.resources {
-		r.active--
-		d.markStatus(r)
-		d.wake(r)
-	}
-	d.maybeDropLane(l)
-}
-
-// park files l as a waiter of r, arming r's timer if r refuses until a known
-// time. If l was woken by another resource that still has room, that
-// resource wakes its next waiter, so capacity is never left idle while
-// lanes wait for it.
-func (d *dispatcher) park(l *lane, r *resource, until time.Time) {
-	if r.window != nil && !until.IsZero() && !r.paused && !r.blockedUntil.After(d.now()) &&
-		(r.limit == 0 || r.active < r.limit) {
-		// Held back by the rate window.
-		d.c.tel.rateLimited.Add(bg, 1, r.attrs())
-		if d.c.log.Enabled(bg, slog.LevelDebug) {
-			d.c.log.Debug("service_rate_limited", "service", r.name, "current_rate", r.window.Used(d.now()),
-				"limit", r.window.Limit(), "window", r.window.Length())
-		}
-	}
-	l.parkedOn = r
-	r.waiters.Push(l)
-	if !until.IsZero() {
-		d.resourceTimer(r, until)
-	}
-	d.markStatus(r)
-	for _, other := range l.resources {
-		if other != r {
-			d.wake(other)
-		}
-	}
-}
-
-// wake moves r's oldest waiter to the ready heap if r has room.
-func (d *dispatcher) wake(r *resource) {
-	if r.waiters.Len() == 0 {
-		return
-	}
-	if ok, until, _ := d.check(r, d.now()); !ok {
-		if !until.IsZero() {
-			d.resourceTimer(r, until)
-		}
-		return
-	}
-	l := r.waiters.Pop()
-	l.parkedOn = nil
-	l.inReady = true
-	d.ready.Push(l)
-}
-
-func (d *dispatcher) resourceTimer(r *resource, at time.Time) {
-	if !r.timerAt.IsZero() && !r.timerAt.After(at) {
-		return
-	}
-	r.timerAt = at
-	d.pushTimer(&timerEntry{at: at, kind: tResource, res: r})
-}
-
-// blockServices applies a Retry-After of length delay from now to the
-// lane's services named (all of them when none are). A name the unit does
-// not use (a typo, say) is logged, and then every one of its services is
-// held: holding too much is safer than ignoring the service's request.
-func (d *dispatcher) blockServices(l *lane, names []string, delay time.Duration) {
-	until := d.now().Add(delay)
-	for _, n := range names {
-		if !slices.ContainsFunc(l.resources, func(r *resource) bool { return r.class != "" && (r.name == n || r.class == n) }) {
-			var used []string
-			for _, r := range l.resources {
-				if r.class != "" {
-					used = append(used, r.name)
+		var cr circuitRecord
+		if len(r.Circuit) > 0 && json.Unmarshal(r.Circuit, &cr) == nil {
+			if cr.State != "" {
+				st.Circuit = CircuitState(cr.State)
+				if cr.Until != 0 {
+					st.CircuitOpenUntil = time.Unix(0, cr.Until)
 				}
 			}
-			d.c.log.Warn("runcue: RetryAfter names a service the unit does not use; holding all of its services",
-				"service", n, "task_type", l.task.name, "services", used)
-			names = nil
-			break
-		}
-	}
-	for _, r := range l.resources {
-		if r.class == "" {
-			continue // a task cap is not a service
-		}
-		if len(names) > 0 && !slices.Contains(names, r.name) && !slices.Contains(names, r.class) {
-			continue
-		}
-		if until.After(r.blockedUntil) {
-			r.blockedUntil, r.blockedFor = until, delay
-			d.persistBroker(r)
-			d.markStatus(r)
-		}
-	}
-}
-
-func ns(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-// logCutoffs returns, per rate-limited service (and per class of keyed
-// instances), the time before which its log is no longer needed.
-func (d *dispatcher) logCutoffs(now time.Time) map[string]time.Time {
-	out := make(map[string]time.Time)
-	for name := range d.services {
-		s, _ := d.effective(name)
-		if s.RateLimit == 0 {
-			continue
-		}
-		// A logged decision may count for MaxStartDelay more than its
-		// window, at a restart (see priorLog).
-		cut := now.Add(-s.RateWindow - d.c.cfg.MaxStartDelay)
-		out[name] = cut
-		out[name+":"] = cut
-	}
-	return out
-}
-
-// serviceChanged re-reads a service's stored record (its override or pause
-// changed) and applies it.
-func (d *dispatcher) serviceChanged(name string) { d.reloadService(name) }
-
-func (d *dispatcher) reloadService(name string) {
-	svcs, err := d.c.st.Services(context.Background())
-	if err != nil {
-		d.c.log.Error("runcue: read services", "error", err)
-		return
-	}
-	for _, rec := range svcs {
-		if rec.Name == name {
-			cur := d.stored[name]
-			rec.Circuit = cur.Circuit // the owner's own state wins
-			d.stored[name] = rec
-		}
-	}
-	s, ok := d.effective(name)
-	if !ok {
-		return
-	}
-	apply := func(r *resource) {
-		d.applyLimits(r, s)
-		wasPaused := r.paused
-		r.paused = d.stored[name].Paused
-		if wasPaused != r.paused {
-			state := "resumed"
-			if r.paused {
-				state = "paused"
-			}
-			d.c.log.Info("runcue: service "+state, "service", r.name)
-		}
-		d.markStatus(r)
-		// Limits may have grown: let waiters try.
-		for range r.waiters.Len() {
-			before := r.waiters.Len()
-			d.wake(r)
-			if r.waiters.Len() == before {
-				break
+			if bu := time.Unix(0, cr.BlockedUntil); cr.BlockedUntil != 0 && bu.After(now) {
+				st.BlockedUntil = bu
 			}
 		}
-	}
-	if r := d.services[name]; r != nil {
-		apply(r)
-	}
-	for _, r := range d.keyed {
-		if r.class == name {
-			apply(r)
-		}
-	}
-}
-
-// statusKey is what a service_status event reports.
-type statusKey struct {
-	circuit   broker.CircuitState
-	paused    bool
-	blocked   bool
-	saturated bool
-}
-
-func (d *dispatcher) keyOf(r *resource, now time.Time) statusKey {
-	k := statusKey{paused: r.paused, blocked: r.blockedUntil.After(now)}
-	if r.circuit != nil {
-		k.circuit = r.circuit.State
-	}
-	k.saturated = k.paused || k.blocked || (r.limit > 0 && r.active >= r.limit) ||
-		(r.window != nil && r.window.Used(now) >= r.window.Limit()) || (r.circuit != nil && r.circuit.State != broker.Closed)
-	return k
-}
-
-func (d *dispatcher) markStatus(r *resource) {
-	if r.class != "" {
-		d.dirty[r] = struct{}{}
-	}
-}
-
-// statusEvery is the least time between two service_status events of a
-// service that only report saturation; changes of circuit, pause and
-// Retry-After are reported at once.
-const statusEvery = time.Second
-
-// flushStatus publishes the service_status events that are due.
-func (d *dispatcher) flushStatus() {
-	if len(d.dirty) == 0 {
-		return
-	}
-	now := d.now()
-	var evs []store.Event
-	for r := range d.dirty {
-		k := d.keyOf(r, now)
-		if k == r.lastStatus {
-			delete(d.dirty, r)
-			continue
-		}
-		onlySaturation := k.circuit == r.lastStatus.circuit && k.paused == r.lastStatus.paused && k.blocked == r.lastStatus.blocked
-		if onlySaturation && r.keyed {
-			delete(d.dirty, r) // keyed instances report changes of health, not load
-			r.lastStatus = k
-			continue
-		}
-		if onlySaturation && now.Sub(r.statusAt) < statusEvery {
-			if !r.statusTimer {
-				r.statusTimer = true
-				d.pushTimer(&timerEntry{at: r.statusAt.Add(statusEvery), kind: tStatus, res: r})
-			}
-			delete(d.dirty, r)
-			continue
-		}
-		delete(d.dirty, r)
-		r.lastStatus, r.statusAt = k, now
-		st := d.statusOf(r, now)
-		data, _ := json.Marshal(st)
-		evs = append(evs, store.Event{Type: string(EventServiceStatus), Time: d.wall(), Data: data})
-	}
-	if len(evs) > 0 {
-		d.c.hub.Publish(evs)
-	}
-}
-
-// statusOf reports one resource.
-func (d *dispatcher) statusOf(r *resource, now time.Time) ServiceStatus {
-	s, _ := d.effective(r.class)
-	st := ServiceStatus{Name: r.name, Class: r.class, Limits: s, Overridden: len(d.stored[r.class].Override) > 0,
-		Active: r.active, Paused: r.paused, Circuit: CircuitClosed, Waiting: r.waiters.Len()}
-	if r.window != nil {
-		st.InWindow = r.window.Used(now)
-	}
-	if r.circuit != nil {
-		st.Circuit = CircuitState(r.circuit.State)
-		if r.circuit.State == broker.Open {
-			st.CircuitOpenUntil = d.toWall(r.circuit.Until)
-		}
-	}
-	if r.blockedUntil.After(now) {
-		st.BlockedUntil = d.toWall(r.blockedUntil)
-	}
-	st.NextCapacity = d.toWall(d.nextCapacity(r, now))
-	return st
-}
-
-// nextCapacity is when r may next admit a dispatch: zero if it may now or
-// will only when something else happens (a run ends, a resume).
-func (d *dispatcher) nextCapacity(r *resource, now time.Time) time.Time {
-	// Step through the refusals forward in time: each says until when it
-	// holds; the first instant none holds is the answer.
-	next := now
-	for range 8 {
-		rf, refused := r.refusal(next)
-		switch {
-		case !refused:
-			return next
-		case rf.until.IsZero() || !rf.until.After(next):
-			return time.Time{}
-		}
-		next = rf.until
-	}
-	return time.Time{}
-}
-
-// statusAll reports every registered service, with its keyed instances
-// folded into it.
-func (d *dispatcher) statusAll() []ServiceStatus {
-	now := d.now()
-	var out []ServiceStatus
-	for _, name := range sortedNames(d.services) {
-		st := d.statusOf(d.services[name], now)
-		for _, kr := range d.keyed {
-			if kr.class != name {
-				continue
-			}
-			st.Keys++
-			st.Active += kr.active
-			st.InWindow += kr.window.UsedOrZero(now)
-			st.Waiting += kr.waiters.Len()
-			if kr.circuit != nil && kr.circuit.State != broker.Closed {
-				st.OpenKeys++
-			}
-			if kr.blockedUntil.After(now) {
-				st.BlockedKeys++
+		for _, k := range recs {
+			if strings.HasPrefix(k.Name, r.Name+":") && len(k.Circuit) > 0 {
+				var kc circuitRecord
+				if json.Unmarshal(k.Circuit, &kc) == nil && kc.State != "" && kc.State != "closed" {
+					st.OpenKeys++
+				}
 			}
 		}
 		out = append(out, st)
 	}
-	return out
-}
-
-func sortedNames[V any](m map[string]V) []string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
-}
-
-// countOpenCircuits refreshes the metrics' view of open circuits, by class.
-func (d *dispatcher) countOpenCircuits() {
-	open := map[string]int64{}
-	count := func(r *resource) {
-		if r.circuit != nil {
-			if r.circuit.State != broker.Closed {
-				open[r.class]++
-			} else if _, ok := open[r.class]; !ok {
-				open[r.class] = 0
-			}
-		}
-	}
-	for _, r := range d.services {
-		count(r)
-	}
-	for _, r := range d.keyed {
-		count(r)
-	}
-	d.c.tel.openCircuit.Store(&open)
+	return out, nil
 }
