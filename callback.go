@@ -1,6 +1,7 @@
 package runcue
 
 import (
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -58,3 +59,6 @@ func (ce *callbackErrors) report(callback, reason, detail string, args ...any) {
 	c.log.Log(bg, slog.LevelWarn, "runcue: a "+callback+" callback failed; using the default (further failures in the next "+
 		callbackLogEvery.String()+" are counted in runcue.callback.errors, not logged)", args...)
 }
+
+// errCallbackPanic marks a callback that panicked.
+var errCallbackPanic = errors.New("panic")

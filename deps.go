@@ -1,0 +1,275 @@
+package runcue
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/runcue/runcue/internal/inbox"
+	"github.com/runcue/runcue/store"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+)
+
+// Dependencies: when a unit's dependencies are done (the store says so),
+// DependencySatisfied checks on the checker goroutine, dependency
+// deadlines, and the release of dependents when an end commits.
+
+// checkDependency runs f for one dependency with a timeout. A timeout or a
+// panic counts as not satisfied. The call runs on its own goroutine so that
+// a callback that ignores its context cannot hold the caller past the
+// timeout; such a goroutine ends when the callback returns.
+func checkDependency(f DependencyFunc, id string, timeout time.Duration) (ok bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	res := make(chan bool, 1)
+	errc := make(chan error, 1)
+	go func() {
+		defer func() {
+			if v := recover(); v != nil {
+				errc <- fmt.Errorf("%w: %v", errCallbackPanic, v)
+			}
+		}()
+		res <- f(ctx, id)
+	}()
+	select {
+	case ok := <-res:
+		return ok, nil
+	case err := <-errc:
+		return false, err
+	case <-ctx.Done():
+		return false, fmt.Errorf("no answer within %v", timeout)
+	}
+}
+
+// resolveDeps files each of units, which have dependencies, as waiting for
+// those that have not completed, and the rest on to eligibility.
+//
+// A dependency counts as complete only when the store says so (or it is no
+// longer stored: only finished units are pruned, and a failed or cancelled
+// one fails its dependents in the same transaction). One this Cue holds
+// (queued, running, or finishing without a commit yet) is waited for, and
+// so is one the store has queued or running that this Cue does not hold
+// yet: a dependency later in the same batch, or one submitted by another
+// process and not loaded yet. The store is asked about all of units'
+// unknown dependencies at once.
+func (d *dispatcher) resolveDeps(units []*unit) {
+	if len(units) == 0 {
+		return
+	}
+	var unknown []string
+	seen := map[string]bool{}
+	for _, u := range units {
+		for _, dep := range u.deps {
+			if !seen[dep] && !d.holds(dep) {
+				seen[dep] = true
+				unknown = append(unknown, dep)
+			}
+		}
+	}
+	var states map[string]store.State
+	if len(unknown) > 0 {
+		var err error
+		states, err = d.c.st.UnitStates(context.Background(), unknown)
+		if err != nil {
+			// Without an answer nothing may start: treat them as pending.
+			// A unit so blocked waits until the next owner's start.
+			d.c.log.Error("runcue: read dependencies' states; their dependents wait", "dependencies", len(unknown), "error", err)
+			states = make(map[string]store.State, len(unknown))
+			for _, dep := range unknown {
+				states[dep] = store.Queued
+			}
+		}
+	}
+	for _, u := range units {
+		if d.units[u.id] != u {
+			continue // gone meanwhile
+		}
+		d.waitDeps(u, states)
+	}
+}
+
+// waitDeps files u as waiting for its dependencies that have not completed
+// (see resolveDeps); states holds the store's answer for dependencies this
+// Cue does not hold.
+func (d *dispatcher) waitDeps(u *unit, states map[string]store.State) {
+	u.pending = 0
+	var dead string
+	var deadState store.State
+	for _, dep := range u.deps {
+		if d.holds(dep) {
+			u.pending++
+			d.dependents[dep] = append(d.dependents[dep], u)
+			continue
+		}
+		switch st := states[dep]; st {
+		case store.Queued, store.Running:
+			u.pending++
+			d.dependents[dep] = append(d.dependents[dep], u)
+		case store.Failed, store.Cancelled:
+			dead, deadState = dep, st
+		}
+	}
+	if dead != "" {
+		// A dependency ended badly but u is queued (it was requeued on its
+		// own, say): u cannot run; fail it as the store fails dependents.
+		d.failDependent(u, dead, deadState)
+		return
+	}
+	if !u.depsBy.IsZero() {
+		d.dropTimer(u.depTimer)
+		u.depTimer = &timerEntry{at: d.fromWall(u.depsBy), kind: tDepDeadline, u: u}
+		d.pushTimer(u.depTimer)
+	}
+	if u.pending > 0 {
+		u.state = uBlocked
+		return
+	}
+	d.depsDone(u)
+}
+
+// failDependent fails queued unit u because its dependency dep is failed or
+// cancelled, propagating to u's own dependents.
+func (d *dispatcher) failDependent(u *unit, dep string, st store.State) {
+	for _, other := range u.deps {
+		if ws := d.dependents[other]; ws != nil {
+			d.dependents[other] = slices.DeleteFunc(ws, func(w *unit) bool { return w == u })
+		}
+	}
+	d.removeQueued(u)
+	kind := "prerequisite_failed"
+	if st == store.Cancelled {
+		kind = "prerequisite_cancelled"
+	}
+	msg := fmt.Sprintf("dependency %s is %s", dep, st)
+	d.submit(&store.FailQueued{ID: u.id, At: d.wall(), Error: msg, ErrorKind: kind,
+		Events: []store.Event{{Type: string(EventWorkFailed), Task: u.task, Data: eventData{Error: msg, ErrorKind: kind}.encode()}}})
+}
+
+// holds reports whether this Cue holds unit id: queued, waiting or running
+// here, finishing without a commit yet, or queued with an unregistered task.
+func (d *dispatcher) holds(id string) bool {
+	if _, ok := d.units[id]; ok {
+		return true
+	}
+	if _, ok := d.finishing[id]; ok {
+		return true
+	}
+	for _, o := range d.orphans {
+		if _, ok := o[id]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// waiting reports whether u waits for dep.
+func (d *dispatcher) waiting(u *unit, dep string) bool {
+	return slices.Contains(d.dependents[dep], u)
+}
+
+// depsDone is called when u's dependencies have all completed.
+func (d *dispatcher) depsDone(u *unit) {
+	if d.c.cfg.DependencySatisfied == nil {
+		d.makeEligible(u)
+		return
+	}
+	u.state = uChecking
+	d.requestCheck(u)
+}
+
+// settled handles the commit of a unit's terminal outcome.
+func (d *dispatcher) settled(id string, state store.State, applied bool) {
+	delete(d.finishing, id)
+	waiting := d.dependents[id]
+	delete(d.dependents, id)
+	if !applied || state != store.Completed {
+		return // failed or cancelled dependents were failed with it, in the store
+	}
+	for _, u := range waiting {
+		if d.units[u.id] != u || u.state != uBlocked {
+			continue // gone meanwhile
+		}
+		if u.pending--; u.pending == 0 {
+			d.depsDone(u)
+		}
+	}
+}
+
+type checkJob struct {
+	id   string
+	deps []string
+}
+
+// requestCheck asks DependencySatisfied about u's dependencies, on the
+// checker goroutine.
+func (d *dispatcher) requestCheck(u *unit) {
+	if d.checks == nil {
+		d.checks = inbox.New[checkJob]()
+		d.aux.Go(d.checker)
+	}
+	u.checking = true
+	d.checks.Push(checkJob{id: u.id, deps: u.deps})
+}
+
+// checker runs dependency checks until the dispatcher exits.
+func (d *dispatcher) checker() {
+	f, timeout := d.c.cfg.DependencySatisfied, d.c.cfg.CallbackTimeout
+	for {
+		select {
+		case <-d.checks.Wake():
+		case <-d.auxStop:
+			return
+		}
+		for _, job := range d.checks.Take() {
+			ok := true
+			for _, dep := range job.deps {
+				t0 := time.Now()
+				sat, err := checkDependency(f, dep, timeout)
+				d.c.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "dependency")))
+				if err != nil {
+					reason := "timeout"
+					if errors.Is(err, errCallbackPanic) {
+						reason = "panic"
+					}
+					d.c.cbErrs.report("dependency", reason, err.Error(), "work_id", job.id, "dependency", dep)
+				}
+				if !sat {
+					ok = false
+					break
+				}
+			}
+			d.in.Push(msgChecked{id: job.id, ok: ok})
+		}
+	}
+}
+
+func (d *dispatcher) checked(id string, ok bool) {
+	u := d.units[id]
+	if u == nil || u.state != uChecking {
+		return
+	}
+	u.checking = false
+	if ok {
+		d.makeEligible(u)
+		return
+	}
+	d.dropTimer(u.recheck)
+	u.recheck = &timerEntry{at: d.now().Add(d.c.cfg.DependencyRecheck), kind: tRecheck, u: u}
+	d.pushTimer(u.recheck)
+}
+
+// dependencyTimeout fails a unit whose dependencies were not satisfied by
+// its DependencyTimeout.
+func (d *dispatcher) dependencyTimeout(u *unit, now time.Time) {
+	if d.units[u.id] != u || (u.state != uBlocked && u.state != uChecking) {
+		return
+	}
+	d.removeQueued(u)
+	msg := "dependencies not satisfied within the dependency timeout"
+	d.submit(&store.FailQueued{ID: u.id, At: now, Error: msg, ErrorKind: "dependency_timeout",
+		Events: []store.Event{{Type: string(EventWorkFailed), Task: u.task,
+			Data: eventData{Error: msg, ErrorKind: "dependency_timeout"}.encode()}}})
+}

@@ -1,0 +1,94 @@
+package runcue
+
+import (
+	"encoding/json"
+	"errors"
+	"math"
+
+	"github.com/runcue/runcue/store"
+)
+
+// Intake: backpressure (the queue's high and low water marks) and feeding
+// (Config.Feed when the queue runs low).
+
+// queuedCount is the number of queued units the dispatcher holds.
+func (d *dispatcher) queuedCount() int {
+	n := len(d.units) - len(d.runs)
+	for _, o := range d.orphans {
+		n += len(o)
+	}
+	return n
+}
+
+// backpressure reports the queue crossing the high and low water marks.
+func (d *dispatcher) backpressure() {
+	limit := d.c.cfg.MaxQueued
+	if limit <= 0 {
+		return
+	}
+	q := d.queuedCount()
+	high, low := int(math.Ceil(HighWater*float64(limit))), int(math.Floor(LowWater*float64(limit)))
+	switch {
+	case !d.bpActive && q >= high:
+		d.bpActive = true
+	case d.bpActive && q <= low:
+		d.bpActive = false
+	default:
+		return
+	}
+	typ := EventBackpressureCleared
+	if d.bpActive {
+		typ = EventBackpressureActive
+	}
+	d.c.log.Info("runcue: "+string(typ), "queued", q, "max_queued", limit)
+	data, _ := json.Marshal(backpressureData{Queued: q, MaxQueued: limit})
+	d.submit(&store.AppendEvent{Event: store.Event{Type: string(typ), Time: d.wall(), Data: data}})
+}
+
+type backpressureData struct {
+	Queued    int `json:"queued"`
+	MaxQueued int `json:"max_queued"`
+}
+
+// maybeFeed asks the feed for work when the queue is low.
+func (d *dispatcher) maybeFeed() {
+	f := d.c.cfg.Feed
+	if f == nil || d.feeding || d.feedWait || d.exhausted || d.stopping || d.failed != nil {
+		return
+	}
+	q := d.queuedCount()
+	low := d.c.cfg.FeedLowWater
+	if q >= low {
+		return
+	}
+	d.feeding = true
+	want := 2*low - q
+	d.aux.Go(func() {
+		ctx := d.auxCtx // cancelled when the dispatcher exits
+		subs, err := f(ctx, want)
+		if err == nil && len(subs) > 0 {
+			_, err = d.c.SubmitBatch(ctx, subs)
+		} else if err == nil {
+			err = errFeedEmpty
+		}
+		d.in.Push(msgFed{err: err})
+	})
+}
+
+var errFeedEmpty = errors.New("runcue: feed returned nothing")
+
+func (d *dispatcher) fed(err error) {
+	d.feeding = false
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrFeedExhausted):
+		d.exhausted = true
+		d.c.log.Info("runcue: feed exhausted")
+	default:
+		if !errors.Is(err, errFeedEmpty) {
+			d.c.log.Warn("runcue: feed failed", "error", err)
+		}
+		d.feedWait = true
+		d.pushTimer(&timerEntry{at: d.now().Add(d.c.cfg.FeedInterval), kind: tFeed})
+	}
+}
