@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -187,10 +188,25 @@ func (c *Cue) inserted(units []*store.Unit, r store.Result) {
 	}
 }
 
+// notifyRegistry sends the running dispatcher a snapshot of the
+// registrations, so that it never takes c.mu itself. Snapshots only add
+// (refreshRegistry never removes), so their order does not matter.
 func (c *Cue) notifyRegistry() {
-	if d := c.disp.Load(); d != nil {
-		d.in.Push(msgRegistry{})
+	c.mu.Lock()
+	d := c.disp.Load()
+	var m msgRegistry
+	if d != nil {
+		m = c.registry()
 	}
+	c.mu.Unlock()
+	if d != nil {
+		d.in.Push(m)
+	}
+}
+
+// registry copies the registrations; the caller holds c.mu.
+func (c *Cue) registry() msgRegistry {
+	return msgRegistry{services: maps.Clone(c.services), tasks: maps.Clone(c.tasks)}
 }
 
 // readErr maps the failure of a store read made while the Cue was closing
@@ -217,23 +233,11 @@ func (c *Cue) checkOpen() error {
 // running are requeued first (work_recovered). Cancelling ctx is the same
 // as calling StopAndCancel. Calling Start on a running Cue does nothing.
 func (c *Cue) Start(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.closed {
-		return ErrClosed
-	}
-	if c.running != nil {
-		select {
-		case <-c.running.done:
-		default:
-			if c.running.stopReq.Load() {
-				return ErrStopping
-			}
-			return nil // already running
-		}
-	}
-	if err := c.w.Err(); err != nil {
-		return wrapStoreErr(err)
+	// c.mu is not held across the store's I/O (taking ownership, reading
+	// services, recovery): other methods go on meanwhile. Ownership itself
+	// keeps two Starts apart: the second gets ErrLocked.
+	if err := c.startable(); err != nil || c.isRunning() {
+		return err
 	}
 	now := c.clock.Now()
 	host, _ := os.Hostname()
@@ -247,9 +251,24 @@ func (c *Cue) Start(ctx context.Context) error {
 		own.Release()
 		return err
 	}
-	d := newDispatcher(c, owner, own, stored)
-	c.disp.Store(d) // from here on, commits reach d's inbox
-	if err := d.recover(ctx); err != nil {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		own.Release()
+		return ErrClosed
+	}
+	// The snapshot and the dispatcher's publication happen under one lock
+	// hold, so a registration is in the snapshot or reaches d as a message.
+	d := newDispatcher(c, owner, own, stored, c.registry())
+	c.disp.Store(d) // from here on, commits and registrations reach d's inbox
+	c.mu.Unlock()
+	err = d.recover(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if err == nil && c.closed {
+		err = ErrClosed
+	}
+	if err != nil {
 		d.keys.stop()
 		c.disp.Store(nil)
 		own.Release()
@@ -262,6 +281,41 @@ func (c *Cue) Start(ctx context.Context) error {
 	})
 	c.log.Info("runcue: started", "owner", owner)
 	return nil
+}
+
+// startable reports why Start may not start now (closed, a run still
+// stopping, a failed store), or nil.
+func (c *Cue) startable() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return ErrClosed
+	}
+	if c.running != nil {
+		select {
+		case <-c.running.done:
+		default:
+			if c.running.stopReq.Load() {
+				return ErrStopping
+			}
+		}
+	}
+	return wrapStoreErr(c.w.Err())
+}
+
+// isRunning reports whether a dispatcher runs (Start then does nothing).
+func (c *Cue) isRunning() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.running == nil {
+		return false
+	}
+	select {
+	case <-c.running.done:
+		return false
+	default:
+		return true
+	}
 }
 
 // Stop stops dispatching and waits for running handlers to return and their

@@ -114,8 +114,8 @@ type dispatcher struct {
 	checkInvariants func(d *dispatcher)
 }
 
-// newDispatcher is called with c.mu held.
-func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.ServiceRecord) *dispatcher {
+// newDispatcher is called with c.mu held; reg is the Cue's registrations.
+func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.ServiceRecord, reg msgRegistry) *dispatcher {
 	d := &dispatcher{
 		c: c, owner: owner, own: own, clock: c.clock, in: inbox.New[message](), done: make(chan struct{}),
 		tasks: make(map[string]*taskRT), regs: make(map[string]Service), services: make(map[string]*resource), keyed: make(map[string]*resource),
@@ -142,7 +142,7 @@ func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.Ser
 		return a.n < b.n
 	}, func(e *timerEntry, i int) { e.idx = i })
 	d.checkInvariants = c.testHooks.checkInvariants
-	d.refreshRegistry(c.services, c.tasks)
+	d.refreshRegistry(reg.services, reg.tasks)
 	return d
 }
 
@@ -276,9 +276,7 @@ func (d *dispatcher) handle(m message) {
 	case msgAbandon:
 		d.abandon = true
 	case msgRegistry:
-		d.c.mu.Lock()
-		d.refreshRegistry(d.c.services, d.c.tasks)
-		d.c.mu.Unlock()
+		d.refreshRegistry(m.services, m.tasks)
 	case msgStoreFailed:
 		d.failed = m.err
 	case msgDrain:

@@ -51,8 +51,12 @@ type msgStop struct{ cancel bool }
 // msgAbandon: exit now, leaving running handlers behind.
 type msgAbandon struct{}
 
-// msgRegistry: tasks or services were registered in the Cue.
-type msgRegistry struct{}
+// msgRegistry: tasks or services were registered in the Cue; a snapshot of
+// its registrations.
+type msgRegistry struct {
+	services map[string]Service
+	tasks    map[string]*Task
+}
 
 // msgStoreFailed: the store failed; nothing more is dispatched.
 type msgStoreFailed struct{ err error }
