@@ -89,7 +89,7 @@ func (d *dispatcher) cancelUnit(id string, opts CancelOptions, errc chan error) 
 		d.finishing[id] = struct{}{}
 		op.Events = []store.Event{{Type: string(EventWorkCancelled), Task: u.task, Data: eventData{Reason: opts.Reason}.encode()}}
 	}
-	err := d.c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+	err := d.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
 		var evs []store.Event
 		if err == nil {
 			evs = res[0].Events
@@ -118,6 +118,6 @@ func (d *dispatcher) cancelRun(r *run, opts CancelOptions) {
 	r.cancelled = &opts
 	r.cause = ErrCancelled
 	r.cancel(ErrCancelled)
-	r.graceTimer = &timerEntry{at: d.now().Add(d.c.cfg.CancelGrace), kind: tGrace, r: r}
+	r.graceTimer = &timerEntry{at: d.now().Add(d.cfg.CancelGrace), kind: tGrace, r: r}
 	d.pushTimer(r.graceTimer)
 }

@@ -81,11 +81,11 @@ func (d *dispatcher) noteCircuit(r *resource) {
 	r.lastCircuit = r.circuit.State
 	switch r.circuit.State {
 	case broker.Open:
-		d.c.log.Warn("circuit_opened", "service", r.name, "failures", r.circuit.Threshold, "from", string(from),
+		d.log.Warn("circuit_opened", "service", r.name, "failures", r.circuit.Threshold, "from", string(from),
 			"until", r.circuit.Until)
 		d.resourceTimer(r, r.circuit.Until)
 	default:
-		d.c.log.Info("circuit_"+string(r.circuit.State), "service", r.name, "from", string(from))
+		d.log.Info("circuit_"+string(r.circuit.State), "service", r.name, "from", string(from))
 	}
 	d.countOpenCircuits()
 	d.persistBroker(r)

@@ -19,7 +19,7 @@ func (d *dispatcher) submit(ops ...store.Op) {
 			d.finishing[id] = struct{}{}
 		}
 	}
-	err := d.c.w.Submit(&writer.Request{Ops: ops, Done: func(res []store.Result, err error) {
+	err := d.w.Submit(&writer.Request{Ops: ops, Done: func(res []store.Result, err error) {
 		for i, op := range ops {
 			id, state, own, ends := opEnds(op)
 			if id == "" {

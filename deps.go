@@ -72,11 +72,11 @@ func (d *dispatcher) resolveDeps(units []*unit) {
 	var states map[string]store.State
 	if len(unknown) > 0 {
 		var err error
-		states, err = d.c.st.UnitStates(context.Background(), unknown)
+		states, err = d.st.UnitStates(context.Background(), unknown)
 		if err != nil {
 			// Without an answer nothing may start: treat them as pending.
 			// A unit so blocked waits until the next owner's start.
-			d.c.log.Error("runcue: read dependencies' states; their dependents wait", "dependencies", len(unknown), "error", err)
+			d.log.Error("runcue: read dependencies' states; their dependents wait", "dependencies", len(unknown), "error", err)
 			states = make(map[string]store.State, len(unknown))
 			for _, dep := range unknown {
 				states[dep] = store.Queued
@@ -172,7 +172,7 @@ func (d *dispatcher) waiting(u *unit, dep string) bool {
 
 // depsDone is called when u's dependencies have all completed.
 func (d *dispatcher) depsDone(u *unit) {
-	if d.c.cfg.DependencySatisfied == nil {
+	if d.cfg.DependencySatisfied == nil {
 		d.makeEligible(u)
 		return
 	}
@@ -216,7 +216,7 @@ func (d *dispatcher) requestCheck(u *unit) {
 
 // checker runs dependency checks until the dispatcher exits.
 func (d *dispatcher) checker() {
-	f, timeout := d.c.cfg.DependencySatisfied, d.c.cfg.CallbackTimeout
+	f, timeout := d.cfg.DependencySatisfied, d.cfg.CallbackTimeout
 	for {
 		select {
 		case <-d.checks.Wake():
@@ -228,13 +228,13 @@ func (d *dispatcher) checker() {
 			for _, dep := range job.deps {
 				t0 := time.Now()
 				sat, err := checkDependency(f, dep, timeout)
-				d.c.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "dependency")))
+				d.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "dependency")))
 				if err != nil {
 					reason := "timeout"
 					if errors.Is(err, errCallbackPanic) {
 						reason = "panic"
 					}
-					d.c.cbErrs.report("dependency", reason, err.Error(), "work_id", job.id, "dependency", dep)
+					d.cbErrs.report("dependency", reason, err.Error(), "work_id", job.id, "dependency", dep)
 				}
 				if !sat {
 					ok = false
@@ -257,7 +257,7 @@ func (d *dispatcher) checked(id string, ok bool) {
 		return
 	}
 	d.dropTimer(u.recheck)
-	u.recheck = &timerEntry{at: d.now().Add(d.c.cfg.DependencyRecheck), kind: tRecheck, u: u}
+	u.recheck = &timerEntry{at: d.now().Add(d.cfg.DependencyRecheck), kind: tRecheck, u: u}
 	d.pushTimer(u.recheck)
 }
 

@@ -3,6 +3,7 @@ package runcue
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -10,7 +11,9 @@ import (
 
 	"github.com/runcue/runcue/clock"
 	"github.com/runcue/runcue/internal/heaps"
+	"github.com/runcue/runcue/internal/hub"
 	"github.com/runcue/runcue/internal/inbox"
+	"github.com/runcue/runcue/internal/writer"
 	"github.com/runcue/runcue/store"
 )
 
@@ -26,8 +29,31 @@ import (
 // service) at once, or none: a lane that cannot have one of them parks on
 // it and is woken when that resource has room again.
 
+// env is what the dispatcher needs of its Cue, fixed for its life: the
+// configuration, the collaborators (store, writer, hub, telemetry, log),
+// the counters it reports to, and the few Cue operations it calls. It
+// holds none of the Cue's mutable state: the dispatcher never takes
+// Cue.mu.
+type env struct {
+	cfg    Config
+	log    *slog.Logger
+	st     store.Store
+	w      *writer.Writer
+	hub    *hub.Hub
+	tel    *telemetry
+	stats  *stats
+	cbErrs *callbackErrors
+	hooks  testHooks
+	// submitBatch stores what Config.Feed returns; reportOrphans logs the
+	// units no registered task can run; detach tells the Cue this
+	// dispatcher has exited.
+	submitBatch   func(context.Context, []Submission) ([]Submitted, error)
+	reportOrphans func(map[string]int)
+	detach        func(*dispatcher)
+}
+
 type dispatcher struct {
-	c     *Cue
+	env
 	owner string
 	own   store.Ownership
 	clock clock.Clock
@@ -117,7 +143,10 @@ type dispatcher struct {
 // newDispatcher is called with c.mu held; reg is the Cue's registrations.
 func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.ServiceRecord, reg msgRegistry) *dispatcher {
 	d := &dispatcher{
-		c: c, owner: owner, own: own, clock: c.clock, in: inbox.New[message](), done: make(chan struct{}),
+		env: env{cfg: c.cfg, log: c.log, st: c.st, w: c.w, hub: c.hub, tel: c.tel, stats: &c.stats, cbErrs: &c.cbErrs,
+			hooks: c.testHooks, submitBatch: c.SubmitBatch, reportOrphans: c.reportOrphans,
+			detach: func(d *dispatcher) { c.disp.CompareAndSwap(d, nil) }},
+		owner: owner, own: own, clock: c.clock, in: inbox.New[message](), done: make(chan struct{}),
 		tasks: make(map[string]*taskRT), regs: make(map[string]Service), services: make(map[string]*resource), keyed: make(map[string]*resource),
 		lanes: make(map[string]*lane), stored: make(map[string]store.ServiceRecord),
 		units: make(map[string]*unit), orphans: make(map[string]map[string]*unit), runs: make(map[string]*run), held: make(map[*run]struct{}),
@@ -177,7 +206,7 @@ func (d *dispatcher) run() {
 			close(ch)
 		}
 		d.syncs = d.syncs[:0]
-		if ch := d.c.testHooks.iterated; ch != nil {
+		if ch := d.hooks.iterated; ch != nil {
 			select {
 			case ch <- struct{}{}:
 			default:
@@ -209,7 +238,7 @@ func (d *dispatcher) run() {
 // idle reports that no work of registered task types is queued, waiting or
 // running, and the feed (if any) has no more.
 func (d *dispatcher) idle() bool {
-	return len(d.units) == 0 && len(d.finishing) == 0 && (d.c.cfg.Feed == nil || (d.exhausted && !d.feeding))
+	return len(d.units) == 0 && len(d.finishing) == 0 && (d.cfg.Feed == nil || (d.exhausted && !d.feeding))
 }
 
 func (d *dispatcher) exit() {
@@ -229,13 +258,13 @@ func (d *dispatcher) exit() {
 		ch <- drainReply{stopped: true}
 	}
 	d.drains = nil
-	_ = d.c.w.Sync(context.Background())
+	_ = d.w.Sync(context.Background())
 	_ = d.own.Release()
-	d.c.disp.CompareAndSwap(d, nil)
+	d.detach(d)
 	if d.abandon && d.live > 0 {
-		d.c.log.Warn("runcue: abandoned handlers that ignored cancellation", "handlers", d.live)
+		d.log.Warn("runcue: abandoned handlers that ignored cancellation", "handlers", d.live)
 	}
-	d.c.log.Info("runcue: stopped", "owner", d.owner)
+	d.log.Info("runcue: stopped", "owner", d.owner)
 	close(d.done)
 }
 
@@ -263,7 +292,7 @@ func (d *dispatcher) handle(m message) {
 	case msgStop:
 		if !d.stopping {
 			d.stopping = true
-			d.c.log.Info("runcue: stopping", "owner", d.owner, "running", d.inflight, "cancel", m.cancel)
+			d.log.Info("runcue: stopping", "owner", d.owner, "running", d.inflight, "cancel", m.cancel)
 		}
 		if m.cancel {
 			for _, r := range d.runs {
@@ -289,11 +318,11 @@ func (d *dispatcher) handle(m message) {
 		if r := d.runs[m.run.id]; r != nil && r == m.run {
 			now := d.wall()
 			d.submit(&store.Heartbeat{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
-				LeaseExpires: now.Add(d.c.cfg.LeaseBuffer)})
+				LeaseExpires: now.Add(d.cfg.LeaseBuffer)})
 		}
 	case msgPruned:
 		d.pruning = false
-		next := d.c.cfg.pruneInterval()
+		next := d.cfg.pruneInterval()
 		if m.more {
 			next = 0 // a batch was full: more to do
 		}
@@ -332,11 +361,11 @@ func (d *dispatcher) dispatch() {
 	if d.stopping || d.failed != nil {
 		return
 	}
-	if d.c.cfg.Priority != nil {
+	if d.cfg.Priority != nil {
 		d.dispatchByPriority()
 		return
 	}
-	for d.inflight < d.c.cfg.MaxConcurrent && d.ready.Len() > 0 {
+	for d.inflight < d.cfg.MaxConcurrent && d.ready.Len() > 0 {
 		l := d.ready.Pop()
 		l.inReady = false
 		now := d.now()
@@ -367,7 +396,7 @@ func (d *dispatcher) drain(ctx context.Context) error {
 		if rep.stopped {
 			return errors.New("runcue: Drain: the Cue stopped before its work was finished")
 		}
-		d.c.reportOrphans(rep.orphans)
+		d.reportOrphans(rep.orphans)
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

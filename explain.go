@@ -203,7 +203,7 @@ func (d *dispatcher) explain(id string) Explanation {
 	case uWaiting:
 		add(timeReason(u.why, u.runAt))
 	case uReady:
-		if d.inflight >= d.c.cfg.MaxConcurrent {
+		if d.inflight >= d.cfg.MaxConcurrent {
 			add(Reason{Kind: ReasonGlobalCap, Detail: fmt.Sprintf("%d units are running, the Cue's MaxConcurrent", d.inflight)})
 		}
 		for _, r := range u.lane.resources {
@@ -218,7 +218,7 @@ func (d *dispatcher) explain(id string) Explanation {
 	}
 	if d.bpActive {
 		add(Reason{Kind: ReasonBackpressure, Detail: fmt.Sprintf("the queue is over its high-water mark (%d queued, MaxQueued %d)",
-			d.queuedCount(), d.c.cfg.MaxQueued)})
+			d.queuedCount(), d.cfg.MaxQueued)})
 	}
 	return ex
 }

@@ -81,8 +81,8 @@ func Inspect(ctx context.Context, c *Cue) (DispatcherState, error) {
 // verify checks that every resource's count matches the runs holding it:
 // a running unit holds all of its resources and a waiting one holds none.
 func (d *dispatcher) verify() error {
-	if d.inflight > d.c.cfg.MaxConcurrent {
-		return fmt.Errorf("inflight %d > MaxConcurrent %d", d.inflight, d.c.cfg.MaxConcurrent)
+	if d.inflight > d.cfg.MaxConcurrent {
+		return fmt.Errorf("inflight %d > MaxConcurrent %d", d.inflight, d.cfg.MaxConcurrent)
 	}
 	holders := map[*resource]int{}
 	for _, r := range d.runs {

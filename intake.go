@@ -22,7 +22,7 @@ func (d *dispatcher) queuedCount() int {
 
 // backpressure reports the queue crossing the high and low water marks.
 func (d *dispatcher) backpressure() {
-	limit := d.c.cfg.MaxQueued
+	limit := d.cfg.MaxQueued
 	if limit <= 0 {
 		return
 	}
@@ -40,7 +40,7 @@ func (d *dispatcher) backpressure() {
 	if d.bpActive {
 		typ = EventBackpressureActive
 	}
-	d.c.log.Info("runcue: "+string(typ), "queued", q, "max_queued", limit)
+	d.log.Info("runcue: "+string(typ), "queued", q, "max_queued", limit)
 	data, _ := json.Marshal(backpressureData{Queued: q, MaxQueued: limit})
 	d.submit(&store.AppendEvent{Event: store.Event{Type: string(typ), Time: d.wall(), Data: data}})
 }
@@ -52,12 +52,12 @@ type backpressureData struct {
 
 // maybeFeed asks the feed for work when the queue is low.
 func (d *dispatcher) maybeFeed() {
-	f := d.c.cfg.Feed
+	f := d.cfg.Feed
 	if f == nil || d.feeding || d.feedWait || d.exhausted || d.stopping || d.failed != nil {
 		return
 	}
 	q := d.queuedCount()
-	low := d.c.cfg.FeedLowWater
+	low := d.cfg.FeedLowWater
 	if q >= low {
 		return
 	}
@@ -67,7 +67,7 @@ func (d *dispatcher) maybeFeed() {
 		ctx := d.auxCtx // cancelled when the dispatcher exits
 		subs, err := f(ctx, want)
 		if err == nil && len(subs) > 0 {
-			_, err = d.c.SubmitBatch(ctx, subs)
+			_, err = d.submitBatch(ctx, subs)
 		} else if err == nil {
 			err = errFeedEmpty
 		}
@@ -83,12 +83,12 @@ func (d *dispatcher) fed(err error) {
 	case err == nil:
 	case errors.Is(err, ErrFeedExhausted):
 		d.exhausted = true
-		d.c.log.Info("runcue: feed exhausted")
+		d.log.Info("runcue: feed exhausted")
 	default:
 		if !errors.Is(err, errFeedEmpty) {
-			d.c.log.Warn("runcue: feed failed", "error", err)
+			d.log.Warn("runcue: feed failed", "error", err)
 		}
 		d.feedWait = true
-		d.pushTimer(&timerEntry{at: d.now().Add(d.c.cfg.FeedInterval), kind: tFeed})
+		d.pushTimer(&timerEntry{at: d.now().Add(d.cfg.FeedInterval), kind: tFeed})
 	}
 }

@@ -20,7 +20,7 @@ func (d *dispatcher) deriveKeys(u *unit, rt *taskRT) {
 		return
 	}
 	if !u.hasParams {
-		su, err := d.c.st.GetUnit(context.Background(), u.id)
+		su, err := d.st.GetUnit(context.Background(), u.id)
 		if err != nil {
 			u.keyErr = fmt.Errorf("runcue: load unit to derive its service keys: %w", err)
 			return
@@ -28,7 +28,7 @@ func (d *dispatcher) deriveKeys(u *unit, rt *taskRT) {
 		u.params, u.hasParams = su.Params, true
 	}
 	keys, err := d.keys.call(rt.def.ServiceKeys, &Work{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: u.runs + 1},
-		d.c.cfg.CallbackTimeout)
+		d.cfg.CallbackTimeout)
 	if err == nil {
 		err = d.checkKeys(keys)
 	}
@@ -36,11 +36,11 @@ func (d *dispatcher) deriveKeys(u *unit, rt *taskRT) {
 		u.keyErr = fmt.Errorf("runcue: service keys of %s: %w", u.id, err)
 		switch {
 		case errors.Is(err, errCallbackPanic):
-			d.c.cbErrs.report("service_keys", "panic", err.Error(), "work_id", u.id, "task_type", u.task)
+			d.cbErrs.report("service_keys", "panic", err.Error(), "work_id", u.id, "task_type", u.task)
 		case errors.Is(err, errCallbackTimeout):
-			d.c.cbErrs.report("service_keys", "timeout", err.Error(), "work_id", u.id, "task_type", u.task)
+			d.cbErrs.report("service_keys", "timeout", err.Error(), "work_id", u.id, "task_type", u.task)
 		default:
-			d.c.log.Warn("runcue: deriving service keys failed; the unit will fail", "work_id", u.id, "task_type", u.task, "error", err)
+			d.log.Warn("runcue: deriving service keys failed; the unit will fail", "work_id", u.id, "task_type", u.task, "error", err)
 		}
 		return
 	}

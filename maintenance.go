@@ -25,12 +25,12 @@ func (d *dispatcher) prune(now time.Time) {
 	if d.pruning || d.stopping {
 		return
 	}
-	op := &store.Prune{Limit: pruneBatch, LogBefore: d.logCutoffs(now), EventsBefore: now.Add(-d.c.cfg.EventRetention)}
-	if d.c.cfg.Retention > 0 {
-		op.Before = now.Add(-d.c.cfg.Retention)
+	op := &store.Prune{Limit: pruneBatch, LogBefore: d.logCutoffs(now), EventsBefore: now.Add(-d.cfg.EventRetention)}
+	if d.cfg.Retention > 0 {
+		op.Before = now.Add(-d.cfg.Retention)
 	}
 	d.pruning = true
-	err := d.c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+	err := d.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
 		d.in.Push(msgPruned{more: err == nil && res[0].More})
 	}})
 	if err != nil {

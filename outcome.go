@@ -201,8 +201,8 @@ func (d *dispatcher) conclude(r *run, e ending) {
 		d.forget(u)
 	}
 	if o.fin.Attempt.Outcome == "late_start" {
-		d.c.log.Warn("runcue: a rate-limited run would have started too long after its dispatch was decided; requeued",
-			"work_unit_id", r.id, "task_type", r.task, "max_start_delay", d.c.cfg.MaxStartDelay)
+		d.log.Warn("runcue: a rate-limited run would have started too long after its dispatch was decided; requeued",
+			"work_unit_id", r.id, "task_type", r.task, "max_start_delay", d.cfg.MaxStartDelay)
 	}
 	recorded := e.err
 	if !e.returned && e.cancelled != nil {

@@ -51,7 +51,7 @@ type candidate struct {
 // dispatchByPriority dispatches the highest-scoring units that can run,
 // scoring only those: units in lanes whose resources admit them.
 func (d *dispatcher) dispatchByPriority() {
-	for d.inflight < d.c.cfg.MaxConcurrent {
+	for d.inflight < d.cfg.MaxConcurrent {
 		now := d.now()
 		cands := d.candidates(now)
 		if len(cands) == 0 {
@@ -120,7 +120,7 @@ func (d *dispatcher) scoreOf(u *unit) float64 {
 func (d *dispatcher) ensureScores(cands []candidate, now time.Time) {
 	var stale []candidate
 	for _, c := range cands {
-		if e, ok := d.scores[c.u.id]; !ok || now.Sub(e.at) >= d.c.cfg.PriorityTTL {
+		if e, ok := d.scores[c.u.id]; !ok || now.Sub(e.at) >= d.cfg.PriorityTTL {
 			stale = append(stale, c)
 		}
 	}
@@ -148,7 +148,7 @@ func (d *dispatcher) ensureScores(cands []candidate, now time.Time) {
 	results := make(chan map[string]float64, 1)
 	progress := make(chan struct{}) // closed when the pass finishes
 	go d.scorePass(jobs, queued, results, progress)
-	timer := time.NewTimer(d.c.cfg.CallbackTimeout)
+	timer := time.NewTimer(d.cfg.CallbackTimeout)
 	defer timer.Stop()
 	select {
 	case res := <-results:
@@ -157,8 +157,8 @@ func (d *dispatcher) ensureScores(cands []candidate, now time.Time) {
 	case <-timer.C:
 		d.scoring = true
 		d.overruns++
-		d.c.cbErrs.report("priority", "timeout", fmt.Sprintf("a scoring pass of %d units overran %v; cached or default scores used",
-			len(jobs), d.c.cfg.CallbackTimeout), "consecutive_overruns", d.overruns)
+		d.cbErrs.report("priority", "timeout", fmt.Sprintf("a scoring pass of %d units overran %v; cached or default scores used",
+			len(jobs), d.cfg.CallbackTimeout), "consecutive_overruns", d.overruns)
 		go func() {
 			<-progress
 			d.in.Push(msgScores{scores: <-results})
@@ -180,16 +180,16 @@ func (d *dispatcher) scorePass(jobs []scoreJob, queued int, results chan<- map[s
 	out := make(map[string]float64, len(jobs))
 	for _, j := range jobs {
 		if j.load {
-			if su, err := d.c.st.GetUnit(context.Background(), j.w.ID); err == nil {
+			if su, err := d.st.GetUnit(context.Background(), j.w.ID); err == nil {
 				j.w.Params = su.Params
 			}
 		}
 		t0 := time.Now()
-		s, reason, detail := score(d.c.cfg.Priority, PriorityContext{Work: j.w, QueueDepth: queued, ServicePressure: j.pressure, WaitTime: j.wait})
-		d.c.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "priority")))
-		d.c.stats.priorityCalls.Add(1)
+		s, reason, detail := score(d.cfg.Priority, PriorityContext{Work: j.w, QueueDepth: queued, ServicePressure: j.pressure, WaitTime: j.wait})
+		d.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "priority")))
+		d.stats.priorityCalls.Add(1)
 		if reason != "" {
-			d.c.cbErrs.report("priority", reason, detail, "work_id", j.w.ID, "task_type", j.w.Task, "score_used", s)
+			d.cbErrs.report("priority", reason, detail, "work_id", j.w.ID, "task_type", j.w.Task, "score_used", s)
 		}
 		out[j.w.ID] = s
 	}

@@ -40,7 +40,7 @@ func (d *dispatcher) emitProgress(r *run) {
 	if r.ended {
 		return // the unit has moved on; its outcome says more than this
 	}
-	d.c.hub.Publish([]store.Event{{Type: string(EventWorkProgress), Time: d.wall(), WorkID: r.id, Task: r.task, Attempt: r.no, Data: val}})
+	d.hub.Publish([]store.Event{{Type: string(EventWorkProgress), Time: d.wall(), WorkID: r.id, Task: r.task, Attempt: r.no, Data: val}})
 }
 
 // queueStatus publishes the periodic summary.
@@ -62,8 +62,8 @@ func (d *dispatcher) queueStatus() {
 	}
 	qs.Backpressure = d.bpActive
 	data, _ := json.Marshal(qs)
-	d.c.hub.Publish([]store.Event{{Type: string(EventQueueStatus), Time: d.wall(), Data: data}})
-	if iv := d.c.cfg.QueueStatusInterval; iv > 0 {
+	d.hub.Publish([]store.Event{{Type: string(EventQueueStatus), Time: d.wall(), Data: data}})
+	if iv := d.cfg.QueueStatusInterval; iv > 0 {
 		d.pushTimer(&timerEntry{at: d.now().Add(iv), kind: tQueueStatus})
 	}
 }

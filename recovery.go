@@ -11,17 +11,17 @@ import (
 // recover requeues the units a previous owner left running and indexes the
 // queued units. It runs before the dispatcher goroutine starts.
 func (d *dispatcher) recover(ctx context.Context) error {
-	res, err := d.c.w.Do(ctx, &store.Recover{At: d.wall()})
+	res, err := d.w.Do(ctx, &store.Recover{At: d.wall()})
 	if err != nil {
 		return wrapStoreErr(err)
 	}
 	if n := len(res[0].IDs); n > 0 {
-		d.c.log.Info("runcue: requeued units left running by the previous owner", "units", n)
+		d.log.Info("runcue: requeued units left running by the previous owner", "units", n)
 	}
 	// Every queued unit is indexed before any is filed, so that a
 	// dependent stored before its dependency waits for it.
 	var loaded []*unit
-	err = d.c.st.LoadActive(ctx, func(su *store.Unit) error {
+	err = d.st.LoadActive(ctx, func(su *store.Unit) error {
 		if su.State == store.Queued {
 			if u := d.index(su, false); u != nil {
 				loaded = append(loaded, u)
@@ -34,8 +34,8 @@ func (d *dispatcher) recover(ctx context.Context) error {
 	}
 	d.file(loaded)
 	d.schedulePrune(d.now())
-	if d.c.cfg.QueueStatusInterval > 0 {
-		d.pushTimer(&timerEntry{at: d.now().Add(d.c.cfg.QueueStatusInterval), kind: tQueueStatus})
+	if d.cfg.QueueStatusInterval > 0 {
+		d.pushTimer(&timerEntry{at: d.now().Add(d.cfg.QueueStatusInterval), kind: tQueueStatus})
 	}
 	return nil
 }

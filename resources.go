@@ -128,7 +128,7 @@ func (d *dispatcher) newServiceResource(name, class string, reg Service, now tim
 // was set back since. For keyed instances one query per class serves every
 // key: it is read on the first key's creation.
 func (d *dispatcher) priorLog(name, class string, s Service, now time.Time) []time.Time {
-	lag := d.c.cfg.MaxStartDelay
+	lag := d.cfg.MaxStartDelay
 	if now.Sub(d.startMono) >= s.RateWindow+lag {
 		return nil // everything a previous owner started has left the window
 	}
@@ -136,17 +136,17 @@ func (d *dispatcher) priorLog(name, class string, s Service, now time.Time) []ti
 	var times []time.Time
 	if name == class {
 		var err error
-		times, err = d.c.st.ServiceLog(context.Background(), name, since)
+		times, err = d.st.ServiceLog(context.Background(), name, since)
 		if err != nil {
-			d.c.log.Error("runcue: read service log; rate window starts empty", "service", name, "error", err)
+			d.log.Error("runcue: read service log; rate window starts empty", "service", name, "error", err)
 		}
 	} else {
 		logs, ok := d.classLogs[class]
 		if !ok {
 			var err error
-			logs, err = d.c.st.ServiceLogPrefix(context.Background(), class+":", since)
+			logs, err = d.st.ServiceLogPrefix(context.Background(), class+":", since)
 			if err != nil {
-				d.c.log.Error("runcue: read service log; rate windows start empty", "service", class, "error", err)
+				d.log.Error("runcue: read service log; rate windows start empty", "service", class, "error", err)
 			}
 			d.classLogs[class] = logs
 		}
@@ -361,9 +361,9 @@ func (d *dispatcher) park(l *lane, r *resource, until time.Time) {
 	if r.window != nil && !until.IsZero() && !r.paused && !r.blockedUntil.After(d.now()) &&
 		(r.limit == 0 || r.active < r.limit) {
 		// Held back by the rate window.
-		d.c.tel.rateLimited.Add(bg, 1, r.attrs())
-		if d.c.log.Enabled(bg, slog.LevelDebug) {
-			d.c.log.Debug("service_rate_limited", "service", r.name, "current_rate", r.window.Used(d.now()),
+		d.tel.rateLimited.Add(bg, 1, r.attrs())
+		if d.log.Enabled(bg, slog.LevelDebug) {
+			d.log.Debug("service_rate_limited", "service", r.name, "current_rate", r.window.Used(d.now()),
 				"limit", r.window.Limit(), "window", r.window.Length())
 		}
 	}
@@ -419,7 +419,7 @@ func (d *dispatcher) blockServices(l *lane, names []string, delay time.Duration)
 					used = append(used, r.name)
 				}
 			}
-			d.c.log.Warn("runcue: RetryAfter names a service the unit does not use; holding all of its services",
+			d.log.Warn("runcue: RetryAfter names a service the unit does not use; holding all of its services",
 				"service", n, "task_type", l.task.name, "services", used)
 			names = nil
 			break
@@ -458,7 +458,7 @@ func (d *dispatcher) logCutoffs(now time.Time) map[string]time.Time {
 		}
 		// A logged decision may count for MaxStartDelay more than its
 		// window, at a restart (see priorLog).
-		cut := now.Add(-s.RateWindow - d.c.cfg.MaxStartDelay)
+		cut := now.Add(-s.RateWindow - d.cfg.MaxStartDelay)
 		out[name] = cut
 		out[name+":"] = cut
 	}
@@ -470,9 +470,9 @@ func (d *dispatcher) logCutoffs(now time.Time) map[string]time.Time {
 func (d *dispatcher) serviceChanged(name string) { d.reloadService(name) }
 
 func (d *dispatcher) reloadService(name string) {
-	svcs, err := d.c.st.Services(context.Background())
+	svcs, err := d.st.Services(context.Background())
 	if err != nil {
-		d.c.log.Error("runcue: read services", "error", err)
+		d.log.Error("runcue: read services", "error", err)
 		return
 	}
 	for _, rec := range svcs {
@@ -495,7 +495,7 @@ func (d *dispatcher) reloadService(name string) {
 			if r.paused {
 				state = "paused"
 			}
-			d.c.log.Info("runcue: service "+state, "service", r.name)
+			d.log.Info("runcue: service "+state, "service", r.name)
 		}
 		d.markStatus(r)
 		// Limits may have grown: let waiters try.

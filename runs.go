@@ -93,7 +93,7 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 		timeout = t.def.Timeout
 	}
 	if timeout <= 0 {
-		timeout = d.c.cfg.DefaultTimeout
+		timeout = d.cfg.DefaultTimeout
 	}
 	u.runs++
 	u.state = uRunning
@@ -105,16 +105,16 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 		// Let the handler see its deadline; the timer heap still decides.
 		r.ctx, r.stopDL = context.WithDeadlineCause(r.ctx, r.deadline, ErrTimeout)
 	}
-	r.ctx, r.span = d.c.tel.startSpan(r.ctx, u.trace, u.task, u.id, r.no)
-	tel := d.c.tel
+	r.ctx, r.span = d.tel.startSpan(r.ctx, u.trace, u.task, u.id, r.no)
+	tel := d.tel
 	tel.queueWait.Record(bg, seconds(now.Sub(u.readyAt)), t.attrs)
 	for _, res := range l.resources {
 		if res.class != "" {
 			tel.requests.Add(bg, 1, res.attrs())
 		}
 	}
-	if d.c.log.Enabled(bg, slog.LevelDebug) {
-		d.c.log.Debug("work_started", "work_unit_id", u.id, "task_type", u.task, "attempt", r.no)
+	if d.log.Enabled(bg, slog.LevelDebug) {
+		d.log.Debug("work_started", "work_unit_id", u.id, "task_type", u.task, "attempt", r.no)
 	}
 	r.decided = now
 	for _, res := range l.resources {
@@ -123,14 +123,14 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 		}
 	}
 	d.runs[u.id] = r
-	if h := d.c.testHooks.started; h != nil {
+	if h := d.hooks.started; h != nil {
 		h(r)
 	}
 	d.inflight++
-	d.c.stats.dispatches.Add(1)
+	d.stats.dispatches.Add(1)
 	r.deadlineTimer = &timerEntry{at: now.Add(timeout), kind: tDeadline, r: r}
 	d.pushTimer(r.deadlineTimer)
-	claim := &store.Claim{ID: u.id, Owner: d.owner, Run: r.no, At: wall, LeaseExpires: r.deadline.Add(d.c.cfg.LeaseBuffer),
+	claim := &store.Claim{ID: u.id, Owner: d.owner, Run: r.no, At: wall, LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer),
 		ServiceLog: l.logged, Events: []store.Event{{Type: string(EventWorkStarted), Task: u.task, Attempt: r.no}}}
 	// A dispatch counted in a rate window is logged before the handler
 	// starts, so that a crash cannot forget a request the service saw.
@@ -148,7 +148,7 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 			d.in.Push(msgClaimed{run: r, applied: err == nil && res[0].Applied})
 		}
 	}
-	if err := d.c.w.Submit(&writer.Request{Ops: []store.Op{claim}, Done: done}); err != nil {
+	if err := d.w.Submit(&writer.Request{Ops: []store.Op{claim}, Done: done}); err != nil {
 		// The writer is closed or failed: the run cannot be recorded.
 		d.failed = err
 		r.claimFailed = true
@@ -206,7 +206,7 @@ func (d *dispatcher) execute(r *run) {
 	}()
 	if r.load {
 		var su *store.Unit
-		if su, err = d.c.st.GetUnit(context.Background(), r.id); err == nil {
+		if su, err = d.st.GetUnit(context.Background(), r.id); err == nil {
 			w.Target, w.Params = su.Target, su.Params
 		} else {
 			err = fmt.Errorf("runcue: load unit: %w", err)
@@ -224,8 +224,8 @@ func (d *dispatcher) execute(r *run) {
 		if err == nil {
 			if out, err = json.Marshal(res); err != nil {
 				err = Permanent(fmt.Errorf("runcue: encode result: %w", err))
-			} else if len(out) > d.c.cfg.MaxPayload {
-				out, err = nil, Permanent(fmt.Errorf("runcue: result of %d bytes exceeds Config.MaxPayload (%d)", len(out), d.c.cfg.MaxPayload))
+			} else if len(out) > d.cfg.MaxPayload {
+				out, err = nil, Permanent(fmt.Errorf("runcue: result of %d bytes exceeds Config.MaxPayload (%d)", len(out), d.cfg.MaxPayload))
 			}
 		}
 	}
@@ -256,7 +256,7 @@ func (d *dispatcher) begin(r *run, w *Work) error {
 	now := d.now()
 	w.Started = d.wall()
 	if len(r.reserved) > 0 {
-		if now.Sub(r.decided) > d.c.cfg.MaxStartDelay {
+		if now.Sub(r.decided) > d.cfg.MaxStartDelay {
 			return errLateStart
 		}
 		d.in.Push(msgStarted{run: r, start: now})
@@ -296,7 +296,7 @@ func (d *dispatcher) record(r *run, fin *store.Finish, err error, end time.Time)
 	if outcome == "" {
 		outcome = "abandoned" // the claim was refused: nothing ran for the record
 	}
-	tel, log := d.c.tel, d.c.log
+	tel, log := d.tel, d.log
 	rt := r.lane.task
 	tel.runDuration.Record(bg, seconds(end.Sub(r.start)), rt.outcomeAttrs(outcome))
 	switch outcome {

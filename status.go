@@ -75,7 +75,7 @@ func (d *dispatcher) flushStatus() {
 		evs = append(evs, store.Event{Type: string(EventServiceStatus), Time: d.wall(), Data: data})
 	}
 	if len(evs) > 0 {
-		d.c.hub.Publish(evs)
+		d.hub.Publish(evs)
 	}
 }
 
@@ -173,5 +173,5 @@ func (d *dispatcher) countOpenCircuits() {
 	for _, r := range d.keyed {
 		count(r)
 	}
-	d.c.tel.openCircuit.Store(&open)
+	d.tel.openCircuit.Store(&open)
 }

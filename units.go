@@ -124,7 +124,7 @@ func (d *dispatcher) index(su *store.Unit, keepParams bool) *unit {
 		if p, err := decodeRetry(su.Retry); err == nil {
 			u.retry = &p
 		} else {
-			d.c.log.Warn("runcue: ignoring a unit's unreadable retry policy", "work_id", su.ID, "error", err)
+			d.log.Warn("runcue: ignoring a unit's unreadable retry policy", "work_id", su.ID, "error", err)
 		}
 	}
 	rt, ok := d.tasks[u.task]
@@ -134,7 +134,7 @@ func (d *dispatcher) index(su *store.Unit, keepParams bool) *unit {
 		if o == nil {
 			o = make(map[string]*unit)
 			d.orphans[u.task] = o
-			d.c.log.Warn("runcue: queued units have a task type not registered here; they stay queued", "task_type", u.task)
+			d.log.Warn("runcue: queued units have a task type not registered here; they stay queued", "task_type", u.task)
 		}
 		o[u.id] = u
 		return nil
@@ -258,9 +258,9 @@ func (d *dispatcher) external(evs []store.Event) {
 	if len(load) == 0 {
 		return
 	}
-	units, err := d.c.st.ListUnits(context.Background(), store.ListFilter{IDs: load, States: []store.State{store.Queued}, Limit: len(load)})
+	units, err := d.st.ListUnits(context.Background(), store.ListFilter{IDs: load, States: []store.State{store.Queued}, Limit: len(load)})
 	if err != nil {
-		d.c.log.Error("runcue: load units submitted by another process", "units", len(load), "error", err)
+		d.log.Error("runcue: load units submitted by another process", "units", len(load), "error", err)
 		return
 	}
 	d.addUnits(units, true)
