@@ -65,6 +65,8 @@ type stats struct {
 
 // testHooks are set by tests (see export_test.go).
 type testHooks struct {
+	// checkInvariants verifies the broker's bookkeeping after every loop
+	// iteration.
 	checkInvariants func(d *dispatcher)
 	// started is called on the dispatcher goroutine for every run started.
 	started func(r *run)

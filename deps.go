@@ -40,7 +40,7 @@ func checkDependency(f DependencyFunc, id string, timeout time.Duration) (ok boo
 	case err := <-errc:
 		return false, err
 	case <-ctx.Done():
-		return false, fmt.Errorf("no answer within %v", timeout)
+		return false, fmt.Errorf("%w: no answer within %v", errCallbackTimeout, timeout)
 	}
 }
 
@@ -230,9 +230,9 @@ func (d *dispatcher) checker() {
 				sat, err := checkDependency(f, dep, timeout)
 				d.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "dependency")))
 				if err != nil {
-					reason := "timeout"
-					if errors.Is(err, errCallbackPanic) {
-						reason = "panic"
+					reason := "panic"
+					if errors.Is(err, errCallbackTimeout) {
+						reason = "timeout"
 					}
 					d.cbErrs.report("dependency", reason, err.Error(), "work_id", job.id, "dependency", dep)
 				}

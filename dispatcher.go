@@ -134,10 +134,6 @@ type dispatcher struct {
 	// read it; the dispatcher goroutine sets it.
 	startMu  sync.RWMutex
 	noStarts bool
-
-	// checkInvariants, set by tests, verifies the broker's bookkeeping after
-	// every loop iteration.
-	checkInvariants func(d *dispatcher)
 }
 
 // newDispatcher is called with c.mu held; reg is the Cue's registrations.
@@ -170,7 +166,6 @@ func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.Ser
 		}
 		return a.n < b.n
 	}, func(e *timerEntry, i int) { e.idx = i })
-	d.checkInvariants = c.testHooks.checkInvariants
 	d.refreshRegistry(reg.services, reg.tasks)
 	return d
 }
@@ -187,8 +182,8 @@ func (d *dispatcher) run() {
 		d.backpressure()
 		d.maybeFeed()
 		d.flushStatus()
-		if d.checkInvariants != nil {
-			d.checkInvariants(d)
+		if d.hooks.checkInvariants != nil {
+			d.hooks.checkInvariants(d)
 		}
 		if d.idle() && len(d.drains) > 0 {
 			orphans := make(map[string]int)

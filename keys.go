@@ -71,7 +71,7 @@ type keysResult struct {
 }
 
 // errCallbackTimeout marks a callback that did not answer in time.
-var errCallbackTimeout = errors.New("no answer in time")
+var errCallbackTimeout = errors.New("timeout")
 
 func (kc *keysCaller) call(f func(*Work) []string, w *Work, timeout time.Duration) ([]string, error) {
 	if kc.ch == nil {
