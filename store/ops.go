@@ -43,8 +43,9 @@ type Insert struct {
 	// MaxQueued, when positive, bounds the queued units after the insert.
 	// When the insert would exceed it, the op fails with ErrBackpressure,
 	// or, with DropOldest, cancels the oldest queued units (reason
-	// "dropped", with events and propagation) to make room; if even that
-	// cannot make room, the op fails.
+	// "dropped", with events and propagation) one at a time until the
+	// bound holds (dependents failed with a dropped unit count towards the
+	// room); if even that cannot make room, the op fails.
 	MaxQueued  int
 	DropOldest bool
 }

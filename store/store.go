@@ -31,6 +31,15 @@
 //     goroutines at once, in this process and in others, while Apply runs.
 //   - Times are stored with nanosecond precision. The zero time.Time means
 //     "not set" everywhere.
+//
+// What a backend does not decide: the rules that read state inside an op's
+// transaction (resolving idempotency keys, dead dependencies, the queue
+// bound and drop-oldest, cancellation, requeueing, propagating a failure or
+// cancellation to dependents) are written once in this package (ApplyInsert,
+// ApplyCancel, ApplyFailQueued, ApplyRequeue, FinishApplied, Propagate)
+// against Tx, the storage primitives a backend's transaction provides; the
+// backend calls them from inside its transaction. The pure rules (CheckCycles,
+// TopoOrder) and the payloads of derived events are here too.
 package store
 
 import (

@@ -172,26 +172,21 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) ([]store.Result, erro
 	return results, nil
 }
 
-// opError is an op's own failure: roll back the op, keep the batch.
-type opError struct{ err error }
-
-func (e opError) Error() string { return e.err.Error() }
-
 func (t *txn) apply(op store.Op, r *store.Result) error {
 	switch op := op.(type) {
 	case *store.Insert:
 		if simpleInsert(op) {
 			// One unit, no dependency, no idempotency key: its single
 			// INSERT applies whole or fails whole, so no savepoint.
-			err := t.insert(op, r)
-			var oe opError
+			err := store.ApplyInsert(t, op, r)
+			var oe *store.OpError
 			if errors.As(err, &oe) {
-				*r = store.Result{Err: oe.err}
+				*r = store.Result{Err: oe.Err}
 				return nil
 			}
 			return err
 		}
-		return t.savepoint(r, func() error { return t.insert(op, r) })
+		return t.savepoint(r, func() error { return store.ApplyInsert(t, op, r) })
 	case *store.Claim:
 		if f := t.pairs[op]; f != nil {
 			return t.claimFinish(op, f, r)
@@ -205,9 +200,9 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 	case *store.Recover:
 		return t.recover(op, r)
 	case *store.Cancel:
-		return t.savepoint(r, func() error { return t.cancel(op, r) })
+		return t.savepoint(r, func() error { return store.ApplyCancel(t, op, r) })
 	case *store.Requeue:
-		return t.requeue(op, r)
+		return store.ApplyRequeue(t, op, r)
 	case *store.Heartbeat:
 		ok, err := t.changed(`UPDATE work_units SET heartbeat_at=?, lease_expires_at=max(lease_expires_at, ?)
 			WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
@@ -231,12 +226,12 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 	case *store.Prune:
 		return t.prune(op, r)
 	case *store.FailQueued:
-		return t.failQueued(op, r)
+		return store.ApplyFailQueued(t, op, r)
 	}
 	return fmt.Errorf("runcue: sqlite: unknown op %T", op)
 }
 
-// savepoint runs f inside a savepoint; an opError rolls back only f's work
+// savepoint runs f inside a savepoint; an *store.OpError rolls back only f's work
 // and is reported on r.
 func (t *txn) savepoint(r *store.Result, f func() error) error {
 	if _, err := t.exec("SAVEPOINT op"); err != nil {
@@ -244,13 +239,13 @@ func (t *txn) savepoint(r *store.Result, f func() error) error {
 	}
 	queued := t.queued
 	err := f()
-	var oe opError
+	var oe *store.OpError
 	if errors.As(err, &oe) {
 		if _, err := t.exec("ROLLBACK TO op"); err != nil {
 			return err
 		}
 		t.queued = queued
-		*r = store.Result{Err: oe.err}
+		*r = store.Result{Err: oe.Err}
 	} else if err != nil {
 		return err
 	}
@@ -283,19 +278,6 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 	return nil
 }
 
-func (t *txn) events(r *store.Result, evs []store.Event, id string, at time.Time) error {
-	for _, e := range evs {
-		if e.WorkID == "" {
-			e.WorkID = id
-		}
-		if err := t.event(&e, at); err != nil {
-			return err
-		}
-		r.Events = append(r.Events, e)
-	}
-	return nil
-}
-
 func nullBytes(b []byte) any {
 	if len(b) == 0 {
 		return nil
@@ -322,4 +304,12 @@ func (t *txn) stringList(query string, args ...any) ([]string, error) {
 
 func placeholders(n int) string {
 	return strings.TrimSuffix(strings.Repeat("?,", n), ",")
+}
+
+func simpleInsert(op *store.Insert) bool {
+	if len(op.Units) != 1 || op.MaxQueued > 0 {
+		return false
+	}
+	u := op.Units[0]
+	return len(u.DependsOn) == 0 && u.IdempotencyKey == ""
 }

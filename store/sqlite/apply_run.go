@@ -30,7 +30,7 @@ func (t *txn) claimed(op *store.Claim, r *store.Result) error {
 			return err
 		}
 	}
-	return t.events(r, op.Events, op.ID, op.At)
+	return store.AppendEvents(t, r, op.Events, op.ID, op.At)
 }
 
 // attemptJSON formats an attempt as its history entry:
@@ -99,20 +99,7 @@ func (t *txn) finish(op *store.Finish, r *store.Result) error {
 	if op.State == store.Queued {
 		t.queued++
 	}
-	return t.finished(op, r)
-}
-
-// finished records an applied Finish: its events and, for a failed or
-// cancelled unit, the propagation to its dependents.
-func (t *txn) finished(op *store.Finish, r *store.Result) error {
-	r.Applied = true
-	if err := t.events(r, op.Events, op.ID, op.At); err != nil {
-		return err
-	}
-	if op.Propagate && (op.State == store.Failed || op.State == store.Cancelled) {
-		return t.propagate(op.ID, op.State, op.CascadeCancel, op.At, r)
-	}
-	return nil
+	return store.FinishApplied(t, op, r)
 }
 
 func (t *txn) recover(op *store.Recover, r *store.Result) error {
@@ -144,7 +131,7 @@ func (t *txn) recover(op *store.Recover, r *store.Result) error {
 				return err
 			}
 			r.Events = append(r.Events, ev)
-			if err := t.propagate(x.id, store.Cancelled, false, op.At, r); err != nil {
+			if err := store.Propagate(t, x.id, store.Cancelled, false, op.At, r); err != nil {
 				return err
 			}
 			continue
@@ -229,5 +216,5 @@ func (t *txn) finishMerged(op *store.Finish, applied bool, r *store.Result) erro
 	if !applied {
 		return nil
 	}
-	return t.finished(op, r)
+	return store.FinishApplied(t, op, r)
 }

@@ -233,7 +233,9 @@ func testBackpressure(t *testing.T, h *harness) {
 	r = h.apply(&store.Insert{Units: []*store.Unit{h.unit("a")}, At: h.tick(), MaxQueued: 4})[0]
 	require.NoError(t, r.Err)
 
-	// Drop oldest: the oldest queued units are cancelled to make room.
+	// Drop oldest: the oldest queued units are cancelled to make room,
+	// one at a time, and the dependents failed with a dropped unit count
+	// towards the room: here one drop makes room for two.
 	dep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{first[1].ID} })
 	h.insert(dep) // now 5 queued
 	fresh := []*store.Unit{h.unit("a"), h.unit("a")}
@@ -242,7 +244,7 @@ func testBackpressure(t *testing.T, h *harness) {
 	got := h.get(first[1].ID)
 	assert.Equal(t, store.Cancelled, got.State)
 	assert.Equal(t, "dropped", got.ErrorKind)
-	assert.Equal(t, store.Cancelled, h.get(first[2].ID).State, "two dropped for two new")
+	assert.Equal(t, store.Queued, h.get(first[2].ID).State, "no more dropped than needed")
 	assert.Equal(t, "prerequisite_cancelled", h.get(dep.ID).ErrorKind, "dropping propagates")
 	var dropped int
 	for _, e := range r.Events {
@@ -251,9 +253,15 @@ func testBackpressure(t *testing.T, h *harness) {
 			assert.JSONEq(t, `{"reason":"dropped"}`, string(e.Data))
 		}
 	}
-	assert.Equal(t, 2, dropped)
+	assert.Equal(t, 1, dropped)
 	n, _ = h.st.QueuedCount(h.ctx)
-	assert.LessOrEqual(t, n, 5)
+	assert.Equal(t, 5, n)
+	// Without dependents, one drop per unit over the bound.
+	r = h.apply(&store.Insert{Units: []*store.Unit{h.unit("a"), h.unit("a")}, At: h.tick(), MaxQueued: 5, DropOldest: true})[0]
+	require.NoError(t, r.Err)
+	assert.Equal(t, store.Cancelled, h.get(first[2].ID).State)
+	n, _ = h.st.QueuedCount(h.ctx)
+	assert.Equal(t, 5, n)
 	// An insert larger than the bound cannot make room by dropping.
 	var big []*store.Unit
 	for range 6 {

@@ -1,0 +1,164 @@
+package sqlite
+
+import (
+	"database/sql/driver"
+	"fmt"
+	"time"
+
+	"github.com/runcue/runcue/store"
+)
+
+// txn as a store.Tx: the storage the shared rules in package store (Insert,
+// Cancel, FailQueued, Requeue, propagation to dependents) read and write
+// inside the op's transaction. Each keeps the queued count in step.
+
+var _ store.Tx = (*txn)(nil)
+
+func (t *txn) UnitState(id string) (store.State, bool, error) {
+	row, found, err := t.one(`SELECT state FROM work_units WHERE id=?`, id)
+	if err != nil || !found {
+		return "", false, err
+	}
+	return store.State(asStr(row[0])), true, nil
+}
+
+func (t *txn) UnitByKey(key string) (string, store.State, int64, bool, error) {
+	row, found, err := t.one(`SELECT id, state, seq FROM work_units WHERE idempotency_key=?`, key)
+	if err != nil || !found {
+		return "", "", 0, false, err
+	}
+	return asStr(row[0]), store.State(asStr(row[1])), asInt(row[2]), true, nil
+}
+
+func (t *txn) ReleaseKey(id string) error {
+	_, err := t.exec(`UPDATE work_units SET idempotency_key=NULL WHERE id=?`, id)
+	return err
+}
+
+func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int64, error) {
+	res, err := t.exec(`INSERT INTO work_units(id, task, target, params, state, created_at, run_at, timeout, idempotency_key,
+			dependency_deadline, retry, trace, finished_at, error, error_kind)
+		VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+		u.ID, u.Task, u.Target, nullBytes(u.Params), string(u.State), ns(u.CreatedAt), ns(u.RunAt), int64(u.Timeout),
+		nullStr(u.IdempotencyKey), ns(u.DependencyDeadline), nullBytes(u.Retry), nullBytes(u.Trace), ns(finished),
+		nullStr(errKind), nullStr(errKind))
+	if err != nil {
+		if isUnique(err) {
+			return 0, &store.OpError{Err: fmt.Errorf("%w: %q", store.ErrDuplicateID, u.ID)}
+		}
+		return 0, err
+	}
+	seq, err := res.LastInsertId()
+	if err != nil {
+		return 0, err
+	}
+	if u.State == store.Queued {
+		t.queued++
+	}
+	for _, d := range u.DependsOn {
+		if _, err := t.exec(`INSERT OR IGNORE INTO dependencies(unit_id, depends_on) VALUES(?,?)`, u.ID, d); err != nil {
+			return 0, err
+		}
+	}
+	return seq, nil
+}
+
+func (t *txn) EndQueued(id string, st store.State, at time.Time, errMsg, errKind string) (bool, error) {
+	ok, err := t.changed(`UPDATE work_units SET state=?, finished_at=?, error=?, error_kind=? WHERE id=? AND state='queued'`,
+		string(st), ns(at), nullStr(errMsg), nullStr(errKind), id)
+	if ok {
+		t.queued--
+	}
+	return ok, err
+}
+
+func (t *txn) QueuedDependents(id string) ([]store.UnitRef, error) {
+	rows, err := t.all(`SELECT w.id, w.task FROM dependencies d JOIN work_units w ON w.id = d.unit_id
+		WHERE d.depends_on = ? AND w.state = 'queued' ORDER BY d.rowid`, id)
+	return unitRefs(rows), err
+}
+
+func (t *txn) QueuedCount() (int, error) {
+	row, _, err := t.one(`SELECT value FROM meta WHERE key = 'queued'`)
+	if err != nil {
+		return 0, err
+	}
+	return int(asInt(row[0])) + t.queued, nil
+}
+
+func (t *txn) OldestQueued(n int) ([]store.UnitRef, error) {
+	rows, err := t.all(`SELECT id, task FROM work_units WHERE state = 'queued' ORDER BY seq LIMIT ?`, int64(n))
+	return unitRefs(rows), err
+}
+
+func unitRefs(rows [][]driver.Value) []store.UnitRef {
+	out := make([]store.UnitRef, len(rows))
+	for i, row := range rows {
+		out[i] = store.UnitRef{ID: asStr(row[0]), Task: asStr(row[1])}
+	}
+	return out
+}
+
+func (t *txn) CancelTarget(id string) (store.State, string, bool, bool, error) {
+	row, found, err := t.one(`SELECT state, task, cancel_requested FROM work_units WHERE id=?`, id)
+	if err != nil || !found {
+		return "", "", false, false, err
+	}
+	return store.State(asStr(row[0])), asStr(row[1]), asInt(row[2]) != 0, true, nil
+}
+
+func (t *txn) RequestCancel(id string, cascade bool) error {
+	_, err := t.exec(`UPDATE work_units SET cancel_requested=? WHERE id=?`, cancelFlag(cascade), id)
+	return err
+}
+
+// cancelFlag encodes a cancellation request: 1 plain, 2 cascading.
+func cancelFlag(cascade bool) int {
+	if cascade {
+		return 2
+	}
+	return 1
+}
+
+func (t *txn) FailedUnits(tasks []string, finishedBefore time.Time) ([]string, error) {
+	q := `SELECT id FROM work_units WHERE state='failed'`
+	var args []any
+	if len(tasks) > 0 {
+		q += ` AND task IN (` + placeholders(len(tasks)) + `)`
+		for _, t := range tasks {
+			args = append(args, t)
+		}
+	}
+	if !finishedBefore.IsZero() {
+		q += ` AND finished_at < ?`
+		args = append(args, ns(finishedBefore))
+	}
+	return t.stringList(q+` ORDER BY seq`, args...)
+}
+
+func (t *txn) RequeueFailed(id string) (string, bool, error) {
+	row, found, err := t.one(`UPDATE work_units SET state='queued', failures=0, deferrals=0, run_at=0, finished_at=0,
+			error=NULL, error_kind=NULL, leased_by=NULL, lease_expires_at=0
+		WHERE id=? AND state='failed' RETURNING task`, id)
+	if err != nil || !found {
+		return "", false, err
+	}
+	t.queued++
+	return asStr(row[0]), true, nil
+}
+
+func (t *txn) FailedByPrerequisite(id string) ([]string, error) {
+	return t.stringList(`SELECT d.unit_id FROM dependencies d JOIN work_units w ON w.id = d.unit_id
+		WHERE d.depends_on=? AND w.state='failed' AND w.error_kind IN ('prerequisite_failed','prerequisite_cancelled')`, id)
+}
+
+func (t *txn) DeadDependencies(id string) (int, error) {
+	row, _, err := t.one(`SELECT count(*) FROM dependencies d JOIN work_units w ON w.id = d.depends_on
+		WHERE d.unit_id=? AND w.state IN ('failed','cancelled')`, id)
+	if err != nil {
+		return 0, err
+	}
+	return int(asInt(row[0])), nil
+}
+
+func (t *txn) AppendEvent(ev *store.Event, at time.Time) error { return t.event(ev, at) }

@@ -1,0 +1,241 @@
+package store_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runcue/runcue/store"
+)
+
+// memTx is a second implementation of store.Tx, in memory, small enough to
+// check by eye: the shared rules must give it the same outcomes the
+// conformance suite checks on SQLite.
+type memTx struct {
+	units  map[string]*memUnit
+	order  []string    // by Seq
+	deps   [][2]string // (unit, depends on), in insertion order
+	events []store.Event
+}
+
+type memUnit struct {
+	u         store.Unit
+	requested bool
+}
+
+func newMemTx() *memTx { return &memTx{units: map[string]*memUnit{}} }
+
+func (m *memTx) UnitState(id string) (store.State, bool, error) {
+	if x := m.units[id]; x != nil {
+		return x.u.State, true, nil
+	}
+	return "", false, nil
+}
+
+func (m *memTx) UnitByKey(key string) (string, store.State, int64, bool, error) {
+	for _, id := range m.order {
+		if x := m.units[id]; x.u.IdempotencyKey == key {
+			return id, x.u.State, x.u.Seq, true, nil
+		}
+	}
+	return "", "", 0, false, nil
+}
+
+func (m *memTx) ReleaseKey(id string) error { m.units[id].u.IdempotencyKey = ""; return nil }
+
+func (m *memTx) InsertUnit(u *store.Unit, finished time.Time, kind string) (int64, error) {
+	if m.units[u.ID] != nil {
+		return 0, &store.OpError{Err: store.ErrDuplicateID}
+	}
+	c := *u
+	c.Seq, c.FinishedAt, c.ErrorKind = int64(len(m.order)+1), finished, kind
+	m.units[u.ID] = &memUnit{u: c}
+	m.order = append(m.order, u.ID)
+	for _, d := range u.DependsOn {
+		m.deps = append(m.deps, [2]string{u.ID, d})
+	}
+	return c.Seq, nil
+}
+
+func (m *memTx) EndQueued(id string, st store.State, at time.Time, msg, kind string) (bool, error) {
+	x := m.units[id]
+	if x == nil || x.u.State != store.Queued {
+		return false, nil
+	}
+	x.u.State, x.u.FinishedAt, x.u.Error, x.u.ErrorKind = st, at, msg, kind
+	return true, nil
+}
+
+func (m *memTx) dependents(id string, keep func(*memUnit) bool) []store.UnitRef {
+	var out []store.UnitRef
+	for _, e := range m.deps {
+		if x := m.units[e[0]]; e[1] == id && keep(x) {
+			out = append(out, store.UnitRef{ID: e[0], Task: x.u.Task})
+		}
+	}
+	return out
+}
+
+func (m *memTx) QueuedDependents(id string) ([]store.UnitRef, error) {
+	return m.dependents(id, func(x *memUnit) bool { return x.u.State == store.Queued }), nil
+}
+
+func (m *memTx) QueuedCount() (int, error) {
+	n := 0
+	for _, x := range m.units {
+		if x.u.State == store.Queued {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (m *memTx) OldestQueued(n int) ([]store.UnitRef, error) {
+	var out []store.UnitRef
+	for _, id := range m.order {
+		if x := m.units[id]; x.u.State == store.Queued && len(out) < n {
+			out = append(out, store.UnitRef{ID: id, Task: x.u.Task})
+		}
+	}
+	return out, nil
+}
+
+func (m *memTx) CancelTarget(id string) (store.State, string, bool, bool, error) {
+	x := m.units[id]
+	if x == nil {
+		return "", "", false, false, nil
+	}
+	return x.u.State, x.u.Task, x.requested, true, nil
+}
+
+func (m *memTx) RequestCancel(id string, cascade bool) error {
+	m.units[id].requested = true
+	return nil
+}
+
+func (m *memTx) FailedUnits(tasks []string, before time.Time) ([]string, error) {
+	var out []string
+	for _, id := range m.order {
+		x := m.units[id]
+		if x.u.State == store.Failed && (len(tasks) == 0 || slices.Contains(tasks, x.u.Task)) &&
+			(before.IsZero() || x.u.FinishedAt.Before(before)) {
+			out = append(out, id)
+		}
+	}
+	return out, nil
+}
+
+func (m *memTx) RequeueFailed(id string) (string, bool, error) {
+	x := m.units[id]
+	if x == nil || x.u.State != store.Failed {
+		return "", false, nil
+	}
+	x.u.State, x.u.Error, x.u.ErrorKind, x.u.FinishedAt = store.Queued, "", "", time.Time{}
+	return x.u.Task, true, nil
+}
+
+func (m *memTx) FailedByPrerequisite(id string) ([]string, error) {
+	var out []string
+	for _, r := range m.dependents(id, func(x *memUnit) bool {
+		return x.u.State == store.Failed && (x.u.ErrorKind == "prerequisite_failed" || x.u.ErrorKind == "prerequisite_cancelled")
+	}) {
+		out = append(out, r.ID)
+	}
+	return out, nil
+}
+
+func (m *memTx) DeadDependencies(id string) (int, error) {
+	n := 0
+	for _, e := range m.deps {
+		if st := m.units[e[1]].u.State; e[0] == id && (st == store.Failed || st == store.Cancelled) {
+			n++
+		}
+	}
+	return n, nil
+}
+
+func (m *memTx) AppendEvent(ev *store.Event, at time.Time) error {
+	if ev.Time.IsZero() {
+		ev.Time = at
+	}
+	ev.Seq = int64(len(m.events) + 1)
+	m.events = append(m.events, *ev)
+	return nil
+}
+
+func (m *memTx) state(id string) store.State { return m.units[id].u.State }
+
+func (m *memTx) insert(t *testing.T, op *store.Insert) store.Result {
+	t.Helper()
+	var r store.Result
+	require.NoError(t, store.ApplyInsert(m, op, &r))
+	return r
+}
+
+// A chain listed dependents first goes in whole; failing its root fails
+// every queued unit below it with the kinds the contract names; requeueing
+// the root brings the chain back; cancelling with Cascade cancels it.
+func TestSharedRulesOnAnotherTx(t *testing.T) {
+	at := time.Unix(1700000000, 0)
+	m := newMemTx()
+	m.insert(t, &store.Insert{At: at, Units: []*store.Unit{
+		{ID: "c", Task: "t", DependsOn: []string{"b"}},
+		{ID: "b", Task: "t", DependsOn: []string{"a"}},
+		{ID: "a", Task: "t"},
+	}})
+	assert.Equal(t, []string{"a", "b", "c"}, m.order, "inserted in topological order")
+
+	var r store.Result
+	require.NoError(t, store.ApplyFailQueued(m, &store.FailQueued{ID: "a", At: at, Error: "x", ErrorKind: "deadline"}, &r))
+	assert.True(t, r.Applied)
+	assert.Equal(t, store.Failed, m.state("b"))
+	assert.Equal(t, "prerequisite_failed", m.units["c"].u.ErrorKind)
+	assert.Len(t, r.Events, 2, "one event per dependent failed")
+
+	// A unit inserted on a dead dependency is stored failed at once.
+	r = m.insert(t, &store.Insert{At: at, Units: []*store.Unit{{ID: "d", Task: "t", DependsOn: []string{"c"}}}})
+	assert.Equal(t, store.Failed, r.Units[0].State)
+
+	r = store.Result{}
+	require.NoError(t, store.ApplyRequeue(m, &store.Requeue{IDs: []string{"a"}, At: at}, &r))
+	assert.Equal(t, []string{"a", "b", "c", "d"}, r.IDs, "the chain comes back with its root")
+
+	r = store.Result{}
+	require.NoError(t, store.ApplyCancel(m, &store.Cancel{ID: "a", At: at, Cascade: true}, &r))
+	for _, id := range []string{"a", "b", "c", "d"} {
+		assert.Equal(t, store.Cancelled, m.state(id), id)
+	}
+	err := store.ApplyCancel(m, &store.Cancel{ID: "nope", At: at}, &r)
+	var oe *store.OpError
+	require.ErrorAs(t, err, &oe)
+	assert.ErrorIs(t, err, store.ErrNotFound)
+}
+
+// The queue bound: without DropOldest the op is refused; with it the
+// oldest queued units are cancelled ("dropped") and their dependents
+// failed, never a unit of the batch itself.
+func TestSharedRulesQueueBound(t *testing.T) {
+	at := time.Unix(1700000000, 0)
+	m := newMemTx()
+	m.insert(t, &store.Insert{At: at, Units: []*store.Unit{
+		{ID: "old", Task: "t"}, {ID: "kid", Task: "t", DependsOn: []string{"old"}}, {ID: "mid", Task: "t"},
+	}})
+	var r store.Result
+	err := store.ApplyInsert(m, &store.Insert{At: at, MaxQueued: 3, Units: []*store.Unit{{ID: "new", Task: "t"}}}, &r)
+	assert.True(t, errors.Is(err, store.ErrBackpressure))
+
+	m = newMemTx()
+	m.insert(t, &store.Insert{At: at, Units: []*store.Unit{
+		{ID: "old", Task: "t"}, {ID: "mid", Task: "t"}, {ID: "kid", Task: "t", DependsOn: []string{"old"}},
+	}})
+	r = m.insert(t, &store.Insert{At: at, MaxQueued: 2, DropOldest: true, Units: []*store.Unit{{ID: "new", Task: "t"}}})
+	assert.Equal(t, store.Cancelled, m.state("old"))
+	assert.Equal(t, "dropped", m.units["old"].u.ErrorKind)
+	assert.Equal(t, "prerequisite_cancelled", m.units["kid"].u.ErrorKind)
+	assert.Equal(t, store.Queued, m.state("mid"))
+	assert.Equal(t, store.Queued, m.state("new"))
+}
