@@ -112,7 +112,7 @@ func (d *dispatcher) cancelUnit(id string, opts CancelOptions, errc chan error) 
 
 // cancelRun cancels a running handler's context and starts its grace.
 func (d *dispatcher) cancelRun(r *run, opts CancelOptions) {
-	if r.cancelled != nil || r.ended {
+	if r.cancelled != nil || r.over() {
 		return
 	}
 	r.cancelled = &opts

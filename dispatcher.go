@@ -277,7 +277,7 @@ func (d *dispatcher) handle(m message) {
 	case msgClaimFailed:
 		r := m.run
 		r.claimFailed = true
-		if !r.ended {
+		if !r.over() {
 			r.cause = ErrCancelled
 			r.cancel(ErrCancelled)
 		}

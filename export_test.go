@@ -86,12 +86,15 @@ func (d *dispatcher) verify() error {
 	}
 	holders := map[*resource]int{}
 	for _, r := range d.runs {
+		if r.over() {
+			return fmt.Errorf("run of %s in the run table in state %d", r.id, r.state)
+		}
 		for _, res := range r.lane.resources {
 			holders[res]++
 		}
 	}
 	for r := range d.held {
-		if !r.holding || !r.lane.task.def.HoldSlotsUntilReturn {
+		if r.state != runHolding || !r.lane.task.def.HoldSlotsUntilReturn {
 			return fmt.Errorf("run of %s in the held set but not holding", r.id)
 		}
 		for _, res := range r.lane.resources {

@@ -37,7 +37,7 @@ func (d *dispatcher) emitProgress(r *run) {
 	val := p.latest
 	p.lastEmit, p.pending = now, false
 	p.mu.Unlock()
-	if r.ended {
+	if r.over() {
 		return // the unit has moved on; its outcome says more than this
 	}
 	d.hub.Publish([]store.Event{{Type: string(EventWorkProgress), Time: d.wall(), WorkID: r.id, Task: r.task, Attempt: r.no, Data: val}})

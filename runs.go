@@ -23,6 +23,35 @@ import (
 // decided in outcome.go). The dispatcher goroutine owns a run's fields but
 // those its comments give to the handler goroutine.
 
+// runState is where a run is in its life. A run starts claiming, or
+// launched when its claim need not commit first; it ends (its outcome
+// decided by its return, its deadline or its cancellation grace) from
+// either, and an ended run whose task holds its slots until its handler
+// returns holds them until then:
+//
+//	runClaiming ──claim committed──▶ runLaunched ──end──▶ runEnded
+//	     │                                │                  ▲
+//	     └──────────end─────────▶ runEnded└──end──▶ runHolding ─┘ handler returned
+type runState uint8
+
+const (
+	// runClaiming: dispatched; its handler starts only once its claim (and
+	// its service log entry) is committed.
+	runClaiming runState = iota
+	// runLaunched: its handler goroutine was started; that goroutine
+	// reports whether the handler started (msgStarted, or msgDone with
+	// notStarted).
+	runLaunched
+	// runHolding: ended before its handler returned; it holds its slots
+	// until the handler returns (Task.HoldSlotsUntilReturn).
+	runHolding
+	// runEnded: its outcome is decided and its slots are released.
+	runEnded
+)
+
+// over reports whether r's outcome is decided.
+func (r *run) over() bool { return r.state >= runHolding }
+
 type run struct {
 	u        *unit
 	lane     *lane
@@ -46,25 +75,16 @@ type run struct {
 	// cause is why runcue cancelled the run (ErrShutdown, ErrTimeout,
 	// ErrCancelled), nil if it did not.
 	cause error
-	// ended: the run's outcome is decided (by its return, its deadline or
-	// its cancellation grace); its resources are released, unless holding.
-	ended bool
-	// holding: ended before its handler returned, by a task that holds its
-	// slots until then.
-	holding     bool
+	// state is where the run is in its life (see runState).
+	state runState
+	// claimFailed: the store refused the run's claim, or could not take it.
 	claimFailed bool
-	// waitClaim: the handler starts only once the claim (and its service
-	// log entry) is committed.
-	waitClaim bool
 	// decided is when the dispatch was decided, on the monotonic timeline
 	// (d.now). A run of a rate-limited lane holds a reservation in each of
 	// its windows (reserved) from then until its handler's start is
 	// committed to them (mStarted) or it is known never to start.
 	decided  time.Time
 	reserved []*broker.Window
-	// launched: the handler goroutine was started; it reports whether the
-	// handler started (mStarted, or mDone with notStarted).
-	launched bool
 	// cancelled holds the options of a Cancel that reached the run.
 	cancelled *CancelOptions
 	// lastBeat is the time of the last heartbeat written (Unix ns).
@@ -136,13 +156,13 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 	// starts, so that a crash cannot forget a request the service saw.
 	// Other claims are written behind the handler's start: a crash before
 	// the commit leaves the unit queued, and it runs again.
-	r.waitClaim = len(l.logged) > 0
+	waitClaim := len(l.logged) > 0
 	done := func(res []store.Result, err error) {
 		if err != nil || !res[0].Applied {
 			d.in.Push(msgClaimFailed{run: r})
 		}
 	}
-	if r.waitClaim {
+	if waitClaim {
 		d.claims++
 		done = func(res []store.Result, err error) {
 			d.in.Push(msgClaimed{run: r, applied: err == nil && res[0].Applied})
@@ -152,19 +172,19 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 		// The writer is closed or failed: the run cannot be recorded.
 		d.failed = err
 		r.claimFailed = true
-		if r.waitClaim {
+		if waitClaim {
 			d.claims--
 			d.claimed(r, false)
 			return
 		}
 	}
-	if !r.waitClaim {
+	if !waitClaim {
 		d.launch(r)
 	}
 }
 
 func (d *dispatcher) launch(r *run) {
-	r.launched = true
+	r.state = runLaunched
 	d.live++
 	d.handlers.Go(func() { d.execute(r) })
 }
@@ -174,12 +194,12 @@ func (d *dispatcher) claimed(r *run, applied bool) {
 	switch {
 	case !applied:
 		r.claimFailed = true
-		if !r.ended {
+		if !r.over() {
 			d.end(r, true, verdictNone)
 			d.forget(r.u)
 			endSpan(r.span, "abandoned", nil)
 		}
-	case r.ended:
+	case r.over():
 		// Its deadline passed first; nothing to run.
 	case r.cause != nil:
 		// Shutdown or cancellation came first: do not start the handler.
@@ -366,10 +386,10 @@ func callHandler(ctx context.Context, h Handler, w *Work) (res any, err error) {
 // released now, unless its handler has not returned and its task holds
 // slots until then.
 func (d *dispatcher) end(r *run, returned bool, v verdict) {
-	r.ended = true
-	if !r.launched {
+	if r.state == runClaiming {
 		d.settleReservations(r, time.Time{}) // it never starts
 	}
+	r.state = runEnded
 	delete(d.runs, r.u.id)
 	if r.stopDL != nil {
 		r.stopDL()
@@ -379,7 +399,7 @@ func (d *dispatcher) end(r *run, returned bool, v verdict) {
 	r.deadlineTimer, r.graceTimer = nil, nil
 	d.judge(r, v)
 	if !returned && r.lane.task.def.HoldSlotsUntilReturn {
-		r.holding = true
+		r.state = runHolding
 		d.held[r] = struct{}{}
 		return
 	}
@@ -394,10 +414,10 @@ func (d *dispatcher) finished(m msgDone) {
 	if m.notStarted {
 		d.settleReservations(r, time.Time{})
 	}
-	if r.ended {
+	if r.over() {
 		// Decided at its deadline or grace: a late result is discarded.
-		if r.holding {
-			r.holding = false
+		if r.state == runHolding {
+			r.state = runEnded
 			delete(d.held, r)
 			d.inflight--
 			d.release(r.lane)

@@ -62,7 +62,7 @@ func (d *dispatcher) fireTimers() {
 			}
 		case tDeadline:
 			switch r := e.r; {
-			case r.ended:
+			case r.over():
 			case r.cancelled != nil:
 				d.conclude(r, ending{err: ErrCancelled, cancelled: r.cancelled, at: wall})
 			default:
@@ -73,7 +73,7 @@ func (d *dispatcher) fireTimers() {
 				d.conclude(r, ending{err: timeoutError(r), at: wall})
 			}
 		case tGrace:
-			if r := e.r; !r.ended {
+			if r := e.r; !r.over() {
 				d.conclude(r, ending{err: ErrCancelled, cancelled: r.cancelled, at: wall})
 			}
 		case tPrune:
