@@ -17,6 +17,16 @@ import (
 // DependencySatisfied checks on the checker goroutine, dependency
 // deadlines, and the release of dependents when an end commits.
 
+// depGraph records who waits for whom. dependents maps a unit to the units
+// waiting for it to complete; finishing holds units whose terminal outcome
+// is decided but not committed: their dependents wait for the commit.
+// checks feeds the checker goroutine (DependencySatisfied calls).
+type depGraph struct {
+	dependents map[string][]*unit
+	finishing  map[string]struct{}
+	checks     *inbox.Inbox[checkJob]
+}
+
 // checkDependency runs f for one dependency with a timeout. A timeout or a
 // panic counts as not satisfied. The call runs on its own goroutine so that
 // a callback that ignores its context cannot hold the caller past the
@@ -166,8 +176,8 @@ func (d *dispatcher) holds(id string) bool {
 }
 
 // waiting reports whether u waits for dep.
-func (d *dispatcher) waiting(u *unit, dep string) bool {
-	return slices.Contains(d.dependents[dep], u)
+func (g *depGraph) waiting(u *unit, dep string) bool {
+	return slices.Contains(g.dependents[dep], u)
 }
 
 // depsDone is called when u's dependencies have all completed.

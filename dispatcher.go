@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/runcue/runcue/clock"
-	"github.com/runcue/runcue/internal/heaps"
 	"github.com/runcue/runcue/internal/hub"
 	"github.com/runcue/runcue/internal/inbox"
 	"github.com/runcue/runcue/internal/writer"
@@ -52,120 +50,72 @@ type env struct {
 	detach        func(*dispatcher)
 }
 
+// dispatcher is the loop and the flows that cross its parts. Each part
+// is a struct in the file named for it, owning its fields; the dispatcher
+// embeds them, so a flow reads d.units or d.runs, while a part's own
+// methods (receivers on the part) can reach only that part's fields.
+// Everything here, parts included, is owned by the dispatcher goroutine
+// unless its comment says otherwise.
 type dispatcher struct {
 	env
 	owner string
 	own   store.Ownership
-	clock clock.Clock
-	in    *inbox.Inbox[message]
-	done  chan struct{}
-	// stopReq is set once Stop or StopAndCancel has been called.
+	in    *inbox.Inbox[message] // any goroutine pushes; the dispatcher takes
+	// done is closed when the dispatcher has exited.
+	done chan struct{}
+	// stopReq is set once Stop or StopAndCancel has been called (any
+	// goroutine).
 	stopReq atomic.Bool
 
-	tasks    map[string]*taskRT
-	regs     map[string]Service   // registered limits, copied under c.mu
-	services map[string]*resource // registered services
-	keyed    map[string]*resource // keyed service instances, created on demand
-	lanes    map[string]*lane
-	stored   map[string]store.ServiceRecord // persisted service state, by name
-	// started is when this owner started, on the wall clock and on the
-	// monotonic timeline; monoBase turns monotonic readings into that
-	// timeline (see now). classLogs caches, per class of keyed services,
-	// the log entries of the previous owner (see priorLog).
-	started   time.Time
-	startMono time.Time
-	monoBase  time.Time
-	classLogs map[string]map[string][]time.Time
-	units     map[string]*unit // queued, waiting and running units of registered tasks
-	orphans   map[string]map[string]*unit
-	runs      map[string]*run
-	// held are the runs that ended before their handlers returned and
-	// hold their slots until then (Task.HoldSlotsUntilReturn).
-	held     map[*run]struct{}
-	ready    *heaps.Heap[*lane]
-	timers   *heaps.Heap[*timerEntry]
-	timerN   uint64
-	timer    clock.Timer
-	armedAt  time.Time
-	inflight int // runs whose outcome is not decided
-	live     int // handler goroutines not yet returned
-	claims   int // write-ahead claims not yet committed
-	handlers sync.WaitGroup
-	dirty    map[*resource]struct{} // resources whose status may have changed
+	timeline                 // timers.go: the scheduling clock and the timer heap
+	taskTable                // tasks.go: registered tasks and service limits
+	unitIndex                // units.go: queued, waiting and running units
+	runTable                 // runs.go: runs from dispatch to their handlers' return
+	resourceTable            // resources.go: services, keyed instances and lanes
+	depGraph                 // deps.go: who waits for whom, and the checker
+	scorer                   // priority.go: the priority scores
+	intake                   // intake.go: backpressure and the feed
+	statusBoard              // status.go: service status to publish
+	maintenance              // maintenance.go: retention passes
+	keys          keysCaller // keys.go: ServiceKeys callbacks, with a timeout
 
-	// dependents maps a unit to the units waiting for it to complete;
-	// finishing holds units whose terminal outcome is decided but not yet
-	// committed: their dependents wait for the commit.
-	dependents map[string][]*unit
-	finishing  map[string]struct{}
-	checks     *inbox.Inbox[checkJob]
-	aux        sync.WaitGroup // the checker and feeder goroutines
-	auxStop    chan struct{}
-	auxCtx     context.Context // cancelled at exit, for Feed calls
-	auxCancel  context.CancelFunc
+	// aux counts the helper goroutines (the dependency checker, Feed
+	// calls); auxStop and auxCtx stop them at exit.
+	aux       sync.WaitGroup
+	auxStop   chan struct{}
+	auxCtx    context.Context
+	auxCancel context.CancelFunc
 
-	// keys calls ServiceKeys callbacks with a timeout.
-	keys keysCaller
-
-	scores   map[string]scoreEntry // priority scores, by unit
-	scoring  bool                  // a scoring pass is still running
-	overruns int                   // consecutive scoring passes that overran
-
-	// queued mirrors queuedCount for the metrics goroutine.
-	queued atomic.Int64
-
-	feeding   bool
-	feedWait  bool // Feed returned nothing or failed: wait FeedInterval
-	exhausted bool
-	bpActive  bool
-
-	paramBytes int
-	pruning    bool
-	stopping   bool
-	abandon    bool
-	failed     error
-	drains     []chan drainReply
-	syncs      []chan struct{}
-	rnd        *rand.Rand
-
-	// startMu guards noStarts, set at exit: once it is set no handler may
-	// start, so that none starts after ownership is released (an abandoned
-	// handler goroutine that had not yet started, say). Handler goroutines
-	// read it; the dispatcher goroutine sets it.
-	startMu  sync.RWMutex
-	noStarts bool
+	// stopping: Stop was handled; no more dispatches, exit when the runs
+	// are over. abandon: exit now (StopAndCancel's grace ran out). failed:
+	// the store failed; no more dispatches.
+	stopping bool
+	abandon  bool
+	failed   error
+	// drains and syncs are the replies owed to Drain and sync.
+	drains []chan drainReply
+	syncs  []chan struct{}
+	rnd    *rand.Rand // retry jitter
 }
 
-// newDispatcher is called with c.mu held; reg is the Cue's registrations.
 func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.ServiceRecord, reg msgRegistry) *dispatcher {
 	d := &dispatcher{
 		env: env{cfg: c.cfg, log: c.log, st: c.st, w: c.w, hub: c.hub, tel: c.tel, stats: &c.stats, cbErrs: &c.cbErrs,
 			hooks: c.testHooks, submitBatch: c.SubmitBatch, reportOrphans: c.reportOrphans,
 			detach: func(d *dispatcher) { c.disp.CompareAndSwap(d, nil) }},
-		owner: owner, own: own, clock: c.clock, in: inbox.New[message](), done: make(chan struct{}),
-		tasks: make(map[string]*taskRT), regs: make(map[string]Service), services: make(map[string]*resource), keyed: make(map[string]*resource),
-		lanes: make(map[string]*lane), stored: make(map[string]store.ServiceRecord),
-		units: make(map[string]*unit), orphans: make(map[string]map[string]*unit), runs: make(map[string]*run), held: make(map[*run]struct{}),
-		dirty: make(map[*resource]struct{}), started: c.clock.Now(), classLogs: make(map[string]map[string][]time.Time),
-		dependents: make(map[string][]*unit), finishing: make(map[string]struct{}), auxStop: make(chan struct{}),
-		scores: make(map[string]scoreEntry),
-		rnd:    rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
+		owner: owner, own: own, in: inbox.New[message](), done: make(chan struct{}),
+		timeline:      newTimeline(c.clock),
+		taskTable:     taskTable{tasks: make(map[string]*taskRT), regs: make(map[string]Service)},
+		unitIndex:     unitIndex{units: make(map[string]*unit), orphans: make(map[string]map[string]*unit)},
+		runTable:      runTable{runs: make(map[string]*run), held: make(map[*run]struct{})},
+		resourceTable: newResourceTable(stored),
+		depGraph:      depGraph{dependents: make(map[string][]*unit), finishing: make(map[string]struct{})},
+		scorer:        scorer{scores: make(map[string]scoreEntry)},
+		statusBoard:   statusBoard{dirty: make(map[*resource]struct{})},
+		auxStop:       make(chan struct{}),
+		rnd:           rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
 	}
-	for _, rec := range stored {
-		d.stored[rec.Name] = rec
-	}
-	// The scheduling timeline reads as the wall clock at the start, then
-	// moves with the monotonic clock only.
-	d.monoBase = d.started.Round(0).Add(-c.clock.Monotonic())
-	d.startMono = d.now()
 	d.auxCtx, d.auxCancel = context.WithCancel(context.Background())
-	d.ready = heaps.New(laneLess, func(l *lane, i int) { l.idx = i })
-	d.timers = heaps.New(func(a, b *timerEntry) bool {
-		if !a.at.Equal(b.at) {
-			return a.at.Before(b.at)
-		}
-		return a.n < b.n
-	}, func(e *timerEntry, i int) { e.idx = i })
 	d.refreshRegistry(reg.services, reg.tasks)
 	return d
 }
@@ -211,21 +161,10 @@ func (d *dispatcher) run() {
 			d.exit()
 			return
 		}
-		var timerC <-chan time.Time
-		if d.timers.Len() > 0 {
-			next := d.timers.Peek().at
-			if d.timer == nil {
-				d.timer = d.clock.NewTimer(next.Sub(d.now()))
-			} else if !next.Equal(d.armedAt) {
-				d.timer.Reset(next.Sub(d.now()))
-			}
-			d.armedAt = next
-			timerC = d.timer.C()
-		}
 		select {
 		case <-d.in.Wake():
-		case <-timerC:
-			d.armedAt = time.Time{}
+		case <-d.arm():
+			d.fired()
 		}
 	}
 }
@@ -239,12 +178,8 @@ func (d *dispatcher) idle() bool {
 func (d *dispatcher) exit() {
 	// No handler starts from here on: ownership is about to be released,
 	// and a new owner counts only the starts it can bound.
-	d.startMu.Lock()
-	d.noStarts = true
-	d.startMu.Unlock()
-	if d.timer != nil {
-		d.timer.Stop()
-	}
+	d.closeStarts()
+	d.stopTimer()
 	close(d.auxStop)
 	d.auxCancel()
 	d.aux.Wait()

@@ -4,12 +4,29 @@ import (
 	"encoding/json"
 	"errors"
 	"math"
+	"sync/atomic"
 
 	"github.com/runcue/runcue/store"
 )
 
 // Intake: backpressure (the queue's high and low water marks) and feeding
 // (Config.Feed when the queue runs low).
+
+// intake is the state of backpressure and the feed.
+type intake struct {
+	// bpActive: the queue crossed its high-water mark and has not yet
+	// fallen to the low one.
+	bpActive bool
+	// feeding: a Feed call is in flight; feedWait: the last returned
+	// nothing or failed (wait FeedInterval); exhausted: Feed said it has
+	// no more.
+	feeding   bool
+	feedWait  bool
+	exhausted bool
+	// queued mirrors queuedCount for the metrics goroutine, which reads it
+	// (atomic).
+	queued atomic.Int64
+}
 
 // queuedCount is the number of queued units the dispatcher holds.
 func (d *dispatcher) queuedCount() int {

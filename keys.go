@@ -121,13 +121,13 @@ func callKeys(f func(*Work) []string, w *Work) (keys []string, err error) {
 	return f(w), nil
 }
 
-func (d *dispatcher) checkKeys(keys []string) error {
+func (t *resourceTable) checkKeys(keys []string) error {
 	for _, k := range keys {
 		i := strings.IndexByte(k, ':')
 		if i <= 0 || i == len(k)-1 {
 			return fmt.Errorf("key %q is not of the form class:key", k)
 		}
-		if _, ok := d.services[k[:i]]; !ok {
+		if _, ok := t.services[k[:i]]; !ok {
 			return fmt.Errorf("key %q: %w %q", k, ErrUnknownService, k[:i])
 		}
 	}

@@ -11,6 +11,12 @@ import (
 // events and service log entries in bounded batches. Driven by the
 // dispatcher's timer.
 
+// maintenance is the state of retention: pruning is set while a pass is
+// in flight.
+type maintenance struct {
+	pruning bool
+}
+
 // pruneBatch caps the rows one retention pass deletes in a transaction.
 const pruneBatch = 1000
 

@@ -13,6 +13,15 @@ import (
 // Priority: scoring only the units that could run now, off the loop with
 // a timeout, with cached scores, and dispatching the best.
 
+// scorer caches priority scores by unit; scoring is set while a scoring
+// pass runs on its helper goroutine, overruns counts consecutive passes
+// that overran.
+type scorer struct {
+	scores   map[string]scoreEntry
+	scoring  bool
+	overruns int
+}
+
 // defaultScore is the score of a unit whose priority function panicked, or
 // that could not be scored in time.
 const defaultScore = 0.5
@@ -105,8 +114,8 @@ func (d *dispatcher) candidates(now time.Time) []candidate {
 	return out
 }
 
-func (d *dispatcher) scoreOf(u *unit) float64 {
-	if e, ok := d.scores[u.id]; ok {
+func (s *scorer) scoreOf(u *unit) float64 {
+	if e, ok := s.scores[u.id]; ok {
 		return e.score
 	}
 	return defaultScore

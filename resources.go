@@ -10,6 +10,7 @@ import (
 
 	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/internal/heaps"
+	"github.com/runcue/runcue/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 )
@@ -18,6 +19,32 @@ import (
 // back capacity, parking lanes on a busy resource and waking them, rate
 // windows rebuilt at recovery, and limits changed at run time. Owned by
 // the dispatcher goroutine.
+
+// resourceTable holds the resources (registered services, keyed service
+// instances created on demand) and the lanes that use them, with the ready
+// lanes by their oldest unit.
+type resourceTable struct {
+	services map[string]*resource
+	keyed    map[string]*resource
+	lanes    map[string]*lane
+	ready    *heaps.Heap[*lane]
+	// stored is the persisted state of services (circuits, limits), by
+	// name. classLogs caches, per class of keyed services, the log entries
+	// of the previous owner (see priorLog).
+	stored    map[string]store.ServiceRecord
+	classLogs map[string]map[string][]time.Time
+}
+
+func newResourceTable(stored []store.ServiceRecord) resourceTable {
+	t := resourceTable{services: make(map[string]*resource), keyed: make(map[string]*resource),
+		lanes: make(map[string]*lane), stored: make(map[string]store.ServiceRecord),
+		classLogs: make(map[string]map[string][]time.Time)}
+	for _, rec := range stored {
+		t.stored[rec.Name] = rec
+	}
+	t.ready = heaps.New(laneLess, func(l *lane, i int) { l.idx = i })
+	return t
+}
 
 type resource struct {
 	name    string

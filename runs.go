@@ -23,6 +23,34 @@ import (
 // decided in outcome.go). The dispatcher goroutine owns a run's fields but
 // those its comments give to the handler goroutine.
 
+// runTable holds the runs whose outcome is not decided (runs, by unit ID)
+// and those that ended but hold their slots until their handlers return
+// (held), with the counts the loop's exit and the caps read.
+type runTable struct {
+	runs map[string]*run
+	held map[*run]struct{}
+	// inflight counts the runs whose slots are taken (in runs or held),
+	// live the handler goroutines not yet returned, claims the
+	// write-ahead claims not yet committed.
+	inflight int
+	live     int
+	claims   int
+	handlers sync.WaitGroup
+	// startMu guards noStarts, set at exit: once it is set no handler may
+	// start, so that none starts after ownership is released (an
+	// abandoned handler goroutine that had not yet started, say). Handler
+	// goroutines read it; the dispatcher goroutine sets it.
+	startMu  sync.RWMutex
+	noStarts bool
+}
+
+// closeStarts makes every later mayStart report false.
+func (t *runTable) closeStarts() {
+	t.startMu.Lock()
+	t.noStarts = true
+	t.startMu.Unlock()
+}
+
 // runState is where a run is in its life. A run starts claiming, or
 // launched when its claim need not commit first; it ends (its outcome
 // decided by its return, its deadline or its cancellation grace) from

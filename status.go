@@ -12,6 +12,12 @@ import (
 // Service status: service_status events (coalesced), the status snapshot
 // the owner serves, and the open-circuit gauge.
 
+// statusBoard holds the resources whose status may have changed since the
+// last service_status events.
+type statusBoard struct {
+	dirty map[*resource]struct{}
+}
+
 // statusKey is what a service_status event reports.
 type statusKey struct {
 	circuit   broker.CircuitState
@@ -30,9 +36,9 @@ func (d *dispatcher) keyOf(r *resource, now time.Time) statusKey {
 	return k
 }
 
-func (d *dispatcher) markStatus(r *resource) {
+func (b *statusBoard) markStatus(r *resource) {
 	if r.class != "" {
-		d.dirty[r] = struct{}{}
+		b.dirty[r] = struct{}{}
 	}
 }
 

@@ -6,6 +6,12 @@ package runcue
 
 import "go.opentelemetry.io/otel/metric"
 
+// taskTable is the registry as the dispatcher holds it.
+type taskTable struct {
+	tasks map[string]*taskRT
+	regs  map[string]Service // registered limits, from the last msgRegistry
+}
+
 type taskRT struct {
 	name     string
 	def      *Task

@@ -5,7 +5,69 @@ package runcue
 // deadlines, graces, retention passes and the other timed work. Owned by
 // the dispatcher goroutine (now and wall are safe anywhere).
 
-import "time"
+import (
+	"time"
+
+	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/internal/heaps"
+)
+
+// timeline is the dispatcher's scheduling clock and its timer heap.
+type timeline struct {
+	clock clock.Clock
+	// started is when this owner started, on the wall clock and on the
+	// scheduling timeline (startMono); monoBase turns monotonic readings
+	// into that timeline (see now). All three are fixed at creation, so
+	// any goroutine may read them.
+	started   time.Time
+	startMono time.Time
+	monoBase  time.Time
+	timers    *heaps.Heap[*timerEntry]
+	timerN    uint64
+	// timer is armed for the earliest entry, at armedAt.
+	timer   clock.Timer
+	armedAt time.Time
+}
+
+func newTimeline(clk clock.Clock) timeline {
+	t := timeline{clock: clk, started: clk.Now()}
+	// The scheduling timeline reads as the wall clock at the start, then
+	// moves with the monotonic clock only.
+	t.monoBase = t.started.Round(0).Add(-clk.Monotonic())
+	t.startMono = t.now()
+	t.timers = heaps.New(func(a, b *timerEntry) bool {
+		if !a.at.Equal(b.at) {
+			return a.at.Before(b.at)
+		}
+		return a.n < b.n
+	}, func(e *timerEntry, i int) { e.idx = i })
+	return t
+}
+
+// arm sets the timer for the earliest entry and returns its channel, or nil
+// (which never fires) when the heap is empty.
+func (t *timeline) arm() <-chan time.Time {
+	if t.timers.Len() == 0 {
+		return nil
+	}
+	next := t.timers.Peek().at
+	if t.timer == nil {
+		t.timer = t.clock.NewTimer(next.Sub(t.now()))
+	} else if !next.Equal(t.armedAt) {
+		t.timer.Reset(next.Sub(t.now()))
+	}
+	t.armedAt = next
+	return t.timer.C()
+}
+
+// fired records that the armed timer fired.
+func (t *timeline) fired() { t.armedAt = time.Time{} }
+
+func (t *timeline) stopTimer() {
+	if t.timer != nil {
+		t.timer.Stop()
+	}
+}
 
 type timerKind uint8
 
@@ -35,16 +97,16 @@ type timerEntry struct {
 	idx  int
 }
 
-func (d *dispatcher) pushTimer(e *timerEntry) {
-	d.timerN++
-	e.n = d.timerN
-	d.timers.Push(e)
+func (t *timeline) pushTimer(e *timerEntry) {
+	t.timerN++
+	e.n = t.timerN
+	t.timers.Push(e)
 }
 
 // dropTimer removes e from the timer heap if it is still there.
-func (d *dispatcher) dropTimer(e *timerEntry) {
-	if e != nil && e.idx >= 0 && e.idx < d.timers.Len() && d.timers.Items()[e.idx] == e {
-		d.timers.Remove(e.idx)
+func (t *timeline) dropTimer(e *timerEntry) {
+	if e != nil && e.idx >= 0 && e.idx < t.timers.Len() && t.timers.Items()[e.idx] == e {
+		t.timers.Remove(e.idx)
 	}
 }
 
@@ -111,23 +173,23 @@ func (d *dispatcher) fireTimers() {
 // (timers, rate windows, circuit cooldowns, holds) is on this timeline, so
 // a step of the wall clock changes none of them. It is safe to call from
 // any goroutine.
-func (d *dispatcher) now() time.Time { return d.monoBase.Add(d.clock.Monotonic()) }
+func (t *timeline) now() time.Time { return t.monoBase.Add(t.clock.Monotonic()) }
 
 // wall returns the wall-clock time: what is stored and reported.
-func (d *dispatcher) wall() time.Time { return d.clock.Now() }
+func (t *timeline) wall() time.Time { return t.clock.Now() }
 
 // toWall converts an instant of the scheduling timeline to the wall clock
 // as it reads now; fromWall converts back. The zero time stays zero.
-func (d *dispatcher) toWall(t time.Time) time.Time {
-	if t.IsZero() {
-		return t
+func (t *timeline) toWall(at time.Time) time.Time {
+	if at.IsZero() {
+		return at
 	}
-	return d.wall().Add(t.Sub(d.now()))
+	return t.wall().Add(at.Sub(t.now()))
 }
 
-func (d *dispatcher) fromWall(t time.Time) time.Time {
-	if t.IsZero() {
-		return t
+func (t *timeline) fromWall(at time.Time) time.Time {
+	if at.IsZero() {
+		return at
 	}
-	return d.now().Add(t.Sub(d.wall()))
+	return t.now().Add(at.Sub(t.wall()))
 }

@@ -13,6 +13,16 @@ import (
 // in (this Cue's inserts, other processes' commits, recovery) and leave.
 // Owned by the dispatcher goroutine.
 
+// unitIndex holds the units of this owner not yet finished: queued,
+// waiting and running units of registered tasks (units) and queued units
+// of tasks not registered here (orphans, by task). paramBytes is the size
+// of the parameters kept in memory (see maxParamBytes).
+type unitIndex struct {
+	units      map[string]*unit
+	orphans    map[string]map[string]*unit
+	paramBytes int
+}
+
 // unit states inside the dispatcher.
 const (
 	uWaiting  = iota // until runAt (timer heap)
