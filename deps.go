@@ -64,7 +64,9 @@ func checkDependency(f DependencyFunc, id string, timeout time.Duration) (ok boo
 // so is one the store has queued or running that this Cue does not hold
 // yet: a dependency later in the same batch, or one submitted by another
 // process and not loaded yet. The store is asked about all of units'
-// unknown dependencies at once.
+// unknown dependencies at once, on the reader goroutine; meanwhile the
+// units are blocked, and the ends the loop sees are noted (noteEnded) so
+// that the answer, read before them, is not taken for the present.
 func (d *dispatcher) resolveDeps(units []*unit) {
 	if len(units) == 0 {
 		return
@@ -79,26 +81,41 @@ func (d *dispatcher) resolveDeps(units []*unit) {
 			}
 		}
 	}
-	var states map[string]store.State
-	if len(unknown) > 0 {
-		var err error
-		states, err = d.st.UnitStates(context.Background(), unknown)
-		if err != nil {
-			// Without an answer nothing may start: treat them as pending.
-			// A unit so blocked waits until the next owner's start.
-			d.log.Error("runcue: read dependencies' states; their dependents wait", "dependencies", len(unknown), "error", err)
-			states = make(map[string]store.State, len(unknown))
-			for _, dep := range unknown {
-				states[dep] = store.Queued
-			}
+	if len(unknown) == 0 {
+		for _, u := range units {
+			d.waitDeps(u, nil)
 		}
+		return
 	}
 	for _, u := range units {
-		if d.units[u.id] != u {
-			continue // gone meanwhile
-		}
-		d.waitDeps(u, states)
+		u.state = uBlocked // until the answer
 	}
+	d.read(func(ctx context.Context) func(*dispatcher) {
+		states, err := d.st.UnitStates(ctx, unknown)
+		return func(d *dispatcher) {
+			if err != nil {
+				// Without an answer nothing may start: treat them as
+				// pending. A unit so blocked waits until the next owner's
+				// start.
+				d.log.Error("runcue: read dependencies' states; their dependents wait", "dependencies", len(unknown), "error", err)
+				states = make(map[string]store.State, len(unknown))
+				for _, dep := range unknown {
+					states[dep] = store.Queued
+				}
+			}
+			for id, st := range d.ended {
+				if seen[id] {
+					states[id] = st
+				}
+			}
+			for _, u := range units {
+				if d.units[u.id] != u {
+					continue // gone meanwhile
+				}
+				d.waitDeps(u, states)
+			}
+		}
+	})
 }
 
 // waitDeps files u as waiting for its dependencies that have not completed
@@ -193,6 +210,9 @@ func (d *dispatcher) depsDone(u *unit) {
 // settled handles the commit of a unit's terminal outcome.
 func (d *dispatcher) settled(id string, state store.State, applied bool) {
 	delete(d.finishing, id)
+	if applied {
+		d.noteEnded(id, state)
+	}
 	waiting := d.dependents[id]
 	delete(d.dependents, id)
 	if !applied || state != store.Completed {

@@ -77,6 +77,7 @@ type dispatcher struct {
 	intake                   // intake.go: backpressure and the feed
 	statusBoard              // status.go: service status to publish
 	maintenance              // maintenance.go: retention passes
+	storeReader              // reads.go: store reads on the reader goroutine
 	keys          keysCaller // keys.go: ServiceKeys callbacks, with a timeout
 
 	// aux counts the helper goroutines (the dependency checker, Feed
@@ -147,10 +148,12 @@ func (d *dispatcher) run() {
 			}
 			d.drains = d.drains[:0]
 		}
-		for _, ch := range d.syncs {
-			close(ch)
+		if d.pending == 0 {
+			for _, ch := range d.syncs {
+				close(ch)
+			}
+			d.syncs = d.syncs[:0]
 		}
-		d.syncs = d.syncs[:0]
 		if ch := d.hooks.iterated; ch != nil {
 			select {
 			case ch <- struct{}{}:
@@ -172,7 +175,7 @@ func (d *dispatcher) run() {
 // idle reports that no work of registered task types is queued, waiting or
 // running, and the feed (if any) has no more.
 func (d *dispatcher) idle() bool {
-	return len(d.units) == 0 && len(d.finishing) == 0 && (d.cfg.Feed == nil || (d.exhausted && !d.feeding))
+	return len(d.units) == 0 && len(d.finishing) == 0 && d.pending == 0 && (d.cfg.Feed == nil || (d.exhausted && !d.feeding))
 }
 
 func (d *dispatcher) exit() {
@@ -260,7 +263,7 @@ func (d *dispatcher) handle(m message) {
 	case msgApplied:
 		d.applyEnded(m.events)
 	case msgServiceChanged:
-		d.serviceChanged(m.service)
+		d.reloadService(m.service, m.applied)
 	case msgCall:
 		m.f(d)
 	case msgSettled:
@@ -268,6 +271,12 @@ func (d *dispatcher) handle(m message) {
 		d.applyEnded(m.derived)
 	case msgChecked:
 		d.checked(m.id, m.ok)
+	case msgRead:
+		d.pending--
+		m.apply(d)
+		if d.pending == 0 {
+			clear(d.ended)
+		}
 	case msgScores:
 		d.scoring = false
 		d.storeScores(m.scores)
@@ -339,7 +348,8 @@ type drainReply struct {
 }
 
 // sync returns after the dispatcher has handled every message sent before
-// the call and completed one loop iteration.
+// the call, the store reads they caused are answered, and it completed one
+// loop iteration. Tests use it.
 func (d *dispatcher) sync(ctx context.Context) error {
 	ch := make(chan struct{})
 	d.in.Push(msgSync{reply: ch})

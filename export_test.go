@@ -58,6 +58,8 @@ type DispatcherState struct {
 	Live, Inflight, Claims, Keyed, Lanes, Units int
 	// Drains is the number of Drain calls waiting for a reply.
 	Drains int
+	// Reads is the number of store reads not yet answered.
+	Reads int
 }
 
 // Inspect returns a snapshot taken on the dispatcher goroutine.
@@ -68,7 +70,7 @@ func Inspect(ctx context.Context, c *Cue) (DispatcherState, error) {
 	}
 	ch := make(chan DispatcherState, 1)
 	d.in.Push(msgCall{f: func(d *dispatcher) {
-		ch <- DispatcherState{Live: d.live, Inflight: d.inflight, Claims: d.claims, Keyed: len(d.keyed), Lanes: len(d.lanes), Units: len(d.units), Drains: len(d.drains)}
+		ch <- DispatcherState{Live: d.live, Inflight: d.inflight, Claims: d.claims, Keyed: len(d.keyed), Lanes: len(d.lanes), Units: len(d.units), Drains: len(d.drains), Reads: d.pending}
 	}})
 	select {
 	case st := <-ch:

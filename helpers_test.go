@@ -325,7 +325,7 @@ func (e *env) quiesce(c *runcue.Cue) {
 		require.NoError(e.t, runcue.Settle(e.ctx, c))
 		st, err := runcue.Inspect(e.ctx, c)
 		require.NoError(e.t, err)
-		if st.Live == 0 && st.Claims == 0 {
+		if st.Live == 0 && st.Claims == 0 && st.Reads == 0 {
 			require.NoError(e.t, runcue.Settle(e.ctx, c))
 			return
 		}

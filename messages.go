@@ -83,8 +83,12 @@ type msgPruned struct{ more bool }
 // msgApplied: events of this Cue's commits that end queued units.
 type msgApplied struct{ events []store.Event }
 
-// msgServiceChanged: a service's stored override or pause changed.
-type msgServiceChanged struct{ service string }
+// msgServiceChanged: this Cue changed a service's stored override or
+// pause; applied is closed once the dispatcher applies the change.
+type msgServiceChanged struct {
+	service string
+	applied chan struct{}
+}
 
 // msgCall runs f on the dispatcher goroutine: queries (service status,
 // Explain) and test inspection. f must not block.
@@ -99,6 +103,10 @@ type msgSettled struct {
 	applied bool
 	derived []store.Event
 }
+
+// msgRead: a read of the store the loop asked for finished; apply uses
+// its answer (see reads.go).
+type msgRead struct{ apply func(*dispatcher) }
 
 // msgChecked: a DependencySatisfied check of unit id finished.
 type msgChecked struct {
@@ -145,6 +153,7 @@ func (msgServiceChanged) isMessage() {}
 func (msgCall) isMessage()           {}
 func (msgSettled) isMessage()        {}
 func (msgChecked) isMessage()        {}
+func (msgRead) isMessage()           {}
 func (msgScores) isMessage()         {}
 func (msgFed) isMessage()            {}
 func (msgProgress) isMessage()       {}

@@ -492,16 +492,28 @@ func (d *dispatcher) logCutoffs(now time.Time) map[string]time.Time {
 	return out
 }
 
-// serviceChanged re-reads a service's stored record (its override or pause
-// changed) and applies it.
-func (d *dispatcher) serviceChanged(name string) { d.reloadService(name) }
+// reloadService re-reads a service's stored record (its override or pause
+// changed), on the reader goroutine, applies it, and closes applied (if
+// not nil). Reads are answered in order, so a change is never overtaken
+// by an older read.
+func (d *dispatcher) reloadService(name string, applied chan struct{}) {
+	d.read(func(ctx context.Context) func(*dispatcher) {
+		svcs, err := d.st.Services(ctx)
+		return func(d *dispatcher) {
+			if applied != nil {
+				defer close(applied)
+			}
+			if err != nil {
+				d.log.Error("runcue: read services", "error", err)
+				return
+			}
+			d.applyService(name, svcs)
+		}
+	})
+}
 
-func (d *dispatcher) reloadService(name string) {
-	svcs, err := d.st.Services(context.Background())
-	if err != nil {
-		d.log.Error("runcue: read services", "error", err)
-		return
-	}
+// applyService applies service name's stored record, from svcs.
+func (d *dispatcher) applyService(name string, svcs []store.ServiceRecord) {
 	for _, rec := range svcs {
 		if rec.Name == name {
 			cur := d.stored[name]

@@ -156,8 +156,17 @@ func (c *Cue) changeService(ctx context.Context, name string, op *store.PutServi
 	if _, err := c.w.Do(ctx, op, ev); err != nil {
 		return wrapStoreErr(err)
 	}
+	// The owner applies the change before this returns, so that a status
+	// read next shows it. (It is stored: if ctx ends first, the owner
+	// still applies it.)
 	if d := c.disp.Load(); d != nil {
-		d.in.Push(msgServiceChanged{service: name})
+		applied := make(chan struct{})
+		d.in.Push(msgServiceChanged{service: name, applied: applied})
+		select {
+		case <-applied:
+		case <-d.done:
+		case <-ctx.Done():
+		}
 	}
 	return nil
 }

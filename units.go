@@ -3,6 +3,7 @@ package runcue
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/runcue/runcue/store"
@@ -261,19 +262,26 @@ func (d *dispatcher) external(evs []store.Event) {
 				Service string `json:"service"`
 			}
 			if json.Unmarshal(ev.Data, &data) == nil {
-				d.reloadService(data.Service)
+				d.reloadService(data.Service, nil)
 			}
 		}
 	}
 	if len(load) == 0 {
 		return
 	}
-	units, err := d.st.ListUnits(context.Background(), store.ListFilter{IDs: load, States: []store.State{store.Queued}, Limit: len(load)})
-	if err != nil {
-		d.log.Error("runcue: load units submitted by another process", "units", len(load), "error", err)
-		return
-	}
-	d.addUnits(units, true)
+	d.read(func(ctx context.Context) func(*dispatcher) {
+		units, err := d.st.ListUnits(ctx, store.ListFilter{IDs: load, States: []store.State{store.Queued}, Limit: len(load)})
+		return func(d *dispatcher) {
+			if err != nil {
+				d.log.Error("runcue: load units submitted by another process", "units", len(load), "error", err)
+				return
+			}
+			// A unit cancelled since it was read is skipped: its
+			// cancellation event came before this answer.
+			units = slices.DeleteFunc(units, func(su *store.Unit) bool { _, gone := d.ended[su.ID]; return gone })
+			d.addUnits(units, true)
+		}
+	})
 }
 
 // applyEnded drops from memory the queued units that events report ended
@@ -287,6 +295,11 @@ func (d *dispatcher) applyEnded(evs []store.Event) {
 		if ev.Type == string(EventWorkFailed) && eventFrom(&ev).WillRetry {
 			continue
 		}
+		st := store.Cancelled
+		if ev.Type == string(EventWorkFailed) {
+			st = store.Failed
+		}
+		d.noteEnded(ev.WorkID, st)
 		if _, finishing := d.finishing[ev.WorkID]; !finishing {
 			// Ended by another process or with another unit: the store
 			// failed its dependents in the same transaction, and their own
