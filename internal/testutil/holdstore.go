@@ -20,7 +20,8 @@ type HoldStore struct {
 // Hold is one armed hold. Entered is closed when a matching Apply blocks;
 // Release lets it continue.
 type Hold struct {
-	match   func([]store.Op) bool
+	match   func([]store.Op) bool // for an Apply hold
+	read    string                // for a read hold: the method's name
 	Entered chan struct{}
 	release chan struct{}
 }
@@ -42,7 +43,7 @@ func (s *HoldStore) Apply(ctx context.Context, ops []store.Op) ([]store.Result, 
 	s.mu.Lock()
 	var hit *Hold
 	for i, h := range s.holds {
-		if h.match(ops) {
+		if h.match != nil && h.match(ops) {
 			hit = h
 			s.holds = append(s.holds[:i], s.holds[i+1:]...)
 			break
@@ -70,4 +71,61 @@ func HasOp(f func(store.Op) bool) func([]store.Op) bool {
 		}
 		return false
 	}
+}
+
+// HoldRead arms a hold for the next call of the read method named
+// ("ListUnits", "UnitStates" or "Services").
+func (s *HoldStore) HoldRead(method string) *Hold {
+	h := &Hold{read: method, Entered: make(chan struct{}), release: make(chan struct{})}
+	s.mu.Lock()
+	s.holds = append(s.holds, h)
+	s.mu.Unlock()
+	return h
+}
+
+func (s *HoldStore) holdRead(ctx context.Context, method string) error {
+	s.mu.Lock()
+	var hit *Hold
+	for i, h := range s.holds {
+		if h.read == method {
+			hit = h
+			s.holds = append(s.holds[:i], s.holds[i+1:]...)
+			break
+		}
+	}
+	s.mu.Unlock()
+	if hit == nil {
+		return nil
+	}
+	close(hit.Entered)
+	select {
+	case <-hit.release:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// ListUnits blocks while a hold on it is not released.
+func (s *HoldStore) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Unit, error) {
+	if err := s.holdRead(ctx, "ListUnits"); err != nil {
+		return nil, err
+	}
+	return s.Store.ListUnits(ctx, f)
+}
+
+// UnitStates blocks while a hold on it is not released.
+func (s *HoldStore) UnitStates(ctx context.Context, ids []string) (map[string]store.State, error) {
+	if err := s.holdRead(ctx, "UnitStates"); err != nil {
+		return nil, err
+	}
+	return s.Store.UnitStates(ctx, ids)
+}
+
+// Services blocks while a hold on it is not released.
+func (s *HoldStore) Services(ctx context.Context) ([]store.ServiceRecord, error) {
+	if err := s.holdRead(ctx, "Services"); err != nil {
+		return nil, err
+	}
+	return s.Store.Services(ctx)
 }
