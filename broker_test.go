@@ -114,7 +114,16 @@ func (s *sim) drive(t *testing.T, e *env, c *runcue.Cue, done func() bool, obser
 			st, err := runcue.Inspect(e.ctx, c)
 			require.NoError(t, err)
 			if st.Claims == 0 && s.pending() == st.Live {
-				break
+				// A handler sends msgStarted before it registers, and the
+				// dispatcher may dispatch more on handling it: settle once
+				// more after the registrations, and look again.
+				require.NoError(t, runcue.Settle(e.ctx, c))
+				again, err := runcue.Inspect(e.ctx, c)
+				require.NoError(t, err)
+				if again == st && s.pending() == again.Live {
+					break
+				}
+				continue
 			}
 			select {
 			case <-iterated:
