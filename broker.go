@@ -153,7 +153,7 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 		var cr circuitRecord
 		if len(r.Circuit) > 0 && json.Unmarshal(r.Circuit, &cr) == nil {
 			if cr.State != "" {
-				st.Circuit = CircuitState(cr.State)
+				st.Circuit = cr.State
 				if cr.Until != 0 {
 					st.CircuitOpenUntil = time.Unix(0, cr.Until)
 				}

@@ -29,63 +29,53 @@ import (
 // an open circuit stays open across a restart; a half-open circuit whose
 // probe died with its owner is restored open, to probe again.
 
-// CircuitState is a service's circuit breaker state.
-type CircuitState string
+// CircuitState is a service's circuit breaker state. It is the broker's
+// own type, so the state the dispatcher acts on and the state users read
+// are one type.
+type CircuitState = broker.CircuitState
 
 // Circuit breaker states.
 const (
-	CircuitClosed   CircuitState = "closed"
-	CircuitOpen     CircuitState = "open"
-	CircuitHalfOpen CircuitState = "half_open"
+	CircuitClosed   CircuitState = broker.Closed
+	CircuitOpen     CircuitState = broker.Open
+	CircuitHalfOpen CircuitState = broker.HalfOpen
 )
 
-// verdict is what a run's end says about its services' health.
-type verdict uint8
+// verdict is what a run's end says about its services' health (see
+// broker.Verdict).
+type verdict = broker.Verdict
 
 const (
-	verdictNone    verdict = iota // says nothing: cancelled, interrupted, permanent input error, Retry-After
-	verdictSuccess                // closes a half-open circuit, resets the failure count
-	verdictFailure                // counts toward opening the circuit
+	verdictNone    = broker.Neutral // says nothing: cancelled, interrupted, permanent input error, Retry-After
+	verdictSuccess = broker.Success // closes a half-open circuit, resets the failure count
+	verdictFailure = broker.Failure // counts toward opening the circuit
 )
 
 // judge passes a run's verdict to the circuits of its services.
 func (d *dispatcher) judge(r *run, v verdict) {
 	now := d.now()
 	for _, res := range r.lane.resources {
-		if res.circuit == nil {
-			continue
-		}
-		probe := slices.Contains(r.probes, res)
-		changed := false
-		switch v {
-		case verdictSuccess:
-			changed = res.circuit.Success(probe)
-		case verdictFailure:
-			changed = res.circuit.Failure(now, probe)
-		default:
-			res.circuit.Neutral(probe)
-		}
-		if changed || (probe && v == verdictNone) {
+		if res.Judge(now, v, slices.Contains(r.probes, res)) {
 			d.noteCircuit(res)
 			d.wake(res)
 		}
 	}
 }
 
-// noteCircuit reports and persists a circuit's change of state.
+// noteCircuit acts on a circuit's change of state, if it changed: it logs,
+// persists and reports it, and arms a timer for an open circuit's end.
 func (d *dispatcher) noteCircuit(r *resource) {
-	if r.circuit == nil || r.circuit.State == r.lastCircuit {
+	from, to, changed := r.CircuitChange()
+	if !changed {
 		return
 	}
-	from := r.lastCircuit
-	r.lastCircuit = r.circuit.State
-	switch r.circuit.State {
+	switch to {
 	case broker.Open:
-		d.log.Warn("circuit_opened", "service", r.name, "failures", r.circuit.Threshold, "from", string(from),
-			"until", r.circuit.Until)
-		d.resourceTimer(r, r.circuit.Until)
+		d.log.Warn("circuit_opened", "service", r.name, "failures", r.Circuit.Threshold, "from", string(from),
+			"until", r.Circuit.Until)
+		d.resourceTimer(r, r.Circuit.Until)
 	default:
-		d.log.Info("circuit_"+string(r.circuit.State), "service", r.name, "from", string(from))
+		d.log.Info("circuit_"+string(to), "service", r.name, "from", string(from))
 	}
 	d.countOpenCircuits()
 	d.persistBroker(r)
@@ -109,14 +99,14 @@ type circuitRecord struct {
 // its own length), so a clock set back does not stretch it.
 func (d *dispatcher) restore(cr circuitRecord, r *resource) {
 	wall := d.wall()
-	if r.circuit != nil && cr.State != "" {
-		r.circuit.State, r.circuit.Failures = cr.State, cr.Failures
+	if r.Circuit != nil && cr.State != "" {
+		r.Circuit.State, r.Circuit.Failures = cr.State, cr.Failures
 		if cr.State == broker.HalfOpen {
-			r.circuit.State = broker.Open // the probe died with the old owner: probe again
+			r.Circuit.State = broker.Open // the probe died with the old owner: probe again
 		}
 		if cr.Until != 0 {
-			until := min(time.Unix(0, cr.Until).Sub(wall), r.circuit.Timeout)
-			r.circuit.Until = d.now().Add(until)
+			until := min(time.Unix(0, cr.Until).Sub(wall), r.Circuit.Timeout)
+			r.Circuit.Until = d.now().Add(until)
 		}
 	}
 	if cr.BlockedUntil != 0 {
@@ -125,18 +115,18 @@ func (d *dispatcher) restore(cr circuitRecord, r *resource) {
 			left = min(left, time.Duration(cr.BlockedFor))
 		}
 		if left > 0 {
-			r.blockedUntil, r.blockedFor = d.now().Add(left), time.Duration(cr.BlockedFor)
+			r.BlockedUntil, r.BlockedFor = d.now().Add(left), time.Duration(cr.BlockedFor)
 		}
 	}
 }
 
 func (d *dispatcher) persistBroker(r *resource) {
 	var cr circuitRecord
-	if r.circuit != nil && r.circuit.State != broker.Closed {
-		cr.State, cr.Failures, cr.Until = r.circuit.State, r.circuit.Failures, ns(d.toWall(r.circuit.Until))
+	if r.Circuit != nil && r.Circuit.State != broker.Closed {
+		cr.State, cr.Failures, cr.Until = r.Circuit.State, r.Circuit.Failures, ns(d.toWall(r.Circuit.Until))
 	}
-	if r.blockedUntil.After(d.now()) {
-		cr.BlockedUntil, cr.BlockedFor = d.toWall(r.blockedUntil).UnixNano(), int64(r.blockedFor)
+	if r.BlockedUntil.After(d.now()) {
+		cr.BlockedUntil, cr.BlockedFor = d.toWall(r.BlockedUntil).UnixNano(), int64(r.BlockedFor)
 	}
 	blob := []byte{} // empty: delete the row
 	if cr != (circuitRecord{}) {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/store"
 )
 
@@ -226,27 +227,27 @@ func (d *dispatcher) explain(id string) Explanation {
 // resourceReason says why r refuses a dispatch now, if it does: its
 // refusal, in words.
 func (d *dispatcher) resourceReason(r *resource, now time.Time) (Reason, bool) {
-	rf, refused := r.refusal(now)
-	if !refused || (r.class == "" && rf.kind != ReasonTaskCap) {
+	rf, refused := r.Refusal(now)
+	if !refused || (r.class == "" && rf.Kind != broker.RefuseTaskCap) {
 		return Reason{}, false
 	}
 	name := r.name
-	reason := Reason{Kind: rf.kind, Service: name, Until: rf.until}
-	switch rf.kind {
+	reason := Reason{Kind: reasons[rf.Kind], Service: name, Until: rf.Until}
+	switch reason.Kind {
 	case ReasonTaskCap:
-		reason.Service, reason.Detail = "", fmt.Sprintf("%d units of the task are running, its MaxConcurrent", r.active)
+		reason.Service, reason.Detail = "", fmt.Sprintf("%d units of the task are running, its MaxConcurrent", r.Active)
 	case ReasonPaused:
 		reason.Detail = name + " is paused"
 	case ReasonServiceRetryAfter:
 		reason.Detail = name + " asked to wait (Retry-After)"
 	case ReasonCircuitOpen:
-		reason.Detail = fmt.Sprintf("%s's circuit is open after %d consecutive failures", name, r.circuit.Threshold)
+		reason.Detail = fmt.Sprintf("%s's circuit is open after %d consecutive failures", name, r.Circuit.Threshold)
 	case ReasonCircuitProbe:
 		reason.Detail = name + "'s circuit is half-open; its probe is running"
 	case ReasonServiceBusy:
-		reason.Detail = fmt.Sprintf("%s has %d of %d slots in use", name, r.active, r.limit)
+		reason.Detail = fmt.Sprintf("%s has %d of %d slots in use", name, r.Active, r.Limit)
 	case ReasonRateLimited:
-		reason.Detail = fmt.Sprintf("%s's rate window is full (%d per %v)", name, r.window.Limit(), r.window.Length())
+		reason.Detail = fmt.Sprintf("%s's rate window is full (%d per %v)", name, r.Window.Limit(), r.Window.Length())
 	}
 	return reason, true
 }

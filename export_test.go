@@ -104,13 +104,13 @@ func (d *dispatcher) verify() error {
 		}
 	}
 	check := func(res *resource) error {
-		if res.active != holders[res] {
-			return fmt.Errorf("%s: active %d, but %d running or holding units hold it", res.name, res.active, holders[res])
+		if res.Active != holders[res] {
+			return fmt.Errorf("%s: active %d, but %d running or holding units hold it", res.name, res.Active, holders[res])
 		}
-		if res.limit > 0 && res.active > res.limit {
-			return fmt.Errorf("%s: active %d > limit %d", res.name, res.active, res.limit)
+		if res.Limit > 0 && res.Active > res.Limit {
+			return fmt.Errorf("%s: active %d > limit %d", res.name, res.Active, res.Limit)
 		}
-		if res.window != nil && res.window.Used(d.now()) > res.window.Limit() {
+		if res.Window != nil && res.Window.Used(d.now()) > res.Window.Limit() {
 			return fmt.Errorf("%s: window over its limit", res.name)
 		}
 		return nil
@@ -186,7 +186,7 @@ func CorruptActive(ctx context.Context, c *Cue, service string) error {
 	}
 	done := make(chan struct{})
 	d.in.Push(msgCall{f: func(d *dispatcher) {
-		d.services[service].active++
+		d.services[service].Active++
 		close(done)
 	}})
 	select {

@@ -147,8 +147,8 @@ func (d *dispatcher) ensureScores(cands []candidate, now time.Time) {
 				continue
 			}
 			p := 0.0
-			if r.limit > 0 {
-				p = min(1, float64(r.active)/float64(r.limit))
+			if r.Limit > 0 {
+				p = min(1, float64(r.Active)/float64(r.Limit))
 			}
 			j.pressure[r.name] = p
 		}

@@ -46,26 +46,19 @@ func newResourceTable(stored []store.ServiceRecord) resourceTable {
 	return t
 }
 
+// resource is a broker.Resource (its admission state) with what the
+// dispatcher keeps beside it: its name and class, its waiting lanes, its
+// timer, its users and its status reporting.
 type resource struct {
+	broker.Resource
 	name    string
 	class   string // the service whose limits apply; "" for a task cap
 	keyed   bool
-	limit   int // 0: unlimited
-	active  int
 	waiters *heaps.Heap[*lane]
-	window  *broker.Window
-	circuit *broker.Circuit
-	paused  bool
-	// blockedUntil is set by a Retry-After, on the monotonic timeline;
-	// blockedFor is the hold's length when it was set.
-	blockedUntil time.Time
-	blockedFor   time.Duration
 	// timerAt is the pending wake-up timer, if any.
 	timerAt time.Time
 	// refs counts the lanes using a keyed instance, for eviction.
 	refs int
-	// lastCircuit is the circuit state last reported.
-	lastCircuit broker.CircuitState
 	// status coalescing
 	lastStatus  statusKey
 	statusAt    time.Time
@@ -82,7 +75,8 @@ func (r *resource) attrs() metric.MeasurementOption {
 }
 
 func newResource(name, class string, limit int) *resource {
-	return &resource{name: name, class: class, limit: limit, waiters: heaps.New(laneLess, func(l *lane, i int) { l.idx = i })}
+	return &resource{Resource: broker.Resource{Cap: class == "", Limit: limit}, name: name, class: class,
+		waiters: heaps.New(laneLess, func(l *lane, i int) { l.idx = i })}
 }
 
 type lane struct {
@@ -125,11 +119,11 @@ func (d *dispatcher) newServiceResource(name, class string, reg Service, now tim
 	}
 	r := newResource(name, class, s.MaxConcurrent)
 	r.keyed = name != class
-	r.paused = d.stored[class].Paused
+	r.Paused = d.stored[class].Paused
 	d.applyLimits(r, s)
-	if r.window != nil {
+	if r.Window != nil {
 		for _, t := range d.priorLog(name, class, s, now) {
-			r.window.Add(t)
+			r.Window.Add(t)
 		}
 	}
 	if rec, ok := d.stored[name]; ok && len(rec.Circuit) > 0 {
@@ -138,9 +132,7 @@ func (d *dispatcher) newServiceResource(name, class string, reg Service, now tim
 			d.restore(cs, r)
 		}
 	}
-	if r.circuit != nil {
-		r.lastCircuit = r.circuit.State
-	}
+	r.CircuitChange() // the restored state is not a change
 	return r
 }
 
@@ -197,23 +189,7 @@ func (d *dispatcher) priorLog(name, class string, s Service, now time.Time) []ti
 // applyLimits sets r's limits from s, keeping its window's entries and its
 // circuit's state.
 func (d *dispatcher) applyLimits(r *resource, s Service) {
-	r.limit = s.MaxConcurrent
-	switch {
-	case s.RateLimit == 0:
-		r.window = nil
-	case r.window == nil:
-		r.window = broker.NewWindow(s.RateLimit, s.RateWindow)
-	case r.window.Limit() != s.RateLimit || r.window.Length() != s.RateWindow:
-		r.window.SetLimits(s.RateLimit, s.RateWindow)
-	}
-	switch {
-	case s.CircuitThreshold == 0:
-		r.circuit = nil
-	case r.circuit == nil:
-		r.circuit = broker.NewCircuit(s.CircuitThreshold, s.CircuitTimeout)
-	default:
-		r.circuit.Threshold, r.circuit.Timeout = s.CircuitThreshold, s.CircuitTimeout
-	}
+	r.SetLimits(s.MaxConcurrent, s.RateLimit, s.RateWindow, s.CircuitThreshold, s.CircuitTimeout)
 }
 
 // laneFor returns (creating) the lane of a task's units with the given keyed
@@ -249,7 +225,7 @@ func (d *dispatcher) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
 	slices.SortFunc(svcs, func(a, b *resource) int { return strings.Compare(a.name, b.name) })
 	l.resources = append(l.resources, svcs...)
 	for _, r := range svcs {
-		if r.window != nil {
+		if r.Window != nil {
 			l.logged = append(l.logged, r.name)
 		}
 	}
@@ -275,71 +251,37 @@ func (d *dispatcher) maybeDropLane(l *lane) {
 // empty, its circuit closed and no Retry-After holds it. If only its window
 // keeps it, it is looked at again when the window empties.
 func (d *dispatcher) maybeEvict(r *resource) {
-	if !r.keyed || r.refs > 0 || r.active > 0 || r.waiters.Len() > 0 || d.keyed[r.name] != r {
+	if !r.keyed || r.refs > 0 || r.waiters.Len() > 0 || d.keyed[r.name] != r {
 		return
 	}
-	now := d.now()
-	if r.blockedUntil.After(now) || (r.circuit != nil && r.circuit.State != broker.Closed) {
-		return
-	}
-	if r.window != nil && r.window.Count(now) > 0 {
-		last, _ := r.window.Last()
-		d.pushTimer(&timerEntry{at: last.Add(r.window.Length()), kind: tEvict, res: r})
+	if quiet, recheck := r.Quiet(d.now()); !quiet {
+		if !recheck.IsZero() {
+			d.pushTimer(&timerEntry{at: recheck, kind: tEvict, res: r})
+		}
 		return
 	}
 	delete(d.keyed, r.name)
 	delete(d.dirty, r)
 }
 
-// check reports whether r admits a dispatch at now. If not, until is when
-// it might (zero: when something happens). probe reports that the dispatch
-// would be r's half-open probe.
+// check reports whether r admits a dispatch at now (see
+// broker.Resource.Admit), and reports a circuit that turned half-open.
 func (d *dispatcher) check(r *resource, now time.Time) (ok bool, until time.Time, probe bool) {
-	if r.window != nil {
-		r.window.Expire(now)
-	}
-	if rf, refused := r.refusal(now); refused {
-		return false, rf.until, false
-	}
-	if r.circuit != nil {
-		// Not refused: a circuit whose open time is over turns half-open
-		// here, and this dispatch is its probe.
-		ok, until, probe = r.circuit.Allow(now)
-		d.noteCircuit(r)
-		return ok, until, probe
-	}
-	return true, time.Time{}, false
+	ok, until, probe = r.Admit(now)
+	d.noteCircuit(r)
+	return ok, until, probe
 }
 
-// refusal says why r refuses a dispatch at now, if it does, and until when
-// (zero: until something happens, such as a run ending, a resume or a
-// start). It is the one statement of that rule: admission (check), Explain
-// and status all read it. It changes nothing.
-type refusal struct {
-	kind  ReasonKind
-	until time.Time
-}
-
-func (r *resource) refusal(now time.Time) (refusal, bool) {
-	c := r.circuit
-	switch {
-	case r.paused:
-		return refusal{kind: ReasonPaused}, true
-	case r.blockedUntil.After(now):
-		return refusal{kind: ReasonServiceRetryAfter, until: r.blockedUntil}, true
-	case c != nil && c.State == broker.Open && now.Before(c.Until):
-		return refusal{kind: ReasonCircuitOpen, until: c.Until}, true
-	case c != nil && c.Probing && (c.State == broker.HalfOpen || c.State == broker.Open):
-		return refusal{kind: ReasonCircuitProbe}, true
-	case r.limit > 0 && r.active >= r.limit:
-		if r.class == "" {
-			return refusal{kind: ReasonTaskCap}, true
-		}
-		return refusal{kind: ReasonServiceBusy}, true
-	case r.window != nil && !r.window.Allow(now):
-		return refusal{kind: ReasonRateLimited, until: r.window.NextFree(now)}, true
-	}
-	return refusal{}, false
+// reasons maps the broker's refusals to the reasons Explain and status
+// report.
+var reasons = [...]ReasonKind{
+	broker.RefusePaused:       ReasonPaused,
+	broker.RefuseRetryAfter:   ReasonServiceRetryAfter,
+	broker.RefuseCircuitOpen:  ReasonCircuitOpen,
+	broker.RefuseCircuitProbe: ReasonCircuitProbe,
+	broker.RefuseTaskCap:      ReasonTaskCap,
+	broker.RefuseBusy:         ReasonServiceBusy,
+	broker.RefuseRateLimited:  ReasonRateLimited,
 }
 
 // admit checks every resource of l; it returns the first that refuses.
@@ -359,21 +301,15 @@ func (d *dispatcher) admit(l *lane, now time.Time) (blocker *resource, until tim
 func (d *dispatcher) acquire(l *lane, now time.Time, probes []*resource) {
 	l.running++
 	for _, r := range l.resources {
-		r.active++
-		if r.window != nil {
-			r.window.Reserve() // committed at the handler's start
-		}
+		r.Take(slices.Contains(probes, r)) // a window reservation is committed at the handler's start
 		d.markStatus(r)
-	}
-	for _, r := range probes {
-		r.circuit.Started(true)
 	}
 }
 
 func (d *dispatcher) release(l *lane) {
 	l.running--
 	for _, r := range l.resources {
-		r.active--
+		r.Return()
 		d.markStatus(r)
 		d.wake(r)
 	}
@@ -385,13 +321,13 @@ func (d *dispatcher) release(l *lane) {
 // resource wakes its next waiter, so capacity is never left idle while
 // lanes wait for it.
 func (d *dispatcher) park(l *lane, r *resource, until time.Time) {
-	if r.window != nil && !until.IsZero() && !r.paused && !r.blockedUntil.After(d.now()) &&
-		(r.limit == 0 || r.active < r.limit) {
+	if r.Window != nil && !until.IsZero() && !r.Paused && !r.BlockedUntil.After(d.now()) &&
+		(r.Limit == 0 || r.Active < r.Limit) {
 		// Held back by the rate window.
 		d.tel.rateLimited.Add(bg, 1, r.attrs())
 		if d.log.Enabled(bg, slog.LevelDebug) {
-			d.log.Debug("service_rate_limited", "service", r.name, "current_rate", r.window.Used(d.now()),
-				"limit", r.window.Limit(), "window", r.window.Length())
+			d.log.Debug("service_rate_limited", "service", r.name, "current_rate", r.Window.Used(d.now()),
+				"limit", r.Window.Limit(), "window", r.Window.Length())
 		}
 	}
 	l.parkedOn = r
@@ -459,8 +395,8 @@ func (d *dispatcher) blockServices(l *lane, names []string, delay time.Duration)
 		if len(names) > 0 && !slices.Contains(names, r.name) && !slices.Contains(names, r.class) {
 			continue
 		}
-		if until.After(r.blockedUntil) {
-			r.blockedUntil, r.blockedFor = until, delay
+		if until.After(r.BlockedUntil) {
+			r.BlockedUntil, r.BlockedFor = until, delay
 			d.persistBroker(r)
 			d.markStatus(r)
 		}
@@ -527,11 +463,11 @@ func (d *dispatcher) applyService(name string, svcs []store.ServiceRecord) {
 	}
 	apply := func(r *resource) {
 		d.applyLimits(r, s)
-		wasPaused := r.paused
-		r.paused = d.stored[name].Paused
-		if wasPaused != r.paused {
+		wasPaused := r.Paused
+		r.Paused = d.stored[name].Paused
+		if wasPaused != r.Paused {
 			state := "resumed"
-			if r.paused {
+			if r.Paused {
 				state = "paused"
 			}
 			d.log.Info("runcue: service "+state, "service", r.name)

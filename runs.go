@@ -166,8 +166,8 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 	}
 	r.decided = now
 	for _, res := range l.resources {
-		if res.window != nil {
-			r.reserved = append(r.reserved, res.window) // reserved by acquire
+		if res.Window != nil {
+			r.reserved = append(r.reserved, res.Window) // reserved by acquire
 		}
 	}
 	d.runs[u.id] = r
@@ -327,7 +327,7 @@ func (d *dispatcher) settleReservations(r *run, start time.Time) {
 	}
 	r.reserved = nil
 	for _, res := range r.lane.resources {
-		if res.window != nil {
+		if res.Window != nil {
 			d.markStatus(res)
 			d.wake(res) // a place freed, or its time is known now
 		}

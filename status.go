@@ -20,19 +20,19 @@ type statusBoard struct {
 
 // statusKey is what a service_status event reports.
 type statusKey struct {
-	circuit   broker.CircuitState
-	paused    bool
-	blocked   bool
-	saturated bool
+	circuitState broker.CircuitState
+	isPaused     bool
+	blocked      bool
+	saturated    bool
 }
 
 func (d *dispatcher) keyOf(r *resource, now time.Time) statusKey {
-	k := statusKey{paused: r.paused, blocked: r.blockedUntil.After(now)}
-	if r.circuit != nil {
-		k.circuit = r.circuit.State
+	k := statusKey{isPaused: r.Paused, blocked: r.BlockedUntil.After(now)}
+	if r.Circuit != nil {
+		k.circuitState = r.Circuit.State
 	}
-	k.saturated = k.paused || k.blocked || (r.limit > 0 && r.active >= r.limit) ||
-		(r.window != nil && r.window.Used(now) >= r.window.Limit()) || (r.circuit != nil && r.circuit.State != broker.Closed)
+	k.saturated = k.isPaused || k.blocked || (r.Limit > 0 && r.Active >= r.Limit) ||
+		(r.Window != nil && r.Window.Used(now) >= r.Window.Limit()) || (r.Circuit != nil && r.Circuit.State != broker.Closed)
 	return k
 }
 
@@ -60,7 +60,7 @@ func (d *dispatcher) flushStatus() {
 			delete(d.dirty, r)
 			continue
 		}
-		onlySaturation := k.circuit == r.lastStatus.circuit && k.paused == r.lastStatus.paused && k.blocked == r.lastStatus.blocked
+		onlySaturation := k.circuitState == r.lastStatus.circuitState && k.isPaused == r.lastStatus.isPaused && k.blocked == r.lastStatus.blocked
 		if onlySaturation && r.keyed {
 			delete(d.dirty, r) // keyed instances report changes of health, not load
 			r.lastStatus = k
@@ -89,18 +89,18 @@ func (d *dispatcher) flushStatus() {
 func (d *dispatcher) statusOf(r *resource, now time.Time) ServiceStatus {
 	s, _ := d.effective(r.class)
 	st := ServiceStatus{Name: r.name, Class: r.class, Limits: s, Overridden: len(d.stored[r.class].Override) > 0,
-		Active: r.active, Paused: r.paused, Circuit: CircuitClosed, Waiting: r.waiters.Len()}
-	if r.window != nil {
-		st.InWindow = r.window.Used(now)
+		Active: r.Active, Paused: r.Paused, Circuit: CircuitClosed, Waiting: r.waiters.Len()}
+	if r.Window != nil {
+		st.InWindow = r.Window.Used(now)
 	}
-	if r.circuit != nil {
-		st.Circuit = CircuitState(r.circuit.State)
-		if r.circuit.State == broker.Open {
-			st.CircuitOpenUntil = d.toWall(r.circuit.Until)
+	if r.Circuit != nil {
+		st.Circuit = r.Circuit.State
+		if r.Circuit.State == broker.Open {
+			st.CircuitOpenUntil = d.toWall(r.Circuit.Until)
 		}
 	}
-	if r.blockedUntil.After(now) {
-		st.BlockedUntil = d.toWall(r.blockedUntil)
+	if r.BlockedUntil.After(now) {
+		st.BlockedUntil = d.toWall(r.BlockedUntil)
 	}
 	st.NextCapacity = d.toWall(d.nextCapacity(r, now))
 	return st
@@ -113,14 +113,14 @@ func (d *dispatcher) nextCapacity(r *resource, now time.Time) time.Time {
 	// holds; the first instant none holds is the answer.
 	next := now
 	for range 8 {
-		rf, refused := r.refusal(next)
+		rf, refused := r.Refusal(next)
 		switch {
 		case !refused:
 			return next
-		case rf.until.IsZero() || !rf.until.After(next):
+		case rf.Until.IsZero() || !rf.Until.After(next):
 			return time.Time{}
 		}
-		next = rf.until
+		next = rf.Until
 	}
 	return time.Time{}
 }
@@ -137,13 +137,13 @@ func (d *dispatcher) statusAll() []ServiceStatus {
 				continue
 			}
 			st.Keys++
-			st.Active += kr.active
-			st.InWindow += kr.window.UsedOrZero(now)
+			st.Active += kr.Active
+			st.InWindow += kr.Window.UsedOrZero(now)
 			st.Waiting += kr.waiters.Len()
-			if kr.circuit != nil && kr.circuit.State != broker.Closed {
+			if kr.Circuit != nil && kr.Circuit.State != broker.Closed {
 				st.OpenKeys++
 			}
-			if kr.blockedUntil.After(now) {
+			if kr.BlockedUntil.After(now) {
 				st.BlockedKeys++
 			}
 		}
@@ -165,8 +165,8 @@ func sortedNames[V any](m map[string]V) []string {
 func (d *dispatcher) countOpenCircuits() {
 	open := map[string]int64{}
 	count := func(r *resource) {
-		if r.circuit != nil {
-			if r.circuit.State != broker.Closed {
+		if r.Circuit != nil {
+			if r.Circuit.State != broker.Closed {
 				open[r.class]++
 			} else if _, ok := open[r.class]; !ok {
 				open[r.class] = 0
