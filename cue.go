@@ -73,6 +73,10 @@ type testHooks struct {
 	// iterated, when set, gets a (non-blocking) signal after every loop
 	// iteration of the dispatcher: tests wait on it instead of polling.
 	iterated chan struct{}
+	// checked, when set, gets the unit ID of every DependencySatisfied
+	// check the dispatcher received the answer of (buffered; a full
+	// buffer drops the signal).
+	checked chan string
 }
 
 // Open opens (creating if needed) the SQLite database at path and migrates

@@ -271,6 +271,12 @@ func (d *dispatcher) handle(m message) {
 		d.applyEnded(m.derived)
 	case msgChecked:
 		d.checked(m.id, m.ok)
+		if ch := d.hooks.checked; ch != nil {
+			select {
+			case ch <- m.id:
+			default:
+			}
+		}
 	case msgRead:
 		d.pending--
 		m.apply(d)

@@ -168,6 +168,16 @@ func StallSubscribers(c *Cue) (release func()) {
 	}
 }
 
+// WatchChecks returns a channel that gets the unit ID of every
+// DependencySatisfied check whose answer the dispatcher received, in order
+// (set before Start).
+func WatchChecks(c *Cue) <-chan string {
+	if c.testHooks.checked == nil {
+		c.testHooks.checked = make(chan string, 1024)
+	}
+	return c.testHooks.checked
+}
+
 // WatchIterations returns a channel that receives after loop iterations of
 // c's dispatcher (signals coalesce). Call before Start.
 func WatchIterations(c *Cue) <-chan struct{} {

@@ -370,6 +370,7 @@ func TestDependencySatisfiedCallback(t *testing.T) {
 			return ready.Load()
 		}})
 	require.NoError(t, e.c.Task("step", runcue.Task{Handler: noop}))
+	checks := runcue.WatchChecks(e.c)
 	e.start()
 	e.submit("step", func(s *runcue.Submission) { s.ID = "a" })
 	e.submit("step", func(s *runcue.Submission) { s.ID = "panics" })
@@ -380,7 +381,13 @@ func TestDependencySatisfiedCallback(t *testing.T) {
 	b := e.submit("step", func(s *runcue.Submission) { s.DependsOn = []string{"a"} })
 	bad := e.submit("step", func(s *runcue.Submission) { s.DependsOn = []string{"panics"} })
 	slow := e.submit("step", func(s *runcue.Submission) { s.DependsOn = []string{"hangs"} })
-	require.Eventually(t, func() bool { return calls.Load() >= 3 }, wait, time.Millisecond)
+	for range 3 { // answered: satisfied or not, a panic, a timeout
+		select {
+		case <-checks:
+		case <-e.ctx.Done():
+			t.Fatal("the dependency checks never finished")
+		}
+	}
 	e.settle()
 	for _, id := range []string{b, bad, slow} {
 		assert.Equal(t, runcue.StateQueued, e.get(id).State, "not satisfied yet")
@@ -594,12 +601,9 @@ func TestBackpressureDropOldest(t *testing.T) {
 }
 
 func TestBackpressureBlock(t *testing.T) {
-	var calls []bool
-	var mu sync.Mutex
+	calls := make(chan bool, 100)
 	e := newEnv(t, runcue.Config{MaxQueued: 2, Overflow: runcue.OverflowBlock, OnBackpressure: func(active bool, queued int) {
-		mu.Lock()
-		calls = append(calls, active)
-		mu.Unlock()
+		calls <- active
 	}})
 	g := newGate()
 	require.NoError(t, e.c.Task("t", runcue.Task{MaxConcurrent: 1, Handler: g.handler}))
@@ -629,11 +633,14 @@ func TestBackpressureBlock(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	close(g.release)
 	require.NoError(t, e.c.Drain(e.ctx))
-	require.Eventually(t, func() bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return len(calls) >= 2 && calls[0] && !calls[len(calls)-1]
-	}, wait, time.Millisecond, "OnBackpressure saw active, then cleared")
+	for _, want := range []bool{true, false} {
+		select {
+		case got := <-calls:
+			assert.Equal(t, want, got, "OnBackpressure saw active, then cleared")
+		case <-e.ctx.Done():
+			t.Fatal("OnBackpressure was not called")
+		}
+	}
 }
 
 func TestFeeder(t *testing.T) {
