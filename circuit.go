@@ -52,34 +52,34 @@ const (
 )
 
 // judge passes a run's verdict to the circuits of its services.
-func (d *dispatcher) judge(r *run, v verdict) {
-	now := d.now()
+func (t *resourceTable) judge(r *run, v verdict) {
+	now := t.now()
 	for _, res := range r.lane.resources {
 		if res.Judge(now, v, slices.Contains(r.probes, res)) {
-			d.noteCircuit(res)
-			d.wake(res)
+			t.noteCircuit(res)
+			t.wake(res)
 		}
 	}
 }
 
 // noteCircuit acts on a circuit's change of state, if it changed: it logs,
 // persists and reports it, and arms a timer for an open circuit's end.
-func (d *dispatcher) noteCircuit(r *resource) {
+func (t *resourceTable) noteCircuit(r *resource) {
 	from, to, changed := r.CircuitChange()
 	if !changed {
 		return
 	}
 	switch to {
 	case broker.Open:
-		d.log.Warn("circuit_opened", "service", r.name, "failures", r.Circuit.Threshold, "from", string(from),
+		t.log.Warn("circuit_opened", "service", r.name, "failures", r.Circuit.Threshold, "from", string(from),
 			"until", r.Circuit.Until)
-		d.resourceTimer(r, r.Circuit.Until)
+		t.resourceTimer(r, r.Circuit.Until)
 	default:
-		d.log.Info("circuit_"+string(to), "service", r.name, "from", string(from))
+		t.log.Info("circuit_"+string(to), "service", r.name, "from", string(from))
 	}
-	d.countOpenCircuits()
-	d.persistBroker(r)
-	d.markStatus(r)
+	t.countOpenCircuits()
+	t.persistBroker(r)
+	t.markStatus(r)
 }
 
 // circuitRecord is the persisted broker state of a service: its circuit
@@ -97,8 +97,8 @@ type circuitRecord struct {
 // since the record was written: a hold never lasts longer from now than it
 // did when it was set (an open circuit its CircuitTimeout, a Retry-After
 // its own length), so a clock set back does not stretch it.
-func (d *dispatcher) restore(cr circuitRecord, r *resource) {
-	wall := d.wall()
+func (t *resourceTable) restore(cr circuitRecord, r *resource) {
+	wall := t.wall()
 	if r.Circuit != nil && cr.State != "" {
 		r.Circuit.State, r.Circuit.Failures = cr.State, cr.Failures
 		if cr.State == broker.HalfOpen {
@@ -106,7 +106,7 @@ func (d *dispatcher) restore(cr circuitRecord, r *resource) {
 		}
 		if cr.Until != 0 {
 			until := min(time.Unix(0, cr.Until).Sub(wall), r.Circuit.Timeout)
-			r.Circuit.Until = d.now().Add(until)
+			r.Circuit.Until = t.now().Add(until)
 		}
 	}
 	if cr.BlockedUntil != 0 {
@@ -115,25 +115,25 @@ func (d *dispatcher) restore(cr circuitRecord, r *resource) {
 			left = min(left, time.Duration(cr.BlockedFor))
 		}
 		if left > 0 {
-			r.BlockedUntil, r.BlockedFor = d.now().Add(left), time.Duration(cr.BlockedFor)
+			r.BlockedUntil, r.BlockedFor = t.now().Add(left), time.Duration(cr.BlockedFor)
 		}
 	}
 }
 
-func (d *dispatcher) persistBroker(r *resource) {
+func (t *resourceTable) persistBroker(r *resource) {
 	var cr circuitRecord
 	if r.Circuit != nil && r.Circuit.State != broker.Closed {
-		cr.State, cr.Failures, cr.Until = r.Circuit.State, r.Circuit.Failures, ns(d.toWall(r.Circuit.Until))
+		cr.State, cr.Failures, cr.Until = r.Circuit.State, r.Circuit.Failures, ns(t.toWall(r.Circuit.Until))
 	}
-	if r.BlockedUntil.After(d.now()) {
-		cr.BlockedUntil, cr.BlockedFor = d.toWall(r.BlockedUntil).UnixNano(), int64(r.BlockedFor)
+	if r.BlockedUntil.After(t.now()) {
+		cr.BlockedUntil, cr.BlockedFor = t.toWall(r.BlockedUntil).UnixNano(), int64(r.BlockedFor)
 	}
 	blob := []byte{} // empty: delete the row
 	if cr != (circuitRecord{}) {
 		blob, _ = json.Marshal(cr)
 	}
-	rec := d.stored[r.name]
+	rec := t.stored[r.name]
 	rec.Name, rec.Circuit = r.name, blob
-	d.stored[r.name] = rec
-	d.submit(&store.PutService{Name: r.name, Circuit: blob})
+	t.stored[r.name] = rec
+	t.persist(&store.PutService{Name: r.name, Circuit: blob})
 }

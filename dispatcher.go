@@ -105,17 +105,17 @@ func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.Ser
 			hooks: c.testHooks, submitBatch: c.SubmitBatch, reportOrphans: c.reportOrphans,
 			detach: func(d *dispatcher) { c.disp.CompareAndSwap(d, nil) }},
 		owner: owner, own: own, in: inbox.New[message](), done: make(chan struct{}),
-		timeline:      newTimeline(c.clock),
-		taskTable:     taskTable{tasks: make(map[string]*taskRT), regs: make(map[string]Service)},
-		unitIndex:     unitIndex{units: make(map[string]*unit), orphans: make(map[string]map[string]*unit)},
-		runTable:      runTable{runs: make(map[string]*run), held: make(map[*run]struct{})},
-		resourceTable: newResourceTable(stored),
-		depGraph:      depGraph{dependents: make(map[string][]*unit), finishing: make(map[string]struct{})},
-		scorer:        scorer{scores: make(map[string]scoreEntry)},
-		statusBoard:   statusBoard{dirty: make(map[*resource]struct{})},
-		auxStop:       make(chan struct{}),
-		rnd:           rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
+		timeline:    newTimeline(c.clock),
+		taskTable:   taskTable{tasks: make(map[string]*taskRT), regs: make(map[string]Service)},
+		unitIndex:   unitIndex{units: make(map[string]*unit), orphans: make(map[string]map[string]*unit)},
+		runTable:    runTable{runs: make(map[string]*run), held: make(map[*run]struct{})},
+		depGraph:    depGraph{dependents: make(map[string][]*unit), finishing: make(map[string]struct{})},
+		scorer:      scorer{scores: make(map[string]scoreEntry)},
+		statusBoard: statusBoard{dirty: make(map[*resource]struct{})},
+		auxStop:     make(chan struct{}),
+		rnd:         rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
 	}
+	d.resourceTable = newResourceTable(&d.env, &d.timeline, &d.statusBoard, &d.taskTable, d.submit, stored)
 	d.auxCtx, d.auxCancel = context.WithCancel(context.Background())
 	d.refreshRegistry(reg.services, reg.tasks)
 	return d

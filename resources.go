@@ -23,7 +23,17 @@ import (
 // resourceTable holds the resources (registered services, keyed service
 // instances created on demand) and the lanes that use them, with the ready
 // lanes by their oldest unit.
+//
+// Its methods reach, besides its own fields, only what it embeds: the
+// dispatcher's environment, its timeline, its status board and its task
+// table (read only), and persist, which hands an op to the writer.
 type resourceTable struct {
+	*env
+	*timeline
+	*statusBoard
+	*taskTable
+	persist func(...store.Op)
+
 	services map[string]*resource
 	keyed    map[string]*resource
 	lanes    map[string]*lane
@@ -35,8 +45,9 @@ type resourceTable struct {
 	classLogs map[string]map[string][]time.Time
 }
 
-func newResourceTable(stored []store.ServiceRecord) resourceTable {
-	t := resourceTable{services: make(map[string]*resource), keyed: make(map[string]*resource),
+func newResourceTable(env *env, tl *timeline, board *statusBoard, tasks *taskTable, persist func(...store.Op),
+	stored []store.ServiceRecord) resourceTable {
+	t := resourceTable{env: env, timeline: tl, statusBoard: board, taskTable: tasks, persist: persist, services: make(map[string]*resource), keyed: make(map[string]*resource),
 		lanes: make(map[string]*lane), stored: make(map[string]store.ServiceRecord),
 		classLogs: make(map[string]map[string][]time.Time)}
 	for _, rec := range stored {
@@ -98,38 +109,38 @@ func (l *lane) headSeq() int64 { return l.units.Peek().seq }
 
 // effective returns the limits in force for service name: its override if
 // one is stored, else its registration.
-func (d *dispatcher) effective(name string) (Service, bool) {
-	if rec, ok := d.stored[name]; ok && len(rec.Override) > 0 {
+func (t *resourceTable) effective(name string) (Service, bool) {
+	if rec, ok := t.stored[name]; ok && len(rec.Override) > 0 {
 		var def serviceDef
 		if json.Unmarshal(rec.Override, &def) == nil {
 			return Service(def), true
 		}
 	}
-	s, ok := d.regs[name]
+	s, ok := t.regs[name]
 	return s, ok
 }
 
 // newServiceResource makes the resource of a service or keyed instance,
 // with its persisted pause, circuit and Retry-After state, and its rate
 // window rebuilt from the service log.
-func (d *dispatcher) newServiceResource(name, class string, reg Service, now time.Time) *resource {
+func (t *resourceTable) newServiceResource(name, class string, reg Service, now time.Time) *resource {
 	s := reg
-	if eff, ok := d.effective(class); ok {
+	if eff, ok := t.effective(class); ok {
 		s = eff
 	}
 	r := newResource(name, class, s.MaxConcurrent)
 	r.keyed = name != class
-	r.Paused = d.stored[class].Paused
-	d.applyLimits(r, s)
+	r.Paused = t.stored[class].Paused
+	t.applyLimits(r, s)
 	if r.Window != nil {
-		for _, t := range d.priorLog(name, class, s, now) {
-			r.Window.Add(t)
+		for _, at := range t.priorLog(name, class, s, now) {
+			r.Window.Add(at)
 		}
 	}
-	if rec, ok := d.stored[name]; ok && len(rec.Circuit) > 0 {
+	if rec, ok := t.stored[name]; ok && len(rec.Circuit) > 0 {
 		var cs circuitRecord
 		if json.Unmarshal(rec.Circuit, &cs) == nil {
-			d.restore(cs, r)
+			t.restore(cs, r)
 		}
 	}
 	r.CircuitChange() // the restored state is not a change
@@ -146,40 +157,40 @@ func (d *dispatcher) newServiceResource(name, class string, reg Service, now tim
 // had. That also clamps entries stamped in the future by a wall clock that
 // was set back since. For keyed instances one query per class serves every
 // key: it is read on the first key's creation.
-func (d *dispatcher) priorLog(name, class string, s Service, now time.Time) []time.Time {
-	lag := d.cfg.MaxStartDelay
-	if now.Sub(d.startMono) >= s.RateWindow+lag {
+func (t *resourceTable) priorLog(name, class string, s Service, now time.Time) []time.Time {
+	lag := t.cfg.MaxStartDelay
+	if now.Sub(t.startMono) >= s.RateWindow+lag {
 		return nil // everything a previous owner started has left the window
 	}
-	since := d.started.Add(-s.RateWindow - lag)
+	since := t.started.Add(-s.RateWindow - lag)
 	var times []time.Time
 	if name == class {
 		var err error
-		times, err = d.st.ServiceLog(context.Background(), name, since)
+		times, err = t.st.ServiceLog(context.Background(), name, since)
 		if err != nil {
-			d.log.Error("runcue: read service log; rate window starts empty", "service", name, "error", err)
+			t.log.Error("runcue: read service log; rate window starts empty", "service", name, "error", err)
 		}
 	} else {
-		logs, ok := d.classLogs[class]
+		logs, ok := t.classLogs[class]
 		if !ok {
 			var err error
-			logs, err = d.st.ServiceLogPrefix(context.Background(), class+":", since)
+			logs, err = t.st.ServiceLogPrefix(context.Background(), class+":", since)
 			if err != nil {
-				d.log.Error("runcue: read service log; rate windows start empty", "service", class, "error", err)
+				t.log.Error("runcue: read service log; rate windows start empty", "service", class, "error", err)
 			}
-			d.classLogs[class] = logs
+			t.classLogs[class] = logs
 		}
 		times = logs[name]
 		delete(logs, name)
 	}
 	out := make([]time.Time, 0, len(times))
 	cut := now.Add(-s.RateWindow)
-	for _, t := range times {
-		latest := t.Add(lag)
-		if latest.After(d.started) {
-			latest = d.started
+	for _, logged := range times {
+		latest := logged.Add(lag)
+		if latest.After(t.started) {
+			latest = t.started
 		}
-		if at := d.startMono.Add(latest.Sub(d.started)); at.After(cut) {
+		if at := t.startMono.Add(latest.Sub(t.started)); at.After(cut) {
 			out = append(out, at)
 		}
 	}
@@ -188,13 +199,13 @@ func (d *dispatcher) priorLog(name, class string, s Service, now time.Time) []ti
 
 // applyLimits sets r's limits from s, keeping its window's entries and its
 // circuit's state.
-func (d *dispatcher) applyLimits(r *resource, s Service) {
+func (t *resourceTable) applyLimits(r *resource, s Service) {
 	r.SetLimits(s.MaxConcurrent, s.RateLimit, s.RateWindow, s.CircuitThreshold, s.CircuitTimeout)
 }
 
 // laneFor returns (creating) the lane of a task's units with the given keyed
 // services.
-func (d *dispatcher) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
+func (t *resourceTable) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
 	key := rt.name
 	if len(keys) > 0 {
 		key += "\x00" + strings.Join(keys, "\x00")
@@ -202,7 +213,7 @@ func (d *dispatcher) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
 	if keyErr != nil {
 		key += "\x00!"
 	}
-	if l, ok := d.lanes[key]; ok {
+	if l, ok := t.lanes[key]; ok {
 		return l
 	}
 	l := &lane{key: key, task: rt, keyErr: keyErr,
@@ -210,13 +221,13 @@ func (d *dispatcher) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
 	l.resources = append(l.resources, rt.cap)
 	svcs := slices.Clone(rt.services)
 	if keyErr == nil {
-		now := d.now()
+		now := t.now()
 		for _, k := range keys {
-			r := d.keyed[k]
+			r := t.keyed[k]
 			if r == nil {
 				class := k[:strings.IndexByte(k, ':')]
-				r = d.newServiceResource(k, class, d.regs[class], now)
-				d.keyed[k] = r
+				r = t.newServiceResource(k, class, t.regs[class], now)
+				t.keyed[k] = r
 			}
 			r.refs++
 			svcs = append(svcs, r)
@@ -229,20 +240,20 @@ func (d *dispatcher) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
 			l.logged = append(l.logged, r.name)
 		}
 	}
-	d.lanes[key] = l
+	t.lanes[key] = l
 	return l
 }
 
 // maybeDropLane deletes an idle keyed lane, releasing its keyed services.
-func (d *dispatcher) maybeDropLane(l *lane) {
+func (t *resourceTable) maybeDropLane(l *lane) {
 	if l == l.task.base || l.units.Len() > 0 || l.running > 0 || l.inReady || l.parkedOn != nil {
 		return
 	}
-	delete(d.lanes, l.key)
+	delete(t.lanes, l.key)
 	for _, r := range l.resources {
 		if r.keyed {
 			r.refs--
-			d.maybeEvict(r)
+			t.maybeEvict(r)
 		}
 	}
 }
@@ -250,25 +261,25 @@ func (d *dispatcher) maybeDropLane(l *lane) {
 // maybeEvict forgets an idle keyed instance: nothing uses it, its window is
 // empty, its circuit closed and no Retry-After holds it. If only its window
 // keeps it, it is looked at again when the window empties.
-func (d *dispatcher) maybeEvict(r *resource) {
-	if !r.keyed || r.refs > 0 || r.waiters.Len() > 0 || d.keyed[r.name] != r {
+func (t *resourceTable) maybeEvict(r *resource) {
+	if !r.keyed || r.refs > 0 || r.waiters.Len() > 0 || t.keyed[r.name] != r {
 		return
 	}
-	if quiet, recheck := r.Quiet(d.now()); !quiet {
+	if quiet, recheck := r.Quiet(t.now()); !quiet {
 		if !recheck.IsZero() {
-			d.pushTimer(&timerEntry{at: recheck, kind: tEvict, res: r})
+			t.pushTimer(&timerEntry{at: recheck, kind: tEvict, res: r})
 		}
 		return
 	}
-	delete(d.keyed, r.name)
-	delete(d.dirty, r)
+	delete(t.keyed, r.name)
+	delete(t.dirty, r)
 }
 
 // check reports whether r admits a dispatch at now (see
 // broker.Resource.Admit), and reports a circuit that turned half-open.
-func (d *dispatcher) check(r *resource, now time.Time) (ok bool, until time.Time, probe bool) {
+func (t *resourceTable) check(r *resource, now time.Time) (ok bool, until time.Time, probe bool) {
 	ok, until, probe = r.Admit(now)
-	d.noteCircuit(r)
+	t.noteCircuit(r)
 	return ok, until, probe
 }
 
@@ -285,9 +296,9 @@ var reasons = [...]ReasonKind{
 }
 
 // admit checks every resource of l; it returns the first that refuses.
-func (d *dispatcher) admit(l *lane, now time.Time) (blocker *resource, until time.Time, probes []*resource) {
+func (t *resourceTable) admit(l *lane, now time.Time) (blocker *resource, until time.Time, probes []*resource) {
 	for _, r := range l.resources {
-		ok, u, probe := d.check(r, now)
+		ok, u, probe := t.check(r, now)
 		if !ok {
 			return r, u, nil
 		}
@@ -298,82 +309,82 @@ func (d *dispatcher) admit(l *lane, now time.Time) (blocker *resource, until tim
 	return nil, time.Time{}, probes
 }
 
-func (d *dispatcher) acquire(l *lane, now time.Time, probes []*resource) {
+func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource) {
 	l.running++
 	for _, r := range l.resources {
 		r.Take(slices.Contains(probes, r)) // a window reservation is committed at the handler's start
-		d.markStatus(r)
+		t.markStatus(r)
 	}
 }
 
-func (d *dispatcher) release(l *lane) {
+func (t *resourceTable) release(l *lane) {
 	l.running--
 	for _, r := range l.resources {
 		r.Return()
-		d.markStatus(r)
-		d.wake(r)
+		t.markStatus(r)
+		t.wake(r)
 	}
-	d.maybeDropLane(l)
+	t.maybeDropLane(l)
 }
 
 // park files l as a waiter of r, arming r's timer if r refuses until a known
 // time. If l was woken by another resource that still has room, that
 // resource wakes its next waiter, so capacity is never left idle while
 // lanes wait for it.
-func (d *dispatcher) park(l *lane, r *resource, until time.Time) {
-	if r.Window != nil && !until.IsZero() && !r.Paused && !r.BlockedUntil.After(d.now()) &&
+func (t *resourceTable) park(l *lane, r *resource, until time.Time) {
+	if r.Window != nil && !until.IsZero() && !r.Paused && !r.BlockedUntil.After(t.now()) &&
 		(r.Limit == 0 || r.Active < r.Limit) {
 		// Held back by the rate window.
-		d.tel.rateLimited.Add(bg, 1, r.attrs())
-		if d.log.Enabled(bg, slog.LevelDebug) {
-			d.log.Debug("service_rate_limited", "service", r.name, "current_rate", r.Window.Used(d.now()),
+		t.tel.rateLimited.Add(bg, 1, r.attrs())
+		if t.log.Enabled(bg, slog.LevelDebug) {
+			t.log.Debug("service_rate_limited", "service", r.name, "current_rate", r.Window.Used(t.now()),
 				"limit", r.Window.Limit(), "window", r.Window.Length())
 		}
 	}
 	l.parkedOn = r
 	r.waiters.Push(l)
 	if !until.IsZero() {
-		d.resourceTimer(r, until)
+		t.resourceTimer(r, until)
 	}
-	d.markStatus(r)
+	t.markStatus(r)
 	for _, other := range l.resources {
 		if other != r {
-			d.wake(other)
+			t.wake(other)
 		}
 	}
 }
 
 // wake moves r's oldest waiter to the ready heap if r has room.
-func (d *dispatcher) wake(r *resource) {
+func (t *resourceTable) wake(r *resource) {
 	if r.waiters.Len() == 0 {
 		return
 	}
-	if ok, until, _ := d.check(r, d.now()); !ok {
+	if ok, until, _ := t.check(r, t.now()); !ok {
 		if !until.IsZero() {
-			d.resourceTimer(r, until)
+			t.resourceTimer(r, until)
 		}
 		return
 	}
 	l := r.waiters.Pop()
 	l.parkedOn = nil
 	l.inReady = true
-	d.ready.Push(l)
+	t.ready.Push(l)
 }
 
-func (d *dispatcher) resourceTimer(r *resource, at time.Time) {
+func (t *resourceTable) resourceTimer(r *resource, at time.Time) {
 	if !r.timerAt.IsZero() && !r.timerAt.After(at) {
 		return
 	}
 	r.timerAt = at
-	d.pushTimer(&timerEntry{at: at, kind: tResource, res: r})
+	t.pushTimer(&timerEntry{at: at, kind: tResource, res: r})
 }
 
 // blockServices applies a Retry-After of length delay from now to the
 // lane's services named (all of them when none are). A name the unit does
 // not use (a typo, say) is logged, and then every one of its services is
 // held: holding too much is safer than ignoring the service's request.
-func (d *dispatcher) blockServices(l *lane, names []string, delay time.Duration) {
-	until := d.now().Add(delay)
+func (t *resourceTable) blockServices(l *lane, names []string, delay time.Duration) {
+	until := t.now().Add(delay)
 	for _, n := range names {
 		if !slices.ContainsFunc(l.resources, func(r *resource) bool { return r.class != "" && (r.name == n || r.class == n) }) {
 			var used []string
@@ -382,7 +393,7 @@ func (d *dispatcher) blockServices(l *lane, names []string, delay time.Duration)
 					used = append(used, r.name)
 				}
 			}
-			d.log.Warn("runcue: RetryAfter names a service the unit does not use; holding all of its services",
+			t.log.Warn("runcue: RetryAfter names a service the unit does not use; holding all of its services",
 				"service", n, "task_type", l.task.name, "services", used)
 			names = nil
 			break
@@ -397,8 +408,8 @@ func (d *dispatcher) blockServices(l *lane, names []string, delay time.Duration)
 		}
 		if until.After(r.BlockedUntil) {
 			r.BlockedUntil, r.BlockedFor = until, delay
-			d.persistBroker(r)
-			d.markStatus(r)
+			t.persistBroker(r)
+			t.markStatus(r)
 		}
 	}
 }
@@ -412,16 +423,16 @@ func ns(t time.Time) int64 {
 
 // logCutoffs returns, per rate-limited service (and per class of keyed
 // instances), the time before which its log is no longer needed.
-func (d *dispatcher) logCutoffs(now time.Time) map[string]time.Time {
+func (t *resourceTable) logCutoffs(now time.Time) map[string]time.Time {
 	out := make(map[string]time.Time)
-	for name := range d.services {
-		s, _ := d.effective(name)
+	for name := range t.services {
+		s, _ := t.effective(name)
 		if s.RateLimit == 0 {
 			continue
 		}
 		// A logged decision may count for MaxStartDelay more than its
 		// window, at a restart (see priorLog).
-		cut := now.Add(-s.RateWindow - d.cfg.MaxStartDelay)
+		cut := now.Add(-s.RateWindow - t.cfg.MaxStartDelay)
 		out[name] = cut
 		out[name+":"] = cut
 	}
@@ -449,43 +460,43 @@ func (d *dispatcher) reloadService(name string, applied chan struct{}) {
 }
 
 // applyService applies service name's stored record, from svcs.
-func (d *dispatcher) applyService(name string, svcs []store.ServiceRecord) {
+func (t *resourceTable) applyService(name string, svcs []store.ServiceRecord) {
 	for _, rec := range svcs {
 		if rec.Name == name {
-			cur := d.stored[name]
+			cur := t.stored[name]
 			rec.Circuit = cur.Circuit // the owner's own state wins
-			d.stored[name] = rec
+			t.stored[name] = rec
 		}
 	}
-	s, ok := d.effective(name)
+	s, ok := t.effective(name)
 	if !ok {
 		return
 	}
 	apply := func(r *resource) {
-		d.applyLimits(r, s)
+		t.applyLimits(r, s)
 		wasPaused := r.Paused
-		r.Paused = d.stored[name].Paused
+		r.Paused = t.stored[name].Paused
 		if wasPaused != r.Paused {
 			state := "resumed"
 			if r.Paused {
 				state = "paused"
 			}
-			d.log.Info("runcue: service "+state, "service", r.name)
+			t.log.Info("runcue: service "+state, "service", r.name)
 		}
-		d.markStatus(r)
+		t.markStatus(r)
 		// Limits may have grown: let waiters try.
 		for range r.waiters.Len() {
 			before := r.waiters.Len()
-			d.wake(r)
+			t.wake(r)
 			if r.waiters.Len() == before {
 				break
 			}
 		}
 	}
-	if r := d.services[name]; r != nil {
+	if r := t.services[name]; r != nil {
 		apply(r)
 	}
-	for _, r := range d.keyed {
+	for _, r := range t.keyed {
 		if r.class == name {
 			apply(r)
 		}

@@ -26,7 +26,7 @@ type statusKey struct {
 	saturated    bool
 }
 
-func (d *dispatcher) keyOf(r *resource, now time.Time) statusKey {
+func (t *resourceTable) keyOf(r *resource, now time.Time) statusKey {
 	k := statusKey{isPaused: r.Paused, blocked: r.BlockedUntil.After(now)}
 	if r.Circuit != nil {
 		k.circuitState = r.Circuit.State
@@ -48,47 +48,47 @@ func (b *statusBoard) markStatus(r *resource) {
 const statusEvery = time.Second
 
 // flushStatus publishes the service_status events that are due.
-func (d *dispatcher) flushStatus() {
-	if len(d.dirty) == 0 {
+func (t *resourceTable) flushStatus() {
+	if len(t.dirty) == 0 {
 		return
 	}
-	now := d.now()
+	now := t.now()
 	var evs []store.Event
-	for r := range d.dirty {
-		k := d.keyOf(r, now)
+	for r := range t.dirty {
+		k := t.keyOf(r, now)
 		if k == r.lastStatus {
-			delete(d.dirty, r)
+			delete(t.dirty, r)
 			continue
 		}
 		onlySaturation := k.circuitState == r.lastStatus.circuitState && k.isPaused == r.lastStatus.isPaused && k.blocked == r.lastStatus.blocked
 		if onlySaturation && r.keyed {
-			delete(d.dirty, r) // keyed instances report changes of health, not load
+			delete(t.dirty, r) // keyed instances report changes of health, not load
 			r.lastStatus = k
 			continue
 		}
 		if onlySaturation && now.Sub(r.statusAt) < statusEvery {
 			if !r.statusTimer {
 				r.statusTimer = true
-				d.pushTimer(&timerEntry{at: r.statusAt.Add(statusEvery), kind: tStatus, res: r})
+				t.pushTimer(&timerEntry{at: r.statusAt.Add(statusEvery), kind: tStatus, res: r})
 			}
-			delete(d.dirty, r)
+			delete(t.dirty, r)
 			continue
 		}
-		delete(d.dirty, r)
+		delete(t.dirty, r)
 		r.lastStatus, r.statusAt = k, now
-		st := d.statusOf(r, now)
+		st := t.statusOf(r, now)
 		data, _ := json.Marshal(st)
-		evs = append(evs, store.Event{Type: string(EventServiceStatus), Time: d.wall(), Data: data})
+		evs = append(evs, store.Event{Type: string(EventServiceStatus), Time: t.wall(), Data: data})
 	}
 	if len(evs) > 0 {
-		d.hub.Publish(evs)
+		t.hub.Publish(evs)
 	}
 }
 
 // statusOf reports one resource.
-func (d *dispatcher) statusOf(r *resource, now time.Time) ServiceStatus {
-	s, _ := d.effective(r.class)
-	st := ServiceStatus{Name: r.name, Class: r.class, Limits: s, Overridden: len(d.stored[r.class].Override) > 0,
+func (t *resourceTable) statusOf(r *resource, now time.Time) ServiceStatus {
+	s, _ := t.effective(r.class)
+	st := ServiceStatus{Name: r.name, Class: r.class, Limits: s, Overridden: len(t.stored[r.class].Override) > 0,
 		Active: r.Active, Paused: r.Paused, Circuit: CircuitClosed, Waiting: r.waiters.Len()}
 	if r.Window != nil {
 		st.InWindow = r.Window.Used(now)
@@ -96,19 +96,19 @@ func (d *dispatcher) statusOf(r *resource, now time.Time) ServiceStatus {
 	if r.Circuit != nil {
 		st.Circuit = r.Circuit.State
 		if r.Circuit.State == broker.Open {
-			st.CircuitOpenUntil = d.toWall(r.Circuit.Until)
+			st.CircuitOpenUntil = t.toWall(r.Circuit.Until)
 		}
 	}
 	if r.BlockedUntil.After(now) {
-		st.BlockedUntil = d.toWall(r.BlockedUntil)
+		st.BlockedUntil = t.toWall(r.BlockedUntil)
 	}
-	st.NextCapacity = d.toWall(d.nextCapacity(r, now))
+	st.NextCapacity = t.toWall(t.nextCapacity(r, now))
 	return st
 }
 
 // nextCapacity is when r may next admit a dispatch: zero if it may now or
 // will only when something else happens (a run ends, a resume).
-func (d *dispatcher) nextCapacity(r *resource, now time.Time) time.Time {
+func (t *resourceTable) nextCapacity(r *resource, now time.Time) time.Time {
 	// Step through the refusals forward in time: each says until when it
 	// holds; the first instant none holds is the answer.
 	next := now
@@ -127,12 +127,12 @@ func (d *dispatcher) nextCapacity(r *resource, now time.Time) time.Time {
 
 // statusAll reports every registered service, with its keyed instances
 // folded into it.
-func (d *dispatcher) statusAll() []ServiceStatus {
-	now := d.now()
+func (t *resourceTable) statusAll() []ServiceStatus {
+	now := t.now()
 	var out []ServiceStatus
-	for _, name := range sortedNames(d.services) {
-		st := d.statusOf(d.services[name], now)
-		for _, kr := range d.keyed {
+	for _, name := range sortedNames(t.services) {
+		st := t.statusOf(t.services[name], now)
+		for _, kr := range t.keyed {
 			if kr.class != name {
 				continue
 			}
@@ -162,7 +162,7 @@ func sortedNames[V any](m map[string]V) []string {
 }
 
 // countOpenCircuits refreshes the metrics' view of open circuits, by class.
-func (d *dispatcher) countOpenCircuits() {
+func (t *resourceTable) countOpenCircuits() {
 	open := map[string]int64{}
 	count := func(r *resource) {
 		if r.Circuit != nil {
@@ -173,11 +173,11 @@ func (d *dispatcher) countOpenCircuits() {
 			}
 		}
 	}
-	for _, r := range d.services {
+	for _, r := range t.services {
 		count(r)
 	}
-	for _, r := range d.keyed {
+	for _, r := range t.keyed {
 		count(r)
 	}
-	d.tel.openCircuit.Store(&open)
+	t.tel.openCircuit.Store(&open)
 }
