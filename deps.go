@@ -21,7 +21,12 @@ import (
 // waiting for it to complete; finishing holds units whose terminal outcome
 // is decided but not committed: their dependents wait for the commit.
 // checks feeds the checker goroutine (DependencySatisfied calls).
+//
+// Its methods reach, besides its own fields, the unit index it embeds (and
+// what that embeds).
 type depGraph struct {
+	*unitIndex
+
 	dependents map[string][]*unit
 	finishing  map[string]struct{}
 	checks     *inbox.Inbox[checkJob]
@@ -159,32 +164,32 @@ func (d *dispatcher) waitDeps(u *unit, states map[string]store.State) {
 
 // failDependent fails queued unit u because its dependency dep is failed or
 // cancelled, propagating to u's own dependents.
-func (d *dispatcher) failDependent(u *unit, dep string, st store.State) {
+func (g *depGraph) failDependent(u *unit, dep string, st store.State) {
 	for _, other := range u.deps {
-		if ws := d.dependents[other]; ws != nil {
-			d.dependents[other] = slices.DeleteFunc(ws, func(w *unit) bool { return w == u })
+		if ws := g.dependents[other]; ws != nil {
+			g.dependents[other] = slices.DeleteFunc(ws, func(w *unit) bool { return w == u })
 		}
 	}
-	d.removeQueued(u)
+	g.removeQueued(u)
 	kind := "prerequisite_failed"
 	if st == store.Cancelled {
 		kind = "prerequisite_cancelled"
 	}
 	msg := fmt.Sprintf("dependency %s is %s", dep, st)
-	d.submit(&store.FailQueued{ID: u.id, At: d.wall(), Error: msg, ErrorKind: kind,
+	g.persist(&store.FailQueued{ID: u.id, At: g.wall(), Error: msg, ErrorKind: kind,
 		Events: []store.Event{{Type: string(EventWorkFailed), Task: u.task, Data: eventData{Error: msg, ErrorKind: kind}.encode()}}})
 }
 
 // holds reports whether this Cue holds unit id: queued, waiting or running
 // here, finishing without a commit yet, or queued with an unregistered task.
-func (d *dispatcher) holds(id string) bool {
-	if _, ok := d.units[id]; ok {
+func (g *depGraph) holds(id string) bool {
+	if _, ok := g.units[id]; ok {
 		return true
 	}
-	if _, ok := d.finishing[id]; ok {
+	if _, ok := g.finishing[id]; ok {
 		return true
 	}
-	for _, o := range d.orphans {
+	for _, o := range g.orphans {
 		if _, ok := o[id]; ok {
 			return true
 		}
@@ -293,13 +298,13 @@ func (d *dispatcher) checked(id string, ok bool) {
 
 // dependencyTimeout fails a unit whose dependencies were not satisfied by
 // its DependencyTimeout.
-func (d *dispatcher) dependencyTimeout(u *unit, now time.Time) {
-	if d.units[u.id] != u || (u.state != uBlocked && u.state != uChecking) {
+func (g *depGraph) dependencyTimeout(u *unit, now time.Time) {
+	if g.units[u.id] != u || (u.state != uBlocked && u.state != uChecking) {
 		return
 	}
-	d.removeQueued(u)
+	g.removeQueued(u)
 	msg := "dependencies not satisfied within the dependency timeout"
-	d.submit(&store.FailQueued{ID: u.id, At: now, Error: msg, ErrorKind: "dependency_timeout",
+	g.persist(&store.FailQueued{ID: u.id, At: now, Error: msg, ErrorKind: "dependency_timeout",
 		Events: []store.Event{{Type: string(EventWorkFailed), Task: u.task,
 			Data: eventData{Error: msg, ErrorKind: "dependency_timeout"}.encode()}}})
 }

@@ -51,11 +51,21 @@ type env struct {
 }
 
 // dispatcher is the loop and the flows that cross its parts. Each part
-// is a struct in the file named for it, owning its fields; the dispatcher
-// embeds them, so a flow reads d.units or d.runs, while a part's own
-// methods (receivers on the part) can reach only that part's fields.
-// Everything here, parts included, is owned by the dispatcher goroutine
-// unless its comment says otherwise.
+// is a struct in the file named for it, owning its fields. The parts are
+// layered: a part's methods reach its own fields and the parts it embeds,
+// nothing above them:
+//
+//	timeline, taskTable, statusBoard, env   the base
+//	resourceTable                           lanes, admission, circuits, status (embeds the base)
+//	unitIndex                               units and orphans (embeds resourceTable, scorer)
+//	depGraph                                who waits for whom (embeds unitIndex)
+//
+// The dispatcher embeds every part, so a flow (a method on *dispatcher)
+// reads d.units or d.runs directly: its receiver is what marks it as
+// crossing parts. Flows are in dispatcher.go (the loop, handle, dispatch)
+// and in the file of the part they start from. Everything here, parts
+// included, is owned by the dispatcher goroutine unless its comment says
+// otherwise.
 type dispatcher struct {
 	env
 	owner string
@@ -67,18 +77,17 @@ type dispatcher struct {
 	// goroutine).
 	stopReq atomic.Bool
 
-	timeline                 // timers.go: the scheduling clock and the timer heap
-	taskTable                // tasks.go: registered tasks and service limits
-	unitIndex                // units.go: queued, waiting and running units
-	runTable                 // runs.go: runs from dispatch to their handlers' return
-	resourceTable            // resources.go: services, keyed instances and lanes
-	depGraph                 // deps.go: who waits for whom, and the checker
-	scorer                   // priority.go: the priority scores
-	intake                   // intake.go: backpressure and the feed
-	statusBoard              // status.go: service status to publish
-	maintenance              // maintenance.go: retention passes
-	storeReader              // reads.go: store reads on the reader goroutine
-	keys          keysCaller // keys.go: ServiceKeys callbacks, with a timeout
+	timeline      // timers.go: the scheduling clock and the timer heap
+	taskTable     // tasks.go: registered tasks and service limits
+	unitIndex     // units.go: queued, waiting and running units
+	runTable      // runs.go: runs from dispatch to their handlers' return
+	resourceTable // resources.go: services, keyed instances and lanes
+	depGraph      // deps.go: who waits for whom, and the checker
+	scorer        // priority.go: the priority scores
+	intake        // intake.go: backpressure and the feed
+	statusBoard   // status.go: service status to publish
+	maintenance   // maintenance.go: retention passes
+	storeReader   // reads.go: store reads on the reader goroutine
 
 	// aux counts the helper goroutines (the dependency checker, Feed
 	// calls); auxStop and auxCtx stop them at exit.
@@ -116,6 +125,9 @@ func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.Ser
 		rnd:         rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
 	}
 	d.resourceTable = newResourceTable(&d.env, &d.timeline, &d.statusBoard, &d.taskTable, d.submit, stored)
+	d.unitIndex = unitIndex{resourceTable: &d.resourceTable, scorer: &d.scorer,
+		units: make(map[string]*unit), orphans: make(map[string]map[string]*unit)}
+	d.depGraph = depGraph{unitIndex: &d.unitIndex, dependents: make(map[string][]*unit), finishing: make(map[string]struct{})}
 	d.auxCtx, d.auxCancel = context.WithCancel(context.Background())
 	d.refreshRegistry(reg.services, reg.tasks)
 	return d

@@ -15,32 +15,32 @@ import (
 // deriveKeys computes u's keyed services with its task's ServiceKeys. A
 // failure (a panic, a malformed key, an unknown class) is kept: the unit
 // then fails permanently when it runs, without its handler.
-func (d *dispatcher) deriveKeys(u *unit, rt *taskRT) {
+func (x *unitIndex) deriveKeys(u *unit, rt *taskRT) {
 	if rt.def.ServiceKeys == nil {
 		return
 	}
 	if !u.hasParams {
-		su, err := d.st.GetUnit(context.Background(), u.id)
+		su, err := x.st.GetUnit(context.Background(), u.id)
 		if err != nil {
 			u.keyErr = fmt.Errorf("runcue: load unit to derive its service keys: %w", err)
 			return
 		}
 		u.params, u.hasParams = su.Params, true
 	}
-	keys, err := d.keys.call(rt.def.ServiceKeys, &Work{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: u.runs + 1},
-		d.cfg.CallbackTimeout)
+	keys, err := x.keys.call(rt.def.ServiceKeys, &Work{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: u.runs + 1},
+		x.cfg.CallbackTimeout)
 	if err == nil {
-		err = d.checkKeys(keys)
+		err = x.checkKeys(keys)
 	}
 	if err != nil {
 		u.keyErr = fmt.Errorf("runcue: service keys of %s: %w", u.id, err)
 		switch {
 		case errors.Is(err, errCallbackPanic):
-			d.cbErrs.report("service_keys", "panic", err.Error(), "work_id", u.id, "task_type", u.task)
+			x.cbErrs.report("service_keys", "panic", err.Error(), "work_id", u.id, "task_type", u.task)
 		case errors.Is(err, errCallbackTimeout):
-			d.cbErrs.report("service_keys", "timeout", err.Error(), "work_id", u.id, "task_type", u.task)
+			x.cbErrs.report("service_keys", "timeout", err.Error(), "work_id", u.id, "task_type", u.task)
 		default:
-			d.log.Warn("runcue: deriving service keys failed; the unit will fail", "work_id", u.id, "task_type", u.task, "error", err)
+			x.log.Warn("runcue: deriving service keys failed; the unit will fail", "work_id", u.id, "task_type", u.task, "error", err)
 		}
 		return
 	}

@@ -18,7 +18,16 @@ import (
 // waiting and running units of registered tasks (units) and queued units
 // of tasks not registered here (orphans, by task). paramBytes is the size
 // of the parameters kept in memory (see maxParamBytes).
+//
+// Its methods reach, besides its own fields, what it embeds: the resource
+// table (lanes, and below it the environment, timeline and task table)
+// and the scorer (a forgotten unit's score goes with it). keys calls the
+// tasks' ServiceKeys callbacks as units are indexed.
 type unitIndex struct {
+	*resourceTable
+	*scorer
+	keys keysCaller
+
 	units      map[string]*unit
 	orphans    map[string]map[string]*unit
 	paramBytes int
@@ -102,11 +111,11 @@ func (d *dispatcher) file(units []*unit) {
 // index records a queued unit, unless it is already known. It returns nil
 // for a known unit and for an orphan (its task type is not registered
 // here), which is kept apart until its task is.
-func (d *dispatcher) index(su *store.Unit, keepParams bool) *unit {
-	if _, ok := d.units[su.ID]; ok {
+func (x *unitIndex) index(su *store.Unit, keepParams bool) *unit {
+	if _, ok := x.units[su.ID]; ok {
 		return nil
 	}
-	if o := d.orphans[su.Task]; o != nil && o[su.ID] != nil {
+	if o := x.orphans[su.Task]; o != nil && o[su.ID] != nil {
 		return nil
 	}
 	u := &unit{id: su.ID, seq: su.Seq, task: su.Task, target: su.Target, params: su.Params, hasParams: true,
@@ -127,7 +136,7 @@ func (d *dispatcher) index(su *store.Unit, keepParams bool) *unit {
 		// instant lies further away than the hold was long. It never lasts
 		// longer from now than it could have from that start. (A RunAt the
 		// submitter chose keeps its wall-clock meaning.)
-		if bound := d.wall().Add(su.RunAt.Sub(su.StartedAt)); u.runAt.After(bound) {
+		if bound := x.wall().Add(su.RunAt.Sub(su.StartedAt)); u.runAt.After(bound) {
 			u.runAt = bound
 		}
 	}
@@ -135,105 +144,105 @@ func (d *dispatcher) index(su *store.Unit, keepParams bool) *unit {
 		if p, err := decodeRetry(su.Retry); err == nil {
 			u.retry = &p
 		} else {
-			d.log.Warn("runcue: ignoring a unit's unreadable retry policy", "work_id", su.ID, "error", err)
+			x.log.Warn("runcue: ignoring a unit's unreadable retry policy", "work_id", su.ID, "error", err)
 		}
 	}
-	rt, ok := d.tasks[u.task]
+	rt, ok := x.tasks[u.task]
 	if !ok {
 		u.state = uOrphan
-		o := d.orphans[u.task]
+		o := x.orphans[u.task]
 		if o == nil {
 			o = make(map[string]*unit)
-			d.orphans[u.task] = o
-			d.log.Warn("runcue: queued units have a task type not registered here; they stay queued", "task_type", u.task)
+			x.orphans[u.task] = o
+			x.log.Warn("runcue: queued units have a task type not registered here; they stay queued", "task_type", u.task)
 		}
 		o[u.id] = u
 		return nil
 	}
-	d.deriveKeys(u, rt)
-	if keepParams && d.paramBytes+len(u.params) <= maxParamBytes {
-		d.paramBytes += len(u.params)
+	x.deriveKeys(u, rt)
+	if keepParams && x.paramBytes+len(u.params) <= maxParamBytes {
+		x.paramBytes += len(u.params)
 	} else {
 		u.params, u.hasParams = nil, false // read again when it runs
 	}
-	d.units[u.id] = u
+	x.units[u.id] = u
 	return u
 }
 
 // makeEligible puts u in its lane, or on the timer heap until its runAt.
-func (d *dispatcher) makeEligible(u *unit) {
-	if wall := d.wall(); u.runAt.After(wall) {
+func (x *unitIndex) makeEligible(u *unit) {
+	if wall := x.wall(); u.runAt.After(wall) {
 		// runAt is a wall-clock instant: it keeps its meaning as the wall
 		// clock reads now, and the wait it implies is measured from now on
 		// the monotonic clock.
 		u.state = uWaiting
 		u.timerGen++
-		d.dropTimer(u.due)
-		u.due = &timerEntry{at: d.now().Add(u.runAt.Sub(wall)), kind: tUnitDue, u: u, gen: u.timerGen}
-		d.pushTimer(u.due)
+		x.dropTimer(u.due)
+		u.due = &timerEntry{at: x.now().Add(u.runAt.Sub(wall)), kind: tUnitDue, u: u, gen: u.timerGen}
+		x.pushTimer(u.due)
 		return
 	}
 	u.state = uReady
-	u.readyAt = d.now()
-	rt := d.tasks[u.task]
+	u.readyAt = x.now()
+	rt := x.tasks[u.task]
 	l := rt.base
 	if len(u.keys) > 0 || u.keyErr != nil {
-		l = d.laneFor(rt, u.keys, u.keyErr)
+		l = x.laneFor(rt, u.keys, u.keyErr)
 	}
 	u.lane = l
 	l.units.Push(u)
-	d.laneChanged(l)
+	x.laneChanged(l)
 }
 
 // laneChanged re-files l after its units changed.
-func (d *dispatcher) laneChanged(l *lane) {
+func (t *resourceTable) laneChanged(l *lane) {
 	switch {
 	case l.units.Len() == 0:
 		if l.inReady {
-			d.ready.Remove(l.idx)
+			t.ready.Remove(l.idx)
 			l.inReady = false
 		} else if l.parkedOn != nil {
 			l.parkedOn.waiters.Remove(l.idx)
 			l.parkedOn = nil
 		}
-		d.maybeDropLane(l)
+		t.maybeDropLane(l)
 	case l.inReady:
-		d.ready.Fix(l.idx)
+		t.ready.Fix(l.idx)
 	case l.parkedOn != nil:
 		l.parkedOn.waiters.Fix(l.idx)
 	default:
 		l.inReady = true
-		d.ready.Push(l)
+		t.ready.Push(l)
 	}
 }
 
-func (d *dispatcher) removeQueued(u *unit) {
+func (x *unitIndex) removeQueued(u *unit) {
 	switch u.state {
 	case uReady:
 		l := u.lane
 		l.units.Remove(u.laneIdx)
-		d.laneChanged(l)
+		x.laneChanged(l)
 	case uWaiting:
 		u.timerGen++ // its timer entry is now stale
 	case uBlocked, uChecking:
-		// Its entries in d.dependents and the timer heap are now stale.
+		// Its entries in x.dependents and the timer heap are now stale.
 	case uOrphan:
-		delete(d.orphans[u.task], u.id)
+		delete(x.orphans[u.task], u.id)
 		return
 	}
-	d.forget(u)
+	x.forget(u)
 }
 
-func (d *dispatcher) forget(u *unit) {
+func (x *unitIndex) forget(u *unit) {
 	if u.hasParams {
-		d.paramBytes -= len(u.params)
+		x.paramBytes -= len(u.params)
 		u.params, u.hasParams = nil, false
 	}
-	delete(d.units, u.id)
-	delete(d.scores, u.id)
-	d.dropTimer(u.due)
-	d.dropTimer(u.depTimer)
-	d.dropTimer(u.recheck)
+	delete(x.units, u.id)
+	delete(x.scores, u.id)
+	x.dropTimer(u.due)
+	x.dropTimer(u.depTimer)
+	x.dropTimer(u.recheck)
 	u.due, u.depTimer, u.recheck = nil, nil, nil
 }
 
