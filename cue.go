@@ -26,15 +26,18 @@ import (
 // database to submit and inspect work; one at a time owns it (Start) and
 // runs the work. A Cue is safe for simultaneous use by multiple goroutines.
 type Cue struct {
+	// Set by New and never changed: any goroutine reads them.
 	cfg       Config
 	st        store.Store
 	ownsStore bool
 	clock     clock.Clock
 	log       *slog.Logger
-	w         *writer.Writer
-	hub       *hub.Hub
-	ids       ulid.Generator
+	w         *writer.Writer // safe for concurrent use
+	hub       *hub.Hub       // safe for concurrent use
+	ids       ulid.Generator // safe for concurrent use
 
+	// mu guards the registrations and the lifecycle below; the dispatcher
+	// never takes it (it gets registration snapshots as msgRegistry).
 	mu         sync.Mutex
 	tasks      map[string]*Task
 	services   map[string]Service
@@ -43,13 +46,16 @@ type Cue struct {
 	running    *dispatcher // the current or last run
 	stopAfter  func() bool // unregisters the Start ctx watcher
 
-	disp atomic.Pointer[dispatcher] // the running dispatcher, nil when stopped
+	disp atomic.Pointer[dispatcher] // the running dispatcher, nil when stopped (any goroutine)
 
+	// testHooks are set before Start and read-only after.
 	testHooks testHooks
-	stats     stats
-	cbErrs    callbackErrors
-	tel       *telemetry
-	bg        sync.WaitGroup // the OnBackpressure caller
+	// stats, cbErrs and tel are safe for concurrent use (atomics, their
+	// own lock, OpenTelemetry instruments).
+	stats  stats
+	cbErrs callbackErrors
+	tel    *telemetry
+	bg     sync.WaitGroup // the OnBackpressure caller
 }
 
 // stats are counters read by metrics and tests.

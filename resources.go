@@ -90,6 +90,9 @@ func newResource(name, class string, limit int) *resource {
 		waiters: heaps.New(laneLess, func(l *lane, i int) { l.idx = i })}
 }
 
+// lane is the queue of one task's units that need the same keyed
+// services, in submission order. Owned by the dispatcher goroutine, like
+// resource.
 type lane struct {
 	key       string
 	task      *taskRT

@@ -43,6 +43,9 @@ const (
 	uChecking        // dependencies complete, DependencySatisfied not yet true
 )
 
+// unit is a queued, waiting or running unit as the dispatcher holds it.
+// Owned by the dispatcher goroutine; a handler goroutine gets copies (see
+// run).
 type unit struct {
 	id        string
 	seq       int64
