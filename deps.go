@@ -252,33 +252,26 @@ func (d *dispatcher) requestCheck(u *unit) {
 // checker runs dependency checks until the dispatcher exits.
 func (d *dispatcher) checker() {
 	f, timeout := d.cfg.DependencySatisfied, d.cfg.CallbackTimeout
-	for {
-		select {
-		case <-d.checks.Wake():
-		case <-d.auxStop:
-			return
-		}
-		for _, job := range d.checks.Take() {
-			ok := true
-			for _, dep := range job.deps {
-				t0 := time.Now()
-				sat, err := checkDependency(f, dep, timeout)
-				d.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "dependency")))
-				if err != nil {
-					reason := "panic"
-					if errors.Is(err, errCallbackTimeout) {
-						reason = "timeout"
-					}
-					d.cbErrs.report("dependency", reason, err.Error(), "work_id", job.id, "dependency", dep)
+	d.checks.Serve(d.auxStop, func(job checkJob) {
+		ok := true
+		for _, dep := range job.deps {
+			t0 := time.Now()
+			sat, err := checkDependency(f, dep, timeout)
+			d.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "dependency")))
+			if err != nil {
+				reason := "panic"
+				if errors.Is(err, errCallbackTimeout) {
+					reason = "timeout"
 				}
-				if !sat {
-					ok = false
-					break
-				}
+				d.cbErrs.report("dependency", reason, err.Error(), "work_id", job.id, "dependency", dep)
 			}
-			d.in.Push(msgChecked{id: job.id, ok: ok})
+			if !sat {
+				ok = false
+				break
+			}
 		}
-	}
+		d.in.Push(msgChecked{id: job.id, ok: ok})
+	})
 }
 
 func (d *dispatcher) checked(id string, ok bool) {

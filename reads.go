@@ -41,16 +41,7 @@ func (d *dispatcher) read(job readJob) {
 // reader runs read jobs until the dispatcher exits (auxCtx is cancelled
 // then, so a read in progress ends early).
 func (d *dispatcher) reader() {
-	for {
-		select {
-		case <-d.reads.Wake():
-		case <-d.auxStop:
-			return
-		}
-		for _, job := range d.reads.Take() {
-			d.in.Push(msgRead{apply: job(d.auxCtx)})
-		}
-	}
+	d.reads.Serve(d.auxStop, func(job readJob) { d.in.Push(msgRead{apply: job(d.auxCtx)}) })
 }
 
 // noteEnded records that unit id reached a terminal state, for the reads

@@ -52,3 +52,18 @@ func (q *Inbox[T]) Len() int {
 	defer q.mu.Unlock()
 	return len(q.items)
 }
+
+// Serve is a consumer loop: it calls f for each item, oldest first, until
+// stop is closed. Items waiting when stop closes are left.
+func (q *Inbox[T]) Serve(stop <-chan struct{}, f func(T)) {
+	for {
+		select {
+		case <-q.wake:
+		case <-stop:
+			return
+		}
+		for _, item := range q.Take() {
+			f(item)
+		}
+	}
+}

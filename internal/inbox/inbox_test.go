@@ -71,3 +71,24 @@ func TestInboxConcurrentProducers(t *testing.T) {
 		t.Fatalf("%d items, want %d", total, producers*each)
 	}
 }
+
+// Serve hands every item to f in order and returns once stop is closed.
+func TestServe(t *testing.T) {
+	q := New[int]()
+	stop := make(chan struct{})
+	got := make(chan int, 10)
+	done := make(chan struct{})
+	go func() {
+		q.Serve(stop, func(i int) { got <- i })
+		close(done)
+	}()
+	q.Push(1, 2)
+	q.Push(3)
+	for want := 1; want <= 3; want++ {
+		if i := <-got; i != want {
+			t.Fatalf("got %d, want %d", i, want)
+		}
+	}
+	close(stop)
+	<-done
+}
