@@ -38,7 +38,7 @@ func benchThroughput(b *testing.B, o benchkit.Options) {
 
 // BenchmarkSoak reports the live heap after 10,000 units and after
 // max(b.N, 100,000) units through one Cue, and the growth per unit between
-// them: memory must not grow with history. `go run ./cmd/runcue-bench -soak
+// them: memory must not grow with history. `go -C cmd run ./runcue-bench -soak
 // 1000000` runs the million-unit version.
 func BenchmarkSoak(b *testing.B) {
 	n := max(b.N, 100_000)

@@ -2,8 +2,8 @@
 // minimal hand-written SQLite queue cycle on the same machine, interleaving
 // the two so that the ratio of their medians is meaningful on a busy host.
 //
-//	go run ./cmd/runcue-bench            # defaults: 20,000 units, 5 repetitions
-//	go run ./cmd/runcue-bench -sync full
+//	go -C cmd run ./runcue-bench            # defaults: 20,000 units, 5 repetitions
+//	go -C cmd run ./runcue-bench -sync full
 //
 // Never run it with -race: the race detector slows runcue and the raw cycle
 // unevenly.
