@@ -34,7 +34,7 @@ type callbackErrors struct {
 }
 
 // report records one failure of callback ("priority", "dependency",
-// "service_keys") for reason ("panic", "nan", "out_of_range", "timeout"),
+// "service_keys") for reason ("panic", "nan", "out_of_range", "timeout", "error"),
 // with detail (the panic value, the returned value) and attributes for the
 // log line.
 func (ce *callbackErrors) report(callback, reason, detail string, args ...any) {

@@ -38,20 +38,24 @@ type depProp struct {
 // satisfiedFunc is Config.DependencySatisfied: yes only for a dependency
 // the store has completed, and, the first time it is asked about one in
 // four of them, no anyway (so that rechecks happen).
-func (p *depProp) satisfiedFunc(ctx context.Context, id string) bool {
+func (p *depProp) satisfiedFunc(ctx context.Context, dep runcue.Dependency) (bool, error) {
+	id := dep.ID
 	u, err := p.st.GetUnit(ctx, id)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if err != nil || u.State != store.Completed {
 		p.violation = append(p.violation, fmt.Sprintf("DependencySatisfied asked about %s, which is not completed", id))
-		return false
+		return false, nil
+	}
+	if dep.Task != u.Task || dep.Target != u.Target {
+		p.violation = append(p.violation, fmt.Sprintf("DependencySatisfied got %+v for %s (task %q, target %q)", dep, id, u.Task, u.Target))
 	}
 	p.asked[id]++
 	if p.asked[id] == 1 && p.rnd.IntN(4) == 0 {
-		return false
+		return false, nil
 	}
 	p.satisfied[id] = true
-	return true
+	return true, nil
 }
 
 // handler verifies, at the start of every run, that each dependency of its

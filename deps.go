@@ -32,28 +32,30 @@ type depGraph struct {
 	checks     *inbox.Inbox[checkJob]
 }
 
-// checkDependency runs f for one dependency with a timeout. A timeout or a
-// panic counts as not satisfied. The call runs on its own goroutine so that
-// a callback that ignores its context cannot hold the caller past the
-// timeout; such a goroutine ends when the callback returns.
-func checkDependency(f DependencyFunc, id string, timeout time.Duration) (ok bool, err error) {
+// checkDependency runs f for one dependency with a timeout. A timeout, a
+// panic or an error counts as not satisfied. The call runs on its own
+// goroutine so that a callback that ignores its context cannot hold the
+// caller past the timeout; such a goroutine ends when the callback returns.
+func checkDependency(f DependencyFunc, dep Dependency, timeout time.Duration) (ok bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	res := make(chan bool, 1)
-	errc := make(chan error, 1)
+	type answer struct {
+		ok  bool
+		err error
+	}
+	res := make(chan answer, 1)
 	go func() {
 		defer func() {
 			if v := recover(); v != nil {
-				errc <- fmt.Errorf("%w: %v", errCallbackPanic, v)
+				res <- answer{err: fmt.Errorf("%w: %v", errCallbackPanic, v)}
 			}
 		}()
-		res <- f(ctx, id)
+		ok, err := f(ctx, dep)
+		res <- answer{ok: ok && err == nil, err: err}
 	}()
 	select {
-	case ok := <-res:
-		return ok, nil
-	case err := <-errc:
-		return false, err
+	case a := <-res:
+		return a.ok, a.err
 	case <-ctx.Done():
 		return false, fmt.Errorf("%w: no answer within %v", errCallbackTimeout, timeout)
 	}
@@ -253,17 +255,36 @@ func (d *dispatcher) requestCheck(u *unit) {
 func (d *dispatcher) checker() {
 	f, timeout := d.cfg.DependencySatisfied, d.cfg.CallbackTimeout
 	d.checks.Serve(d.auxStop, func(job checkJob) {
+		// The callback sees each dependency's task and target: read them
+		// (a dependency no longer stored is passed with its ID alone).
+		deps := make(map[string]Dependency, len(job.deps))
+		if units, err := d.st.ListUnits(d.auxCtx, store.ListFilter{IDs: job.deps, Limit: len(job.deps)}); err == nil {
+			for _, u := range units {
+				deps[u.ID] = Dependency{ID: u.ID, Task: u.Task, Target: u.Target}
+			}
+		} else if d.auxCtx.Err() != nil {
+			return // the dispatcher is exiting: no answer is wanted
+		} else {
+			d.log.Warn("runcue: read dependencies for DependencySatisfied; asking with their IDs alone", "work_id", job.id, "error", err)
+		}
 		ok := true
-		for _, dep := range job.deps {
+		for _, id := range job.deps {
+			dep, found := deps[id]
+			if !found {
+				dep = Dependency{ID: id}
+			}
 			t0 := time.Now()
 			sat, err := checkDependency(f, dep, timeout)
 			d.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "dependency")))
 			if err != nil {
-				reason := "panic"
-				if errors.Is(err, errCallbackTimeout) {
+				reason := "error"
+				switch {
+				case errors.Is(err, errCallbackPanic):
+					reason = "panic"
+				case errors.Is(err, errCallbackTimeout):
 					reason = "timeout"
 				}
-				d.cbErrs.report("dependency", reason, err.Error(), "work_id", job.id, "dependency", dep)
+				d.cbErrs.report("dependency", reason, err.Error(), "work_id", job.id, "dependency", id)
 			}
 			if !sat {
 				ok = false

@@ -133,7 +133,7 @@ func TestCallbackErrorsReported(t *testing.T) {
 			}
 			return 0.5
 		},
-		DependencySatisfied: func(ctx context.Context, id string) bool { panic("checker bug") },
+		DependencySatisfied: func(ctx context.Context, dep runcue.Dependency) (bool, error) { panic("checker bug") },
 		DependencyRecheck:   time.Hour,
 	})
 	checks := runcue.WatchChecks(e.c)

@@ -75,5 +75,15 @@ func PriorityByWaitTime(horizon time.Duration) PriorityFunc {
 type FeedFunc func(ctx context.Context, want int) ([]Submission, error)
 
 // DependencyFunc reports whether a completed dependency's output is usable
-// (see Config.DependencySatisfied).
-type DependencyFunc func(ctx context.Context, id string) bool
+// (see Config.DependencySatisfied). An error counts as not satisfied, and
+// is counted and logged like a panic or a timeout of the callback.
+// DependencyFile and DependencyQuery are ready-made ones.
+type DependencyFunc func(ctx context.Context, dep Dependency) (bool, error)
+
+// Dependency is a completed dependency as a DependencyFunc sees it. Task
+// and Target are empty if the unit is no longer stored (pruned).
+type Dependency struct {
+	ID     string
+	Task   string
+	Target string
+}

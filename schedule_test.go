@@ -359,15 +359,16 @@ func TestDependencySatisfiedCallback(t *testing.T) {
 	hang := make(chan struct{})
 	defer close(hang)
 	e := newEnv(t, runcue.Config{DependencyRecheck: 5 * time.Second, CallbackTimeout: 20 * time.Millisecond,
-		DependencySatisfied: func(ctx context.Context, id string) bool {
+		DependencySatisfied: func(ctx context.Context, dep runcue.Dependency) (bool, error) {
 			calls.Add(1)
-			switch id {
+			assert.Equal(t, "step", dep.Task, "the callback sees the dependency's task")
+			switch dep.ID {
 			case "panics":
 				panic("artifact store down")
 			case "hangs":
 				<-hang
 			}
-			return ready.Load()
+			return ready.Load(), nil
 		}})
 	require.NoError(t, e.c.Task("step", runcue.Task{Handler: noop}))
 	checks := runcue.WatchChecks(e.c)

@@ -29,7 +29,7 @@ import (
 //	runcue.service.rate_limited counter    dispatches held back by a full rate window {service}
 //	runcue.circuit.open         gauge      open (or half-open) circuits {service}
 //	runcue.callback.duration    histogram  seconds per priority or dependency callback call {outcome: priority, dependency}
-//	runcue.callback.errors      counter    callback calls that failed {callback: priority, dependency, service_keys; reason: panic, nan, out_of_range, timeout}
+//	runcue.callback.errors      counter    callback calls that failed {callback: priority, dependency, service_keys; reason: panic, nan, out_of_range, timeout, error}
 //
 // Traces (tracer "github.com/runcue/runcue"): one span per run,
 // "runcue.run <task>", the child of the span that was current when the unit
