@@ -370,7 +370,14 @@ func runBrokerProperty(t *testing.T, seed uint64, n int, restart bool) {
 		st, err = c.ServiceStatus(e.ctx, "llm")
 		require.NoError(t, err)
 		if before == runcue.CircuitOpen || before == runcue.CircuitHalfOpen {
-			assert.Equal(t, runcue.CircuitOpen, st.Circuit, "an open circuit is still open after a restart")
+			// Restored open; one whose open time is over (a half-open one
+			// always) turns half-open at the new owner's first dispatch,
+			// which may come before this read: never closed, and at most
+			// its one probe running.
+			assert.NotEqual(t, runcue.CircuitClosed, st.Circuit, "an open circuit is not closed by a restart")
+			if st.Circuit == runcue.CircuitHalfOpen {
+				assert.LessOrEqual(t, st.Active, 1, "half-open after the restart: its probe alone")
+			}
 		}
 		base := k.final.Load()
 		k = &counter{}
