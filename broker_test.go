@@ -361,7 +361,7 @@ func runBrokerProperty(t *testing.T, seed uint64, n int, restart bool) {
 		s.drive(t, e, c, func() bool { return k.final.Load() >= int64(n/2) }, observe)
 		st, err := c.ServiceStatus(e.ctx, "llm")
 		require.NoError(t, err)
-		before := st.Circuit
+		before, openUntil := st.Circuit, st.CircuitOpenUntil
 		require.NoError(t, c.Close()) // interrupted runs are requeued
 		c = e.open(simConfig(20))
 		setupSim(t, c, s, &violations, &mu)
@@ -375,6 +375,9 @@ func runBrokerProperty(t *testing.T, seed uint64, n int, restart bool) {
 			// which may come before this read: never closed, and at most
 			// its one probe running.
 			assert.NotEqual(t, runcue.CircuitClosed, st.Circuit, "an open circuit is not closed by a restart")
+			if before == runcue.CircuitOpen && openUntil.After(e.clk.Now()) {
+				assert.Equal(t, runcue.CircuitOpen, st.Circuit, "an open circuit whose time is not over stays open")
+			}
 			if st.Circuit == runcue.CircuitHalfOpen {
 				assert.LessOrEqual(t, st.Active, 1, "half-open after the restart: its probe alone")
 			}
