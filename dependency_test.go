@@ -73,7 +73,7 @@ func TestDependencyCallbackError(t *testing.T) {
 	answers <- assert.AnError
 	a := e.submit("t")
 	b := e.submit("t", func(s *runcue.Submission) { s.DependsOn = []string{a} })
-	assert.Equal(t, b, <-checks)
+	assert.Equal(t, b, recv(e, checks, "the check of b"))
 	e.settle()
 	assert.Equal(t, runcue.StateQueued, e.get(b).State, "an error is not a yes")
 	assert.Contains(t, e.logs.String(), "reason=error")

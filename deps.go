@@ -253,46 +253,57 @@ func (d *dispatcher) requestCheck(u *unit) {
 
 // checker runs dependency checks until the dispatcher exits.
 func (d *dispatcher) checker() {
-	f, timeout := d.cfg.DependencySatisfied, d.cfg.CallbackTimeout
-	d.checks.Serve(d.auxStop, func(job checkJob) {
-		// The callback sees each dependency's task and target: read them
-		// (a dependency no longer stored is passed with its ID alone).
-		deps := make(map[string]Dependency, len(job.deps))
-		if units, err := d.st.ListUnits(d.auxCtx, store.ListFilter{IDs: job.deps, Limit: len(job.deps)}); err == nil {
+	d.checks.Serve(d.auxStop, func(jobs []checkJob) {
+		// The callback sees each dependency's task and target: read them,
+		// once for the batch (a dependency no longer stored is passed with
+		// its ID alone).
+		var ids []string
+		for _, job := range jobs {
+			ids = append(ids, job.deps...)
+		}
+		deps := make(map[string]Dependency, len(ids))
+		if units, err := d.st.ListUnits(d.auxCtx, store.ListFilter{IDs: ids, Limit: len(ids)}); err == nil {
 			for _, u := range units {
 				deps[u.ID] = Dependency{ID: u.ID, Task: u.Task, Target: u.Target}
 			}
 		} else if d.auxCtx.Err() != nil {
 			return // the dispatcher is exiting: no answer is wanted
 		} else {
-			d.log.Warn("runcue: read dependencies for DependencySatisfied; asking with their IDs alone", "work_id", job.id, "error", err)
+			d.log.Warn("runcue: read dependencies for DependencySatisfied; asking with their IDs alone", "units", len(jobs), "error", err)
 		}
-		ok := true
-		for _, id := range job.deps {
-			dep, found := deps[id]
-			if !found {
-				dep = Dependency{ID: id}
-			}
-			t0 := time.Now()
-			sat, err := checkDependency(f, dep, timeout)
-			d.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "dependency")))
-			if err != nil {
-				reason := "error"
-				switch {
-				case errors.Is(err, errCallbackPanic):
-					reason = "panic"
-				case errors.Is(err, errCallbackTimeout):
-					reason = "timeout"
-				}
-				d.cbErrs.report("dependency", reason, err.Error(), "work_id", job.id, "dependency", id)
-			}
-			if !sat {
-				ok = false
-				break
-			}
+		for _, job := range jobs {
+			d.in.Push(msgChecked{id: job.id, ok: d.askDependencies(job, deps)})
 		}
-		d.in.Push(msgChecked{id: job.id, ok: ok})
 	})
+}
+
+// askDependencies asks DependencySatisfied about each of job's dependencies, in
+// order, until one is not satisfied; deps holds what is known of them.
+func (d *dispatcher) askDependencies(job checkJob, deps map[string]Dependency) bool {
+	f, timeout := d.cfg.DependencySatisfied, d.cfg.CallbackTimeout
+	for _, id := range job.deps {
+		dep, found := deps[id]
+		if !found {
+			dep = Dependency{ID: id}
+		}
+		t0 := time.Now()
+		sat, err := checkDependency(f, dep, timeout)
+		d.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "dependency")))
+		if err != nil {
+			reason := "error"
+			switch {
+			case errors.Is(err, errCallbackPanic):
+				reason = "panic"
+			case errors.Is(err, errCallbackTimeout):
+				reason = "timeout"
+			}
+			d.cbErrs.report("dependency", reason, err.Error(), "work_id", job.id, "dependency", id)
+		}
+		if !sat {
+			return false
+		}
+	}
+	return true
 }
 
 func (d *dispatcher) checked(id string, ok bool) {

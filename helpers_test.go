@@ -318,6 +318,20 @@ func parseUint(s string) (uint64, error) {
 //
 // It waits on the dispatcher's own signal (a loop iteration: a handler's
 // return or a claim's commit is one), never on a sleep.
+// recv returns the next value from ch, failing the test if none comes
+// before the env's deadline.
+func recv[T any](e *env, ch <-chan T, what string) T {
+	e.t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-e.ctx.Done():
+		e.t.Fatalf("%s: nothing came before the deadline", what)
+		var zero T
+		return zero
+	}
+}
+
 func (e *env) quiesce(c *runcue.Cue) {
 	e.t.Helper()
 	iterated := runcue.WatchIterations(c)

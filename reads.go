@@ -41,7 +41,11 @@ func (d *dispatcher) read(job readJob) {
 // reader runs read jobs until the dispatcher exits (auxCtx is cancelled
 // then, so a read in progress ends early).
 func (d *dispatcher) reader() {
-	d.reads.Serve(d.auxStop, func(job readJob) { d.in.Push(msgRead{apply: job(d.auxCtx)}) })
+	d.reads.Serve(d.auxStop, func(jobs []readJob) {
+		for _, job := range jobs {
+			d.in.Push(msgRead{apply: job(d.auxCtx)})
+		}
+	})
 }
 
 // noteEnded records that unit id reached a terminal state, for the reads

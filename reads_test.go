@@ -24,7 +24,7 @@ func TestStoreReadsOffTheLoop(t *testing.T) {
 
 	load := hs.HoldRead("ListUnits")
 	require.NoError(t, runcue.PollNow(e.ctx, e.c))
-	<-load.Entered
+	recv(e, load.Entered, "the load")
 	states := hs.HoldRead("UnitStates")
 	z := e.submit("t", func(s *runcue.Submission) { s.DependsOn = []string{x.ID} })
 	y := e.submit("t")
@@ -32,7 +32,7 @@ func TestStoreReadsOffTheLoop(t *testing.T) {
 	g.none(t)
 
 	load.Release()
-	<-states.Entered // asked after the load, answered after it
+	recv(e, states.Entered, "the dependency read") // asked after the load, answered after it
 	states.Release()
 	assert.Equal(t, x.ID, g.next(t), "the unit another process submitted is loaded and runs")
 	e.settle()
@@ -61,7 +61,7 @@ func TestServiceReloadOffTheLoop(t *testing.T) {
 	require.NoError(t, other.SetService(e.ctx, "api", runcue.Service{MaxConcurrent: 2}))
 	held := hs.HoldRead("Services")
 	require.NoError(t, runcue.PollNow(e.ctx, e.c))
-	<-held.Entered
+	recv(e, held.Entered, "the service read")
 	done := make(chan error, 1)
 	go func() { done <- e.c.SetService(e.ctx, "api", runcue.Service{MaxConcurrent: 3}) }()
 	select {
@@ -71,7 +71,7 @@ func TestServiceReloadOffTheLoop(t *testing.T) {
 	}
 	g.none(t)
 	held.Release()
-	require.NoError(t, <-done)
+	require.NoError(t, recv(e, done, "SetService"))
 	st, err := e.c.ServiceStatus(e.ctx, "api")
 	require.NoError(t, err)
 	assert.Equal(t, 3, st.Limits.MaxConcurrent, "the newer change wins")

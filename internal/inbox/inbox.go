@@ -53,17 +53,18 @@ func (q *Inbox[T]) Len() int {
 	return len(q.items)
 }
 
-// Serve is a consumer loop: it calls f for each item, oldest first, until
-// stop is closed. Items waiting when stop closes are left.
-func (q *Inbox[T]) Serve(stop <-chan struct{}, f func(T)) {
+// Serve is a consumer loop: it calls f with every batch of waiting items,
+// oldest first, until stop is closed. Items waiting when stop closes are
+// left. The batch is valid until f returns.
+func (q *Inbox[T]) Serve(stop <-chan struct{}, f func(batch []T)) {
 	for {
 		select {
 		case <-q.wake:
 		case <-stop:
 			return
 		}
-		for _, item := range q.Take() {
-			f(item)
+		if items := q.Take(); len(items) > 0 {
+			f(items)
 		}
 	}
 }

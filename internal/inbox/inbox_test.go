@@ -72,14 +72,19 @@ func TestInboxConcurrentProducers(t *testing.T) {
 	}
 }
 
-// Serve hands every item to f in order and returns once stop is closed.
+// Serve hands every item to f, in batches, in order, and returns once stop
+// is closed.
 func TestServe(t *testing.T) {
 	q := New[int]()
 	stop := make(chan struct{})
 	got := make(chan int, 10)
 	done := make(chan struct{})
 	go func() {
-		q.Serve(stop, func(i int) { got <- i })
+		q.Serve(stop, func(batch []int) {
+			for _, i := range batch {
+				got <- i
+			}
+		})
 		close(done)
 	}()
 	q.Push(1, 2)
