@@ -95,8 +95,8 @@ type Config struct {
 	Retention time.Duration
 
 	// DependencySatisfied, when set, is asked about each dependency of a
-	// unit once that dependency has completed (is its output there, still
-	// valid?); the unit becomes eligible only when every answer is true. A
+	// unit once that dependency has completed or been skipped (is its
+	// output there, still valid?); the unit becomes eligible only when every answer is true. A
 	// call that panics or outlasts CallbackTimeout counts as false and is
 	// logged. Default: completion suffices.
 	DependencySatisfied DependencyFunc

@@ -144,6 +144,14 @@ func (d *dispatcher) waitDeps(u *unit, states map[string]store.State) {
 			d.dependents[dep] = append(d.dependents[dep], u)
 		case store.Failed, store.Cancelled:
 			dead, deadState = dep, st
+		case store.Skipped:
+			if d.failsOnSkip(u) {
+				if dead == "" {
+					dead, deadState = dep, st
+				}
+			} else {
+				u.noteSkipped(dep)
+			}
 		}
 	}
 	if dead != "" {
@@ -164,8 +172,9 @@ func (d *dispatcher) waitDeps(u *unit, states map[string]store.State) {
 	d.depsDone(u)
 }
 
-// failDependent fails queued unit u because its dependency dep is failed or
-// cancelled, propagating to u's own dependents.
+// failDependent fails queued unit u because its dependency dep is failed,
+// cancelled or (when u's task says so) skipped, propagating to u's own
+// dependents.
 func (g *depGraph) failDependent(u *unit, dep string, st store.State) {
 	for _, other := range u.deps {
 		if ws := g.dependents[other]; ws != nil {
@@ -174,8 +183,11 @@ func (g *depGraph) failDependent(u *unit, dep string, st store.State) {
 	}
 	g.removeQueued(u)
 	kind := "prerequisite_failed"
-	if st == store.Cancelled {
+	switch st {
+	case store.Cancelled:
 		kind = "prerequisite_cancelled"
+	case store.Skipped:
+		kind = "prerequisite_skipped"
 	}
 	msg := fmt.Sprintf("dependency %s is %s", dep, st)
 	g.persist(&store.FailQueued{ID: u.id, At: g.wall(), Error: msg, ErrorKind: kind,
@@ -222,17 +234,31 @@ func (d *dispatcher) settled(id string, state store.State, applied bool) {
 	}
 	waiting := d.dependents[id]
 	delete(d.dependents, id)
-	if !applied || state != store.Completed {
+	if !applied || (state != store.Completed && state != store.Skipped) {
 		return // failed or cancelled dependents were failed with it, in the store
 	}
 	for _, u := range waiting {
 		if d.units[u.id] != u || u.state != uBlocked {
 			continue // gone meanwhile
 		}
+		if state == store.Skipped {
+			if d.failsOnSkip(u) {
+				d.failDependent(u, id, state)
+				continue
+			}
+			u.noteSkipped(id)
+		}
 		if u.pending--; u.pending == 0 {
 			d.depsDone(u)
 		}
 	}
+}
+
+// failsOnSkip reports whether u fails when a dependency of it is skipped
+// (its task's FailOnSkippedDependency).
+func (g *depGraph) failsOnSkip(u *unit) bool {
+	t := g.tasks[u.task]
+	return t != nil && t.def.FailOnSkippedDependency
 }
 
 type checkJob struct {

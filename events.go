@@ -22,6 +22,9 @@ const (
 	EventWorkStarted EventType = "work_started"
 	// EventWorkCompleted: a run succeeded; Result holds its result.
 	EventWorkCompleted EventType = "work_completed"
+	// EventWorkSkipped: a handler ended its unit with Skip; Reason holds
+	// the reason it gave.
+	EventWorkSkipped EventType = "work_skipped"
 	// EventWorkFailed: a run failed; WillRetry says whether another follows.
 	EventWorkFailed EventType = "work_failed"
 	// EventWorkRetrying: a unit will run again at NextAttempt.
@@ -85,14 +88,16 @@ type Event struct {
 	Result json.RawMessage `json:"result,omitempty"`
 	// Error and ErrorKind describe a failure (EventWorkFailed,
 	// EventStoreFailed). ErrorKind is one of error, timeout, panic,
-	// prerequisite_failed, prerequisite_cancelled, dependency_timeout.
+	// prerequisite_failed, prerequisite_cancelled, prerequisite_skipped,
+	// dependency_timeout.
 	Error     string `json:"error,omitempty"`
 	ErrorKind string `json:"error_kind,omitempty"`
 	// WillRetry reports, for EventWorkFailed, that the unit will run again.
 	WillRetry bool `json:"will_retry,omitempty"`
 	// NextAttempt is when a retrying unit becomes eligible.
 	NextAttempt time.Time `json:"next_attempt,omitzero"`
-	// Reason qualifies the event (for example "shutdown" or "retry").
+	// Reason qualifies the event (for example "shutdown" or "retry"); for
+	// EventWorkSkipped it is the reason given to Skip.
 	Reason string `json:"reason,omitempty"`
 	// Service is the service's status, for EventServiceStatus, or just its
 	// Name, for EventServiceChanged.

@@ -3,6 +3,7 @@ package runcue
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/runcue/runcue/internal/broker"
@@ -16,7 +17,7 @@ type ReasonKind string
 const (
 	// ReasonRunning: it is running.
 	ReasonRunning ReasonKind = "running"
-	// ReasonFinished: it is completed, failed or cancelled.
+	// ReasonFinished: it is completed, skipped, failed or cancelled.
 	ReasonFinished ReasonKind = "finished"
 	// ReasonDependencies: it waits for Dependencies to complete.
 	ReasonDependencies ReasonKind = "waiting_dependencies"
@@ -49,6 +50,10 @@ const (
 	ReasonRetryAfter ReasonKind = "retry_after"
 	// ReasonRunAt: it was submitted to run at Until.
 	ReasonRunAt ReasonKind = "run_at"
+	// ReasonDependenciesSkipped (informational): Dependencies were skipped
+	// (Skip) and count as satisfied, since the unit's task does not set
+	// FailOnSkippedDependency.
+	ReasonDependenciesSkipped ReasonKind = "dependencies_skipped"
 	// ReasonBackpressure: the queue is over its high-water mark; new
 	// submissions are refused or wait (informational).
 	ReasonBackpressure ReasonKind = "backpressure"
@@ -73,7 +78,8 @@ type Reason struct {
 	Service string
 	// Until is when the reason may end, if known.
 	Until time.Time
-	// Dependencies are the units still awaited (ReasonDependencies).
+	// Dependencies are the units still awaited (ReasonDependencies) or
+	// skipped (ReasonDependenciesSkipped).
 	Dependencies []string
 	// Detail is a human-readable sentence.
 	Detail string
@@ -119,25 +125,51 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 	ex := Explanation{ID: u.ID, Task: u.Task, State: u.State}
 	switch {
 	case u.State.Terminal():
-		ex.Reasons = []Reason{{Kind: ReasonFinished, Detail: fmt.Sprintf("the unit is %s", u.State)}}
+		ex.Reasons = []Reason{{Kind: ReasonFinished, Detail: finishedDetail(u)}}
 	case u.State == store.Running:
 		ex.Reasons = []Reason{{Kind: ReasonRunning, Detail: "running on " + u.LeasedBy}}
 	default:
 		if c.disp.Load() == nil {
 			ex.Reasons = append(ex.Reasons, Reason{Kind: ReasonNotOwned, Detail: "this Cue does not own the database; another process (or none) dispatches"})
 		}
+		var skipped []string
 		for _, dep := range u.DependsOn {
 			du, err := c.st.GetUnit(ctx, dep)
-			if err == nil && !du.State.Terminal() {
+			switch {
+			case err != nil:
+			case !du.State.Terminal():
 				ex.Reasons = append(ex.Reasons, Reason{Kind: ReasonDependencies, Dependencies: []string{dep},
 					Detail: fmt.Sprintf("waiting for %s (%s)", dep, du.State)})
+			case du.State == store.Skipped:
+				skipped = append(skipped, dep)
 			}
 		}
 		if u.RunAt.After(c.clock.Now()) {
 			ex.Reasons = append(ex.Reasons, timeReason(whyOf(u), u.RunAt))
 		}
+		if len(skipped) > 0 {
+			ex.Reasons = append(ex.Reasons, skippedReason(skipped))
+		}
 	}
 	return ex, nil
+}
+
+// finishedDetail says how finished unit u ended.
+func finishedDetail(u *store.Unit) string {
+	switch {
+	case u.State == store.Skipped:
+		return "the unit is skipped: " + u.Error
+	case u.State == store.Completed || u.ErrorKind == "":
+		return fmt.Sprintf("the unit is %s", u.State)
+	}
+	return fmt.Sprintf("the unit is %s (%s): %s", u.State, u.ErrorKind, firstLine(u.Error))
+}
+
+// skippedReason notes that the skipped dependencies deps count as
+// satisfied.
+func skippedReason(deps []string) Reason {
+	return Reason{Kind: ReasonDependenciesSkipped, Dependencies: deps,
+		Detail: "skipped, and counted as satisfied: " + strings.Join(deps, ", ")}
 }
 
 func whyOf(u *store.Unit) string {
@@ -216,6 +248,9 @@ func (d *dispatcher) explain(id string) Explanation {
 		if len(ex.Reasons) == 0 {
 			add(Reason{Kind: ReasonEligible, Detail: "nothing holds it back; it runs when its turn comes"})
 		}
+	}
+	if len(u.skipped) > 0 {
+		add(skippedReason(u.skipped))
 	}
 	if d.bpActive {
 		add(Reason{Kind: ReasonBackpressure, Detail: fmt.Sprintf("the queue is over its high-water mark (%d queued, MaxQueued %d)",

@@ -70,12 +70,21 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 	*fin = store.Finish{ID: f.id, Owner: f.owner, Run: f.run, At: e.at,
 		Attempt: store.Attempt{Run: f.run, Start: f.start, End: e.at}}
 	delay, services, isDeferral := retryAfterOf(e.err)
+	skipReason, isSkip := skipOf(e.err)
 	switch {
 	case e.returned && e.err == nil:
 		o.verdict = verdictSuccess
 		fin.State, fin.Result = store.Completed, e.result
 		fin.Attempt.Outcome = "completed"
 		fin.Events = []store.Event{{Type: string(EventWorkCompleted), Task: f.task, Attempt: f.run, Result: e.result}}
+	case e.returned && isSkip:
+		// The handler chose to skip: final like a success, whatever else
+		// happened meanwhile; no budget, no circuit verdict.
+		fin.State = store.Skipped
+		fin.Error, fin.ErrorKind = skipReason, "skipped"
+		fin.Attempt.Outcome, fin.Attempt.Error = "skipped", skipReason
+		fin.Events = []store.Event{{Type: string(EventWorkSkipped), Task: f.task, Attempt: f.run,
+			Data: eventData{Reason: skipReason}.encode()}}
 	case e.cancelled != nil:
 		// Cancelled and not a success: no budget spent.
 		reason := e.cancelled.Reason

@@ -54,6 +54,12 @@ func TestDecide(t *testing.T) {
 			store.Cancelled, "cancelled", "cancelled", verdictNone, false, time.Time{}, []EventType{EventWorkCancelled}, false},
 		{"cancelled but succeeded", facts, ending{returned: true, cancelled: &CancelOptions{}, at: end},
 			store.Completed, "completed", "", verdictSuccess, false, time.Time{}, []EventType{EventWorkCompleted}, false},
+		{"skip", exhausted, ending{returned: true, err: fmt.Errorf("fetch: %w", Skip("not modified")), at: end},
+			store.Skipped, "skipped", "skipped", verdictNone, false, time.Time{}, []EventType{EventWorkSkipped}, false},
+		{"skip while cancelled", facts, ending{returned: true, err: Skip("gone"), cancelled: &CancelOptions{}, at: end},
+			store.Skipped, "skipped", "skipped", verdictNone, false, time.Time{}, []EventType{EventWorkSkipped}, false},
+		{"skip at shutdown", facts, ending{returned: true, err: Skip("gone"), shutdown: true, at: end},
+			store.Skipped, "skipped", "skipped", verdictNone, false, time.Time{}, []EventType{EventWorkSkipped}, false},
 		{"shutdown", facts, ending{returned: true, err: ErrShutdown, shutdown: true, at: end},
 			store.Queued, "interrupted", "interrupted", verdictNone, true, time.Time{}, []EventType{EventWorkRequeued}, false},
 		{"late start", facts, ending{returned: true, err: errLateStart, at: end},
@@ -92,7 +98,7 @@ func TestDecide(t *testing.T) {
 			if o.failures != wantFailures {
 				t.Fatalf("failures %d, want %d", o.failures, wantFailures)
 			}
-			if terminal := fin.State.Terminal(); fin.Propagate != (terminal && fin.State != store.Completed) {
+			if fin.Propagate != (fin.State == store.Failed || fin.State == store.Cancelled) {
 				t.Fatalf("propagate %v for %s", fin.Propagate, fin.State)
 			}
 		})

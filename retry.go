@@ -169,6 +169,29 @@ func Permanent(err error) error {
 	return &PermanentError{Err: err}
 }
 
+// SkipError ends a unit as skipped. Make one with Skip.
+type SkipError struct{ Reason string }
+
+func (e *SkipError) Error() string { return "skipped: " + e.Reason }
+
+// Skip returns an error that ends the unit as skipped (StateSkipped): a
+// finished outcome that is not a failure, for work that need not be done
+// (robots.txt forbids the fetch, the content has not changed). reason is
+// stored in the unit's Error (its ErrorKind is "skipped") and carried by the
+// work_skipped event. A skipped unit spends no retry budget, never counts
+// toward a circuit, and satisfies its dependents unless their task sets
+// FailOnSkippedDependency. Skip is honoured wrapped too (errors.As).
+func Skip(reason string) error { return &SkipError{Reason: reason} }
+
+// skipOf reports whether err asks to skip the unit, and why.
+func skipOf(err error) (string, bool) {
+	var s *SkipError
+	if err != nil && errors.As(err, &s) {
+		return s.Reason, true
+	}
+	return "", false
+}
+
 // retryJSON is the stored form of a per-submission RetryPolicy.
 type retryJSON struct {
 	MaxAttempts int           `json:"max_attempts,omitempty"`

@@ -353,6 +353,9 @@ func (d *dispatcher) record(r *run, fin *store.Finish, err error, end time.Time)
 		if log.Enabled(bg, slog.LevelDebug) {
 			log.Debug("work_completed", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no, "duration", end.Sub(r.start))
 		}
+	case "skipped":
+		tel.skipped.Add(bg, 1, rt.attrs)
+		log.Info("work_skipped", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no, "reason", fin.Error)
 	case "failed", "timeout", "panic":
 		tel.failed.Add(bg, 1, rt.outcomeAttrs(outcome))
 		willRetry := fin.State == store.Queued

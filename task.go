@@ -56,6 +56,12 @@ type Task struct {
 	// service may see more than MaxConcurrent requests at once. Set this for
 	// services where that matters more than throughput.
 	HoldSlotsUntilReturn bool
+	// FailOnSkippedDependency fails a unit of this task (ErrorKind
+	// prerequisite_skipped) when one of its dependencies is skipped (Skip),
+	// as a failed dependency fails it. By default a skipped dependency
+	// satisfies it as a completed one does: set this when the unit needs
+	// what the dependency would have produced.
+	FailOnSkippedDependency bool
 }
 
 // Work is the unit a Handler performs.

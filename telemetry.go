@@ -22,6 +22,7 @@ import (
 //
 //	runcue.work.queued          gauge      units queued in the owner (waiting, blocked and ready)
 //	runcue.work.completed       counter    {task}
+//	runcue.work.skipped         counter    {task} units ended with Skip
 //	runcue.work.failed          counter    {task, outcome: error, timeout, panic, cancelled, ...} failed runs, retried or not
 //	runcue.work.queue_wait      histogram  seconds from eligible to started {task}
 //	runcue.work.run_duration    histogram  seconds {task, outcome}
@@ -42,9 +43,9 @@ const instrumentationName = "github.com/runcue/runcue"
 type telemetry struct {
 	tracer trace.Tracer
 
-	completed, failed, requests, rateLimited metric.Int64Counter
-	queueWait, runDuration, callbackDur      metric.Float64Histogram
-	callbackErrs                             metric.Int64Counter
+	completed, skipped, failed, requests, rateLimited metric.Int64Counter
+	queueWait, runDuration, callbackDur               metric.Float64Histogram
+	callbackErrs                                      metric.Int64Counter
 
 	// read by the gauges' callback
 	queued      func() (int64, bool)
@@ -82,6 +83,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 		return h
 	}
 	t.completed = counter("runcue.work.completed", "Work units completed.")
+	t.skipped = counter("runcue.work.skipped", "Work units ended as skipped.")
 	t.failed = counter("runcue.work.failed", "Failed runs, retried or not.")
 	t.requests = counter("runcue.service.requests", "Dispatches to a service.")
 	t.rateLimited = counter("runcue.service.rate_limited", "Dispatches held back by a full rate window.")
@@ -164,7 +166,7 @@ func endSpan(span trace.Span, outcome string, err error) {
 		return
 	}
 	span.SetAttributes(attribute.String("runcue.outcome", outcome))
-	if err != nil && outcome != "completed" {
+	if err != nil && outcome != "completed" && outcome != "skipped" {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, outcome)
 	}

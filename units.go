@@ -64,6 +64,7 @@ type unit struct {
 	createdAt time.Time
 	deps      []string  // dependencies
 	pending   int       // dependencies not yet completed
+	skipped   []string  // dependencies skipped and taken as satisfied (Explain)
 	depsBy    time.Time // DependencyDeadline
 	checking  bool      // a DependencySatisfied check is in flight
 	why       string    // why runAt is set: "backoff", "retry_after", "run_at"
@@ -77,6 +78,13 @@ type unit struct {
 	// runAt, its DependencyDeadline, its next DependencySatisfied check),
 	// removed when u is forgotten so that no timer keeps it reachable.
 	due, depTimer, recheck *timerEntry
+}
+
+// noteSkipped records that dependency dep was skipped and satisfies u.
+func (u *unit) noteSkipped(dep string) {
+	if !slices.Contains(u.skipped, dep) {
+		u.skipped = append(u.skipped, dep)
+	}
 }
 
 // maxParamBytes bounds the parameters kept in memory for queued units;

@@ -24,6 +24,10 @@ const (
 	StateCompleted State = store.Completed
 	StateFailed    State = store.Failed
 	StateCancelled State = store.Cancelled
+	// StateSkipped: the handler ended the unit with Skip. A finished,
+	// non-error outcome; its dependents run unless their task sets
+	// FailOnSkippedDependency.
+	StateSkipped State = store.Skipped
 )
 
 // Submission is a request to perform a unit of work.
@@ -56,7 +60,8 @@ type Submission struct {
 	// or caller-chosen IDs of earlier or later submissions of the same
 	// batch. A dependency that fails or is cancelled fails this unit
 	// (ErrorKind prerequisite_failed or prerequisite_cancelled), at once
-	// if it already has.
+	// if it already has. A skipped dependency (Skip) counts as completed,
+	// unless the unit's task sets FailOnSkippedDependency.
 	DependsOn []string
 	// DependencyTimeout, when set, fails the unit (ErrorKind
 	// dependency_timeout) if its dependencies are still not satisfied that
@@ -84,10 +89,10 @@ type Attempt struct {
 	Run   int
 	Start time.Time
 	End   time.Time
-	// Outcome is completed, failed, timeout, cancelled, panic, interrupted
-	// (by shutdown), deferred (Retry-After), late_start (a rate-limited run
-	// that could not start within Config.MaxStartDelay of its dispatch; it
-	// was requeued, nothing ran) or abandoned (owner died).
+	// Outcome is completed, skipped, failed, timeout, cancelled, panic,
+	// interrupted (by shutdown), deferred (Retry-After), late_start (a
+	// rate-limited run that could not start within Config.MaxStartDelay of
+	// its dispatch; it was requeued, nothing ran) or abandoned (owner died).
 	Outcome string
 	Error   string
 }
@@ -115,7 +120,8 @@ type WorkInfo struct {
 	Timeout    time.Duration
 	// Result is a completed unit's result.
 	Result json.RawMessage
-	// Error and ErrorKind describe the last failure.
+	// Error and ErrorKind describe the last failure; for a skipped unit,
+	// Error is the reason given to Skip and ErrorKind is "skipped".
 	Error     string
 	ErrorKind string
 	// LeasedBy and LeaseExpiresAt describe a running unit's lease;
@@ -435,8 +441,8 @@ func (c *Cue) List(ctx context.Context, o ListOptions) (WorkPage, error) {
 	return page, nil
 }
 
-// Wait returns the unit's snapshot once it is finished (completed, failed
-// or cancelled), or ctx's error. It works in any process that has the
+// Wait returns the unit's snapshot once it is finished (completed,
+// skipped, failed or cancelled), or ctx's error. It works in any process that has the
 // database open, owner or not.
 func (c *Cue) Wait(ctx context.Context, id string) (WorkInfo, error) {
 	warned := false
@@ -543,7 +549,7 @@ func (c *Cue) reportOrphans(orphans map[string]int) {
 	}
 }
 
-// Prune deletes the finished units (completed, failed or cancelled) that
+// Prune deletes the finished units (completed, skipped, failed or cancelled) that
 // finished more than olderThan ago, with their history, and returns how many
 // it deleted. It deletes in batches, one transaction each. See also
 // Config.Retention.

@@ -60,15 +60,22 @@ const (
 	Completed State = "completed"
 	Failed    State = "failed"
 	Cancelled State = "cancelled"
+	// Skipped: the handler ended the unit with Skip. It is terminal and,
+	// unlike Failed and Cancelled, never fails the unit's dependents in the
+	// store: whether a dependent may run is its task's choice, made by the
+	// dispatcher.
+	Skipped State = "skipped"
 )
 
 // Terminal reports whether s is a final state.
-func (s State) Terminal() bool { return s == Completed || s == Failed || s == Cancelled }
+func (s State) Terminal() bool {
+	return s == Completed || s == Failed || s == Cancelled || s == Skipped
+}
 
-// Valid reports whether s is one of the five states.
+// Valid reports whether s is one of the six states.
 func (s State) Valid() bool {
 	switch s {
-	case Queued, Running, Completed, Failed, Cancelled:
+	case Queued, Running, Completed, Failed, Cancelled, Skipped:
 		return true
 	}
 	return false

@@ -45,7 +45,7 @@ func (t *txn) prune(op *store.Prune, r *store.Result) error {
 	}
 	if !op.Before.IsZero() {
 		ids, err := t.stringList(`SELECT id FROM work_units WHERE finished_at > 0 AND finished_at < ?
-			AND state IN ('completed','failed','cancelled') ORDER BY finished_at LIMIT ?`, ns(op.Before), int64(limit))
+			AND state IN ('completed','failed','cancelled','skipped') ORDER BY finished_at LIMIT ?`, ns(op.Before), int64(limit))
 		if err != nil {
 			return err
 		}

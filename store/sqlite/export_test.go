@@ -35,3 +35,10 @@ func IndexesForTest(ctx context.Context, s *Store, table string) ([]string, erro
 	}
 	return out, rows.Err()
 }
+
+// IndexSQLForTest returns the CREATE statement of index name.
+func IndexSQLForTest(ctx context.Context, s *Store, name string) (string, error) {
+	var q string
+	err := s.read.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type='index' AND name=?`, name).Scan(&q)
+	return q, err
+}

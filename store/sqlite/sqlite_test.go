@@ -187,3 +187,49 @@ func TestMigrateFromSchema2(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, none)
 }
+
+// TestMigrateFromSchema3 opens a database written by schema version 3
+// (testdata/schema3.db, committed; testdata/mkschema3 wrote it with the
+// runcue of that schema) and checks that the migration to the skipped
+// state keeps every unit as it was, and leaves skipped units out of the
+// index of open units as it leaves out completed ones.
+func TestMigrateFromSchema3(t *testing.T) {
+	b, err := os.ReadFile("testdata/schema3.db")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "old.db")
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	st, err := sqlite.Open(path, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	ctx := t.Context()
+	want := map[string]store.State{
+		"done-1": store.Completed, "failed-1": store.Failed, "dep-of-failed": store.Failed,
+		"queued-1": store.Queued, "queued-2": store.Queued, "cancelled-1": store.Cancelled,
+	}
+	all, err := st.ListUnits(ctx, store.ListFilter{Limit: 100})
+	require.NoError(t, err)
+	got := map[string]store.State{}
+	for _, u := range all {
+		got[u.ID] = u.State
+	}
+	assert.Equal(t, want, got)
+	u, err := st.GetUnit(ctx, "queued-2")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"queued-1", "done-1"}, u.DependsOn)
+	u, err = st.GetUnit(ctx, "dep-of-failed")
+	require.NoError(t, err)
+	assert.Equal(t, "prerequisite_failed", u.ErrorKind)
+	u, err = st.GetUnit(ctx, "done-1")
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"t":"ok"}`, string(u.Result))
+	n, err := st.QueuedCount(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	version, err := sqlite.SchemaVersionOf(ctx, st)
+	require.NoError(t, err)
+	assert.Equal(t, sqlite.SchemaVersion, version)
+	assert.GreaterOrEqual(t, version, 4)
+	q, err := sqlite.IndexSQLForTest(ctx, st, "work_units_open")
+	require.NoError(t, err)
+	assert.Contains(t, q, "'skipped'")
+}

@@ -58,6 +58,7 @@ func Run(t *testing.T, open Opener) {
 		{"ConcurrentReads", testConcurrentReads},
 		{"Backpressure", testBackpressure},
 		{"FailQueued", testFailQueued},
+		{"Skipped", testSkipped},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
