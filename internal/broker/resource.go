@@ -20,6 +20,9 @@ type Resource struct {
 	// set, is the resource's circuit breaker.
 	Window  *Window
 	Circuit *Circuit
+	// Budgets are the calendar budgets, if any. The caller Syncs them
+	// with the wall clock before asking Admit.
+	Budgets []*Budget
 	// Paused refuses every dispatch (PauseService).
 	Paused bool
 	// BlockedUntil is a Retry-After hold's end; BlockedFor its length when
@@ -37,6 +40,7 @@ type RefusalKind uint8
 // The refusals, in the order Refusal checks them.
 const (
 	RefusePaused       RefusalKind = iota + 1 // the service is paused
+	RefuseBudget                              // a calendar budget is spent for its period
 	RefuseRetryAfter                          // a Retry-After holds the service
 	RefuseCircuitOpen                         // the circuit is open
 	RefuseCircuitProbe                        // the half-open circuit's probe is running
@@ -60,6 +64,8 @@ func (r *Resource) Refusal(now time.Time) (Refusal, bool) {
 	switch {
 	case r.Paused:
 		return Refusal{Kind: RefusePaused}, true
+	case r.spentBudget(now) != nil:
+		return Refusal{Kind: RefuseBudget, Until: r.spentBudget(now).EndMono()}, true
 	case r.BlockedUntil.After(now):
 		return Refusal{Kind: RefuseRetryAfter, Until: r.BlockedUntil}, true
 	case c != nil && c.State == Open && now.Before(c.Until):
@@ -76,6 +82,21 @@ func (r *Resource) Refusal(now time.Time) (Refusal, bool) {
 	}
 	return Refusal{}, false
 }
+
+// spentBudget returns r's spent budget that frees latest, or nil.
+func (r *Resource) spentBudget(now time.Time) *Budget {
+	var spent *Budget
+	for _, b := range r.Budgets {
+		if !b.Allow(now) && (spent == nil || b.EndMono().After(spent.EndMono())) {
+			spent = b
+		}
+	}
+	return spent
+}
+
+// SpentBudget returns the budget that refuses r at now and frees latest,
+// or nil if none does.
+func (r *Resource) SpentBudget(now time.Time) *Budget { return r.spentBudget(now) }
 
 // Admit decides whether a dispatch may take r at now: the refusal rule,
 // after which an open circuit whose time is over turns half-open and the
@@ -101,6 +122,9 @@ func (r *Resource) Take(probe bool) {
 	r.Active++
 	if r.Window != nil {
 		r.Window.Reserve()
+	}
+	for _, b := range r.Budgets {
+		b.Reserve()
 	}
 	if probe && r.Circuit != nil {
 		r.Circuit.Started(true)
@@ -177,15 +201,25 @@ func (r *Resource) SetLimits(limit, rate int, window time.Duration, threshold in
 }
 
 // Quiet reports whether r holds no state that outlives its users at now: no
-// slot taken, no Retry-After hold, a closed circuit and an empty window. If
-// only the window keeps it, recheck is when the window empties.
+// slot taken, no Retry-After hold, a closed circuit, an empty window and
+// budgets that count nothing. If only the window or budgets keep it,
+// recheck is when they empty.
 func (r *Resource) Quiet(now time.Time) (quiet bool, recheck time.Time) {
 	if r.Active > 0 || r.BlockedUntil.After(now) || (r.Circuit != nil && r.Circuit.State != Closed) {
 		return false, time.Time{}
 	}
+	var until time.Time
 	if r.Window != nil && r.Window.Count(now) > 0 {
 		last, _ := r.Window.Last()
-		return false, last.Add(r.Window.Length())
+		until = last.Add(r.Window.Length())
+	}
+	for _, b := range r.Budgets {
+		if !b.Idle(now) && b.EndMono().After(until) {
+			until = b.EndMono()
+		}
+	}
+	if !until.IsZero() {
+		return false, until
 	}
 	return true, time.Time{}
 }

@@ -1,0 +1,170 @@
+package broker
+
+import "time"
+
+// Period is the calendar period of a Budget.
+type Period uint8
+
+// The periods.
+const (
+	// Day runs from one local midnight to the next: 24 hours, or 23 or 25
+	// across a daylight-saving change.
+	Day Period = iota + 1
+	// Month runs from local midnight on the 1st to local midnight on the
+	// 1st of the next month.
+	Month
+)
+
+func (p Period) String() string {
+	switch p {
+	case Day:
+		return "day"
+	case Month:
+		return "month"
+	}
+	return "Period(?)"
+}
+
+// Bounds returns the period of kind p that holds wall, in loc: its start
+// and its end, the first instants of their days. That is local midnight,
+// or, where a daylight-saving change skips midnight (the clocks go from
+// 23:59:59 to 01:00), the instant of the change.
+func (p Period) Bounds(loc *time.Location, wall time.Time) (start, end time.Time) {
+	t := wall.In(loc)
+	y, m, d := t.Date()
+	if p == Month {
+		return dayStart(y, m, 1, loc), dayStart(y, m+1, 1, loc)
+	}
+	return dayStart(y, m, d, loc), dayStart(y, m, d+1, loc)
+}
+
+// dayStart returns the first instant of day y-m-d in loc (the date is
+// normalized as time.Date does).
+func dayStart(y int, m time.Month, d int, loc *time.Location) time.Time {
+	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
+	if _, _, day := t.Date(); day != time.Date(y, m, d, 12, 0, 0, 0, loc).Day() {
+		// Midnight does not exist that day: time.Date gave an instant of
+		// the day before, in the zone that ends when the day begins.
+		_, t = t.ZoneBounds()
+	}
+	return t
+}
+
+// Budget is a calendar budget: at most Limit starts whose wall-clock
+// instants lie in one period (a day or a month of a time zone).
+//
+// Unlike a Window it follows the wall clock, the one place runcue lets
+// wall time decide: a provider's daily quota resets at midnight on its
+// clock, not 24 hours after the first request. The scheduling timeline
+// (monotonic) still says when to look again: Sync maps the period's end
+// onto it from a pair of readings, and every decision Syncs first, so the
+// period turns over when the wall clock says so even if it was set
+// meanwhile.
+//
+// Like a Window it counts reservations: Reserve holds a place for a
+// decided dispatch, Commit counts it in the period its start's wall
+// instant falls in, Release gives it back. Allow admits a new dispatch only
+// while the starts counted in the current period plus the reservations are
+// fewer than Limit; a reservation decided in one period and started in the
+// next is counted in the next, whose decisions all saw it. So no period
+// holds more than Limit starts, as long as the wall clock is not set back
+// across a period's start (a start then dated in a past period is not
+// counted again there, and a period is never reopened).
+//
+// A Budget is not safe for concurrent use.
+type Budget struct {
+	Limit  int
+	Period Period
+	Loc    *time.Location
+
+	start, end time.Time // the current period, on the wall clock
+	endMono    time.Time // end on the scheduling timeline, as of the last Sync
+	used       int       // starts counted in the current period
+	pending    int       // reservations
+	announced  time.Time // the start of the period whose exhaustion Exhaustion reported
+}
+
+// NewBudget returns a budget of limit starts per period p in loc, its
+// current period the one holding wall, mapped onto the timeline at mono.
+func NewBudget(limit int, p Period, loc *time.Location, wall, mono time.Time) *Budget {
+	b := &Budget{Limit: limit, Period: p, Loc: loc}
+	b.Sync(wall, mono)
+	return b
+}
+
+// Sync moves the budget to the period holding wall, if that period is
+// later than its own (the count starts again at zero), and maps the end of
+// its period onto the scheduling timeline: wall and mono are readings of
+// the two clocks at the same instant. A wall clock set back into an
+// earlier period leaves the budget in its period.
+func (b *Budget) Sync(wall, mono time.Time) {
+	if b.end.IsZero() || !wall.Before(b.end) {
+		b.start, b.end = b.Period.Bounds(b.Loc, wall)
+		b.used = 0
+	}
+	b.endMono = mono.Add(b.end.Sub(wall))
+}
+
+// Start and End return the current period, on the wall clock; EndMono its
+// end on the scheduling timeline as of the last Sync.
+func (b *Budget) Start() time.Time   { return b.start }
+func (b *Budget) End() time.Time     { return b.end }
+func (b *Budget) EndMono() time.Time { return b.endMono }
+
+// Used returns the starts counted in the current period plus the
+// reservations, as of now on the scheduling timeline: once the period's
+// end has passed there, only the reservations (the next Sync starts a new
+// period).
+func (b *Budget) Used(now time.Time) int {
+	if !now.Before(b.endMono) {
+		return b.pending
+	}
+	return b.used + b.pending
+}
+
+// Allow reports whether a dispatch may be decided at now (timeline).
+func (b *Budget) Allow(now time.Time) bool { return b.Used(now) < b.Limit }
+
+// Reserve takes a place for a dispatch decided now (callers check Allow
+// first).
+func (b *Budget) Reserve() { b.pending++ }
+
+// Release gives back a reservation whose dispatch never started.
+func (b *Budget) Release() {
+	if b.pending > 0 {
+		b.pending--
+	}
+}
+
+// Commit turns a reservation into a start at wall, read with mono.
+func (b *Budget) Commit(wall, mono time.Time) {
+	b.Release()
+	b.Add(wall, mono)
+}
+
+// Add counts a start at wall (read with mono) in the period it falls in: a
+// start in a later period moves the budget there, one in an earlier period
+// is not counted.
+func (b *Budget) Add(wall, mono time.Time) {
+	b.Sync(wall, mono)
+	if !wall.Before(b.start) {
+		b.used++
+	}
+}
+
+// Exhaustion reports, once per period, that the budget is spent at now
+// (timeline): the places taken reached Limit. It returns the period.
+func (b *Budget) Exhaustion(now time.Time) (start, end time.Time, ok bool) {
+	if b.Allow(now) || !now.Before(b.endMono) || b.announced.Equal(b.start) {
+		return time.Time{}, time.Time{}, false
+	}
+	b.announced = b.start
+	return b.start, b.end, true
+}
+
+// Idle reports whether the budget counts nothing at now (timeline): no
+// reservation, and no start in a period not over.
+func (b *Budget) Idle(now time.Time) bool { return b.Used(now) == 0 }
+
+// SetLimit changes the limit, keeping the count.
+func (b *Budget) SetLimit(limit int) { b.Limit = limit }

@@ -1,0 +1,158 @@
+package broker
+
+import (
+	"testing"
+	"time"
+	_ "time/tzdata" // the zones below, whatever the machine has
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func zone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	loc, err := time.LoadLocation(name)
+	require.NoError(t, err)
+	return loc
+}
+
+// A day is local midnight to local midnight, 23 or 25 hours across a
+// daylight-saving change; a month runs from the 1st to the 1st.
+func TestPeriodBounds(t *testing.T) {
+	ny := zone(t, "America/New_York")
+	// Cuba moves its clocks at midnight: 2026-03-08 00:00 does not exist.
+	havana := zone(t, "America/Havana")
+	for _, tc := range []struct {
+		name       string
+		p          Period
+		loc        *time.Location
+		at         time.Time
+		start, end time.Time
+		hours      float64
+	}{
+		{"ordinary day", Day, ny, time.Date(2026, 6, 10, 15, 0, 0, 0, ny),
+			time.Date(2026, 6, 10, 0, 0, 0, 0, ny), time.Date(2026, 6, 11, 0, 0, 0, 0, ny), 24},
+		{"spring forward", Day, ny, time.Date(2026, 3, 8, 12, 0, 0, 0, ny),
+			time.Date(2026, 3, 8, 0, 0, 0, 0, ny), time.Date(2026, 3, 9, 0, 0, 0, 0, ny), 23},
+		{"fall back", Day, ny, time.Date(2026, 11, 1, 1, 30, 0, 0, ny).Add(time.Hour), // the second 01:30
+			time.Date(2026, 11, 1, 0, 0, 0, 0, ny), time.Date(2026, 11, 2, 0, 0, 0, 0, ny), 25},
+		{"UTC midnight is not the zone's", Day, ny, time.Date(2026, 6, 11, 2, 0, 0, 0, time.UTC),
+			time.Date(2026, 6, 10, 0, 0, 0, 0, ny), time.Date(2026, 6, 11, 0, 0, 0, 0, ny), 24},
+		{"month over a year's end", Month, ny, time.Date(2026, 12, 31, 23, 59, 0, 0, ny),
+			time.Date(2026, 12, 1, 0, 0, 0, 0, ny), time.Date(2027, 1, 1, 0, 0, 0, 0, ny), 31 * 24},
+		{"month with a change", Month, ny, time.Date(2026, 3, 20, 0, 0, 0, 0, ny),
+			time.Date(2026, 3, 1, 0, 0, 0, 0, ny), time.Date(2026, 4, 1, 0, 0, 0, 0, ny), 31*24 - 1},
+		{"a skipped midnight", Day, havana, time.Date(2026, 3, 8, 12, 0, 0, 0, havana),
+			time.Date(2026, 3, 8, 1, 0, 0, 0, havana), time.Date(2026, 3, 9, 0, 0, 0, 0, havana), 23},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			start, end := tc.p.Bounds(tc.loc, tc.at)
+			assert.True(t, start.Equal(tc.start), "start %v, want %v", start, tc.start)
+			assert.True(t, end.Equal(tc.end), "end %v, want %v", end, tc.end)
+			assert.Equal(t, tc.hours, end.Sub(start).Hours())
+			assert.False(t, tc.at.Before(start))
+			assert.True(t, tc.at.Before(end))
+		})
+	}
+}
+
+// The budget turns over at local midnight by the wall clock, counts a
+// start in the period its wall instant falls in, and reports exhaustion
+// once per period.
+func TestBudgetPeriods(t *testing.T) {
+	ny := zone(t, "America/New_York")
+	wall := time.Date(2026, 3, 7, 23, 0, 0, 0, ny) // the eve of spring forward
+	mono := t0
+	at := func(d time.Duration) (time.Time, time.Time) { return wall.Add(d), mono.Add(d) }
+	b := NewBudget(2, Day, ny, wall, mono)
+	assert.True(t, b.EndMono().Equal(mono.Add(time.Hour)))
+
+	b.Reserve()
+	b.Commit(at(time.Minute))
+	_, _, ok := b.Exhaustion(mono)
+	assert.False(t, ok)
+	b.Reserve() // decided at 23:30, started after midnight: counted on the 8th
+	assert.False(t, b.Allow(mono.Add(30*time.Minute)))
+	s, e, ok := b.Exhaustion(mono.Add(30 * time.Minute))
+	require.True(t, ok)
+	assert.True(t, s.Equal(time.Date(2026, 3, 7, 0, 0, 0, 0, ny)))
+	assert.True(t, e.Equal(time.Date(2026, 3, 8, 0, 0, 0, 0, ny)))
+	_, _, ok = b.Exhaustion(mono.Add(31 * time.Minute))
+	assert.False(t, ok, "once per period")
+
+	b.Commit(at(61 * time.Minute))
+	assert.True(t, b.Start().Equal(time.Date(2026, 3, 8, 0, 0, 0, 0, ny)))
+	assert.Equal(t, 1, b.Used(mono.Add(61*time.Minute)), "the late start counts in the new day")
+	assert.True(t, b.Allow(mono.Add(61*time.Minute)))
+	b.Reserve()
+	b.Commit(at(2 * time.Hour))
+	assert.False(t, b.Allow(mono.Add(2*time.Hour)))
+	_, _, ok = b.Exhaustion(mono.Add(2 * time.Hour))
+	assert.True(t, ok, "a new period reports again")
+
+	// The 8th has 23 hours: it ends at 00:00 EDT on the 9th, 24 hours
+	// after the 7th's end on the monotonic clock minus the hour skipped.
+	assert.True(t, b.EndMono().Equal(mono.Add(time.Hour+23*time.Hour)))
+	w, m := at(time.Hour + 23*time.Hour)
+	assert.True(t, b.Allow(m), "the timeline reaches the end: no longer refused")
+	b.Sync(w, m)
+	assert.True(t, b.Start().Equal(time.Date(2026, 3, 9, 0, 0, 0, 0, ny)))
+	assert.Zero(t, b.Used(m))
+}
+
+// The wall clock decides: set forward past midnight, the period turns over
+// at once; set back into the previous day, the period is not reopened and
+// its end moves out on the timeline.
+func TestBudgetFollowsWallClockSteps(t *testing.T) {
+	ny := zone(t, "America/New_York")
+	wall := time.Date(2026, 6, 10, 12, 0, 0, 0, ny)
+	b := NewBudget(1, Day, ny, wall, t0)
+	b.Reserve()
+	b.Commit(wall, t0)
+	assert.False(t, b.Allow(t0))
+
+	// Set forward 13 hours while 1 minute passes.
+	b.Sync(wall.Add(13*time.Hour), t0.Add(time.Minute))
+	assert.True(t, b.Allow(t0.Add(time.Minute)))
+	b.Reserve()
+	b.Commit(wall.Add(13*time.Hour), t0.Add(time.Minute))
+	assert.False(t, b.Allow(t0.Add(time.Minute)))
+
+	// Set back to the 10th: still the 11th's budget, spent; its end is now
+	// 23 hours away on the timeline.
+	b.Sync(wall.Add(time.Hour), t0.Add(2*time.Minute))
+	assert.True(t, b.Start().Equal(time.Date(2026, 6, 11, 0, 0, 0, 0, ny)))
+	assert.False(t, b.Allow(t0.Add(2*time.Minute)))
+	assert.True(t, b.EndMono().Equal(t0.Add(2*time.Minute+35*time.Hour)))
+	// A start dated in the past period is not counted again.
+	b.Reserve()
+	b.Commit(wall.Add(time.Hour), t0.Add(2*time.Minute))
+	assert.Equal(t, 1, b.Used(t0.Add(2*time.Minute)))
+}
+
+// A spent budget refuses a resource until its period's end, before any
+// other refusal but a pause, and keeps a keyed instance alive.
+func TestResourceBudget(t *testing.T) {
+	ny := zone(t, "America/New_York")
+	wall := time.Date(2026, 6, 10, 12, 0, 0, 0, ny)
+	r := &Resource{}
+	r.SetLimits(0, 10, time.Second, 0, 0)
+	r.Budgets = []*Budget{NewBudget(1, Day, ny, wall, t0), NewBudget(100, Month, ny, wall, t0)}
+	ok, _, _ := r.Admit(t0)
+	require.True(t, ok)
+	r.Take(false)
+	rf, refused := r.Refusal(t0)
+	require.True(t, refused)
+	assert.Equal(t, Refusal{Kind: RefuseBudget, Until: t0.Add(12 * time.Hour)}, rf)
+	r.Return()
+	r.Window.Commit(t0)
+	for _, b := range r.Budgets {
+		b.Commit(wall, t0)
+	}
+	quiet, recheck := r.Quiet(t0.Add(time.Hour))
+	assert.False(t, quiet)
+	assert.True(t, recheck.Equal(t0.Add((20*24+12)*time.Hour)), "until the month's end: %v", recheck.Sub(t0))
+	r.Paused = true
+	rf, _ = r.Refusal(t0)
+	assert.Equal(t, RefusePaused, rf.Kind)
+}
