@@ -47,6 +47,10 @@ type ServiceStatus struct {
 	CircuitOpenUntil time.Time    `json:"circuit_open_until,omitzero"`
 	// Paused reports PauseService.
 	Paused bool `json:"paused,omitempty"`
+	// Budgets report the calendar budgets (Limits.Budgets) in their
+	// current periods. A class's keyed instances each have their own; they
+	// are not folded in here.
+	Budgets []BudgetStatus `json:"budgets,omitempty"`
 	// BlockedUntil is set while a Retry-After holds the service.
 	BlockedUntil time.Time `json:"blocked_until,omitzero"`
 	// NextCapacity is when the service may next admit a dispatch: now if it
@@ -149,6 +153,9 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 				return nil, c.readErr(err)
 			}
 			st.InWindow = len(log)
+		}
+		if st.Budgets, err = c.storedBudgets(ctx, r.Name, st.Limits); err != nil {
+			return nil, c.readErr(err)
 		}
 		var cr circuitRecord
 		if len(r.Circuit) > 0 && json.Unmarshal(r.Circuit, &cr) == nil {

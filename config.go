@@ -139,6 +139,13 @@ type Config struct {
 	// FeedInterval is how long to wait before calling Feed again after it
 	// returned nothing or an error. Default 1s.
 	FeedInterval time.Duration
+	// DrainOnSpentBudget makes Drain return, in the owning Cue, once the
+	// only work left is held by a spent calendar budget (Service.Budgets)
+	// until its period ends: nothing runs, and every queued unit uses a
+	// service whose budget is spent or waits for dependencies so held. A
+	// run that works to a daily budget ends for the day; its units stay
+	// queued for the next. Default: Drain waits for them too.
+	DrainOnSpentBudget bool
 	// Clock is the time source of every scheduling decision. Default
 	// clock.Real().
 	Clock clock.Clock

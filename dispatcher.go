@@ -148,7 +148,7 @@ func (d *dispatcher) run() {
 		if d.hooks.checkInvariants != nil {
 			d.hooks.checkInvariants(d)
 		}
-		if d.idle() && len(d.drains) > 0 {
+		if len(d.drains) > 0 && (d.idle() || d.onlyBudgetHeld()) {
 			orphans := make(map[string]int)
 			for task, o := range d.orphans {
 				if len(o) > 0 {
@@ -301,7 +301,7 @@ func (d *dispatcher) handle(m message) {
 	case msgFed:
 		d.fed(m.err)
 	case msgStarted:
-		d.settleReservations(m.run, m.start)
+		d.settleReservations(m.run, m.start, m.wall)
 	case msgProgress:
 		if m.due.After(d.now()) {
 			d.dropTimer(m.run.progressTimer)

@@ -65,6 +65,11 @@ const (
 	// Reported by the owning Cue; Queued and MaxQueued say how full it is.
 	EventBackpressureActive  EventType = "backpressure_active"
 	EventBackpressureCleared EventType = "backpressure_cleared"
+	// EventBudgetExhausted: a calendar budget of a service was spent: the
+	// last request of its period was granted. Once per period and budget.
+	// Service names the service (or keyed instance), Budget the budget and
+	// when it resets.
+	EventBudgetExhausted EventType = "budget_exhausted"
 	// EventServiceChanged: a service's override or pause was changed
 	// (SetService, ResetService, PauseService, ResumeService). Service.Name
 	// names it and Reason says what changed.
@@ -102,6 +107,8 @@ type Event struct {
 	// Service is the service's status, for EventServiceStatus, or just its
 	// Name, for EventServiceChanged.
 	Service *ServiceStatus `json:"service,omitempty"`
+	// Budget is the spent budget, for EventBudgetExhausted.
+	Budget *BudgetStatus `json:"budget,omitempty"`
 	// Queued and MaxQueued are the queue's size and bound, for
 	// EventBackpressureActive and EventBackpressureCleared.
 	Queued    int `json:"queued,omitempty"`
@@ -179,6 +186,12 @@ func eventFrom(se *store.Event) Event {
 		var data backpressureData
 		if json.Unmarshal(se.Data, &data) == nil {
 			ev.Queued, ev.MaxQueued = data.Queued, data.MaxQueued
+		}
+		return ev
+	case EventBudgetExhausted:
+		var data budgetEventData
+		if json.Unmarshal(se.Data, &data) == nil {
+			ev.Service, ev.Budget = &ServiceStatus{Name: data.Service, Class: data.Class}, &data.Budget
 		}
 		return ev
 	case EventServiceChanged:

@@ -34,6 +34,9 @@ const (
 	// ReasonCircuitProbe: Service's circuit is half-open and its one probe
 	// is running.
 	ReasonCircuitProbe ReasonKind = "circuit_probing"
+	// ReasonBudgetExhausted: a calendar budget of Service (Service.Budgets)
+	// is spent until Until, the start of its next period.
+	ReasonBudgetExhausted ReasonKind = "budget_exhausted"
 	// ReasonPaused: Service is paused.
 	ReasonPaused ReasonKind = "service_paused"
 	// ReasonServiceRetryAfter: Service asked for a pause (Retry-After)
@@ -242,6 +245,9 @@ func (d *dispatcher) explain(id string) Explanation {
 		for _, r := range u.lane.resources {
 			if rs, ok := d.resourceReason(r, now); ok {
 				rs.Until = d.toWall(rs.Until)
+				if b := r.SpentBudget(now); rs.Kind == ReasonBudgetExhausted && b != nil {
+					rs.Until = b.End() // exact: the period ends on the wall clock
+				}
 				add(rs)
 			}
 		}
@@ -262,6 +268,7 @@ func (d *dispatcher) explain(id string) Explanation {
 // resourceReason says why r refuses a dispatch now, if it does: its
 // refusal, in words.
 func (d *dispatcher) resourceReason(r *resource, now time.Time) (Reason, bool) {
+	d.syncBudgets(r)
 	rf, refused := r.Refusal(now)
 	if !refused || (r.class == "" && rf.Kind != broker.RefuseTaskCap) {
 		return Reason{}, false
@@ -273,6 +280,15 @@ func (d *dispatcher) resourceReason(r *resource, now time.Time) (Reason, bool) {
 		reason.Service, reason.Detail = "", fmt.Sprintf("%d units of the task are running, its MaxConcurrent", r.Active)
 	case ReasonPaused:
 		reason.Detail = name + " is paused"
+	case ReasonBudgetExhausted:
+		b := r.SpentBudget(now)
+		for i, rb := range r.Budgets {
+			if rb == b {
+				spec := r.budgetSpecs[i]
+				reason.Detail = fmt.Sprintf("%s's budget of %d requests per %s (%s) is spent until %s", name, spec.Requests,
+					spec.Per, spec.loc(), b.End().In(spec.loc()).Format(time.RFC3339))
+			}
+		}
 	case ReasonServiceRetryAfter:
 		reason.Detail = name + " asked to wait (Retry-After)"
 	case ReasonCircuitOpen:

@@ -239,3 +239,7 @@ func TrackRuns(c *Cue) (reachable func() (runs, units, started int)) {
 		return runs, units, len(rs)
 	}
 }
+
+// BudgetRecheckEvery is how often a spent budget is checked against the
+// wall clock.
+const BudgetRecheckEvery = budgetRecheckEvery

@@ -127,11 +127,12 @@ type msgProgress struct {
 	due time.Time
 }
 
-// msgStarted: a rate-limited run's handler started at start (on the
+// msgStarted: a rate-limited or budgeted run's handler started at start (on the
 // scheduling timeline).
 type msgStarted struct {
 	run   *run
 	start time.Time
+	wall  time.Time // the same instant on the wall clock (Work.Started)
 }
 
 func (msgInserted) isMessage()       {}

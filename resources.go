@@ -62,10 +62,14 @@ func newResourceTable(env *env, tl *timeline, board *statusBoard, tasks *taskTab
 // timer, its users and its status reporting.
 type resource struct {
 	broker.Resource
-	name    string
-	class   string // the service whose limits apply; "" for a task cap
-	keyed   bool
-	waiters *heaps.Heap[*lane]
+	name  string
+	class string // the service whose limits apply; "" for a task cap
+	// budgetSpecs are the Budgets that Resource.Budgets count, in order.
+	budgetSpecs []Budget
+	// byPeriod are its metric attributes per budget period, built once.
+	byPeriod map[Period]metric.MeasurementOption
+	keyed    bool
+	waiters  *heaps.Heap[*lane]
 	// timerAt is the pending wake-up timer, if any.
 	timerAt time.Time
 	// refs counts the lanes using a keyed instance, for eviction.
@@ -83,6 +87,18 @@ func (r *resource) attrs() metric.MeasurementOption {
 		r.svcAttrs = metric.WithAttributes(attribute.String("service", r.class))
 	}
 	return r.svcAttrs
+}
+
+func (r *resource) periodAttrs(p Period) metric.MeasurementOption {
+	o, ok := r.byPeriod[p]
+	if !ok {
+		if r.byPeriod == nil {
+			r.byPeriod = make(map[Period]metric.MeasurementOption)
+		}
+		o = metric.WithAttributes(attribute.String("service", r.class), attribute.String("period", p.String()))
+		r.byPeriod[p] = o
+	}
+	return o
 }
 
 func newResource(name, class string, limit int) *resource {
@@ -135,10 +151,12 @@ func (t *resourceTable) newServiceResource(name, class string, reg Service, now 
 	r.keyed = name != class
 	r.Paused = t.stored[class].Paused
 	t.applyLimits(r, s)
-	if r.Window != nil {
-		for _, at := range t.priorLog(name, class, s, now) {
-			r.Window.Add(at)
+	if r.Window != nil || len(r.Budgets) > 0 {
+		prior := t.priorLog(name, class, s, now)
+		if r.Window != nil {
+			t.restoreWindow(r, s, prior, now)
 		}
+		t.restoreBudgets(r, prior)
 	}
 	if rec, ok := t.stored[name]; ok && len(rec.Circuit) > 0 {
 		var cs circuitRecord
@@ -150,22 +168,28 @@ func (t *resourceTable) newServiceResource(name, class string, reg Service, now 
 	return r
 }
 
-// priorLog returns, on the scheduling timeline, the starts of a service's
-// runs by previous owners that may still count in its window (this owner's
-// own are in memory). The log records when each dispatch was decided; its
-// handler started at most MaxStartDelay later (a later start is refused)
-// and before this owner took over (its owner was dead, or had stopped
-// starting handlers, by then). So each entry t counts as a start at
-// min(t+MaxStartDelay, this owner's start): the latest instant it can have
-// had. That also clamps entries stamped in the future by a wall clock that
-// was set back since. For keyed instances one query per class serves every
-// key: it is read on the first key's creation.
+// priorLog returns, on the wall clock, the starts of a service's runs by
+// previous owners that may still count in its window or budgets (this
+// owner's own are in memory). The log records when each dispatch was
+// decided; its handler started at most MaxStartDelay later (a later start
+// is refused) and before this owner took over (its owner was dead, or had
+// stopped starting handlers, by then). So each entry t counts as a start
+// at min(t+MaxStartDelay, this owner's start): the latest instant it can
+// have had. That also clamps entries stamped in the future by a wall clock
+// that was set back since. For keyed instances one query per class serves
+// every key: it is read on the first key's creation.
 func (t *resourceTable) priorLog(name, class string, s Service, now time.Time) []time.Time {
 	lag := t.cfg.MaxStartDelay
-	if now.Sub(t.startMono) >= s.RateWindow+lag {
-		return nil // everything a previous owner started has left the window
+	var since time.Time
+	if s.RateLimit > 0 && now.Sub(t.startMono) < s.RateWindow+lag {
+		since = t.started.Add(-s.RateWindow - lag)
 	}
-	since := t.started.Add(-s.RateWindow - lag)
+	if b := budgetsSince(s, t.wall(), lag); !b.IsZero() && b.Before(t.started) && (since.IsZero() || b.Before(since)) {
+		since = b // a current period began before this owner took over
+	}
+	if since.IsZero() {
+		return nil // everything a previous owner started has left the window and periods
+	}
 	var times []time.Time
 	if name == class {
 		var err error
@@ -187,23 +211,36 @@ func (t *resourceTable) priorLog(name, class string, s Service, now time.Time) [
 		delete(logs, name)
 	}
 	out := make([]time.Time, 0, len(times))
-	cut := now.Add(-s.RateWindow)
 	for _, logged := range times {
 		latest := logged.Add(lag)
 		if latest.After(t.started) {
 			latest = t.started
 		}
+		out = append(out, latest)
+	}
+	return out
+}
+
+// restoreWindow adds to r's window the starts of prior (see priorLog) that
+// are still in it at now, placed on the scheduling timeline.
+func (t *resourceTable) restoreWindow(r *resource, s Service, prior []time.Time, now time.Time) {
+	cut := now.Add(-s.RateWindow)
+	var in []time.Time
+	for _, latest := range prior {
 		if at := t.startMono.Add(latest.Sub(t.started)); at.After(cut) {
-			out = append(out, at)
+			in = append(in, at)
 		}
 	}
-	return out[max(0, len(out)-s.RateLimit):]
+	for _, at := range in[max(0, len(in)-s.RateLimit):] {
+		r.Window.Add(at)
+	}
 }
 
 // applyLimits sets r's limits from s, keeping its window's entries and its
 // circuit's state.
 func (t *resourceTable) applyLimits(r *resource, s Service) {
 	r.SetLimits(s.MaxConcurrent, s.RateLimit, s.RateWindow, s.CircuitThreshold, s.CircuitTimeout)
+	t.applyBudgets(r, s)
 }
 
 // laneFor returns (creating) the lane of a task's units with the given keyed
@@ -239,7 +276,7 @@ func (t *resourceTable) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
 	slices.SortFunc(svcs, func(a, b *resource) int { return strings.Compare(a.name, b.name) })
 	l.resources = append(l.resources, svcs...)
 	for _, r := range svcs {
-		if r.Window != nil {
+		if r.Window != nil || len(r.Budgets) > 0 {
 			l.logged = append(l.logged, r.name)
 		}
 	}
@@ -281,6 +318,7 @@ func (t *resourceTable) maybeEvict(r *resource) {
 // check reports whether r admits a dispatch at now (see
 // broker.Resource.Admit), and reports a circuit that turned half-open.
 func (t *resourceTable) check(r *resource, now time.Time) (ok bool, until time.Time, probe bool) {
+	t.syncBudgets(r)
 	ok, until, probe = r.Admit(now)
 	t.noteCircuit(r)
 	return ok, until, probe
@@ -290,6 +328,7 @@ func (t *resourceTable) check(r *resource, now time.Time) (ok bool, until time.T
 // report.
 var reasons = [...]ReasonKind{
 	broker.RefusePaused:       ReasonPaused,
+	broker.RefuseBudget:       ReasonBudgetExhausted,
 	broker.RefuseRetryAfter:   ReasonServiceRetryAfter,
 	broker.RefuseCircuitOpen:  ReasonCircuitOpen,
 	broker.RefuseCircuitProbe: ReasonCircuitProbe,
@@ -317,6 +356,9 @@ func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource) {
 	for _, r := range l.resources {
 		r.Take(slices.Contains(probes, r)) // a window reservation is committed at the handler's start
 		t.markStatus(r)
+		if len(r.Budgets) > 0 {
+			t.announceBudgets(r, now)
+		}
 	}
 }
 
@@ -347,7 +389,7 @@ func (t *resourceTable) park(l *lane, r *resource, until time.Time) {
 	l.parkedOn = r
 	r.waiters.Push(l)
 	if !until.IsZero() {
-		t.resourceTimer(r, until)
+		t.resourceTimer(r, t.budgetRecheck(r, until))
 	}
 	t.markStatus(r)
 	for _, other := range l.resources {
@@ -364,7 +406,7 @@ func (t *resourceTable) wake(r *resource) {
 	}
 	if ok, until, _ := t.check(r, t.now()); !ok {
 		if !until.IsZero() {
-			t.resourceTimer(r, until)
+			t.resourceTimer(r, t.budgetRecheck(r, until))
 		}
 		return
 	}
@@ -430,12 +472,19 @@ func (t *resourceTable) logCutoffs(now time.Time) map[string]time.Time {
 	out := make(map[string]time.Time)
 	for name := range t.services {
 		s, _ := t.effective(name)
-		if s.RateLimit == 0 {
+		if s.RateLimit == 0 && len(s.Budgets) == 0 {
 			continue
 		}
 		// A logged decision may count for MaxStartDelay more than its
-		// window, at a restart (see priorLog).
-		cut := now.Add(-s.RateWindow - t.cfg.MaxStartDelay)
+		// window, at a restart (see priorLog); and as long as the current
+		// period of a budget.
+		var cut time.Time
+		if s.RateLimit > 0 {
+			cut = now.Add(-s.RateWindow - t.cfg.MaxStartDelay)
+		}
+		if b := budgetsSince(s, now, t.cfg.MaxStartDelay); !b.IsZero() && (cut.IsZero() || b.Before(cut)) {
+			cut = b
+		}
 		out[name] = cut
 		out[name+":"] = cut
 	}

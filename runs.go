@@ -108,11 +108,13 @@ type run struct {
 	// claimFailed: the store refused the run's claim, or could not take it.
 	claimFailed bool
 	// decided is when the dispatch was decided, on the monotonic timeline
-	// (d.now). A run of a rate-limited lane holds a reservation in each of
-	// its windows (reserved) from then until its handler's start is
-	// committed to them (mStarted) or it is known never to start.
+	// (d.now). A run of a rate-limited or budgeted lane holds a
+	// reservation in each of its windows (reserved) and budgets (budgets)
+	// from then until its handler's start is committed to them
+	// (msgStarted) or it is known never to start.
 	decided  time.Time
 	reserved []*broker.Window
+	budgets  []*broker.Budget
 	// cancelled holds the options of a Cancel that reached the run.
 	cancelled *CancelOptions
 	// lastBeat is the time of the last heartbeat written (Unix ns).
@@ -169,6 +171,7 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 		if res.Window != nil {
 			r.reserved = append(r.reserved, res.Window) // reserved by acquire
 		}
+		r.budgets = append(r.budgets, res.Budgets...) // reserved by acquire
 	}
 	d.runs[u.id] = r
 	if h := d.hooks.started; h != nil {
@@ -303,19 +306,20 @@ func (d *dispatcher) begin(r *run, w *Work) error {
 	}
 	now := d.now()
 	w.Started = d.wall()
-	if len(r.reserved) > 0 {
+	if len(r.reserved) > 0 || len(r.budgets) > 0 {
 		if now.Sub(r.decided) > d.cfg.MaxStartDelay {
 			return errLateStart
 		}
-		d.in.Push(msgStarted{run: r, start: now})
+		d.in.Push(msgStarted{run: r, start: now, wall: w.Started})
 	}
 	return nil
 }
 
-// settleReservations commits r's window reservations at its handler's
-// start, or gives them back (start zero) if the handler never started.
-func (d *dispatcher) settleReservations(r *run, start time.Time) {
-	if len(r.reserved) == 0 {
+// settleReservations commits r's window and budget reservations at its
+// handler's start (start on the timeline, wall on the wall clock), or gives
+// them back (start zero) if the handler never started.
+func (d *dispatcher) settleReservations(r *run, start, wall time.Time) {
+	if len(r.reserved) == 0 && len(r.budgets) == 0 {
 		return
 	}
 	for _, w := range r.reserved {
@@ -325,9 +329,16 @@ func (d *dispatcher) settleReservations(r *run, start time.Time) {
 			w.Commit(start)
 		}
 	}
-	r.reserved = nil
+	for _, b := range r.budgets {
+		if start.IsZero() {
+			b.Release()
+		} else {
+			b.Commit(wall, start)
+		}
+	}
+	r.reserved, r.budgets = nil, nil
 	for _, res := range r.lane.resources {
-		if res.Window != nil {
+		if res.Window != nil || len(res.Budgets) > 0 {
 			d.markStatus(res)
 			d.wake(res) // a place freed, or its time is known now
 		}
@@ -418,7 +429,7 @@ func callHandler(ctx context.Context, h Handler, w *Work) (res any, err error) {
 // slots until then.
 func (d *dispatcher) end(r *run, returned bool, v verdict) {
 	if r.state == runClaiming {
-		d.settleReservations(r, time.Time{}) // it never starts
+		d.settleReservations(r, time.Time{}, time.Time{}) // it never starts
 	}
 	r.state = runEnded
 	delete(d.runs, r.u.id)
@@ -443,7 +454,7 @@ func (d *dispatcher) end(r *run, returned bool, v verdict) {
 func (d *dispatcher) finished(m msgDone) {
 	r := m.run
 	if m.notStarted {
-		d.settleReservations(r, time.Time{})
+		d.settleReservations(r, time.Time{}, time.Time{})
 	}
 	if r.over() {
 		// Decided at its deadline or grace: a late result is discarded.

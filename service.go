@@ -25,6 +25,9 @@ type Service struct {
 	// admitting one probe. Set both or neither.
 	CircuitThreshold int
 	CircuitTimeout   time.Duration
+	// Budgets are calendar budgets: requests per day or month of a time
+	// zone (see Budget), besides the rolling window.
+	Budgets []Budget
 }
 
 // MaxRateWindow is the longest RateWindow accepted.
@@ -47,6 +50,11 @@ func (s Service) validate() error {
 	case s.CircuitTimeout > 0 && s.CircuitThreshold == 0:
 		return fmt.Errorf("%w: CircuitTimeout %v needs a CircuitThreshold", ErrInvalid, s.CircuitTimeout)
 	}
+	for _, b := range s.Budgets {
+		if err := b.validate(); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -57,6 +65,7 @@ type serviceDef struct {
 	RateWindow       time.Duration `json:"rate_window,omitempty"`
 	CircuitThreshold int           `json:"circuit_threshold,omitempty"`
 	CircuitTimeout   time.Duration `json:"circuit_timeout,omitempty"`
+	Budgets          []Budget      `json:"budgets,omitempty"`
 }
 
 func (s Service) def() serviceDef {

@@ -16,6 +16,9 @@ import (
 // last service_status events.
 type statusBoard struct {
 	dirty map[*resource]struct{}
+	// budgetsDirty: a budget's count may have changed since the gauges'
+	// view was refreshed (snapshotBudgets).
+	budgetsDirty bool
 }
 
 // statusKey is what a service_status event reports.
@@ -31,7 +34,7 @@ func (t *resourceTable) keyOf(r *resource, now time.Time) statusKey {
 	if r.Circuit != nil {
 		k.circuitState = r.Circuit.State
 	}
-	k.saturated = k.isPaused || k.blocked || (r.Limit > 0 && r.Active >= r.Limit) ||
+	k.saturated = k.isPaused || k.blocked || (r.Limit > 0 && r.Active >= r.Limit) || r.SpentBudget(now) != nil ||
 		(r.Window != nil && r.Window.Used(now) >= r.Window.Limit()) || (r.Circuit != nil && r.Circuit.State != broker.Closed)
 	return k
 }
@@ -39,6 +42,9 @@ func (t *resourceTable) keyOf(r *resource, now time.Time) statusKey {
 func (b *statusBoard) markStatus(r *resource) {
 	if r.class != "" {
 		b.dirty[r] = struct{}{}
+	}
+	if len(r.Budgets) > 0 {
+		b.budgetsDirty = true
 	}
 }
 
@@ -49,6 +55,9 @@ const statusEvery = time.Second
 
 // flushStatus publishes the service_status events that are due.
 func (t *resourceTable) flushStatus() {
+	if t.budgetsDirty {
+		t.snapshotBudgets()
+	}
 	if len(t.dirty) == 0 {
 		return
 	}
@@ -87,6 +96,7 @@ func (t *resourceTable) flushStatus() {
 
 // statusOf reports one resource.
 func (t *resourceTable) statusOf(r *resource, now time.Time) ServiceStatus {
+	t.syncBudgets(r)
 	s, _ := t.effective(r.class)
 	st := ServiceStatus{Name: r.name, Class: r.class, Limits: s, Overridden: len(t.stored[r.class].Override) > 0,
 		Active: r.Active, Paused: r.Paused, Circuit: CircuitClosed, Waiting: r.waiters.Len()}
@@ -101,6 +111,9 @@ func (t *resourceTable) statusOf(r *resource, now time.Time) ServiceStatus {
 	}
 	if r.BlockedUntil.After(now) {
 		st.BlockedUntil = t.toWall(r.BlockedUntil)
+	}
+	for i, b := range r.Budgets {
+		st.Budgets = append(st.Budgets, budgetStatus(r.budgetSpecs[i], b, now))
 	}
 	st.NextCapacity = t.toWall(t.nextCapacity(r, now))
 	return st

@@ -28,6 +28,9 @@ import (
 //	runcue.work.run_duration    histogram  seconds {task, outcome}
 //	runcue.service.requests     counter    dispatches {service}
 //	runcue.service.rate_limited counter    dispatches held back by a full rate window {service}
+//	runcue.service.budget_used  gauge      requests of the current calendar period {service, period}
+//	runcue.service.budget_spent gauge      services (or keyed instances) whose budget is spent {service, period}
+//	runcue.service.budget_exhausted counter budgets spent, once per period {service, period}
 //	runcue.circuit.open         gauge      open (or half-open) circuits {service}
 //	runcue.callback.duration    histogram  seconds per priority or dependency callback call {outcome: priority, dependency}
 //	runcue.callback.errors      counter    callback calls that failed {callback: priority, dependency, service_keys; reason: panic, nan, out_of_range, timeout, error}
@@ -45,11 +48,12 @@ type telemetry struct {
 
 	completed, skipped, failed, requests, rateLimited metric.Int64Counter
 	queueWait, runDuration, callbackDur               metric.Float64Histogram
-	callbackErrs                                      metric.Int64Counter
+	callbackErrs, budgetExhausted                     metric.Int64Counter
 
 	// read by the gauges' callback
 	queued      func() (int64, bool)
 	openCircuit atomic.Pointer[map[string]int64]
+	budgets     atomic.Pointer[[]budgetUsage]
 	reg         metric.Registration
 }
 
@@ -90,6 +94,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 	t.queueWait = hist("runcue.work.queue_wait", "Time from a unit becoming eligible to its start.")
 	t.runDuration = hist("runcue.work.run_duration", "Duration of runs.")
 	t.callbackDur = hist("runcue.callback.duration", "Duration of priority and dependency callback calls.")
+	t.budgetExhausted = counter("runcue.service.budget_exhausted", "Calendar budgets spent, once per period.")
 	t.callbackErrs = counter("runcue.callback.errors", "Callback calls that panicked, timed out or returned an invalid value.")
 	if err != nil {
 		return nil, err
@@ -104,15 +109,32 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 	if err != nil {
 		return nil, err
 	}
+	usedGauge, err := m.Int64ObservableGauge("runcue.service.budget_used",
+		metric.WithDescription("Requests counted in the current calendar period of a service's budget."), metric.WithUnit("{request}"))
+	if err != nil {
+		return nil, err
+	}
+	spentGauge, err := m.Int64ObservableGauge("runcue.service.budget_spent",
+		metric.WithDescription("Services (or keyed instances) whose calendar budget is spent."), metric.WithUnit("{service}"))
+	if err != nil {
+		return nil, err
+	}
 	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		if n, ok := t.queued(); ok {
 			o.ObserveInt64(queuedGauge, n)
 			for svc, n := range *t.openCircuit.Load() {
 				o.ObserveInt64(openGauge, n, metric.WithAttributes(attribute.String("service", svc)))
 			}
+			if bs := t.budgets.Load(); bs != nil {
+				for _, b := range *bs {
+					attrs := metric.WithAttributes(attribute.String("service", b.class), attribute.String("period", b.period))
+					o.ObserveInt64(usedGauge, b.used, attrs)
+					o.ObserveInt64(spentGauge, b.spent, attrs)
+				}
+			}
 		}
 		return nil
-	}, queuedGauge, openGauge)
+	}, queuedGauge, openGauge, usedGauge, spentGauge)
 	return t, err
 }
 
