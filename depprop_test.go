@@ -20,13 +20,16 @@ import (
 )
 
 // depProp is the shared state of TestDependencyOrderProperty: what each
-// unit depends on, which units are planned to fail, which dependencies
+// unit depends on, which units are planned to fail or to skip, which are of
+// the strict task (FailOnSkippedDependency), which dependencies
 // DependencySatisfied has said yes to, and every violation seen.
 type depProp struct {
 	st        *sqlite.Store
 	mu        sync.Mutex
 	deps      map[string][]string
 	fail      map[string]bool
+	skip      map[string]bool
+	strict    map[string]bool
 	satisfied map[string]bool
 	asked     map[string]int
 	rnd       *rand.Rand
@@ -36,15 +39,15 @@ type depProp struct {
 }
 
 // satisfiedFunc is Config.DependencySatisfied: yes only for a dependency
-// the store has completed, and, the first time it is asked about one in
-// four of them, no anyway (so that rechecks happen).
+// the store has completed (or skipped), and, the first time it is asked
+// about one in four of them, no anyway (so that rechecks happen).
 func (p *depProp) satisfiedFunc(ctx context.Context, dep runcue.Dependency) (bool, error) {
 	id := dep.ID
 	u, err := p.st.GetUnit(ctx, id)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if err != nil || u.State != store.Completed {
-		p.violation = append(p.violation, fmt.Sprintf("DependencySatisfied asked about %s, which is not completed", id))
+	if err != nil || (u.State != store.Completed && u.State != store.Skipped) {
+		p.violation = append(p.violation, fmt.Sprintf("DependencySatisfied asked about %s, which is not completed or skipped", id))
 		return false, nil
 	}
 	if dep.Task != u.Task || dep.Target != u.Target {
@@ -59,10 +62,11 @@ func (p *depProp) satisfiedFunc(ctx context.Context, dep runcue.Dependency) (boo
 }
 
 // handler verifies, at the start of every run, that each dependency of its
-// unit is completed in the store and that DependencySatisfied said so.
+// unit is completed in the store (or skipped, for a unit of the lenient
+// task) and that DependencySatisfied said so.
 func (p *depProp) handler(ctx context.Context, w *runcue.Work) (any, error) {
 	p.mu.Lock()
-	deps, fail := p.deps[w.ID], p.fail[w.ID]
+	deps, fail, skip, strict := p.deps[w.ID], p.fail[w.ID], p.skip[w.ID], p.strict[w.ID]
 	p.started++
 	var unsatisfied []string
 	for _, dep := range deps {
@@ -76,8 +80,8 @@ func (p *depProp) handler(ctx context.Context, w *runcue.Work) (any, error) {
 		u, err := p.st.GetUnit(context.Background(), dep)
 		if err != nil {
 			early = append(early, fmt.Sprintf("%s started; reading its dependency %s: %v", w.ID, dep, err))
-		} else if u.State != store.Completed {
-			early = append(early, fmt.Sprintf("%s started before %s completed (%s)", w.ID, dep, u.State))
+		} else if u.State != store.Completed && (strict || u.State != store.Skipped) {
+			early = append(early, fmt.Sprintf("%s (strict %v) started with %s %s", w.ID, strict, dep, u.State))
 		}
 	}
 	p.mu.Lock()
@@ -88,6 +92,9 @@ func (p *depProp) handler(ctx context.Context, w *runcue.Work) (any, error) {
 	p.mu.Unlock()
 	if fail {
 		return nil, runcue.Permanent(errors.New("planned failure"))
+	}
+	if skip {
+		return nil, runcue.Skip("planned skip")
 	}
 	return nil, nil
 }
@@ -145,10 +152,12 @@ func TestDependentListedFirst(t *testing.T) {
 // TestDependencyOrderProperty: random DAGs, their units submitted in random
 // orders (dependents before their dependencies too) and random batch splits,
 // from the owner and from a second Cue on the same file that does not own
-// it, with dependencies on units of earlier DAGs (queued, running, finished
-// or failed), while the owner is closed and replaced now and then: no
-// handler starts before each of its dependencies completed and
-// DependencySatisfied said yes. RUNCUE_DEP_SEED repeats a logged seed.
+// it, with dependencies on units of earlier DAGs (queued, running, finished,
+// skipped or failed), while the owner is closed and replaced now and then:
+// no handler starts before each of its dependencies completed (or was
+// skipped, unless its task sets FailOnSkippedDependency) and
+// DependencySatisfied said yes; a strict unit with a skipped dependency
+// fails as prerequisite_skipped. RUNCUE_DEP_SEED repeats a logged seed.
 func TestDependencyOrderProperty(t *testing.T) {
 	seed := testSeed(t, "RUNCUE_DEP_SEED")
 	rnd := rand.New(rand.NewPCG(seed, 7))
@@ -158,8 +167,9 @@ func TestDependencyOrderProperty(t *testing.T) {
 	st, err := sqlite.Open(path, sqlite.Options{})
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
-	p := &depProp{st: st, deps: map[string][]string{}, fail: map[string]bool{}, satisfied: map[string]bool{},
-		asked: map[string]int{}, rnd: rand.New(rand.NewPCG(seed, 8))}
+	p := &depProp{st: st, deps: map[string][]string{}, fail: map[string]bool{}, skip: map[string]bool{}, strict: map[string]bool{},
+		satisfied: map[string]bool{},
+		asked:     map[string]int{}, rnd: rand.New(rand.NewPCG(seed, 8))}
 
 	open := func(owner bool) *runcue.Cue {
 		cfg := runcue.Config{Logger: quietLogger, MaxConcurrent: 8, PollInterval: 5 * time.Millisecond}
@@ -178,6 +188,8 @@ func TestDependencyOrderProperty(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { c.Close() })
 		require.NoError(t, c.Task("step", runcue.Task{Handler: p.handler, Retry: runcue.RetryPolicy{MaxAttempts: 1}}))
+		require.NoError(t, c.Task("strict", runcue.Task{Handler: p.handler, Retry: runcue.RetryPolicy{MaxAttempts: 1},
+			FailOnSkippedDependency: true}))
 		return c
 	}
 	other, owner := open(false), open(true)
@@ -204,9 +216,13 @@ func TestDependencyOrderProperty(t *testing.T) {
 		p.mu.Lock()
 		for j, id := range ids {
 			p.deps[id] = deps[j]
-			if rnd.IntN(25) == 0 {
+			switch rnd.IntN(25) {
+			case 0:
 				p.fail[id] = true
+			case 1, 2:
+				p.skip[id] = true
 			}
+			p.strict[id] = rnd.IntN(3) == 0
 		}
 		p.mu.Unlock()
 		// Cut the nodes, in their topological order, into batches; each
@@ -221,9 +237,15 @@ func TestDependencyOrderProperty(t *testing.T) {
 			order = order[k:]
 			rnd.Shuffle(len(batch), func(a, b int) { batch[a], batch[b] = batch[b], batch[a] })
 			subs := make([]runcue.Submission, len(batch))
+			p.mu.Lock()
 			for i, j := range batch {
-				subs[i] = runcue.Submission{Task: "step", ID: ids[j], DependsOn: deps[j]}
+				task := "step"
+				if p.strict[ids[j]] {
+					task = "strict"
+				}
+				subs[i] = runcue.Submission{Task: task, ID: ids[j], DependsOn: deps[j]}
 			}
+			p.mu.Unlock()
 			by := owner
 			if rnd.IntN(2) == 0 {
 				by = other
@@ -249,13 +271,37 @@ func TestDependencyOrderProperty(t *testing.T) {
 	require.NoError(t, runcue.PollNow(ctx, owner))
 	require.NoError(t, owner.Drain(ctx))
 	counts := map[runcue.State]int{}
+	final := map[string]runcue.WorkInfo{}
 	for _, id := range all {
 		wi, err := owner.Get(ctx, id)
 		require.NoError(t, err)
 		require.True(t, wi.State.Terminal(), "%s ends terminal, is %s", id, wi.State)
 		counts[wi.State]++
-		if wi.State == runcue.StateFailed && !p.fail[id] {
-			assert.Contains(t, []string{"prerequisite_failed"}, wi.ErrorKind, id)
+		final[id] = wi
+	}
+	for _, id := range all {
+		wi := final[id]
+		skippedDep, badDep := false, false
+		for _, dep := range p.deps[id] {
+			switch final[dep].State {
+			case runcue.StateSkipped:
+				skippedDep = true
+			case runcue.StateFailed, runcue.StateCancelled:
+				badDep = true
+			}
+		}
+		switch {
+		case wi.State == runcue.StateFailed && !p.fail[id]:
+			assert.Contains(t, []string{"prerequisite_failed", "prerequisite_skipped"}, wi.ErrorKind, id)
+			if wi.ErrorKind == "prerequisite_skipped" {
+				assert.True(t, p.strict[id] && skippedDep, "%s failed prerequisite_skipped: strict %v", id, p.strict[id])
+			}
+		case wi.State == runcue.StateSkipped:
+			assert.True(t, p.skip[id], "%s skipped unplanned", id)
+		case wi.State == runcue.StateCompleted:
+			assert.False(t, p.fail[id] || p.skip[id], id)
+			assert.False(t, badDep, "%s completed with a failed dependency", id)
+			assert.False(t, p.strict[id] && skippedDep, "%s is strict and completed with a skipped dependency", id)
 		}
 	}
 	p.mu.Lock()
@@ -263,6 +309,7 @@ func TestDependencyOrderProperty(t *testing.T) {
 	t.Logf("%d DAGs, %d units, %d handler starts, %d owner restarts: %v", dags, units, p.started, restarts, counts)
 	assert.Empty(t, p.violation, "no early start")
 	assert.Positive(t, counts[runcue.StateCompleted])
+	assert.Positive(t, counts[runcue.StateSkipped])
 }
 
 // TestRetryDependentOfFailedUnit: a dependent retried on its own while its

@@ -110,10 +110,12 @@ func (d *dispatcher) resolveDeps(units []*unit) {
 					states[dep] = store.Queued
 				}
 			}
+			// Every end seen since the read was asked counts, not only
+			// those of the dependencies asked about: a dependency held
+			// then may have ended since, and a skipped one must be told
+			// from a completed one.
 			for id, st := range d.ended {
-				if seen[id] {
-					states[id] = st
-				}
+				states[id] = st
 			}
 			for _, u := range units {
 				if d.units[u.id] != u {
@@ -127,7 +129,9 @@ func (d *dispatcher) resolveDeps(units []*unit) {
 
 // waitDeps files u as waiting for its dependencies that have not completed
 // (see resolveDeps); states holds the store's answer for dependencies this
-// Cue does not hold.
+// Cue does not hold, and the ends seen while it was read. A dependency
+// neither held nor in states is complete: it ended before u was filed, and
+// was not failed, cancelled or skipped (those are in states).
 func (d *dispatcher) waitDeps(u *unit, states map[string]store.State) {
 	u.pending = 0
 	var dead string

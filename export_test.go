@@ -37,6 +37,11 @@ func Settle(ctx context.Context, c *Cue) error {
 // does not wait for the writer.
 func SyncDispatcher(ctx context.Context, c *Cue) error { return c.disp.Load().sync(ctx) }
 
+// SyncWriter returns once the writer has committed everything queued and
+// called back for it (the dispatcher's commit messages are pushed); it does
+// not wait for the dispatcher or its reads.
+func SyncWriter(ctx context.Context, c *Cue) error { return c.w.Sync(ctx) }
+
 // PollNow makes the Cue check the database for other processes' commits.
 func PollNow(ctx context.Context, c *Cue) error { return c.w.Poll(ctx) }
 

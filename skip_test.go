@@ -195,3 +195,31 @@ func TestExplainShowsSkippedDependencies(t *testing.T) {
 	holder.release <- nil
 	assert.Equal(t, runcue.StateCompleted, e.wait("parse").State)
 }
+
+// A strict dependent filed while one dependency runs here and another's
+// state is being read: the running one is skipped before the read is
+// answered. The answer must not take the skipped dependency for completed.
+func TestSkipDuringDependencyRead(t *testing.T) {
+	e, hs := newHeldEnv(t, runcue.Config{})
+	g := newGate()
+	require.NoError(t, e.c.Task("fetch", runcue.Task{Handler: g.handler}))
+	require.NoError(t, e.c.Task("strict", runcue.Task{FailOnSkippedDependency: true, Handler: noop}))
+	e.start()
+	done := e.submit("fetch")
+	require.Equal(t, done, g.next(t))
+	g.release <- nil
+	require.Equal(t, runcue.StateCompleted, e.wait(done).State)
+	running := e.submit("fetch")
+	require.Equal(t, running, g.next(t))
+
+	states := hs.HoldRead("UnitStates")
+	strict := e.submit("strict", func(s *runcue.Submission) { s.DependsOn = []string{running, done} })
+	recv(e, states.Entered, "the read of the completed dependency's state")
+	g.release <- runcue.Skip("not needed")
+	require.Equal(t, runcue.StateSkipped, e.wait(running).State)
+	require.NoError(t, runcue.SyncWriter(e.ctx, e.c)) // its commit message is in the inbox before the answer
+	states.Release()
+	wi := e.wait(strict)
+	assert.Equal(t, runcue.StateFailed, wi.State)
+	assert.Equal(t, "prerequisite_skipped", wi.ErrorKind)
+}
