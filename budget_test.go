@@ -21,6 +21,19 @@ func newYork(t *testing.T) *time.Location {
 	return loc
 }
 
+// budgetEnv starts a Cue whose task "call" uses service "api", with a
+// budget of requests per UTC day, and n units of it submitted.
+func budgetEnv(t *testing.T, cfg runcue.Config, requests, n int) (*env, []runcue.Submitted) {
+	t.Helper()
+	e := newEnv(t, cfg)
+	require.NoError(t, e.c.Service("api", runcue.Service{Budgets: []runcue.Budget{{Requests: requests, Per: runcue.PerDay}}}))
+	require.NoError(t, e.c.Task("call", runcue.Task{Services: []string{"api"}, Handler: noop}))
+	out, err := e.c.SubmitBatch(e.ctx, batchOf("call", n))
+	require.NoError(t, err)
+	require.NoError(t, e.c.Start(e.ctx))
+	return e, out
+}
+
 func countStates(t *testing.T, e *env) map[runcue.State]int {
 	t.Helper()
 	n := map[runcue.State]int{}
@@ -155,13 +168,8 @@ func TestDailyBudgetAcrossDST(t *testing.T) {
 
 // Without DrainOnSpentBudget, Drain waits for budget-held work.
 func TestDrainWaitsForBudgetByDefault(t *testing.T) {
-	e := newEnv(t, runcue.Config{})
+	e, out := budgetEnv(t, runcue.Config{}, 1, 2)
 	c := e.c
-	require.NoError(t, c.Service("api", runcue.Service{Budgets: []runcue.Budget{{Requests: 1, Per: runcue.PerDay}}}))
-	require.NoError(t, c.Task("call", runcue.Task{Services: []string{"api"}, Handler: noop}))
-	out, err := c.SubmitBatch(e.ctx, batchOf("call", 2))
-	require.NoError(t, err)
-	require.NoError(t, c.Start(e.ctx))
 	assert.Equal(t, runcue.StateCompleted, e.wait(out[0].ID).State)
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
@@ -182,13 +190,8 @@ func TestDrainWaitsForBudgetByDefault(t *testing.T) {
 // budget resets within a minute; set back, the spent period is not
 // reopened.
 func TestBudgetFollowsWallClockSteps(t *testing.T) {
-	e := newEnv(t, runcue.Config{DrainOnSpentBudget: true})
+	e, _ := budgetEnv(t, runcue.Config{DrainOnSpentBudget: true}, 2, 6)
 	c := e.c
-	require.NoError(t, c.Service("api", runcue.Service{Budgets: []runcue.Budget{{Requests: 2, Per: runcue.PerDay}}}))
-	require.NoError(t, c.Task("call", runcue.Task{Services: []string{"api"}, Handler: noop}))
-	_, err := c.SubmitBatch(e.ctx, batchOf("call", 6))
-	require.NoError(t, err)
-	require.NoError(t, c.Start(e.ctx))
 	require.NoError(t, c.Drain(e.ctx))
 	assert.Equal(t, 2, countStates(t, e)[runcue.StateCompleted])
 

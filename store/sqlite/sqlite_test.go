@@ -154,13 +154,7 @@ func hostname(t *testing.T) string {
 // units, dependencies and events, and builds the event ranges that
 // filtered reads use from the events already stored.
 func TestMigrateFromSchema2(t *testing.T) {
-	b, err := os.ReadFile("testdata/schema2.db")
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "old.db")
-	require.NoError(t, os.WriteFile(path, b, 0o600))
-	st, err := sqlite.Open(path, sqlite.Options{})
-	require.NoError(t, err)
-	defer st.Close()
+	st := openFixture(t, "schema2.db")
 	ctx := t.Context()
 	for id, want := range map[string]store.State{"done-1": store.Completed, "done-2": store.Completed, "queued-1": store.Queued, "queued-2": store.Queued} {
 		u, err := st.GetUnit(ctx, id)
@@ -194,13 +188,7 @@ func TestMigrateFromSchema2(t *testing.T) {
 // state keeps every unit as it was, and leaves skipped units out of the
 // index of open units as it leaves out completed ones.
 func TestMigrateFromSchema3(t *testing.T) {
-	b, err := os.ReadFile("testdata/schema3.db")
-	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "old.db")
-	require.NoError(t, os.WriteFile(path, b, 0o600))
-	st, err := sqlite.Open(path, sqlite.Options{})
-	require.NoError(t, err)
-	defer st.Close()
+	st := openFixture(t, "schema3.db")
 	ctx := t.Context()
 	want := map[string]store.State{
 		"done-1": store.Completed, "failed-1": store.Failed, "dep-of-failed": store.Failed,
@@ -232,4 +220,18 @@ func TestMigrateFromSchema3(t *testing.T) {
 	q, err := sqlite.IndexSQLForTest(ctx, st, "work_units_open")
 	require.NoError(t, err)
 	assert.Contains(t, q, "'skipped'")
+}
+
+// openFixture opens a copy of the committed database testdata/name (the
+// fixture itself stays as the old schema wrote it).
+func openFixture(t *testing.T, name string) *sqlite.Store {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), name)
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	st, err := sqlite.Open(path, sqlite.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	return st
 }
