@@ -62,6 +62,10 @@ type ServiceStatus struct {
 	Keys        int `json:"keys,omitempty"`
 	OpenKeys    int `json:"open_keys,omitempty"`
 	BlockedKeys int `json:"blocked_keys,omitempty"`
+	// PausedKeys counts a class's keyed instances paused on their own
+	// (PauseService("host:example.org")), live ones in the owner, stored
+	// ones elsewhere.
+	PausedKeys int `json:"paused_keys,omitempty"`
 }
 
 // Services reports every registered service, keyed instances folded into
@@ -170,7 +174,13 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 			}
 		}
 		for _, k := range recs {
-			if strings.HasPrefix(k.Name, r.Name+":") && len(k.Circuit) > 0 {
+			if !strings.HasPrefix(k.Name, r.Name+":") {
+				continue
+			}
+			if k.Paused && !st.Paused {
+				st.PausedKeys++
+			}
+			if len(k.Circuit) > 0 {
 				var kc circuitRecord
 				if json.Unmarshal(k.Circuit, &kc) == nil && kc.State != "" && kc.State != "closed" {
 					st.OpenKeys++

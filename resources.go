@@ -139,17 +139,37 @@ func (t *resourceTable) effective(name string) (Service, bool) {
 	return s, ok
 }
 
+// limits returns the limits in force for resource name of class: a keyed
+// instance's own override, else the class's (see effective).
+func (t *resourceTable) limits(name, class string) (Service, bool) {
+	if name != class {
+		if rec, ok := t.stored[name]; ok && len(rec.Override) > 0 {
+			var def serviceDef
+			if json.Unmarshal(rec.Override, &def) == nil {
+				return Service(def), true
+			}
+		}
+	}
+	return t.effective(class)
+}
+
+// pausedOf reports whether resource name of class is paused: its class
+// is, or (a keyed instance) it is itself.
+func (t *resourceTable) pausedOf(name, class string) bool {
+	return t.stored[class].Paused || (name != class && t.stored[name].Paused)
+}
+
 // newServiceResource makes the resource of a service or keyed instance,
 // with its persisted pause, circuit and Retry-After state, and its rate
 // window rebuilt from the service log.
 func (t *resourceTable) newServiceResource(name, class string, reg Service, now time.Time) *resource {
 	s := reg
-	if eff, ok := t.effective(class); ok {
+	if eff, ok := t.limits(name, class); ok {
 		s = eff
 	}
 	r := newResource(name, class, s.MaxConcurrent)
 	r.keyed = name != class
-	r.Paused = t.stored[class].Paused
+	r.Paused = t.pausedOf(name, class)
 	t.applyLimits(r, s)
 	if r.Window != nil || len(r.Budgets) > 0 {
 		prior := t.priorLog(name, class, s, now)
@@ -466,29 +486,46 @@ func ns(t time.Time) int64 {
 	return t.UnixNano()
 }
 
-// logCutoffs returns, per rate-limited service (and per class of keyed
-// instances), the time before which its log is no longer needed.
+// logCutoffs returns, per rate-limited or budgeted service (and per class
+// of keyed instances, under "class:"), the time before which its log is no
+// longer needed. A keyed instance's own override may need more of the
+// class's log than the class does.
 func (t *resourceTable) logCutoffs(now time.Time) map[string]time.Time {
 	out := make(map[string]time.Time)
+	earliest := func(key string, at time.Time) {
+		if cur, ok := out[key]; !at.IsZero() && (!ok || at.Before(cur)) {
+			out[key] = at
+		}
+	}
 	for name := range t.services {
 		s, _ := t.effective(name)
-		if s.RateLimit == 0 && len(s.Budgets) == 0 {
-			continue
+		cut := t.logCut(s, now)
+		earliest(name, cut)
+		earliest(name+":", cut)
+	}
+	for name := range t.stored {
+		if i := strings.IndexByte(name, ':'); i > 0 {
+			if s, ok := t.limits(name, name[:i]); ok {
+				earliest(name[:i+1], t.logCut(s, now))
+			}
 		}
-		// A logged decision may count for MaxStartDelay more than its
-		// window, at a restart (see priorLog); and as long as the current
-		// period of a budget.
-		var cut time.Time
-		if s.RateLimit > 0 {
-			cut = now.Add(-s.RateWindow - t.cfg.MaxStartDelay)
-		}
-		if b := budgetsSince(s, now, t.cfg.MaxStartDelay); !b.IsZero() && (cut.IsZero() || b.Before(cut)) {
-			cut = b
-		}
-		out[name] = cut
-		out[name+":"] = cut
 	}
 	return out
+}
+
+// logCut is the time before which s's window and budgets need no log
+// entry: a logged decision may count for MaxStartDelay more than its
+// window, at a restart (see priorLog), and as long as the current period
+// of a budget. Zero if s has neither.
+func (t *resourceTable) logCut(s Service, now time.Time) time.Time {
+	var cut time.Time
+	if s.RateLimit > 0 {
+		cut = now.Add(-s.RateWindow - t.cfg.MaxStartDelay)
+	}
+	if b := budgetsSince(s, now, t.cfg.MaxStartDelay); !b.IsZero() && (cut.IsZero() || b.Before(cut)) {
+		cut = b
+	}
+	return cut
 }
 
 // reloadService re-reads a service's stored record (its override or pause
@@ -511,7 +548,8 @@ func (d *dispatcher) reloadService(name string, applied chan struct{}) {
 	})
 }
 
-// applyService applies service name's stored record, from svcs.
+// applyService applies the stored record of name, from svcs: a service
+// (and so its keyed instances) or one keyed instance ("host:example.org").
 func (t *resourceTable) applyService(name string, svcs []store.ServiceRecord) {
 	for _, rec := range svcs {
 		if rec.Name == name {
@@ -520,14 +558,14 @@ func (t *resourceTable) applyService(name string, svcs []store.ServiceRecord) {
 			t.stored[name] = rec
 		}
 	}
-	s, ok := t.effective(name)
-	if !ok {
-		return
-	}
 	apply := func(r *resource) {
+		s, ok := t.limits(r.name, r.class)
+		if !ok {
+			return
+		}
 		t.applyLimits(r, s)
 		wasPaused := r.Paused
-		r.Paused = t.stored[name].Paused
+		r.Paused = t.pausedOf(r.name, r.class)
 		if wasPaused != r.Paused {
 			state := "resumed"
 			if r.Paused {
@@ -544,6 +582,10 @@ func (t *resourceTable) applyService(name string, svcs []store.ServiceRecord) {
 				break
 			}
 		}
+	}
+	if r := t.keyed[name]; r != nil {
+		apply(r) // a keyed instance; one not in memory reads its record when made
+		return
 	}
 	if r := t.services[name]; r != nil {
 		apply(r)

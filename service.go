@@ -126,6 +126,12 @@ func (c *Cue) Service(name string, s Service) error {
 // override is stored and applies at once in the owning Cue (within its
 // PollInterval when set from another process), and after restarts, until
 // ResetService clears it.
+//
+// name may be a keyed instance ("host:example.org"): its override applies
+// to it alone, over the class's, whether or not the instance is in memory
+// now; it is kept while the instance is forgotten and made again. The same
+// holds for ResetService, PauseService and ResumeService. A class's pause
+// holds all of its instances; an instance's pause holds only it.
 func (c *Cue) SetService(ctx context.Context, name string, s Service) error {
 	if err := s.validate(); err != nil {
 		return fmt.Errorf("service %q: %w", name, err)
@@ -180,8 +186,16 @@ func (c *Cue) changeService(ctx context.Context, name string, op *store.PutServi
 	return nil
 }
 
-// knownService checks that name is registered here or in the database.
+// knownService checks that name is registered here or in the database, or
+// is a keyed instance ("class:key") of such a service.
 func (c *Cue) knownService(ctx context.Context, name string) error {
+	if i := strings.IndexByte(name, ':'); i >= 0 {
+		key := name[i+1:]
+		if i == 0 || key == "" || strings.ContainsAny(key, "\x00\n\r\t ") {
+			return fmt.Errorf("%w: %q is not a service or a keyed instance (class:key)", ErrInvalid, name)
+		}
+		name = name[:i]
+	}
 	c.mu.Lock()
 	_, ok := c.services[name]
 	c.mu.Unlock()

@@ -97,8 +97,9 @@ func (t *resourceTable) flushStatus() {
 // statusOf reports one resource.
 func (t *resourceTable) statusOf(r *resource, now time.Time) ServiceStatus {
 	t.syncBudgets(r)
-	s, _ := t.effective(r.class)
-	st := ServiceStatus{Name: r.name, Class: r.class, Limits: s, Overridden: len(t.stored[r.class].Override) > 0,
+	s, _ := t.limits(r.name, r.class)
+	overridden := len(t.stored[r.class].Override) > 0 || (r.keyed && len(t.stored[r.name].Override) > 0)
+	st := ServiceStatus{Name: r.name, Class: r.class, Limits: s, Overridden: overridden,
 		Active: r.Active, Paused: r.Paused, Circuit: CircuitClosed, Waiting: r.waiters.Len()}
 	if r.Window != nil {
 		st.InWindow = r.Window.Used(now)
@@ -158,6 +159,9 @@ func (t *resourceTable) statusAll() []ServiceStatus {
 			}
 			if kr.BlockedUntil.After(now) {
 				st.BlockedKeys++
+			}
+			if kr.Paused && !st.Paused {
+				st.PausedKeys++
 			}
 		}
 		out = append(out, st)

@@ -1,0 +1,129 @@
+package runcue_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/store/sqlite"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// runningTargets counts the running units by target.
+func runningTargets(t *testing.T, e *env) map[string]int {
+	t.Helper()
+	page, err := e.c.List(e.ctx, runcue.ListOptions{States: []runcue.State{runcue.StateRunning}, Limit: 1000})
+	require.NoError(t, err)
+	n := map[string]int{}
+	for _, u := range page.Units {
+		n[u.Target]++
+	}
+	return n
+}
+
+// A keyed instance is paused and re-limited on its own, from another
+// process; its pause and override outlive its eviction from memory; its
+// class's other instances keep running.
+func TestKeyedInstanceControl(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	g := newGate()
+	require.NoError(t, e.c.Service("host", runcue.Service{MaxConcurrent: 5}))
+	require.NoError(t, e.c.Task("fetch", runcue.Task{Handler: g.handler,
+		ServiceKeys: func(w *runcue.Work) []string { return []string{"host:" + w.Target} }}))
+	e.start()
+	other := e.open(runcue.Config{}) // registers nothing, owns nothing
+	require.NoError(t, other.PauseService(e.ctx, "host:a.example"))
+	require.NoError(t, other.SetService(e.ctx, "host:b.example", runcue.Service{MaxConcurrent: 1}))
+	require.NoError(t, runcue.PollNow(e.ctx, e.c))
+	e.settle()
+
+	var subs []runcue.Submission
+	for range 3 {
+		subs = append(subs, runcue.Submission{Task: "fetch", Target: "a.example"},
+			runcue.Submission{Task: "fetch", Target: "b.example"}, runcue.Submission{Task: "fetch", Target: "c.example"})
+	}
+	out, err := e.c.SubmitBatch(e.ctx, subs)
+	require.NoError(t, err)
+	e.settle()
+	assert.Equal(t, map[string]int{"b.example": 1, "c.example": 3}, runningTargets(t, e),
+		"a is paused, b holds 1 at a time, c has the class's 5")
+	ex, err := e.c.Explain(e.ctx, out[0].ID)
+	require.NoError(t, err)
+	require.NotEmpty(t, ex.Reasons)
+	assert.Equal(t, runcue.ReasonPaused, ex.Reasons[0].Kind)
+	assert.Equal(t, "host:a.example", ex.Reasons[0].Service)
+	st, err := e.c.ServiceStatus(e.ctx, "host")
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.PausedKeys)
+	assert.False(t, st.Paused, "the class is not paused")
+	st, err = other.ServiceStatus(e.ctx, "host")
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.PausedKeys, "read from the database")
+
+	// Let b and c finish: their instances are forgotten; a's stays paused.
+	for range 6 {
+		g.release <- nil
+	}
+	for _, s := range out {
+		if !strings.HasPrefix(e.get(s.ID).Target, "a") {
+			e.wait(s.ID)
+		}
+	}
+	e.settle()
+	assert.Equal(t, 1, e.inspect().Keyed, "only the paused instance, which has waiting units, is kept")
+
+	// b's override survives its eviction: new units of b run one at a time.
+	more, err := e.c.SubmitBatch(e.ctx, []runcue.Submission{{Task: "fetch", Target: "b.example"}, {Task: "fetch", Target: "b.example"}})
+	require.NoError(t, err)
+	e.settle()
+	assert.Equal(t, map[string]int{"b.example": 1}, runningTargets(t, e))
+
+	// Resumed: a runs; reset: b has the class's limit again.
+	require.NoError(t, e.c.ResumeService(e.ctx, "host:a.example"))
+	require.NoError(t, e.c.ResetService(e.ctx, "host:b.example"))
+	e.settle()
+	assert.Equal(t, map[string]int{"a.example": 3, "b.example": 2}, runningTargets(t, e))
+	close(g.release)
+	for _, s := range append(out, more...) {
+		assert.Equal(t, runcue.StateCompleted, e.wait(s.ID).State)
+	}
+
+	// Only instances of known services, well formed.
+	assert.ErrorIs(t, e.c.PauseService(e.ctx, "nope:x"), runcue.ErrUnknownService)
+	assert.ErrorIs(t, e.c.PauseService(e.ctx, ":x"), runcue.ErrInvalid)
+	assert.ErrorIs(t, e.c.PauseService(e.ctx, "host:"), runcue.ErrInvalid)
+}
+
+// Retention keeps the service log a keyed instance's own override needs
+// (a longer window than its class's); the log is pruned per class, so the
+// class's other instances keep as much, and other classes are pruned to
+// their own windows.
+func TestServiceLogKeptForKeyedOverride(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	for _, class := range []string{"host", "api"} {
+		require.NoError(t, e.c.Service(class, runcue.Service{RateLimit: 10, RateWindow: time.Minute}))
+		require.NoError(t, e.c.Task("fetch-"+class, runcue.Task{Handler: noop,
+			ServiceKeys: func(w *runcue.Work) []string { return []string{class + ":" + w.Target} }}))
+	}
+	require.NoError(t, e.c.SetService(e.ctx, "host:slow", runcue.Service{RateLimit: 10, RateWindow: 24 * time.Hour}))
+	e.start()
+	out, err := e.c.SubmitBatch(e.ctx, []runcue.Submission{{Task: "fetch-host", Target: "slow"}, {Task: "fetch-api", Target: "x"}})
+	require.NoError(t, err)
+	for _, s := range out {
+		e.wait(s.ID)
+	}
+	e.clk.Advance(10 * time.Minute) // past a retention pass
+	e.settle()
+
+	st, err := sqlite.Open(e.path, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	slow, err := st.ServiceLog(e.ctx, "host:slow", time.Time{})
+	require.NoError(t, err)
+	api, err := st.ServiceLog(e.ctx, "api:x", time.Time{})
+	require.NoError(t, err)
+	assert.Len(t, slow, 1, "the day-long window of host:slow still needs it")
+	assert.Empty(t, api, "api's minute is over")
+}
