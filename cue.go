@@ -263,6 +263,11 @@ func (c *Cue) Start(ctx context.Context) error {
 		own.Release()
 		return err
 	}
+	pauses, err := c.st.Pauses(ctx)
+	if err != nil {
+		own.Release()
+		return err
+	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -271,7 +276,7 @@ func (c *Cue) Start(ctx context.Context) error {
 	}
 	// The snapshot and the dispatcher's publication happen under one lock
 	// hold, so a registration is in the snapshot or reaches d as a message.
-	d := newDispatcher(c, owner, own, stored, c.registry())
+	d := newDispatcher(c, owner, own, stored, pauses, c.registry())
 	c.disp.Store(d) // from here on, commits and registrations reach d's inbox
 	c.mu.Unlock()
 	err = d.recover(ctx)

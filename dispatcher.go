@@ -108,7 +108,7 @@ type dispatcher struct {
 	rnd    *rand.Rand // retry jitter
 }
 
-func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.ServiceRecord, reg msgRegistry) *dispatcher {
+func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.ServiceRecord, pauses store.Pauses, reg msgRegistry) *dispatcher {
 	d := &dispatcher{
 		env: env{cfg: c.cfg, log: c.log, st: c.st, w: c.w, hub: c.hub, tel: c.tel, stats: &c.stats, cbErrs: &c.cbErrs,
 			hooks: c.testHooks, submitBatch: c.SubmitBatch, reportOrphans: c.reportOrphans,
@@ -129,6 +129,10 @@ func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.Ser
 		units: make(map[string]*unit), orphans: make(map[string]map[string]*unit)}
 	d.depGraph = depGraph{unitIndex: &d.unitIndex, dependents: make(map[string][]*unit), finishing: make(map[string]struct{})}
 	d.auxCtx, d.auxCancel = context.WithCancel(context.Background())
+	d.queuePaused, d.pausedTasks = pauses.Queue, make(map[string]bool)
+	for _, name := range pauses.Tasks {
+		d.pausedTasks[name] = true
+	}
 	d.refreshRegistry(reg.services, reg.tasks)
 	return d
 }
@@ -276,6 +280,8 @@ func (d *dispatcher) handle(m message) {
 		d.applyEnded(m.events)
 	case msgServiceChanged:
 		d.reloadService(m.service, m.applied)
+	case msgPausesChanged:
+		d.reloadPauses(m.applied)
 	case msgCall:
 		m.f(d)
 	case msgSettled:
@@ -315,7 +321,7 @@ func (d *dispatcher) handle(m message) {
 
 // dispatch starts as many units as the caps and services allow.
 func (d *dispatcher) dispatch() {
-	if d.stopping || d.failed != nil {
+	if d.stopping || d.failed != nil || d.queuePaused {
 		return
 	}
 	if d.cfg.Priority != nil {

@@ -70,6 +70,12 @@ const (
 	// Service names the service (or keyed instance), Budget the budget and
 	// when it resets.
 	EventBudgetExhausted EventType = "budget_exhausted"
+	// EventTaskChanged: a task type was paused or resumed (PauseTask,
+	// ResumeTask); Task names it, Reason is "paused" or "resumed".
+	EventTaskChanged EventType = "task_changed"
+	// EventQueueChanged: the queue was paused or resumed (PauseQueue,
+	// ResumeQueue); Reason is "paused" or "resumed".
+	EventQueueChanged EventType = "queue_changed"
 	// EventServiceChanged: a service's override or pause was changed
 	// (SetService, ResetService, PauseService, ResumeService). Service.Name
 	// names it and Reason says what changed.
@@ -137,6 +143,8 @@ type QueueStatus struct {
 	Orphaned int `json:"orphaned,omitempty"`
 	// Backpressure reports that backpressure is active.
 	Backpressure bool `json:"backpressure,omitempty"`
+	// Paused reports that the queue is paused (PauseQueue).
+	Paused bool `json:"paused,omitempty"`
 }
 
 // eventData is the JSON payload of a stored event.

@@ -37,6 +37,10 @@ const (
 	// ReasonBudgetExhausted: a calendar budget of Service (Service.Budgets)
 	// is spent until Until, the start of its next period.
 	ReasonBudgetExhausted ReasonKind = "budget_exhausted"
+	// ReasonQueuePaused: the queue is paused (PauseQueue).
+	ReasonQueuePaused ReasonKind = "queue_paused"
+	// ReasonTaskPaused: the unit's task type is paused (PauseTask).
+	ReasonTaskPaused ReasonKind = "task_paused"
 	// ReasonPaused: Service is paused.
 	ReasonPaused ReasonKind = "service_paused"
 	// ReasonServiceRetryAfter: Service asked for a pause (Retry-After)
@@ -135,6 +139,11 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 		if c.disp.Load() == nil {
 			ex.Reasons = append(ex.Reasons, Reason{Kind: ReasonNotOwned, Detail: "this Cue does not own the database; another process (or none) dispatches"})
 		}
+		paused, err := c.storedPauseReasons(ctx, u.Task)
+		if err != nil {
+			return Explanation{}, c.readErr(err)
+		}
+		ex.Reasons = append(ex.Reasons, paused...)
 		var skipped []string
 		for _, dep := range u.DependsOn {
 			du, err := c.st.GetUnit(ctx, dep)
@@ -214,6 +223,9 @@ func (d *dispatcher) explain(id string) Explanation {
 	if d.stopping || d.failed != nil {
 		add(Reason{Kind: ReasonStopping, Detail: "the owning Cue is stopping or its store failed: nothing is dispatched"})
 	}
+	if d.queuePaused && u.state != uRunning {
+		add(queuePausedReason())
+	}
 	switch u.state {
 	case uRunning:
 		ex.State = StateRunning
@@ -270,6 +282,9 @@ func (d *dispatcher) explain(id string) Explanation {
 func (d *dispatcher) resourceReason(r *resource, now time.Time) (Reason, bool) {
 	d.syncBudgets(r)
 	rf, refused := r.Refusal(now)
+	if refused && r.class == "" && rf.Kind == broker.RefusePaused {
+		return taskPausedReason(r.name[len("task "):]), true
+	}
 	if !refused || (r.class == "" && rf.Kind != broker.RefuseTaskCap) {
 		return Reason{}, false
 	}

@@ -90,6 +90,12 @@ type msgServiceChanged struct {
 	applied chan struct{}
 }
 
+// msgPausesChanged: a task's or the queue's pause changed (in this
+// process); applied is closed once the owner applied the stored pauses.
+type msgPausesChanged struct {
+	applied chan struct{}
+}
+
 // msgCall runs f on the dispatcher goroutine: queries (service status,
 // Explain) and test inspection. f must not block.
 type msgCall struct{ f func(*dispatcher) }
@@ -159,3 +165,4 @@ func (msgScores) isMessage()         {}
 func (msgFed) isMessage()            {}
 func (msgProgress) isMessage()       {}
 func (msgStarted) isMessage()        {}
+func (msgPausesChanged) isMessage()  {}

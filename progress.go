@@ -57,6 +57,7 @@ func (d *dispatcher) queueStatus() {
 		}
 	}
 	qs.Running = len(d.runs)
+	qs.Paused = d.queuePaused
 	for _, o := range d.orphans {
 		qs.Orphaned += len(o)
 	}

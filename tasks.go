@@ -10,6 +10,10 @@ import "go.opentelemetry.io/otel/metric"
 type taskTable struct {
 	tasks map[string]*taskRT
 	regs  map[string]Service // registered limits, from the last msgRegistry
+	// pausedTasks and queuePaused are the stored pauses in force (see
+	// applyPauses); a paused task's cap refuses every dispatch.
+	pausedTasks map[string]bool
+	queuePaused bool
 }
 
 type taskRT struct {
@@ -52,6 +56,7 @@ func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[stri
 		}
 		rt := &taskRT{name: name, def: t, cap: newResource("task "+name, "", t.MaxConcurrent), retry: t.Retry.withDefaults(),
 			attrs: taskAttr(name), byOutcome: map[string]metric.MeasurementOption{}}
+		rt.cap.Paused = d.pausedTasks[name]
 		for _, s := range t.Services {
 			rt.services = append(rt.services, d.services[s])
 		}

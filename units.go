@@ -277,6 +277,8 @@ func (d *dispatcher) external(evs []store.Event) {
 				_ = json.Unmarshal(ev.Data, &data)
 				d.cancelRun(r, CancelOptions{Cascade: data.Cascade, Reason: data.Reason})
 			}
+		case string(EventTaskChanged), string(EventQueueChanged):
+			d.reloadPauses(nil)
 		case string(EventServiceChanged):
 			var data struct {
 				Service string `json:"service"`

@@ -162,6 +162,14 @@ type PutTask struct {
 	Def  []byte
 }
 
+// SetPause pauses or resumes a task type (Task, which must be stored) or,
+// when Task is empty, the whole queue. Result.Applied is false for an
+// unknown task.
+type SetPause struct {
+	Task   string
+	Paused bool
+}
+
 // PutService stores a service's definition. Override, when non-nil, replaces
 // the stored override (an empty slice clears it); Paused, when non-nil, sets
 // the paused flag; Circuit, when non-nil, replaces the circuit state.
@@ -213,6 +221,7 @@ type Result struct {
 }
 
 func (*Insert) isOp()      {}
+func (*SetPause) isOp()    {}
 func (*Claim) isOp()       {}
 func (*Finish) isOp()      {}
 func (*Recover) isOp()     {}

@@ -302,6 +302,9 @@ type Store interface {
 	// Tasks and Services return the stored definitions by name.
 	Tasks(ctx context.Context) (map[string][]byte, error)
 	Services(ctx context.Context) ([]ServiceRecord, error)
+	// Pauses returns what SetPause stored: whether the queue is paused,
+	// and the paused task types.
+	Pauses(ctx context.Context) (Pauses, error)
 	// ServiceLog returns the dispatch times logged for service at or after
 	// since, oldest first.
 	ServiceLog(ctx context.Context, service string, since time.Time) ([]time.Time, error)
@@ -323,6 +326,12 @@ type Store interface {
 // one will run.
 type OwnerProber interface {
 	Owner(ctx context.Context) (Holder, bool, error)
+}
+
+// Pauses is what SetPause stored.
+type Pauses struct {
+	Queue bool
+	Tasks []string
 }
 
 // ServiceRecord is a service as stored.

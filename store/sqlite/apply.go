@@ -215,6 +215,8 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 		return err
 	case *store.PutService:
 		return t.putService(op, r)
+	case *store.SetPause:
+		return t.setPause(op, r)
 	case *store.AppendEvent:
 		ev := op.Event
 		if err := t.event(&ev, op.Event.Time); err != nil {

@@ -38,6 +38,21 @@ func (t *txn) putService(op *store.PutService, r *store.Result) error {
 	return nil
 }
 
+func (t *txn) setPause(op *store.SetPause, r *store.Result) error {
+	paused := 0
+	if op.Paused {
+		paused = 1
+	}
+	if op.Task == "" {
+		_, err := t.exec(`INSERT INTO meta(key, value) VALUES('paused', ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value`, paused)
+		r.Applied = err == nil
+		return err
+	}
+	ok, err := t.changed(`UPDATE tasks SET paused=? WHERE name=?`, paused, op.Task)
+	r.Applied = ok
+	return err
+}
+
 func (t *txn) prune(op *store.Prune, r *store.Result) error {
 	limit := op.Limit
 	if limit <= 0 {

@@ -519,6 +519,31 @@ func (s *Store) ServiceLogPrefix(ctx context.Context, prefix string, since time.
 	return out, rows.Err()
 }
 
+// Pauses returns the stored pauses of the queue and of task types.
+func (s *Store) Pauses(ctx context.Context) (store.Pauses, error) {
+	var p store.Pauses
+	var q int
+	switch err := s.read.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'paused'`).Scan(&q); {
+	case err == nil:
+		p.Queue = q != 0
+	case !errors.Is(err, sql.ErrNoRows):
+		return p, err
+	}
+	rows, err := s.read.QueryContext(ctx, `SELECT name FROM tasks WHERE paused <> 0 ORDER BY name`)
+	if err != nil {
+		return p, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return p, err
+		}
+		p.Tasks = append(p.Tasks, name)
+	}
+	return p, rows.Err()
+}
+
 // QueuedCount returns the number of queued units, from the count every
 // transaction maintains.
 func (s *Store) QueuedCount(ctx context.Context) (int, error) {

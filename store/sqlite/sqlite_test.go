@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -234,4 +235,53 @@ func openFixture(t *testing.T, name string) *sqlite.Store {
 	require.NoError(t, err)
 	t.Cleanup(func() { st.Close() })
 	return st
+}
+
+// TestMigrateFromSchema4 opens a database written by schema version 4
+// (testdata/schema4.db, written by testdata/mkschema4 with the runcue of
+// that schema) and checks that the migration to pausable tasks keeps every
+// unit, service record and task as it was, with nothing paused but what
+// was.
+func TestMigrateFromSchema4(t *testing.T) {
+	st := openFixture(t, "schema4.db")
+	ctx := t.Context()
+	all, err := st.ListUnits(ctx, store.ListFilter{Limit: 100})
+	require.NoError(t, err)
+	got := map[string]store.State{}
+	for _, u := range all {
+		got[u.ID] = u.State
+	}
+	assert.Equal(t, map[string]store.State{
+		"done-1": store.Completed, "skipped-1": store.Skipped, "failed-1": store.Failed, "dep-of-failed": store.Failed,
+		"queued-1": store.Queued, "queued-2": store.Queued, "cancelled-1": store.Cancelled,
+	}, got)
+	u, err := st.GetUnit(ctx, "queued-2")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"queued-1", "skipped-1"}, u.DependsOn)
+	u, err = st.GetUnit(ctx, "skipped-1")
+	require.NoError(t, err)
+	assert.Equal(t, "not modified", u.Error)
+	n, err := st.QueuedCount(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	tasks, err := st.Tasks(ctx)
+	require.NoError(t, err)
+	assert.Len(t, tasks, 2)
+	svcs, err := st.Services(ctx)
+	require.NoError(t, err)
+	paused := map[string]bool{}
+	for _, r := range svcs {
+		paused[r.Name] = r.Paused
+	}
+	assert.Equal(t, map[string]bool{"api": false, "api:slow": true}, paused)
+	p, err := st.Pauses(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, store.Pauses{}, p)
+	version, err := sqlite.SchemaVersionOf(ctx, st)
+	require.NoError(t, err)
+	assert.Equal(t, sqlite.SchemaVersion, version)
+	assert.GreaterOrEqual(t, version, 5)
+	log, err := st.ServiceLog(ctx, "api", time.Time{})
+	require.NoError(t, err)
+	assert.Len(t, log, 3, "the budgeted service's dispatches, logged")
 }

@@ -59,6 +59,7 @@ func Run(t *testing.T, open Opener) {
 		{"Backpressure", testBackpressure},
 		{"FailQueued", testFailQueued},
 		{"Skipped", testSkipped},
+		{"Pauses", testPauses},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,144 @@
+package runcue
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/runcue/runcue/store"
+)
+
+// Pauses of a task type and of the whole queue: stored, honoured by the
+// owner (at once when made in its process, within its PollInterval when
+// made in another), reported as task_changed and queue_changed events.
+// Running units continue; queued ones wait, and Explain says why. Drain
+// waits for paused work too.
+
+// PauseTask stops dispatching units of task type name until ResumeTask.
+// The task must be registered here or in the database (ErrUnknownTask).
+func (c *Cue) PauseTask(ctx context.Context, name string) error {
+	return c.setPause(ctx, name, true)
+}
+
+// ResumeTask lets a paused task type's units be dispatched again.
+func (c *Cue) ResumeTask(ctx context.Context, name string) error {
+	return c.setPause(ctx, name, false)
+}
+
+// PauseQueue stops dispatching any unit until ResumeQueue.
+func (c *Cue) PauseQueue(ctx context.Context) error { return c.setPause(ctx, "", true) }
+
+// ResumeQueue lets units be dispatched again after PauseQueue.
+func (c *Cue) ResumeQueue(ctx context.Context) error { return c.setPause(ctx, "", false) }
+
+func (c *Cue) setPause(ctx context.Context, task string, paused bool) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	change := "resumed"
+	if paused {
+		change = "paused"
+	}
+	typ := EventQueueChanged
+	if task != "" {
+		typ = EventTaskChanged
+	}
+	ev := &store.AppendEvent{Event: store.Event{Type: string(typ), Task: task, Time: c.clock.Now(),
+		Data: eventData{Reason: change}.encode()}}
+	res, err := c.w.Do(ctx, &store.SetPause{Task: task, Paused: paused}, ev)
+	if err != nil {
+		return wrapStoreErr(err)
+	}
+	if !res[0].Applied {
+		return fmt.Errorf("%w: %q", ErrUnknownTask, task)
+	}
+	// As for services: the owner applies it before this returns.
+	if d := c.disp.Load(); d != nil {
+		applied := make(chan struct{})
+		d.in.Push(msgPausesChanged{applied: applied})
+		select {
+		case <-applied:
+		case <-d.done:
+		case <-ctx.Done():
+		}
+	}
+	return nil
+}
+
+// reloadPauses re-reads the stored pauses on the reader goroutine, applies
+// them, and closes applied (if not nil).
+func (d *dispatcher) reloadPauses(applied chan struct{}) {
+	d.read(func(ctx context.Context) func(*dispatcher) {
+		p, err := d.st.Pauses(ctx)
+		return func(d *dispatcher) {
+			if applied != nil {
+				defer close(applied)
+			}
+			if err != nil {
+				d.log.Error("runcue: read pauses", "error", err)
+				return
+			}
+			d.applyPauses(p)
+		}
+	})
+}
+
+// applyPauses makes p the pauses in force: the queue's, and each task's
+// on its cap.
+func (t *resourceTable) applyPauses(p store.Pauses) {
+	if p.Queue != t.queuePaused {
+		t.queuePaused = p.Queue
+		t.log.Info("runcue: queue " + pauseWord(p.Queue))
+	}
+	t.pausedTasks = make(map[string]bool, len(p.Tasks))
+	for _, name := range p.Tasks {
+		t.pausedTasks[name] = true
+	}
+	for name, rt := range t.tasks {
+		paused := t.pausedTasks[name]
+		if rt.cap.Paused == paused {
+			continue
+		}
+		rt.cap.Paused = paused
+		t.log.Info("runcue: task "+pauseWord(paused), "task_type", name)
+		for range rt.cap.waiters.Len() {
+			before := rt.cap.waiters.Len()
+			t.wake(rt.cap)
+			if rt.cap.waiters.Len() == before {
+				break
+			}
+		}
+	}
+}
+
+func pauseWord(paused bool) string {
+	if paused {
+		return "paused"
+	}
+	return "resumed"
+}
+
+// storedPauseReasons says, from the database, whether the queue or task
+// is paused (for Explain in a process that does not own the database).
+func (c *Cue) storedPauseReasons(ctx context.Context, task string) ([]Reason, error) {
+	p, err := c.st.Pauses(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Reason
+	if p.Queue {
+		out = append(out, queuePausedReason())
+	}
+	if slices.Contains(p.Tasks, task) {
+		out = append(out, taskPausedReason(task))
+	}
+	return out, nil
+}
+
+func queuePausedReason() Reason {
+	return Reason{Kind: ReasonQueuePaused, Detail: "the queue is paused (PauseQueue)"}
+}
+
+func taskPausedReason(task string) Reason {
+	return Reason{Kind: ReasonTaskPaused, Detail: fmt.Sprintf("task type %q is paused (PauseTask)", task)}
+}
