@@ -145,6 +145,6 @@ func priorityScaling(dir string, blocked, free int) (calls, dispatches int64, er
 			return 0, 0, err
 		}
 	}
-	calls, dispatches, _ = runcue.Stats(c)
+	calls, dispatches, _ = runcue.Counters(c)
 	return calls, dispatches, c.StopAndCancel(ctx)
 }

@@ -148,8 +148,8 @@ func (d *dispatcher) verify() error {
 
 var _ = writer.ErrClosed
 
-// Stats returns the priority calls and dispatches counted so far.
-func Stats(c *Cue) (priorityCalls, dispatches, callbackErrors int64) {
+// Counters returns the priority calls and dispatches counted so far.
+func Counters(c *Cue) (priorityCalls, dispatches, callbackErrors int64) {
 	return c.stats.priorityCalls.Load(), c.stats.dispatches.Load(), c.stats.callbackErrors.Load()
 }
 

@@ -20,6 +20,10 @@ type maintenance struct {
 // pruneBatch caps the rows one retention pass deletes in a transaction.
 const pruneBatch = 1000
 
+// ActivityRetention is how long the per-minute activity and queue-wait
+// counts behind Stats are kept.
+const ActivityRetention = 24 * time.Hour
+
 func (d *dispatcher) schedulePrune(at time.Time) {
 	d.pushTimer(&timerEntry{at: at, kind: tPrune})
 }
@@ -31,7 +35,8 @@ func (d *dispatcher) prune(now time.Time) {
 	if d.pruning || d.stopping {
 		return
 	}
-	op := &store.Prune{Limit: pruneBatch, LogBefore: d.logCutoffs(now), EventsBefore: now.Add(-d.cfg.EventRetention)}
+	op := &store.Prune{Limit: pruneBatch, LogBefore: d.logCutoffs(now), EventsBefore: now.Add(-d.cfg.EventRetention),
+		ActivityBefore: now.Add(-ActivityRetention)}
 	if d.cfg.Retention > 0 {
 		op.Before = now.Add(-d.cfg.Retention)
 	}

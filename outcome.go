@@ -67,7 +67,7 @@ type outcome struct {
 func decide(f runFacts, e ending, jitter float64) outcome {
 	o := outcome{failures: f.failures, deferrals: f.deferrals}
 	fin := &o.fin
-	*fin = store.Finish{ID: f.id, Owner: f.owner, Run: f.run, At: e.at,
+	*fin = store.Finish{ID: f.id, Task: f.task, Owner: f.owner, Run: f.run, At: e.at,
 		Attempt: store.Attempt{Run: f.run, Start: f.start, End: e.at}}
 	delay, services, isDeferral := retryAfterOf(e.err)
 	skipReason, isSkip := skipOf(e.err)

@@ -402,7 +402,7 @@ func TestDependencySatisfiedCallback(t *testing.T) {
 	e.settle()
 	assert.Equal(t, runcue.StateQueued, e.get(bad).State, "a panic counts as not satisfied")
 	assert.Equal(t, runcue.StateQueued, e.get(slow).State, "a timeout counts as not satisfied")
-	_, _, cbErrs := runcue.Stats(e.c)
+	_, _, cbErrs := runcue.Counters(e.c)
 	assert.GreaterOrEqual(t, cbErrs, int64(2), "timeouts and panics are counted")
 	assert.Contains(t, e.logs.String(), "a dependency callback failed")
 }
@@ -449,7 +449,7 @@ func TestPriorityOrder(t *testing.T) {
 		return 0
 	})
 	assert.ElementsMatch(t, ranked[:3], first, "the three highest run first")
-	calls, dispatches, _ := runcue.Stats(e.c)
+	calls, dispatches, _ := runcue.Counters(e.c)
 	t.Logf("%d priority calls for %d dispatches", calls, dispatches)
 	assert.LessOrEqual(t, calls, int64(2000), "each eligible unit scored about once, not per slot")
 	close(g.release)
@@ -527,7 +527,7 @@ func TestPriorityCallbackNeverStalls(t *testing.T) {
 		assert.Equal(t, runcue.StateCompleted, e.wait(id).State, "dispatched with default scores")
 	}
 	assert.Contains(t, e.logs.String(), "reason=timeout detail=\"a scoring pass of")
-	_, _, cbErrs := runcue.Stats(e.c)
+	_, _, cbErrs := runcue.Counters(e.c)
 	assert.Positive(t, cbErrs)
 	release()
 }

@@ -77,13 +77,20 @@ type InsertedUnit struct {
 // It applies only if the unit is queued and no cancellation was requested.
 // Each service in ServiceLog gets a dispatch entry at At.
 type Claim struct {
-	ID           string
+	ID string
+	// Task is the unit's task type, if the caller knows it: the store
+	// keeps its counts by task without reading it back. Empty: the store
+	// reads it.
+	Task         string
 	Owner        string
 	Run          int
 	At           time.Time
 	LeaseExpires time.Time
 	ServiceLog   []string
 	Events       []Event
+	// Wait is how long the unit waited, from becoming eligible to this
+	// dispatch; the store keeps its histogram per minute (QueueWaits).
+	Wait time.Duration
 }
 
 // Finish ends run Run of a running unit leased by Owner. It applies only if
@@ -92,7 +99,9 @@ type Claim struct {
 // State is the unit's next state: Completed, Failed, Cancelled, or Queued to
 // run again at RunAt (a retry, a deferral, or an interrupted run).
 type Finish struct {
-	ID    string
+	ID string
+	// Task is the unit's task type, if known (see Claim.Task).
+	Task  string
 	Owner string
 	Run   int
 	At    time.Time
@@ -197,7 +206,10 @@ type Prune struct {
 	Before       time.Time
 	EventsBefore time.Time
 	LogBefore    map[string]time.Time
-	Limit        int
+	// ActivityBefore deletes the per-minute activity and queue-wait counts
+	// of minutes before it.
+	ActivityBefore time.Time
+	Limit          int
 }
 
 // Result is the outcome of one op.

@@ -305,6 +305,21 @@ type Store interface {
 	// Pauses returns what SetPause stored: whether the queue is paused,
 	// and the paused task types.
 	Pauses(ctx context.Context) (Pauses, error)
+
+	// Counts returns the number of units per task and state, kept as they
+	// change (not counted by a scan). States with no unit may be absent or
+	// zero.
+	Counts(ctx context.Context) ([]UnitCount, error)
+	// OldestQueued returns the submission time of the queued unit submitted
+	// first, and false if none is queued.
+	OldestQueued(ctx context.Context) (time.Time, bool, error)
+	// Activity returns the events per minute, task and kind of the minutes
+	// from since (see ActivityCount), kept as they are appended.
+	Activity(ctx context.Context, since time.Time) ([]ActivityCount, error)
+	// QueueWaits returns, summed over the minutes from since, the number of
+	// dispatches whose Claim.Wait fell in each bucket of QueueWaitBounds
+	// (one more count than bounds: the last is beyond the last bound).
+	QueueWaits(ctx context.Context, since time.Time) ([]int64, error)
 	// ServiceLog returns the dispatch times logged for service at or after
 	// since, oldest first.
 	ServiceLog(ctx context.Context, service string, since time.Time) ([]time.Time, error)
@@ -326,6 +341,43 @@ type Store interface {
 // one will run.
 type OwnerProber interface {
 	Owner(ctx context.Context) (Holder, bool, error)
+}
+
+// UnitCount is the number of units of a task in a state.
+type UnitCount struct {
+	Task  string
+	State State
+	N     int
+}
+
+// ActivityCount is the number of events of a kind for a task in one
+// minute. Kind is the event type, except work_failed_retry for a
+// work_failed that will be retried and work_deferred for a work_retrying
+// after a Retry-After.
+type ActivityCount struct {
+	Minute time.Time
+	Task   string
+	Kind   string
+	N      int
+}
+
+// QueueWaitBounds are the upper bounds of the queue-wait histogram
+// buckets.
+var QueueWaitBounds = []time.Duration{
+	time.Millisecond, 5 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond,
+	100 * time.Millisecond, 250 * time.Millisecond, 500 * time.Millisecond, time.Second,
+	2500 * time.Millisecond, 5 * time.Second, 10 * time.Second, 30 * time.Second, time.Minute,
+	5 * time.Minute, 15 * time.Minute, time.Hour,
+}
+
+// WaitBucket returns the bucket of QueueWaitBounds that holds d.
+func WaitBucket(d time.Duration) int {
+	for i, b := range QueueWaitBounds {
+		if d <= b {
+			return i
+		}
+	}
+	return len(QueueWaitBounds)
 }
 
 // Pauses is what SetPause stored.

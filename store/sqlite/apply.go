@@ -24,12 +24,18 @@ type txn struct {
 	// (see mergeClaims).
 	merged map[*store.Finish]bool
 	pairs  map[*store.Claim]*store.Finish
-	// queued is the change this transaction makes to the queued count; it
-	// is written once, at commit.
-	queued int
+	// counted journals the changes this transaction makes to the unit
+	// counts (task, state), written once, at commit (flushCounts); queued
+	// is their sum for the queued state, for the queue bound.
+	counted []countDelta
+	queued  int
 	// ranges are the sequence numbers this transaction used per task and
 	// event type, written to event_ranges at commit (see migration 0003).
 	ranges map[rangeKey]*seqRange
+	// activity journals the activity and queue-wait counts of the ops
+	// applied, added at commit (flushActivity); a savepoint rolled back
+	// truncates it.
+	activity []activityKey
 }
 
 type rangeKey struct{ task, typ string }
@@ -148,11 +154,13 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) ([]store.Result, erro
 				return err
 			}
 		}
-		if t.queued != 0 {
-			if _, err := t.exec(`UPDATE meta SET value = value + ? WHERE key = 'queued'`, int64(t.queued)); err != nil {
-				tx.Rollback()
-				return err
-			}
+		if err := t.flushCounts(); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := t.flushActivity(); err != nil {
+			tx.Rollback()
+			return err
 		}
 		for k, r := range t.ranges {
 			if _, err := t.exec(`INSERT INTO event_ranges(task, type, first, last) VALUES(?,?,?,?)`, k.task, k.typ, r.first, r.last); err != nil {
@@ -239,14 +247,14 @@ func (t *txn) savepoint(r *store.Result, f func() error) error {
 	if _, err := t.exec("SAVEPOINT op"); err != nil {
 		return err
 	}
-	queued := t.queued
+	queued, counted, activity := t.queued, len(t.counted), len(t.activity)
 	err := f()
 	var oe *store.OpError
 	if errors.As(err, &oe) {
 		if _, err := t.exec("ROLLBACK TO op"); err != nil {
 			return err
 		}
-		t.queued = queued
+		t.queued, t.counted, t.activity = queued, t.counted[:counted], t.activity[:activity]
 		*r = store.Result{Err: oe.Err}
 	} else if err != nil {
 		return err
@@ -268,6 +276,7 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 	if ev.Seq, err = res.LastInsertId(); err != nil {
 		return err
 	}
+	t.noteActivity(ev)
 	k := rangeKey{ev.Task, ev.Type}
 	if r, ok := t.ranges[k]; ok {
 		r.last = ev.Seq

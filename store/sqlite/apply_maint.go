@@ -3,6 +3,7 @@ package sqlite
 import (
 	"database/sql/driver"
 	"strings"
+	"time"
 
 	"github.com/runcue/runcue/store"
 )
@@ -59,15 +60,19 @@ func (t *txn) prune(op *store.Prune, r *store.Result) error {
 		limit = -1 // SQLite: no limit
 	}
 	if !op.Before.IsZero() {
-		ids, err := t.stringList(`SELECT id FROM work_units WHERE finished_at > 0 AND finished_at < ?
+		rows, err := t.all(`SELECT id, task, state FROM work_units WHERE finished_at > 0 AND finished_at < ?
 			AND state IN ('completed','failed','cancelled','skipped') ORDER BY finished_at LIMIT ?`, ns(op.Before), int64(limit))
 		if err != nil {
 			return err
 		}
-		for _, id := range ids {
+		ids := make([]string, len(rows))
+		for i, row := range rows {
+			id := asStr(row[0])
+			ids[i] = id
 			if _, err := t.exec(`DELETE FROM work_units WHERE id=?`, id); err != nil {
 				return err
 			}
+			t.moved(asStr(row[1]), store.State(asStr(row[2])), "")
 			// Edges from and to the unit: a dependency that finished and
 			// was pruned is satisfied, not unknown.
 			if _, err := t.exec(`DELETE FROM dependencies WHERE unit_id=?1 OR depends_on=?1`, id); err != nil {
@@ -97,6 +102,15 @@ func (t *txn) prune(op *store.Prune, r *store.Result) error {
 			return err
 		} else {
 			more(res)
+		}
+	}
+	if !op.ActivityBefore.IsZero() {
+		minute := op.ActivityBefore.UnixNano() / int64(time.Minute)
+		// A few rows per minute: no batch limit needed.
+		for _, table := range []string{"activity", "queue_wait"} {
+			if _, err := t.exec(`DELETE FROM `+table+` WHERE minute < ?`, minute); err != nil {
+				return err
+			}
 		}
 	}
 	if op.LogBefore != nil {

@@ -11,13 +11,13 @@ import (
 // into one update), Recover; the attempt history they append.
 
 func (t *txn) claim(op *store.Claim, r *store.Result) error {
-	ok, err := t.changed(`UPDATE work_units SET state='running', runs=?, started_at=?, leased_by=?, lease_expires_at=?, heartbeat_at=0
+	task, ok, err := t.update(op.Task, `UPDATE work_units SET state='running', runs=?, started_at=?, leased_by=?, lease_expires_at=?, heartbeat_at=0
 		WHERE id=? AND state='queued' AND cancel_requested=0`,
 		op.Run, ns(op.At), op.Owner, ns(op.LeaseExpires), op.ID)
 	if err != nil || !ok {
 		return err
 	}
-	t.queued--
+	t.moved(task, store.Queued, store.Running)
 	return t.claimed(op, r)
 }
 
@@ -25,6 +25,7 @@ func (t *txn) claim(op *store.Claim, r *store.Result) error {
 // unit holds, and the Claim's events.
 func (t *txn) claimed(op *store.Claim, r *store.Result) error {
 	r.Applied = true
+	t.noteWait(op.At, op.Wait)
 	for _, svc := range op.ServiceLog {
 		if _, err := t.exec(`INSERT INTO service_log(service, started_at, work_id) VALUES(?,?,?)`, svc, ns(op.At), op.ID); err != nil {
 			return err
@@ -88,7 +89,7 @@ func finishArgs(f *store.Finish) []any {
 }
 
 func (t *txn) finish(op *store.Finish, r *store.Result) error {
-	ok, err := t.changed(`UPDATE work_units SET state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
+	task, ok, err := t.update(op.Task, `UPDATE work_units SET state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
 			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, cancel_requested=0,
 			attempts=`+appendAttempt+`
 		WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
@@ -96,9 +97,7 @@ func (t *txn) finish(op *store.Finish, r *store.Result) error {
 	if err != nil || !ok {
 		return err
 	}
-	if op.State == store.Queued {
-		t.queued++
-	}
+	t.moved(task, store.Running, op.State)
 	return store.FinishApplied(t, op, r)
 }
 
@@ -126,6 +125,7 @@ func (t *txn) recover(op *store.Recover, r *store.Result) error {
 				WHERE id=?`, ns(op.At), att, att, x.id); err != nil {
 				return err
 			}
+			t.moved(x.task, store.Running, store.Cancelled)
 			ev := store.Event{Type: store.EventWorkCancelled, WorkID: x.id, Task: x.task, Attempt: x.runs}
 			if err := t.event(&ev, op.At); err != nil {
 				return err
@@ -140,7 +140,7 @@ func (t *txn) recover(op *store.Recover, r *store.Result) error {
 				attempts=`+appendAttempt+` WHERE id=?`, att, att, x.id); err != nil {
 			return err
 		}
-		t.queued++
+		t.moved(x.task, store.Running, store.Queued)
 		ev := store.Event{Type: store.EventWorkRecovered, WorkID: x.id, Task: x.task, Attempt: x.runs}
 		if err := t.event(&ev, op.At); err != nil {
 			return err
@@ -194,7 +194,7 @@ func mergeClaims(ops []store.Op) map[*store.Claim]*store.Finish {
 // Claim's precondition.
 func (t *txn) claimFinish(c *store.Claim, f *store.Finish, r *store.Result) error {
 	args := append([]any{c.Run, ns(c.At)}, finishArgs(f)...)
-	ok, err := t.changed(`UPDATE work_units SET runs=?, started_at=?, state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
+	task, ok, err := t.update(c.Task, `UPDATE work_units SET runs=?, started_at=?, state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
 			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, attempts=`+appendAttempt+`
 		WHERE id=? AND state='queued' AND cancel_requested=0`,
 		append(args, c.ID)...)
@@ -205,9 +205,7 @@ func (t *txn) claimFinish(c *store.Claim, f *store.Finish, r *store.Result) erro
 	if !ok {
 		return nil
 	}
-	if f.State != store.Queued {
-		t.queued--
-	}
+	t.moved(task, store.Queued, f.State)
 	return t.claimed(c, r)
 }
 

@@ -52,9 +52,7 @@ func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int
 	if err != nil {
 		return 0, err
 	}
-	if u.State == store.Queued {
-		t.queued++
-	}
+	t.moved(u.Task, "", u.State)
 	for _, d := range u.DependsOn {
 		if _, err := t.exec(`INSERT OR IGNORE INTO dependencies(unit_id, depends_on) VALUES(?,?)`, u.ID, d); err != nil {
 			return 0, err
@@ -64,10 +62,10 @@ func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int
 }
 
 func (t *txn) EndQueued(id string, st store.State, at time.Time, errMsg, errKind string) (bool, error) {
-	ok, err := t.changed(`UPDATE work_units SET state=?, finished_at=?, error=?, error_kind=? WHERE id=? AND state='queued'`,
+	row, ok, err := t.one(`UPDATE work_units SET state=?, finished_at=?, error=?, error_kind=? WHERE id=? AND state='queued' RETURNING task`,
 		string(st), ns(at), nullStr(errMsg), nullStr(errKind), id)
 	if ok {
-		t.queued--
+		t.moved(asStr(row[0]), store.Queued, st)
 	}
 	return ok, err
 }
@@ -79,7 +77,7 @@ func (t *txn) QueuedDependents(id string) ([]store.UnitRef, error) {
 }
 
 func (t *txn) QueuedCount() (int, error) {
-	row, _, err := t.one(`SELECT value FROM meta WHERE key = 'queued'`)
+	row, _, err := t.one(`SELECT coalesce(sum(n), 0) FROM unit_counts WHERE state = 'queued'`)
 	if err != nil {
 		return 0, err
 	}
@@ -143,7 +141,7 @@ func (t *txn) RequeueFailed(id string) (string, bool, error) {
 	if err != nil || !found {
 		return "", false, err
 	}
-	t.queued++
+	t.moved(asStr(row[0]), store.Failed, store.Queued)
 	return asStr(row[0]), true, nil
 }
 

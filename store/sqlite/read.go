@@ -278,9 +278,10 @@ func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) erro
 	}
 }
 
-// CountActive returns queued plus running units per task.
+// CountActive returns queued plus running units per task, from the kept
+// counts.
 func (s *Store) CountActive(ctx context.Context) (map[string]int, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT task, count(*) FROM work_units WHERE state IN ('queued','running') GROUP BY task`)
+	rows, err := s.read.QueryContext(ctx, `SELECT task, sum(n) FROM unit_counts WHERE state IN ('queued','running') GROUP BY task HAVING sum(n) > 0`)
 	if err != nil {
 		return nil, err
 	}
@@ -548,6 +549,6 @@ func (s *Store) Pauses(ctx context.Context) (store.Pauses, error) {
 // transaction maintains.
 func (s *Store) QueuedCount(ctx context.Context) (int, error) {
 	var n int
-	err := s.read.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'queued'`).Scan(&n)
+	err := s.read.QueryRowContext(ctx, `SELECT coalesce(sum(n), 0) FROM unit_counts WHERE state = 'queued'`).Scan(&n)
 	return n, err
 }

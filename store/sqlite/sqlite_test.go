@@ -285,3 +285,36 @@ func TestMigrateFromSchema4(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, log, 3, "the budgeted service's dispatches, logged")
 }
+
+// TestMigrateFromSchema5 opens a database written by schema version 5
+// (testdata/schema5.db, written by testdata/mkschema5 with the runcue of
+// that schema) and checks that the migration to kept counts keeps every
+// unit and pause, and counts the units already stored.
+func TestMigrateFromSchema5(t *testing.T) {
+	st := openFixture(t, "schema5.db")
+	ctx := t.Context()
+	counts, err := st.Counts(ctx)
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []store.UnitCount{
+		{Task: "a", State: store.Cancelled, N: 1}, {Task: "a", State: store.Completed, N: 1}, {Task: "a", State: store.Failed, N: 1},
+		{Task: "a", State: store.Queued, N: 1}, {Task: "a", State: store.Skipped, N: 1},
+		{Task: "b", State: store.Failed, N: 1}, {Task: "b", State: store.Queued, N: 1},
+	}, counts)
+	p, err := st.Pauses(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, store.Pauses{Queue: true, Tasks: []string{"b"}}, p)
+	u, err := st.GetUnit(ctx, "queued-2")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"queued-1", "skipped-1"}, u.DependsOn)
+	oldest, ok, err := st.OldestQueued(ctx)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.True(t, oldest.Equal(u.CreatedAt) || oldest.Before(u.CreatedAt))
+	acts, err := st.Activity(ctx, time.Time{})
+	require.NoError(t, err)
+	assert.Empty(t, acts, "activity starts with the migration")
+	version, err := sqlite.SchemaVersionOf(ctx, st)
+	require.NoError(t, err)
+	assert.Equal(t, sqlite.SchemaVersion, version)
+	assert.GreaterOrEqual(t, version, 6)
+}

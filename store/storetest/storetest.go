@@ -60,6 +60,7 @@ func Run(t *testing.T, open Opener) {
 		{"FailQueued", testFailQueued},
 		{"Skipped", testSkipped},
 		{"Pauses", testPauses},
+		{"Stats", testStats},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,6 +74,26 @@ func Run(t *testing.T, open Opener) {
 			queued, err := st.ListUnits(h.ctx, store.ListFilter{States: []store.State{store.Queued}, Limit: 1 << 30})
 			require.NoError(t, err)
 			assert.Equal(t, len(queued), n, "QueuedCount after the test's ops")
+			// And the kept counts by task and state.
+			all, err := st.ListUnits(h.ctx, store.ListFilter{Limit: 1 << 30})
+			require.NoError(t, err)
+			want := map[store.UnitCount]bool{}
+			byKey := map[[2]string]int{}
+			for _, u := range all {
+				byKey[[2]string{u.Task, string(u.State)}]++
+			}
+			for k, n := range byKey {
+				want[store.UnitCount{Task: k[0], State: store.State(k[1]), N: n}] = true
+			}
+			counts, err := st.Counts(h.ctx)
+			require.NoError(t, err)
+			got := map[store.UnitCount]bool{}
+			for _, c := range counts {
+				if c.N != 0 {
+					got[c] = true
+				}
+			}
+			assert.Equal(t, want, got, "Counts after the test's ops")
 		})
 	}
 }

@@ -1,0 +1,314 @@
+package runcue
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/runcue/runcue/store"
+)
+
+// Stats: the operator's summary of a database, from any process.
+
+// StatsWindow is the recent period Stats reports throughput and queue
+// wait over.
+const StatsWindow = time.Hour
+
+// Stats is a summary of a database's work and services. Taking it costs the
+// same on a database of a million units as on an empty one: counts are
+// kept as units change, throughput and queue wait per minute as they
+// happen. It is correct in a process that does not own the database; there
+// the services' figures are read from the database (see Services).
+type Stats struct {
+	// At is when the snapshot was taken.
+	At time.Time `json:"at"`
+	// Live reports that this Cue owns the database: service figures are
+	// the dispatcher's own.
+	Live bool `json:"live"`
+	// States counts the units by state; Tasks by task type and state.
+	States map[State]int            `json:"states"`
+	Tasks  map[string]map[State]int `json:"tasks"`
+	// OldestQueued is when the queued unit submitted first was submitted;
+	// zero if none is queued.
+	OldestQueued time.Time `json:"oldest_queued,omitzero"`
+	// QueuePaused and PausedTasks report PauseQueue and PauseTask.
+	QueuePaused bool     `json:"queue_paused,omitempty"`
+	PausedTasks []string `json:"paused_tasks,omitempty"`
+	// QueueWait summarizes, over the last StatsWindow, how long dispatched
+	// units waited from becoming eligible to their dispatch.
+	QueueWait QueueWaitStats `json:"queue_wait"`
+	// Minutes are the last StatsWindow's minutes, oldest first, the
+	// current one last (partial).
+	Minutes []MinuteStats `json:"minutes"`
+	// Services are the registered services (see Services), each with its
+	// Retry-After answers over the window and its busiest keyed instances.
+	Services []ServiceStats `json:"services"`
+}
+
+// QueueWaitStats summarizes queue waits. Percentiles are read from a
+// histogram: each is the upper bound of the bucket that holds it (1ms,
+// 5ms, 10ms, 50ms, 100ms, 250ms, 500ms, 1s, 2.5s, 5s, 10s, 30s, 1m, 5m,
+// 15m, 1h), or, past the last, that bound.
+type QueueWaitStats struct {
+	Count int64
+	P50   time.Duration
+	P90   time.Duration
+	P99   time.Duration
+}
+
+// MarshalJSON writes the durations as integer milliseconds.
+func (q QueueWaitStats) MarshalJSON() ([]byte, error) {
+	return json.Marshal(struct {
+		Count int64 `json:"count"`
+		P50   int64 `json:"p50_ms"`
+		P90   int64 `json:"p90_ms"`
+		P99   int64 `json:"p99_ms"`
+	}{q.Count, q.P50.Milliseconds(), q.P90.Milliseconds(), q.P99.Milliseconds()})
+}
+
+// MinuteStats counts one minute's events: units started, completed,
+// failed for good, failed and retried, skipped, cancelled, and runs
+// deferred by a Retry-After (429, 503).
+type MinuteStats struct {
+	Minute    time.Time `json:"minute"`
+	Started   int       `json:"started"`
+	Completed int       `json:"completed"`
+	Failed    int       `json:"failed"`
+	Retried   int       `json:"retried"`
+	Skipped   int       `json:"skipped"`
+	Cancelled int       `json:"cancelled"`
+	Deferred  int       `json:"deferred"`
+}
+
+// ServiceStats is a service in Stats.
+type ServiceStats struct {
+	ServiceStatus
+	// Deferred counts the runs of the service's task types deferred by a
+	// Retry-After over the window (keyed tasks count toward their class).
+	Deferred int `json:"deferred"`
+	// Keys are the busiest keyed instances of the class, at most
+	// StatsKeys: in the owner by units running, then waiting, then starts
+	// in the window; elsewhere by logged starts in the window, with their
+	// stored pause and circuit.
+	Keys []ServiceStatus `json:"keys,omitempty"`
+}
+
+// StatsKeys is the most keyed instances Stats lists per class.
+const StatsKeys = 10
+
+// Stats returns a summary of the database. See Stats (the type).
+func (c *Cue) Stats(ctx context.Context) (Stats, error) {
+	if err := c.checkOpen(); err != nil {
+		return Stats{}, err
+	}
+	now := c.clock.Now()
+	s := Stats{At: now, States: map[State]int{}, Tasks: map[string]map[State]int{}}
+	counts, err := c.st.Counts(ctx)
+	if err != nil {
+		return Stats{}, c.readErr(err)
+	}
+	for _, n := range counts {
+		if n.N == 0 {
+			continue
+		}
+		s.States[n.State] += n.N
+		if s.Tasks[n.Task] == nil {
+			s.Tasks[n.Task] = map[State]int{}
+		}
+		s.Tasks[n.Task][n.State] += n.N
+	}
+	if s.OldestQueued, _, err = c.st.OldestQueued(ctx); err != nil {
+		return Stats{}, c.readErr(err)
+	}
+	p, err := c.st.Pauses(ctx)
+	if err != nil {
+		return Stats{}, c.readErr(err)
+	}
+	s.QueuePaused, s.PausedTasks = p.Queue, p.Tasks
+	since := now.Add(-StatsWindow).Truncate(time.Minute).Add(time.Minute)
+	waits, err := c.st.QueueWaits(ctx, since)
+	if err != nil {
+		return Stats{}, c.readErr(err)
+	}
+	s.QueueWait = queueWaitStats(waits)
+	acts, err := c.st.Activity(ctx, since)
+	if err != nil {
+		return Stats{}, c.readErr(err)
+	}
+	s.Minutes = make([]MinuteStats, int(StatsWindow/time.Minute))
+	for i := range s.Minutes {
+		s.Minutes[i].Minute = since.Add(time.Duration(i) * time.Minute)
+	}
+	deferredBy := map[string]int{} // task -> deferrals
+	for _, a := range acts {
+		i := int(a.Minute.Sub(since) / time.Minute)
+		if i < 0 || i >= len(s.Minutes) {
+			continue
+		}
+		m := &s.Minutes[i]
+		switch a.Kind {
+		case "work_started":
+			m.Started += a.N
+		case "work_completed":
+			m.Completed += a.N
+		case "work_failed":
+			m.Failed += a.N
+		case "work_failed_retry":
+			m.Retried += a.N
+		case "work_skipped":
+			m.Skipped += a.N
+		case "work_cancelled":
+			m.Cancelled += a.N
+		case "work_deferred":
+			m.Deferred += a.N
+			deferredBy[a.Task] += a.N
+		}
+	}
+	if s.Services, s.Live, err = c.serviceStats(ctx, now, deferredBy); err != nil {
+		return Stats{}, err
+	}
+	return s, nil
+}
+
+// queueWaitStats reads percentiles from a histogram of store.QueueWaitBounds.
+func queueWaitStats(h []int64) QueueWaitStats {
+	var q QueueWaitStats
+	for _, n := range h {
+		q.Count += n
+	}
+	if q.Count == 0 {
+		return q
+	}
+	at := func(p float64) time.Duration {
+		rank := int64(float64(q.Count)*p + 0.999999)
+		var seen int64
+		for i, n := range h {
+			seen += n
+			if seen >= rank {
+				return store.QueueWaitBounds[min(i, len(store.QueueWaitBounds)-1)]
+			}
+		}
+		return store.QueueWaitBounds[len(store.QueueWaitBounds)-1]
+	}
+	q.P50, q.P90, q.P99 = at(0.5), at(0.9), at(0.99)
+	return q
+}
+
+// serviceStats reports the services with their deferrals and busiest keys.
+func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferredBy map[string]int) ([]ServiceStats, bool, error) {
+	tasks, err := c.st.Tasks(ctx)
+	if err != nil {
+		return nil, false, c.readErr(err)
+	}
+	deferred := map[string]int{}
+	for name, def := range tasks {
+		var td taskDef
+		if json.Unmarshal(def, &td) == nil {
+			for _, svc := range td.Services {
+				deferred[svc] += deferredBy[name]
+			}
+		}
+	}
+	if d := c.disp.Load(); d != nil {
+		ch := make(chan []ServiceStats, 1)
+		d.in.Push(msgCall{f: func(d *dispatcher) { ch <- d.serviceStats() }})
+		select {
+		case out := <-ch:
+			for i := range out {
+				out[i].Deferred = deferred[out[i].Name]
+			}
+			return out, true, nil
+		case <-d.done:
+		case <-ctx.Done():
+			return nil, false, ctx.Err()
+		}
+	}
+	all, err := c.storedStatus(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	recs, err := c.st.Services(ctx)
+	if err != nil {
+		return nil, false, c.readErr(err)
+	}
+	out := make([]ServiceStats, len(all))
+	for i, st := range all {
+		out[i] = ServiceStats{ServiceStatus: st, Deferred: deferred[st.Name]}
+		window := time.Minute
+		if st.Limits.RateWindow > 0 {
+			window = st.Limits.RateWindow
+		}
+		logs, err := c.st.ServiceLogPrefix(ctx, st.Name+":", now.Add(-window))
+		if err != nil {
+			return nil, false, c.readErr(err)
+		}
+		keys := map[string]*ServiceStatus{}
+		for name, times := range logs {
+			keys[name] = &ServiceStatus{Name: name, Class: st.Name, InWindow: len(times), Circuit: CircuitClosed}
+		}
+		for _, r := range recs {
+			if !strings.HasPrefix(r.Name, st.Name+":") || (!r.Paused && len(r.Circuit) == 0 && len(r.Override) == 0) {
+				continue
+			}
+			k := keys[r.Name]
+			if k == nil {
+				k = &ServiceStatus{Name: r.Name, Class: st.Name, Circuit: CircuitClosed}
+				keys[r.Name] = k
+			}
+			k.Paused, k.Overridden = r.Paused, len(r.Override) > 0
+			var cr circuitRecord
+			if len(r.Circuit) > 0 && json.Unmarshal(r.Circuit, &cr) == nil && cr.State != "" {
+				k.Circuit = cr.State
+				if cr.Until != 0 {
+					k.CircuitOpenUntil = time.Unix(0, cr.Until)
+				}
+				if bu := time.Unix(0, cr.BlockedUntil); cr.BlockedUntil != 0 && bu.After(now) {
+					k.BlockedUntil = bu
+				}
+			}
+		}
+		for _, k := range keys {
+			out[i].Keys = append(out[i].Keys, *k)
+		}
+		out[i].Keys = busiest(out[i].Keys)
+	}
+	return out, false, nil
+}
+
+// serviceStats reports, on the dispatcher goroutine, every service with
+// its busiest keyed instances.
+func (t *resourceTable) serviceStats() []ServiceStats {
+	now := t.now()
+	all := t.statusAll()
+	out := make([]ServiceStats, len(all))
+	for i, st := range all {
+		out[i].ServiceStatus = st
+		for _, kr := range t.keyed {
+			if kr.class == st.Name {
+				out[i].Keys = append(out[i].Keys, t.statusOf(kr, now))
+			}
+		}
+		// Instances not in memory with a stored pause or override.
+		for name, rec := range t.stored {
+			if strings.HasPrefix(name, st.Name+":") && t.keyed[name] == nil && (rec.Paused || len(rec.Override) > 0) {
+				out[i].Keys = append(out[i].Keys, ServiceStatus{Name: name, Class: st.Name, Circuit: CircuitClosed,
+					Paused: rec.Paused || st.Paused, Overridden: len(rec.Override) > 0})
+			}
+		}
+		out[i].Keys = busiest(out[i].Keys)
+	}
+	return out
+}
+
+// busiest orders keyed instances by units running, waiting, starts in the
+// window, then name, and keeps the first StatsKeys.
+func busiest(keys []ServiceStatus) []ServiceStatus {
+	slices.SortFunc(keys, func(a, b ServiceStatus) int {
+		return cmp.Or(cmp.Compare(b.Active, a.Active), cmp.Compare(b.Waiting, a.Waiting),
+			cmp.Compare(b.InWindow, a.InWindow), strings.Compare(a.Name, b.Name))
+	})
+	return keys[:min(len(keys), StatsKeys)]
+}
