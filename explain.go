@@ -2,7 +2,9 @@ package runcue
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -99,6 +101,14 @@ type Explanation struct {
 	State State
 	// Reasons are every reason that holds now, most fundamental first.
 	Reasons []Reason
+	// Live reports that the owning dispatcher answered from its live state
+	// (this Cue owns the database and holds the unit). Otherwise the
+	// answer was read from the database at AsOf: stored pauses, holds,
+	// circuits, logged rate windows and budgets, dependencies and delays,
+	// as they were committed then. A keyed instance's reasons are given
+	// only where the unit's task is registered with its ServiceKeys.
+	Live bool
+	AsOf time.Time
 }
 
 // Explain says why a unit is not running right now: waiting on
@@ -117,6 +127,7 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 		select {
 		case ex := <-ch:
 			if ex.ID != "" {
+				ex.Live, ex.AsOf = true, c.clock.Now()
 				return ex, nil
 			}
 			// Not in the dispatcher's memory: finished, or not loaded yet.
@@ -129,7 +140,8 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 	if err != nil {
 		return Explanation{}, c.readErr(err)
 	}
-	ex := Explanation{ID: u.ID, Task: u.Task, State: u.State}
+	now := c.clock.Now()
+	ex := Explanation{ID: u.ID, Task: u.Task, State: u.State, AsOf: now}
 	switch {
 	case u.State.Terminal():
 		ex.Reasons = []Reason{{Kind: ReasonFinished, Detail: finishedDetail(u)}}
@@ -144,6 +156,11 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 			return Explanation{}, c.readErr(err)
 		}
 		ex.Reasons = append(ex.Reasons, paused...)
+		services, err := c.storedServiceReasons(ctx, u, now)
+		if err != nil {
+			return Explanation{}, err
+		}
+		ex.Reasons = append(ex.Reasons, services...)
 		var skipped []string
 		for _, dep := range u.DependsOn {
 			du, err := c.st.GetUnit(ctx, dep)
@@ -316,4 +333,103 @@ func (d *dispatcher) resourceReason(r *resource, now time.Time) (Reason, bool) {
 		reason.Detail = fmt.Sprintf("%s's rate window is full (%d per %v)", name, r.Window.Limit(), r.Window.Length())
 	}
 	return reason, true
+}
+
+// storedServiceReasons says, from the database, which of u's services
+// refuse it now: a stored pause (of the class or the instance), a
+// Retry-After hold, an open circuit, a rate window full by the logged
+// dispatches, a spent budget. Keyed instances are known only if u's task
+// is registered here with ServiceKeys.
+func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.Time) ([]Reason, error) {
+	tasks, err := c.st.Tasks(ctx)
+	if err != nil {
+		return nil, c.readErr(err)
+	}
+	var td taskDef
+	_ = json.Unmarshal(tasks[u.Task], &td)
+	names := slices.Clone(td.Services)
+	c.mu.Lock()
+	t := c.tasks[u.Task]
+	c.mu.Unlock()
+	if t != nil && t.ServiceKeys != nil {
+		w := &Work{ID: u.ID, Task: u.Task, Target: u.Target, Params: u.Params, Attempt: u.Runs + 1}
+		if keys, err := callKeys(t.ServiceKeys, w); err == nil {
+			names = append(names, keys...)
+		}
+	}
+	if len(names) == 0 {
+		return nil, nil
+	}
+	recs, err := c.st.Services(ctx)
+	if err != nil {
+		return nil, c.readErr(err)
+	}
+	byName := make(map[string]store.ServiceRecord, len(recs))
+	for _, r := range recs {
+		byName[r.Name] = r
+	}
+	// The limits in force: the instance's override, else the class's,
+	// else its definition.
+	limitsOf := func(name, class string) Service {
+		pick := byName[class].Def
+		if o := byName[class].Override; len(o) > 0 {
+			pick = o
+		}
+		if o := byName[name].Override; name != class && len(o) > 0 {
+			pick = o
+		}
+		var def serviceDef
+		if len(pick) > 0 && json.Unmarshal(pick, &def) == nil {
+			return Service(def)
+		}
+		return Service{}
+	}
+	var out []Reason
+	for _, name := range names {
+		class := name
+		if i := strings.IndexByte(name, ':'); i > 0 {
+			class = name[:i]
+		}
+		if byName[class].Paused || byName[name].Paused {
+			out = append(out, Reason{Kind: ReasonPaused, Service: name, Detail: name + " is paused"})
+			continue
+		}
+		var cr circuitRecord
+		if raw := byName[name].Circuit; len(raw) > 0 && json.Unmarshal(raw, &cr) == nil {
+			if bu := time.Unix(0, cr.BlockedUntil); cr.BlockedUntil != 0 && bu.After(now) {
+				out = append(out, Reason{Kind: ReasonServiceRetryAfter, Service: name, Until: bu, Detail: name + " asked to wait (Retry-After)"})
+				continue
+			}
+			if until := time.Unix(0, cr.Until); cr.State == broker.Open && until.After(now) {
+				out = append(out, Reason{Kind: ReasonCircuitOpen, Service: name, Until: until, Detail: name + "'s circuit is open"})
+				continue
+			}
+		}
+		s := limitsOf(name, class)
+		if s.RateLimit > 0 {
+			log, err := c.st.ServiceLog(ctx, name, now.Add(-s.RateWindow).Add(1))
+			if err != nil {
+				return nil, c.readErr(err)
+			}
+			if len(log) >= s.RateLimit {
+				until := log[len(log)-s.RateLimit].Add(s.RateWindow)
+				out = append(out, Reason{Kind: ReasonRateLimited, Service: name, Until: until,
+					Detail: fmt.Sprintf("%s's rate window is full (%d per %v)", name, s.RateLimit, s.RateWindow)})
+				continue
+			}
+		}
+		budgets, err := c.storedBudgets(ctx, name, s)
+		if err != nil {
+			return nil, c.readErr(err)
+		}
+		for _, b := range budgets {
+			if b.Exhausted {
+				out = append(out, Reason{Kind: ReasonBudgetExhausted, Service: name, Until: b.Resets,
+					Detail: fmt.Sprintf("%s's budget of %d requests per %s is spent until %s", name, b.Budget.Requests,
+						b.Budget.Per, b.Resets.Format(time.RFC3339))})
+				break
+			}
+		}
+	}
+	return out, nil
 }

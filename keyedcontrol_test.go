@@ -127,3 +127,61 @@ func TestServiceLogKeptForKeyedOverride(t *testing.T) {
 	assert.Len(t, slow, 1, "the day-long window of host:slow still needs it")
 	assert.Empty(t, api, "api's minute is over")
 }
+
+// Explain in a process that does not own the database reads the services'
+// stored state: a paused keyed instance (named, where the task's
+// ServiceKeys is registered), a rate window full by the logged starts, a
+// spent budget; and says it is not live.
+func TestExplainFromAnotherProcess(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	g := newGate()
+	keys := func(w *runcue.Work) []string { return []string{"host:" + w.Target} }
+	require.NoError(t, e.c.Service("host", runcue.Service{}))
+	require.NoError(t, e.c.Service("api", runcue.Service{RateLimit: 1, RateWindow: time.Hour}))
+	require.NoError(t, e.c.Service("paid", runcue.Service{Budgets: []runcue.Budget{{Requests: 1, Per: runcue.PerDay}}}))
+	require.NoError(t, e.c.Task("fetch", runcue.Task{Handler: g.handler, ServiceKeys: keys}))
+	require.NoError(t, e.c.Task("call", runcue.Task{Services: []string{"api"}, Handler: noop}))
+	require.NoError(t, e.c.Task("buy", runcue.Task{Services: []string{"paid"}, Handler: noop}))
+	e.start()
+	other := e.open(runcue.Config{})
+	require.NoError(t, other.Task("fetch", runcue.Task{Handler: g.handler, ServiceKeys: keys})) // to derive keys; it runs nothing
+	require.NoError(t, other.PauseService(e.ctx, "host:a.example"))
+	require.NoError(t, runcue.PollNow(e.ctx, e.c))
+	e.settle()
+
+	fetch := e.submit("fetch", func(s *runcue.Submission) { s.Target = "a.example" })
+	call1, call2 := e.submit("call"), e.submit("call")
+	buy1, buy2 := e.submit("buy"), e.submit("buy")
+	for _, id := range []string{call1, buy1} {
+		e.wait(id)
+	}
+	e.settle()
+
+	reason := func(c *runcue.Cue, id string, kind runcue.ReasonKind) runcue.Reason {
+		t.Helper()
+		ex, err := c.Explain(e.ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, c == e.c, ex.Live)
+		assert.True(t, ex.AsOf.Equal(e.clk.Now()))
+		for _, r := range ex.Reasons {
+			if r.Kind == kind {
+				return r
+			}
+		}
+		t.Fatalf("%s: no %s in %+v", id, kind, ex.Reasons)
+		return runcue.Reason{}
+	}
+	for _, c := range []*runcue.Cue{e.c, other} {
+		assert.Equal(t, "host:a.example", reason(c, fetch, runcue.ReasonPaused).Service)
+		r := reason(c, call2, runcue.ReasonRateLimited)
+		assert.Equal(t, "api", r.Service)
+		assert.True(t, r.Until.Equal(e.get(call1).StartedAt.Add(time.Hour)), "until %v", r.Until)
+		r = reason(c, buy2, runcue.ReasonBudgetExhausted)
+		assert.Equal(t, "paid", r.Service)
+		assert.True(t, r.Until.Equal(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)))
+	}
+	for _, id := range []string{fetch, call2, buy2} {
+		require.NoError(t, e.c.Cancel(e.ctx, id, runcue.CancelOptions{}))
+	}
+	require.NoError(t, e.c.Drain(e.ctx))
+}
