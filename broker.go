@@ -104,6 +104,24 @@ func (c *Cue) ServiceStatus(ctx context.Context, name string) (ServiceStatus, er
 	return ServiceStatus{}, fmt.Errorf("%w: %q", ErrUnknownService, name)
 }
 
+// storedCircuit sets st's circuit and Retry-After hold from a stored
+// circuit record, as of now.
+func storedCircuit(raw []byte, now time.Time, st *ServiceStatus) {
+	var cr circuitRecord
+	if len(raw) == 0 || json.Unmarshal(raw, &cr) != nil {
+		return
+	}
+	if cr.State != "" {
+		st.Circuit = cr.State
+		if cr.Until != 0 {
+			st.CircuitOpenUntil = time.Unix(0, cr.Until)
+		}
+	}
+	if bu := time.Unix(0, cr.BlockedUntil); cr.BlockedUntil != 0 && bu.After(now) {
+		st.BlockedUntil = bu
+	}
+}
+
 // storedStatus computes service status from the database, for a Cue that
 // does not own it.
 func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
@@ -161,18 +179,7 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 		if st.Budgets, err = c.storedBudgets(ctx, r.Name, st.Limits); err != nil {
 			return nil, c.readErr(err)
 		}
-		var cr circuitRecord
-		if len(r.Circuit) > 0 && json.Unmarshal(r.Circuit, &cr) == nil {
-			if cr.State != "" {
-				st.Circuit = cr.State
-				if cr.Until != 0 {
-					st.CircuitOpenUntil = time.Unix(0, cr.Until)
-				}
-			}
-			if bu := time.Unix(0, cr.BlockedUntil); cr.BlockedUntil != 0 && bu.After(now) {
-				st.BlockedUntil = bu
-			}
-		}
+		storedCircuit(r.Circuit, now, &st)
 		for _, k := range recs {
 			if !strings.HasPrefix(k.Name, r.Name+":") {
 				continue

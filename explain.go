@@ -394,16 +394,15 @@ func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.
 			out = append(out, Reason{Kind: ReasonPaused, Service: name, Detail: name + " is paused"})
 			continue
 		}
-		var cr circuitRecord
-		if raw := byName[name].Circuit; len(raw) > 0 && json.Unmarshal(raw, &cr) == nil {
-			if bu := time.Unix(0, cr.BlockedUntil); cr.BlockedUntil != 0 && bu.After(now) {
-				out = append(out, Reason{Kind: ReasonServiceRetryAfter, Service: name, Until: bu, Detail: name + " asked to wait (Retry-After)"})
-				continue
-			}
-			if until := time.Unix(0, cr.Until); cr.State == broker.Open && until.After(now) {
-				out = append(out, Reason{Kind: ReasonCircuitOpen, Service: name, Until: until, Detail: name + "'s circuit is open"})
-				continue
-			}
+		var st ServiceStatus
+		storedCircuit(byName[name].Circuit, now, &st)
+		if !st.BlockedUntil.IsZero() {
+			out = append(out, Reason{Kind: ReasonServiceRetryAfter, Service: name, Until: st.BlockedUntil, Detail: name + " asked to wait (Retry-After)"})
+			continue
+		}
+		if st.Circuit == broker.Open && st.CircuitOpenUntil.After(now) {
+			out = append(out, Reason{Kind: ReasonCircuitOpen, Service: name, Until: st.CircuitOpenUntil, Detail: name + "'s circuit is open"})
+			continue
 		}
 		s := limitsOf(name, class)
 		if s.RateLimit > 0 {

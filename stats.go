@@ -259,16 +259,7 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferredBy map[st
 				keys[r.Name] = k
 			}
 			k.Paused, k.Overridden = r.Paused, len(r.Override) > 0
-			var cr circuitRecord
-			if len(r.Circuit) > 0 && json.Unmarshal(r.Circuit, &cr) == nil && cr.State != "" {
-				k.Circuit = cr.State
-				if cr.Until != 0 {
-					k.CircuitOpenUntil = time.Unix(0, cr.Until)
-				}
-				if bu := time.Unix(0, cr.BlockedUntil); cr.BlockedUntil != 0 && bu.After(now) {
-					k.BlockedUntil = bu
-				}
-			}
+			storedCircuit(r.Circuit, now, k)
 		}
 		for _, k := range keys {
 			out[i].Keys = append(out[i].Keys, *k)
