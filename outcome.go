@@ -131,7 +131,9 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		// A failure: retried while the policy allows.
 		kind := "error"
 		switch {
-		case !e.returned:
+		case !e.returned, errors.Is(e.err, ErrTimeout):
+			// Cut off at the deadline, or returned its context's cause
+			// (ErrTimeout) before the deadline was handled here.
 			kind = "timeout"
 		case errors.Is(e.err, ErrPanic):
 			kind = "panic"

@@ -48,6 +48,8 @@ func TestDecide(t *testing.T) {
 			store.Queued, "panic", "panic", verdictFailure, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
 		{"timeout", facts, ending{err: fmt.Errorf("%w after 2s", ErrTimeout), at: end},
 			store.Queued, "timeout", "timeout", verdictFailure, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
+		{"timeout, the handler returned its context's cause first", facts, ending{returned: true, err: fmt.Errorf("%w (worker killed)", ErrTimeout), at: end},
+			store.Queued, "timeout", "timeout", verdictFailure, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
 		{"cancelled, returned", facts, ending{returned: true, err: ErrCancelled, cancelled: &CancelOptions{Reason: "user"}, at: end},
 			store.Cancelled, "cancelled", "cancelled", verdictNone, false, time.Time{}, []EventType{EventWorkCancelled}, false},
 		{"cancelled, grace passed", facts, ending{err: ErrCancelled, cancelled: &CancelOptions{}, at: end},
