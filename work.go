@@ -394,6 +394,22 @@ type ListOptions struct {
 	Limit int
 	// Cursor continues from a previous page's Next.
 	Cursor string
+	// SubmittedAfter and SubmittedBefore bound the submission time (at or
+	// after, before); FinishedAfter and FinishedBefore the finish time of
+	// finished units. Zero means unbounded.
+	SubmittedAfter, SubmittedBefore time.Time
+	FinishedAfter, FinishedBefore   time.Time
+	// TargetPrefix selects the units whose target starts with it.
+	TargetPrefix string
+	// ErrorContains selects the units whose error contains it (case
+	// sensitive): "429", "timeout".
+	ErrorContains string
+}
+
+// filter is o as a store filter, without paging.
+func (o ListOptions) filter() store.ListFilter {
+	return store.ListFilter{States: o.States, Tasks: o.Tasks, CreatedAfter: o.SubmittedAfter, CreatedBefore: o.SubmittedBefore,
+		FinishedAfter: o.FinishedAfter, FinishedBefore: o.FinishedBefore, TargetPrefix: o.TargetPrefix, ErrorContains: o.ErrorContains}
 }
 
 // WorkPage is one page of List.
@@ -413,7 +429,8 @@ func (c *Cue) List(ctx context.Context, o ListOptions) (WorkPage, error) {
 		limit = 100
 	}
 	limit = min(limit, 1000)
-	f := store.ListFilter{States: o.States, Tasks: o.Tasks, Desc: o.Newest, Limit: limit + 1}
+	f := o.filter()
+	f.Desc, f.Limit = o.Newest, limit+1
 	if o.Cursor != "" {
 		seq, err := strconv.ParseInt(o.Cursor, 36, 64)
 		if err != nil || seq <= 0 {

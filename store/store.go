@@ -243,6 +243,16 @@ type ListFilter struct {
 	Limit int
 	// FinishedBefore selects units finished before the time.
 	FinishedBefore time.Time
+	// FinishedAfter selects units finished at or after the time.
+	FinishedAfter time.Time
+	// CreatedAfter and CreatedBefore bound the submission time: at or
+	// after, strictly before. Zero means unbounded.
+	CreatedAfter, CreatedBefore time.Time
+	// TargetPrefix selects units whose target starts with it.
+	TargetPrefix string
+	// ErrorContains selects units whose error contains it (case
+	// sensitive).
+	ErrorContains string
 }
 
 // EventQuery selects events for MatchingEvents.

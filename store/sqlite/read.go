@@ -197,6 +197,26 @@ func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Uni
 		where = append(where, "finished_at > 0 AND finished_at < ?")
 		args = append(args, ns(f.FinishedBefore))
 	}
+	if !f.FinishedAfter.IsZero() {
+		where = append(where, "finished_at >= ?")
+		args = append(args, ns(f.FinishedAfter))
+	}
+	if !f.CreatedAfter.IsZero() {
+		where = append(where, "created_at >= ?")
+		args = append(args, ns(f.CreatedAfter))
+	}
+	if !f.CreatedBefore.IsZero() {
+		where = append(where, "created_at < ?")
+		args = append(args, ns(f.CreatedBefore))
+	}
+	if f.TargetPrefix != "" {
+		where = append(where, "substr(target, 1, ?) = ?")
+		args = append(args, len([]rune(f.TargetPrefix)), f.TargetPrefix)
+	}
+	if f.ErrorContains != "" {
+		where = append(where, "instr(coalesce(error, ''), ?) > 0")
+		args = append(args, f.ErrorContains)
+	}
 	q := `SELECT ` + unitColumns + ` FROM work_units`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
