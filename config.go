@@ -75,6 +75,16 @@ type Config struct {
 	// to resume from; the owner deletes older ones in the background.
 	// Default 7 days.
 	EventRetention time.Duration
+	// SubscriptionRetention bounds how long events a named subscription
+	// (SubscribeOptions.Name) has not acknowledged are kept past
+	// EventRetention: a consumer away longer resumes with an EventGap
+	// (counted in runcue.subscription.gaps). Default 30 days; never less
+	// than EventRetention.
+	SubscriptionRetention time.Duration
+	// DrainSubscriptions names durable subscriptions whose consumers submit
+	// follow-up work: Drain then also waits until each has acknowledged
+	// every event committed, and returns only when that leaves no work.
+	DrainSubscriptions []string
 	// QueueStatusInterval is the period of queue_status events from the
 	// owner. Default 5s; negative disables them.
 	QueueStatusInterval time.Duration
@@ -196,6 +206,7 @@ func (cfg Config) validate() error {
 		{"DefaultTimeout", int64(cfg.DefaultTimeout)}, {"LeaseBuffer", int64(cfg.LeaseBuffer)},
 		{"MaxStartDelay", int64(cfg.MaxStartDelay)}, {"PollInterval", int64(cfg.PollInterval)},
 		{"EventBuffer", int64(cfg.EventBuffer)}, {"EventRetention", int64(cfg.EventRetention)},
+		{"SubscriptionRetention", int64(cfg.SubscriptionRetention)},
 		{"ShutdownTimeout", int64(cfg.ShutdownTimeout)}, {"CancelGrace", int64(cfg.CancelGrace)},
 		{"Retention", int64(cfg.Retention)}, {"DependencyRecheck", int64(cfg.DependencyRecheck)},
 		{"PriorityTTL", int64(cfg.PriorityTTL)}, {"CallbackTimeout", int64(cfg.CallbackTimeout)},
@@ -232,6 +243,8 @@ func (cfg Config) withDefaults() Config {
 	orDefault(&cfg.PollInterval, 100*time.Millisecond)
 	orDefault(&cfg.EventBuffer, 4096)
 	orDefault(&cfg.EventRetention, 7*24*time.Hour)
+	orDefault(&cfg.SubscriptionRetention, 30*24*time.Hour)
+	cfg.SubscriptionRetention = max(cfg.SubscriptionRetention, cfg.EventRetention)
 	if cfg.QueueStatusInterval == 0 { // negative disables it
 		cfg.QueueStatusInterval = 5 * time.Second
 	}

@@ -34,6 +34,7 @@ type Cue struct {
 	log       *slog.Logger
 	w         *writer.Writer // safe for concurrent use
 	hub       *hub.Hub       // safe for concurrent use
+	acked     broadcast      // notified by Ack; Drain waits on it
 	ids       ulid.Generator // safe for concurrent use
 
 	// mu guards the registrations and the lifecycle below; the dispatcher

@@ -67,6 +67,8 @@ var (
 	// ErrFinished is returned by Cancel for a unit that is already
 	// completed, failed or cancelled; the unit is unchanged.
 	ErrFinished = errors.New("runcue: work unit already finished")
+	// ErrUnknownSubscription: no durable subscription has the name.
+	ErrUnknownSubscription = errors.New("runcue: unknown subscription")
 	// ErrNotFailed is returned by Retry for a unit that is not failed.
 	ErrNotFailed = errors.New("runcue: work unit is not failed")
 	// ErrFeedExhausted is returned by a FeedFunc that has no more work,

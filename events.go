@@ -8,6 +8,8 @@ import (
 
 	"github.com/runcue/runcue/internal/hub"
 	"github.com/runcue/runcue/store"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
 )
 
 // EventType names an event. The strings are stable: UIs and logs key on
@@ -258,6 +260,18 @@ type SubscribeOptions struct {
 	After int64
 	// Buffer is the capacity of the returned channel. Default 64.
 	Buffer int
+	// Name makes the subscription durable: its position, the sequence
+	// number of the last event its consumer acknowledged with Ack, is
+	// stored in the database, and retention keeps the events after it
+	// (up to Config.SubscriptionRetention). A name new to the database
+	// starts at After (SeqNow: the present, recorded as the last event
+	// committed); a known name resumes after its last acknowledgement,
+	// whatever After says, in this process or any other, after a crash
+	// or a restart. Events after the acknowledged position may be
+	// delivered again after a crash: handle them idempotently (follow-up
+	// work with idempotency keys derived from the event). Two
+	// subscriptions with one name share the position.
+	Name string
 }
 
 // Subscribe delivers events until ctx ends, cancel is called, or the Cue
@@ -280,6 +294,13 @@ func (c *Cue) Subscribe(ctx context.Context, o SubscribeOptions) (<-chan Event, 
 	}
 	if o.After < SeqNow || o.Buffer < 0 {
 		return nil, func() {}, fmt.Errorf("%w: SubscribeOptions After %d (want SeqNow or a sequence number) or Buffer %d", ErrInvalid, o.After, o.Buffer)
+	}
+	if o.Name != "" {
+		after, err := c.subscriptionStart(ctx, o.Name, o.After)
+		if err != nil {
+			return nil, func() {}, err
+		}
+		o.After = after
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	buf := o.Buffer
@@ -314,6 +335,11 @@ func (c *Cue) Subscribe(ctx context.Context, o SubscribeOptions) (<-chan Event, 
 		return true
 	}
 	gap := func(after, first int64) store.Event {
+		if o.Name != "" {
+			c.tel.subscriptionGaps.Add(bg, 1, metric.WithAttributes(attribute.String("subscription", o.Name)))
+			c.log.Warn("runcue: a durable subscription resumed after events retention deleted", "subscription", o.Name,
+				"missed_from", after+1, "missed_to", first-1)
+		}
 		data, _ := json.Marshal(struct{ From, To int64 }{after + 1, first - 1})
 		return store.Event{Type: string(EventGap), Time: c.clock.Now(), Data: data}
 	}

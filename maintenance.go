@@ -36,7 +36,7 @@ func (d *dispatcher) prune(now time.Time) {
 		return
 	}
 	op := &store.Prune{Limit: pruneBatch, LogBefore: d.logCutoffs(now), EventsBefore: now.Add(-d.cfg.EventRetention),
-		ActivityBefore: now.Add(-ActivityRetention)}
+		EventsHardBefore: now.Add(-d.cfg.SubscriptionRetention), ActivityBefore: now.Add(-ActivityRetention)}
 	if d.cfg.Retention > 0 {
 		op.Before = now.Add(-d.cfg.Retention)
 	}

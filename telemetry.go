@@ -31,6 +31,7 @@ import (
 //	runcue.service.budget_used  gauge      requests of the current calendar period {service, period}
 //	runcue.service.budget_spent gauge      services (or keyed instances) whose budget is spent {service, period}
 //	runcue.service.budget_exhausted counter budgets spent, once per period {service, period}
+//	runcue.subscription.gaps    counter    durable subscriptions resumed past deleted events {subscription}
 //	runcue.circuit.open         gauge      open (or half-open) circuits {service}
 //	runcue.callback.duration    histogram  seconds per priority or dependency callback call {outcome: priority, dependency}
 //	runcue.callback.errors      counter    callback calls that failed {callback: priority, dependency, service_keys; reason: panic, nan, out_of_range, timeout, error}
@@ -48,7 +49,7 @@ type telemetry struct {
 
 	completed, skipped, failed, requests, rateLimited metric.Int64Counter
 	queueWait, runDuration, callbackDur               metric.Float64Histogram
-	callbackErrs, budgetExhausted                     metric.Int64Counter
+	callbackErrs, budgetExhausted, subscriptionGaps   metric.Int64Counter
 
 	// read by the gauges' callback
 	queued      func() (int64, bool)
@@ -95,6 +96,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 	t.runDuration = hist("runcue.work.run_duration", "Duration of runs.")
 	t.callbackDur = hist("runcue.callback.duration", "Duration of priority and dependency callback calls.")
 	t.budgetExhausted = counter("runcue.service.budget_exhausted", "Calendar budgets spent, once per period.")
+	t.subscriptionGaps = counter("runcue.subscription.gaps", "Durable subscriptions resumed after events retention deleted.")
 	t.callbackErrs = counter("runcue.callback.errors", "Callback calls that panicked, timed out or returned an invalid value.")
 	if err != nil {
 		return nil, err

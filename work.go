@@ -491,7 +491,9 @@ func (c *Cue) Wait(ctx context.Context, id string) (WorkInfo, error) {
 // waiting (for its RunAt or a retry), or ctx ends. Units of task types not
 // registered in this Cue do not hold it; Drain logs them. In a Cue that
 // does not own the database, Drain watches the database instead: it returns
-// when the owner has finished the work.
+// when the owner has finished the work. With Config.DrainSubscriptions it
+// also waits until those durable subscriptions have acknowledged every
+// event, and looks again if their consumers submitted follow-ups.
 func (c *Cue) Drain(ctx context.Context) error {
 	if err := c.checkOpen(); err != nil {
 		return err
@@ -500,10 +502,18 @@ func (c *Cue) Drain(ctx context.Context) error {
 		return wrapStoreErr(err)
 	}
 	if d := c.disp.Load(); d != nil {
-		if err := d.drain(ctx); err != nil {
-			return err
+		for {
+			if err := d.drain(ctx); err != nil {
+				return err
+			}
+			if err := c.w.Sync(ctx); err != nil {
+				return err
+			}
+			// Consumers of DrainSubscriptions may submit follow-ups.
+			if moved, err := c.waitAcked(ctx); err != nil || !moved {
+				return err
+			}
 		}
-		return c.w.Sync(ctx)
 	}
 	warned := false
 	for {
@@ -523,8 +533,15 @@ func (c *Cue) Drain(ctx context.Context) error {
 		}
 		c.mu.Unlock()
 		if busy == 0 {
-			c.reportOrphans(orphans)
-			return nil
+			moved, err := c.waitAcked(ctx)
+			if err != nil {
+				return err
+			}
+			if !moved {
+				c.reportOrphans(orphans)
+				return nil
+			}
+			continue
 		}
 		if !warned {
 			warned = true

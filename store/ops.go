@@ -171,6 +171,18 @@ type PutTask struct {
 	Def  []byte
 }
 
+// Ack records that the named subscription's consumer has handled every
+// event up to Seq: its position becomes the larger of the stored one and
+// Seq. With Create it only creates the subscription at Seq if it does not
+// exist (Result.Applied reports that it was created); Remove deletes it.
+type Ack struct {
+	Name   string
+	Seq    int64
+	At     time.Time
+	Create bool
+	Remove bool
+}
+
 // SetPause pauses or resumes a task type (Task, which must be stored) or,
 // when Task is empty, the whole queue. Result.Applied is false for an
 // unknown task.
@@ -209,6 +221,10 @@ type Prune struct {
 	// ActivityBefore deletes the per-minute activity and queue-wait counts
 	// of minutes before it.
 	ActivityBefore time.Time
+	// EventsHardBefore, when set, makes EventsBefore keep the events a
+	// named subscription has not acknowledged (store.Ack), unless they
+	// are older than EventsHardBefore.
+	EventsHardBefore time.Time
 	Limit          int
 }
 
@@ -234,6 +250,7 @@ type Result struct {
 
 func (*Insert) isOp()      {}
 func (*SetPause) isOp()    {}
+func (*Ack) isOp()         {}
 func (*Claim) isOp()       {}
 func (*Finish) isOp()      {}
 func (*Recover) isOp()     {}

@@ -315,6 +315,8 @@ type Store interface {
 	// Pauses returns what SetPause stored: whether the queue is paused,
 	// and the paused task types.
 	Pauses(ctx context.Context) (Pauses, error)
+	// Subscriptions returns the named subscriptions, by name.
+	Subscriptions(ctx context.Context) ([]Subscription, error)
 
 	// Counts returns the number of units per task and state, kept as they
 	// change (not counted by a scan). States with no unit may be absent or
@@ -388,6 +390,14 @@ func WaitBucket(d time.Duration) int {
 		}
 	}
 	return len(QueueWaitBounds)
+}
+
+// Subscription is a named subscription as stored.
+type Subscription struct {
+	Name      string
+	Acked     int64
+	CreatedAt time.Time
+	AckedAt   time.Time
 }
 
 // Pauses is what SetPause stored.

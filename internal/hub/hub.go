@@ -228,6 +228,9 @@ func (s *sub[T]) run() {
 			}
 			buf = append(buf, evs...)
 		} else if fromStore {
+			// Read before the events: what was published by then was
+			// committed by then, so it is stored unless deleted.
+			published := s.h.LastSeq()
 			evs, err := s.h.st.EventsAfter(s.ctx, s.cursor, page)
 			if err != nil {
 				if !s.await(s.h.Changed()) {
@@ -243,6 +246,15 @@ func (s *sub[T]) run() {
 				}
 			}
 			if len(evs) == 0 {
+				if published > s.cursor {
+					// Published before the read, yet none stored:
+					// retention deleted every event past the cursor.
+					if s.o.Gap != nil && !s.send(s.o.Gap(s.cursor, published+1)) {
+						return
+					}
+					s.cursor = published
+					continue
+				}
 				// Nothing stored beyond the cursor yet: wait for the ring.
 				if !s.await(wait) {
 					return

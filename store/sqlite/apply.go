@@ -225,6 +225,8 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 		return t.putService(op, r)
 	case *store.SetPause:
 		return t.setPause(op, r)
+	case *store.Ack:
+		return t.ack(op, r)
 	case *store.AppendEvent:
 		ev := op.Event
 		if err := t.event(&ev, op.Event.Time); err != nil {

@@ -54,6 +54,19 @@ func (t *txn) setPause(op *store.SetPause, r *store.Result) error {
 	return err
 }
 
+func (t *txn) ack(op *store.Ack, r *store.Result) error {
+	var err error
+	switch {
+	case op.Remove:
+		r.Applied, err = t.changed(`DELETE FROM subscriptions WHERE name=?`, op.Name)
+	case op.Create:
+		r.Applied, err = t.changed(`INSERT OR IGNORE INTO subscriptions(name, acked, created_at) VALUES(?,?,?)`, op.Name, op.Seq, ns(op.At))
+	default:
+		r.Applied, err = t.changed(`UPDATE subscriptions SET acked = max(acked, ?), acked_at = ? WHERE name = ?`, op.Seq, ns(op.At), op.Name)
+	}
+	return err
+}
+
 func (t *txn) prune(op *store.Prune, r *store.Result) error {
 	limit := op.Limit
 	if limit <= 0 {
@@ -88,10 +101,19 @@ func (t *txn) prune(op *store.Prune, r *store.Result) error {
 		}
 	}
 	if !op.EventsBefore.IsZero() {
-		// Events are appended in time order, so the old ones are a prefix.
-		if res, err := t.exec(`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq <
-				coalesce((SELECT seq FROM events WHERE at >= ? ORDER BY seq LIMIT 1), (SELECT max(seq) + 1 FROM events)) ORDER BY seq LIMIT ?)`,
-			ns(op.EventsBefore), int64(limit)); err != nil {
+		// Events are appended in time order, so the old ones are a prefix:
+		// those before the first at or after EventsBefore, and (with
+		// EventsHardBefore) at or before every named subscription's
+		// position, or before the first at or after EventsHardBefore.
+		cut := `coalesce((SELECT seq FROM events WHERE at >= ?1 ORDER BY seq LIMIT 1), (SELECT max(seq) + 1 FROM events))`
+		args := []any{ns(op.EventsBefore), int64(limit)}
+		if !op.EventsHardBefore.IsZero() {
+			cut = `max(min(` + cut + `, coalesce((SELECT min(acked) + 1 FROM subscriptions), 1 << 62)),
+				coalesce((SELECT seq FROM events WHERE at >= ?3 ORDER BY seq LIMIT 1), (SELECT max(seq) + 1 FROM events)))`
+			args = append(args, ns(op.EventsHardBefore))
+		}
+		if res, err := t.exec(`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq < `+cut+` ORDER BY seq LIMIT ?2)`,
+			args...); err != nil {
 			return err
 		} else {
 			more(res)

@@ -318,3 +318,32 @@ func TestMigrateFromSchema5(t *testing.T) {
 	assert.Equal(t, sqlite.SchemaVersion, version)
 	assert.GreaterOrEqual(t, version, 6)
 }
+
+// TestMigrateFromSchema6 opens a database written by schema version 6
+// (testdata/schema6.db, written by testdata/mkschema6 with the runcue of
+// that schema) and checks that the migration to durable subscriptions
+// keeps every unit, count, pause and event, with no subscription yet.
+func TestMigrateFromSchema6(t *testing.T) {
+	st := openFixture(t, "schema6.db")
+	ctx := t.Context()
+	counts, err := st.Counts(ctx)
+	require.NoError(t, err)
+	n := 0
+	for _, c := range counts {
+		n += c.N
+	}
+	assert.Equal(t, 7, n, "the kept counts of the seven units")
+	p, err := st.Pauses(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, store.Pauses{Queue: true, Tasks: []string{"b"}}, p)
+	last, err := st.LastSeq(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(18), last)
+	subs, err := st.Subscriptions(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, subs)
+	version, err := sqlite.SchemaVersionOf(ctx, st)
+	require.NoError(t, err)
+	assert.Equal(t, sqlite.SchemaVersion, version)
+	assert.GreaterOrEqual(t, version, 7)
+}

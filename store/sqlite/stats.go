@@ -242,3 +242,23 @@ func (s *Store) QueueWaits(ctx context.Context, since time.Time) ([]int64, error
 	}
 	return out, rows.Err()
 }
+
+// Subscriptions returns the named subscriptions.
+func (s *Store) Subscriptions(ctx context.Context) ([]store.Subscription, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT name, acked, created_at, acked_at FROM subscriptions ORDER BY name`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Subscription
+	for rows.Next() {
+		var sub store.Subscription
+		var created, acked int64
+		if err := rows.Scan(&sub.Name, &sub.Acked, &created, &acked); err != nil {
+			return nil, err
+		}
+		sub.CreatedAt, sub.AckedAt = tm(created), tm(acked)
+		out = append(out, sub)
+	}
+	return out, rows.Err()
+}

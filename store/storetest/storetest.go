@@ -61,6 +61,7 @@ func Run(t *testing.T, open Opener) {
 		{"Skipped", testSkipped},
 		{"Pauses", testPauses},
 		{"Stats", testStats},
+		{"Subscriptions", testSubscriptions},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
