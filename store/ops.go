@@ -225,7 +225,7 @@ type Prune struct {
 	// named subscription has not acknowledged (store.Ack), unless they
 	// are older than EventsHardBefore.
 	EventsHardBefore time.Time
-	Limit          int
+	Limit            int
 }
 
 // Result is the outcome of one op.
