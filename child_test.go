@@ -2,6 +2,7 @@ package runcue_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -24,7 +25,11 @@ import (
 //	  forever (until killed), printing "started <id>" for each hold run.
 func runChild(mode string) int {
 	path := os.Getenv("RUNCUE_DB")
-	c, err := runcue.Open(path, runcue.Config{MaxConcurrent: 16, Logger: quietLogger})
+	cfg := runcue.Config{MaxConcurrent: 16, Logger: quietLogger}
+	if mode == "followups" {
+		cfg.DrainSubscriptions = []string{"pages"}
+	}
+	c, err := runcue.Open(path, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		return 2
@@ -125,6 +130,44 @@ func runChild(mode string) int {
 			}
 		}
 		return 0
+	case "followups":
+		// The spec's split-then-pages pattern: "split" units return how
+		// many pages they found; a consumer on the durable subscription
+		// "pages" submits a "page" unit per page, with idempotency keys
+		// derived from the event, then acknowledges it. Drain waits for
+		// the consumer (Config.DrainSubscriptions).
+		sleep := func() { time.Sleep(time.Duration(500+rand.IntN(3000)) * time.Microsecond) }
+		must(c.Task("split", runcue.Task{Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			sleep()
+			n, _ := strconv.Atoi(strings.TrimPrefix(w.Target, "doc-"))
+			return map[string]int{"pages": 2 + n%4}, nil
+		}}))
+		must(c.Task("page", runcue.Task{Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			sleep()
+			return nil, nil
+		}}))
+		evs, _, err := c.Subscribe(ctx, runcue.SubscribeOptions{Name: "pages", After: 0})
+		must(err)
+		go func() {
+			for ev := range evs {
+				if ev.Type == runcue.EventWorkCompleted && ev.Task == "split" {
+					var res struct{ Pages int }
+					must(json.Unmarshal(ev.Result, &res))
+					subs := make([]runcue.Submission, res.Pages)
+					for i := range subs {
+						subs[i] = runcue.Submission{Task: "page", Target: ev.WorkID,
+							IdempotencyKey: fmt.Sprintf("page:%s:%d", ev.WorkID, i)}
+					}
+					if _, err := c.SubmitBatch(ctx, subs); err != nil {
+						fmt.Fprintln(os.Stderr, "follow-ups:", err)
+						os.Exit(2)
+					}
+				}
+				if ev.Seq > 0 {
+					must(c.Ack(ctx, "pages", ev.Seq))
+				}
+			}
+		}()
 	case "hold":
 		must(c.Service("one", runcue.Service{MaxConcurrent: 1}))
 		must(c.Task("quick", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return "quick", nil }}))
