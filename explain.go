@@ -82,33 +82,33 @@ const (
 
 // Reason is one reason a unit is not running.
 type Reason struct {
-	Kind ReasonKind
+	Kind ReasonKind `json:"kind"`
 	// Service is the service concerned, if any.
-	Service string
+	Service string `json:"service,omitempty"`
 	// Until is when the reason may end, if known.
-	Until time.Time
+	Until time.Time `json:"until,omitzero"`
 	// Dependencies are the units still awaited (ReasonDependencies) or
 	// skipped (ReasonDependenciesSkipped).
-	Dependencies []string
+	Dependencies []string `json:"dependencies,omitempty"`
 	// Detail is a human-readable sentence.
-	Detail string
+	Detail string `json:"detail"`
 }
 
 // Explanation says why a unit is not running now.
 type Explanation struct {
-	ID    string
-	Task  string
-	State State
+	ID    string `json:"id"`
+	Task  string `json:"task"`
+	State State  `json:"state"`
 	// Reasons are every reason that holds now, most fundamental first.
-	Reasons []Reason
+	Reasons []Reason `json:"reasons"`
 	// Live reports that the owning dispatcher answered from its live state
 	// (this Cue owns the database and holds the unit). Otherwise the
 	// answer was read from the database at AsOf: stored pauses, holds,
 	// circuits, logged rate windows and budgets, dependencies and delays,
 	// as they were committed then. A keyed instance's reasons are given
 	// only where the unit's task is registered with its ServiceKeys.
-	Live bool
-	AsOf time.Time
+	Live bool      `json:"live"`
+	AsOf time.Time `json:"as_of"`
 }
 
 // Explain says why a unit is not running right now: waiting on

@@ -13,6 +13,9 @@ import (
 // Service describes a rate-limited or capacity-limited external resource: an
 // API, a remote host, a local pool. Every limit's zero value means unlimited
 // (or, for the circuit breaker, disabled).
+//
+// Its JSON follows runcue's convention: max_concurrent, rate_limit,
+// rate_window_ms, circuit_threshold, circuit_timeout_ms, budgets.
 type Service struct {
 	// MaxConcurrent caps the units using the service at once.
 	MaxConcurrent int
@@ -70,6 +73,34 @@ type serviceDef struct {
 
 func (s Service) def() serviceDef {
 	return serviceDef(s)
+}
+
+// serviceJSON is Service's JSON form.
+type serviceJSON struct {
+	MaxConcurrent    int      `json:"max_concurrent,omitempty"`
+	RateLimit        int      `json:"rate_limit,omitempty"`
+	RateWindowMS     int64    `json:"rate_window_ms,omitempty"`
+	CircuitThreshold int      `json:"circuit_threshold,omitempty"`
+	CircuitTimeoutMS int64    `json:"circuit_timeout_ms,omitempty"`
+	Budgets          []Budget `json:"budgets,omitempty"`
+}
+
+// MarshalJSON writes s in runcue's JSON convention (durations in
+// milliseconds).
+func (s Service) MarshalJSON() ([]byte, error) {
+	return json.Marshal(serviceJSON{s.MaxConcurrent, s.RateLimit, s.RateWindow.Milliseconds(), s.CircuitThreshold,
+		s.CircuitTimeout.Milliseconds(), s.Budgets})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (s *Service) UnmarshalJSON(b []byte) error {
+	var j serviceJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*s = Service{MaxConcurrent: j.MaxConcurrent, RateLimit: j.RateLimit, RateWindow: time.Duration(j.RateWindowMS) * time.Millisecond,
+		CircuitThreshold: j.CircuitThreshold, CircuitTimeout: time.Duration(j.CircuitTimeoutMS) * time.Millisecond, Budgets: j.Budgets}
+	return nil
 }
 
 func validName(kind, name string) error {

@@ -86,53 +86,81 @@ type Submitted struct {
 // Attempt records one run of a unit.
 type Attempt struct {
 	// Run is the run number, from 1.
-	Run   int
-	Start time.Time
-	End   time.Time
+	Run   int       `json:"run"`
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
 	// Outcome is completed, skipped, failed, timeout, cancelled, panic,
 	// interrupted (by shutdown), deferred (Retry-After), late_start (a
 	// rate-limited run that could not start within Config.MaxStartDelay of
 	// its dispatch; it was requeued, nothing ran) or abandoned (owner died).
-	Outcome string
-	Error   string
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
 }
 
 // Duration returns how long the run took.
 func (a Attempt) Duration() time.Duration { return a.End.Sub(a.Start) }
 
-// WorkInfo is a snapshot of a work unit.
+// WorkInfo is a snapshot of a work unit. Its JSON follows runcue's one
+// convention (as Event and ServiceStatus do): snake_case names, RFC 3339
+// times, zero times left out, durations as integer milliseconds in fields
+// named *_ms (timeout_ms).
 type WorkInfo struct {
-	ID     string
-	Task   string
-	Target string
-	Params json.RawMessage
-	State  State
+	ID     string          `json:"id"`
+	Task   string          `json:"task"`
+	Target string          `json:"target,omitempty"`
+	Params json.RawMessage `json:"params,omitempty"`
+	State  State           `json:"state"`
 	// Runs counts the runs started; Failures the failed runs that spent
 	// retry budget.
-	Runs     int
-	Failures int
+	Runs     int `json:"runs"`
+	Failures int `json:"failures"`
 	// CreatedAt is the submission time; RunAt the time before which the unit
 	// is not eligible (a delayed submission or a retry), zero if none.
-	CreatedAt  time.Time
-	RunAt      time.Time
-	StartedAt  time.Time
-	FinishedAt time.Time
-	Timeout    time.Duration
+	CreatedAt  time.Time     `json:"created_at"`
+	RunAt      time.Time     `json:"run_at,omitzero"`
+	StartedAt  time.Time     `json:"started_at,omitzero"`
+	FinishedAt time.Time     `json:"finished_at,omitzero"`
+	Timeout    time.Duration `json:"-"` // timeout_ms
 	// Result is a completed unit's result.
-	Result json.RawMessage
+	Result json.RawMessage `json:"result,omitempty"`
 	// Error and ErrorKind describe the last failure; for a skipped unit,
 	// Error is the reason given to Skip and ErrorKind is "skipped".
-	Error     string
-	ErrorKind string
+	Error     string `json:"error,omitempty"`
+	ErrorKind string `json:"error_kind,omitempty"`
 	// LeasedBy and LeaseExpiresAt describe a running unit's lease;
 	// HeartbeatAt is its handler's last Work.Heartbeat.
-	LeasedBy       string
-	LeaseExpiresAt time.Time
-	HeartbeatAt    time.Time
+	LeasedBy       string    `json:"leased_by,omitempty"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
+	HeartbeatAt    time.Time `json:"heartbeat_at,omitzero"`
 	// DependsOn lists the units this one waits for.
-	DependsOn []string
+	DependsOn []string `json:"depends_on,omitempty"`
 	// Attempts is the history of runs, oldest first.
-	Attempts []Attempt
+	Attempts []Attempt `json:"attempts,omitempty"`
+}
+
+// workInfoJSON is WorkInfo's JSON form: the fields as tagged, and the
+// timeout in milliseconds.
+type workInfoJSON struct {
+	plainWorkInfo
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+}
+
+type plainWorkInfo WorkInfo
+
+// MarshalJSON writes w in runcue's JSON convention.
+func (w WorkInfo) MarshalJSON() ([]byte, error) {
+	return json.Marshal(workInfoJSON{plainWorkInfo(w), w.Timeout.Milliseconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (w *WorkInfo) UnmarshalJSON(b []byte) error {
+	var j workInfoJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*w = WorkInfo(j.plainWorkInfo)
+	w.Timeout = time.Duration(j.TimeoutMS) * time.Millisecond
+	return nil
 }
 
 func infoFrom(u *store.Unit) WorkInfo {

@@ -158,7 +158,10 @@ func (a *app) register() error {
 	tasks := map[string]runcue.Task{
 		"split_pdf": {Services: []string{"process_pool"}, Retry: runcue.RetryPolicy{MaxAttempts: 2},
 			Handler: runcue.Handle(a.split)},
-		"extract_text": {Services: []string{"openai"}, Handler: runcue.Handle(a.extract)},
+		// One call in eight fails ("model overloaded"): with three
+		// attempts one page in 512 would fail for good and hold its
+		// document back; eight make that one in 16 million.
+		"extract_text": {Services: []string{"openai"}, Retry: runcue.RetryPolicy{MaxAttempts: 8}, Handler: runcue.Handle(a.extract)},
 		"analyze":      {Services: []string{"openai"}, Handler: runcue.Handle(a.analyze)},
 		"upload_result": {Services: []string{"s3"},
 			Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
