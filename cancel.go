@@ -87,7 +87,7 @@ func (d *dispatcher) cancelUnit(id string, opts CancelOptions, errc chan error) 
 		// dependents wait for the commit, as for a Finish.
 		d.removeQueued(u)
 		d.finishing[id] = struct{}{}
-		op.Events = []store.Event{{Type: string(EventWorkCancelled), Task: u.task, Data: eventData{Reason: opts.Reason}.encode()}}
+		op.Events = []store.Event{{Type: string(EventWorkCancelled), Task: u.task, Target: u.target, Data: eventData{Reason: opts.Reason}.encode()}}
 	}
 	err := d.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
 		var evs []store.Event

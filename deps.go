@@ -195,7 +195,7 @@ func (g *depGraph) failDependent(u *unit, dep string, st store.State) {
 	}
 	msg := fmt.Sprintf("dependency %s is %s", dep, st)
 	g.persist(&store.FailQueued{ID: u.id, At: g.wall(), Error: msg, ErrorKind: kind,
-		Events: []store.Event{{Type: string(EventWorkFailed), Task: u.task, Data: eventData{Error: msg, ErrorKind: kind}.encode()}}})
+		Events: []store.Event{{Type: string(EventWorkFailed), Task: u.task, Target: u.target, Data: eventData{Error: msg, ErrorKind: kind}.encode()}}})
 }
 
 // holds reports whether this Cue holds unit id: queued, waiting or running
@@ -360,6 +360,6 @@ func (g *depGraph) dependencyTimeout(u *unit, now time.Time) {
 	g.removeQueued(u)
 	msg := "dependencies not satisfied within the dependency timeout"
 	g.persist(&store.FailQueued{ID: u.id, At: now, Error: msg, ErrorKind: "dependency_timeout",
-		Events: []store.Event{{Type: string(EventWorkFailed), Task: u.task,
+		Events: []store.Event{{Type: string(EventWorkFailed), Task: u.task, Target: u.target,
 			Data: eventData{Error: msg, ErrorKind: "dependency_timeout"}.encode()}}})
 }

@@ -94,6 +94,9 @@ type Event struct {
 	// WorkID and Task identify the unit, for work events.
 	WorkID string `json:"work_id,omitempty"`
 	Task   string `json:"task,omitempty"`
+	// Target is the unit's target, for work events (none on events stored
+	// by a runcue before schema 8).
+	Target string `json:"target,omitempty"`
 	// Attempt is the run number the event concerns, from 1; 0 before the
 	// first run.
 	Attempt int `json:"attempt,omitempty"`
@@ -168,7 +171,7 @@ func (d eventData) encode() []byte {
 }
 
 func eventFrom(se *store.Event) Event {
-	ev := Event{Seq: se.Seq, Type: EventType(se.Type), Time: se.Time, WorkID: se.WorkID, Task: se.Task,
+	ev := Event{Seq: se.Seq, Type: EventType(se.Type), Time: se.Time, WorkID: se.WorkID, Task: se.Task, Target: se.Target,
 		Attempt: se.Attempt, Result: se.Result}
 	switch ev.Type {
 	case EventServiceStatus:

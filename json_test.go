@@ -1,7 +1,9 @@
 package runcue_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"testing"
 	"time"
 
@@ -44,4 +46,70 @@ func TestJSONConvention(t *testing.T) {
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"id":"u1","task":"fetch","state":"queued","live":false,"as_of":"2026-11-23T01:02:03Z",
 		"reasons":[{"kind":"rate_window_full","service":"api","until":"2026-11-23T01:02:03Z","detail":"full"}]}`, string(b))
+}
+
+// Every work event carries its unit's target, delivered live and read
+// back from the log: submitted, started, completed, failed with a
+// dependency, cancelled, requeued by Retry.
+func TestEventsCarryTarget(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	c := e.c
+	require.NoError(t, c.Task("t", runcue.Task{Retry: runcue.RetryPolicy{MaxAttempts: 1},
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			if w.Target == "bad" {
+				return nil, errors.New("no")
+			}
+			return nil, nil
+		}}))
+	rec := record(t, c)
+	e.start()
+	_, err := c.SubmitBatch(e.ctx, []runcue.Submission{
+		{ID: "good", Task: "t", Target: "good"},
+		{ID: "bad", Task: "t", Target: "bad"},
+		{ID: "child", Task: "t", Target: "child of bad", DependsOn: []string{"bad"}},
+	})
+	require.NoError(t, err)
+	e.wait("good")
+	e.wait("child")
+	require.NoError(t, c.Retry(e.ctx, "bad"))
+	e.wait("bad")
+	require.NoError(t, c.PauseQueue(e.ctx))
+	late := e.submit("t", func(s *runcue.Submission) { s.Target = "late" })
+	require.NoError(t, c.Cancel(e.ctx, late, runcue.CancelOptions{}))
+	rec.waitFor(t, 1, ofType(runcue.EventWorkCancelled, late))
+	require.NoError(t, runcue.Settle(e.ctx, c))
+
+	want := map[string]string{"good": "good", "bad": "bad", "child": "child of bad", late: "late"}
+	check := func(evs []runcue.Event, how string) {
+		kinds := map[runcue.EventType]bool{}
+		for _, ev := range evs {
+			if ev.WorkID == "" {
+				continue
+			}
+			assert.Equal(t, want[ev.WorkID], ev.Target, "%s %s of %s", how, ev.Type, ev.WorkID)
+			kinds[ev.Type] = true
+		}
+		for _, k := range []runcue.EventType{runcue.EventWorkQueued, runcue.EventWorkStarted, runcue.EventWorkCompleted,
+			runcue.EventWorkFailed, runcue.EventWorkCancelled} {
+			assert.True(t, kinds[k], "%s: a %s was seen", how, k)
+		}
+	}
+	check(rec.all(), "live")
+	stored, stop, err := c.Subscribe(e.ctx, runcue.SubscribeOptions{After: 0})
+	require.NoError(t, err)
+	defer stop()
+	var replay []runcue.Event
+	for len(replay) < len(rec.all()) {
+		ev := recv(e, stored, "the log")
+		if ev.Seq > 0 {
+			replay = append(replay, ev)
+		}
+		if ev.Type == runcue.EventWorkCancelled && ev.WorkID == late {
+			break
+		}
+	}
+	check(replay, "replayed")
+	b, err := json.Marshal(replay[0])
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"target":"good"`)
 }

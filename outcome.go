@@ -34,6 +34,7 @@ type ending struct {
 // runFacts is what decide needs to know of a run and its unit.
 type runFacts struct {
 	id, task, owner string
+	target          string
 	run             int
 	start           time.Time
 	// failures and deferrals are the unit's counts before this run.
@@ -166,6 +167,9 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		fin.Events = []store.Event{{Type: string(EventWorkFailed), Task: f.task, Attempt: f.run,
 			Data: eventData{Error: msg, ErrorKind: kind}.encode()}}
 	}
+	for i := range fin.Events {
+		fin.Events[i].Target = f.target
+	}
 	return o
 }
 
@@ -178,7 +182,7 @@ func (d *dispatcher) facts(r *run) runFacts {
 		p.RetryOn = policy.RetryOn
 		policy = p.withDefaults()
 	}
-	return runFacts{id: u.id, task: u.task, owner: d.owner, run: r.no, start: r.start,
+	return runFacts{id: u.id, task: u.task, target: u.target, owner: d.owner, run: r.no, start: r.start,
 		failures: u.failures, deferrals: u.deferrals, policy: policy, maxDeferrals: r.lane.task.def.maxDeferrals()}
 }
 

@@ -40,7 +40,7 @@ func (d *dispatcher) emitProgress(r *run) {
 	if r.over() {
 		return // the unit has moved on; its outcome says more than this
 	}
-	d.hub.Publish([]store.Event{{Type: string(EventWorkProgress), Time: d.wall(), WorkID: r.id, Task: r.task, Attempt: r.no, Data: val}})
+	d.hub.Publish([]store.Event{{Type: string(EventWorkProgress), Time: d.wall(), WorkID: r.id, Task: r.task, Target: r.target, Attempt: r.no, Data: val}})
 }
 
 // queueStatus publishes the periodic summary.

@@ -182,7 +182,7 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 	r.deadlineTimer = &timerEntry{at: now.Add(timeout), kind: tDeadline, r: r}
 	d.pushTimer(r.deadlineTimer)
 	claim := &store.Claim{ID: u.id, Task: u.task, Owner: d.owner, Run: r.no, At: wall, LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer),
-		ServiceLog: l.logged, Events: []store.Event{{Type: string(EventWorkStarted), Task: u.task, Attempt: r.no}},
+		ServiceLog: l.logged, Events: []store.Event{{Type: string(EventWorkStarted), Task: u.task, Target: u.target, Attempt: r.no}},
 		Wait: now.Sub(u.readyAt)}
 	// A dispatch counted in a rate window is logged before the handler
 	// starts, so that a crash cannot forget a request the service saw.

@@ -144,11 +144,13 @@ type Attempt struct {
 // Event is one entry of the durable event log. Seq is assigned by the store
 // in commit order; it increases strictly and is never reused.
 type Event struct {
-	Seq     int64
-	Type    string
-	Time    time.Time
-	WorkID  string
-	Task    string
+	Seq    int64
+	Type   string
+	Time   time.Time
+	WorkID string
+	Task   string
+	// Target is the unit's target, for work events.
+	Target  string
 	Attempt int
 	// Data is a JSON object with the event's other fields.
 	Data []byte

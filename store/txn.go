@@ -45,9 +45,9 @@ type Tx interface {
 	QueuedCount() (int, error)
 	// OldestQueued lists up to n queued units by Seq, oldest first.
 	OldestQueued(n int) ([]UnitRef, error)
-	// CancelTarget returns unit id's state and task, and whether its
-	// cancellation was already requested.
-	CancelTarget(id string) (st State, task string, requested, found bool, err error)
+	// CancelTarget returns unit id's state, its task and target, and
+	// whether its cancellation was already requested.
+	CancelTarget(id string) (st State, ref UnitRef, requested, found bool, err error)
 	// RequestCancel records that cancellation of running unit id is
 	// requested (cascading or not).
 	RequestCancel(id string, cascade bool) error
@@ -55,8 +55,8 @@ type Tx interface {
 	// finished before a time (any when zero), by Seq.
 	FailedUnits(tasks []string, finishedBefore time.Time) ([]string, error)
 	// RequeueFailed moves failed unit id back to queued with fresh counters
-	// and returns its task; ok is false if it was not failed.
-	RequeueFailed(id string) (task string, ok bool, err error)
+	// and returns its task and target; ok is false if it was not failed.
+	RequeueFailed(id string) (ref UnitRef, ok bool, err error)
 	// FailedByPrerequisite lists the failed units with a dependency on id
 	// whose error kind is prerequisite_failed or prerequisite_cancelled.
 	FailedByPrerequisite(id string) ([]string, error)
@@ -68,9 +68,9 @@ type Tx interface {
 	AppendEvent(ev *Event, at time.Time) error
 }
 
-// UnitRef names a unit and its task.
+// UnitRef names a unit, its task and its target.
 type UnitRef struct {
-	ID, Task string
+	ID, Task, Target string
 }
 
 // OpError is an op's own failure: the backend rolls back that op's work
@@ -84,10 +84,13 @@ func refuse(err error) error { return &OpError{Err: err} }
 
 // AppendEvents appends evs to the transaction and to r, naming unit id
 // where an event names none.
-func AppendEvents(tx Tx, r *Result, evs []Event, id string, at time.Time) error {
+func AppendEvents(tx Tx, r *Result, evs []Event, id, target string, at time.Time) error {
 	for _, e := range evs {
 		if e.WorkID == "" {
 			e.WorkID = id
+		}
+		if e.Target == "" {
+			e.Target = target
 		}
 		if err := tx.AppendEvent(&e, at); err != nil {
 			return err
@@ -207,7 +210,7 @@ outer:
 		if u.State == Failed {
 			evs = append(evs, Event{Type: EventWorkFailed, Task: u.Task, Data: PrerequisiteFailedData(deadKind, "")})
 		}
-		if err := AppendEvents(tx, r, evs, u.ID, op.At); err != nil {
+		if err := AppendEvents(tx, r, evs, u.ID, u.Target, op.At); err != nil {
 			return err
 		}
 	}
@@ -256,7 +259,7 @@ func makeRoom(tx Tx, op *Insert, inBatch map[string]int, r *Result) error {
 			continue // failed with a unit dropped before it
 		}
 		ev := []Event{{Type: EventWorkCancelled, Task: v.Task, Data: []byte(`{"reason":"dropped"}`)}}
-		if err := AppendEvents(tx, r, ev, v.ID, op.At); err != nil {
+		if err := AppendEvents(tx, r, ev, v.ID, v.Target, op.At); err != nil {
 			return err
 		}
 		if err := Propagate(tx, v.ID, Cancelled, false, op.At, r); err != nil {
@@ -280,7 +283,7 @@ func ApplyFailQueued(tx Tx, op *FailQueued, r *Result) error {
 		return err
 	}
 	r.Applied = true
-	if err := AppendEvents(tx, r, op.Events, op.ID, op.At); err != nil {
+	if err := AppendEvents(tx, r, op.Events, op.ID, "", op.At); err != nil {
 		return err
 	}
 	return Propagate(tx, op.ID, Failed, false, op.At, r)
@@ -291,7 +294,8 @@ func ApplyFailQueued(tx Tx, op *FailQueued, r *Result) error {
 // cancellation requested, once; an ended one is left as it is. r.State is
 // the state the unit was found in.
 func ApplyCancel(tx Tx, op *Cancel, r *Result) error {
-	st, task, requested, found, err := tx.CancelTarget(op.ID)
+	st, ref, requested, found, err := tx.CancelTarget(op.ID)
+	task := ref.Task
 	if err != nil {
 		return err
 	}
@@ -313,7 +317,7 @@ func ApplyCancel(tx Tx, op *Cancel, r *Result) error {
 		if len(evs) == 0 {
 			evs = []Event{{Type: EventWorkCancelled, Task: task}}
 		}
-		if err := AppendEvents(tx, r, evs, op.ID, op.At); err != nil {
+		if err := AppendEvents(tx, r, evs, op.ID, ref.Target, op.At); err != nil {
 			return err
 		}
 		return Propagate(tx, op.ID, Cancelled, op.Cascade, op.At, r)
@@ -325,7 +329,7 @@ func ApplyCancel(tx Tx, op *Cancel, r *Result) error {
 			return err
 		}
 		ev := []Event{{Type: EventWorkCancelRequested, Task: task, Data: CancelRequestedData(op.Cascade, op.Reason)}}
-		return AppendEvents(tx, r, ev, op.ID, op.At)
+		return AppendEvents(tx, r, ev, op.ID, ref.Target, op.At)
 	}
 	return nil
 }
@@ -362,7 +366,7 @@ func Propagate(tx Tx, id string, rootState State, cascade bool, at time.Time, r 
 			if state == Cancelled {
 				data = CascadeCancelledData(kind, cur)
 			}
-			if err := AppendEvents(tx, r, []Event{{Type: evType, Task: d.Task, Data: data}}, d.ID, at); err != nil {
+			if err := AppendEvents(tx, r, []Event{{Type: evType, Task: d.Task, Data: data}}, d.ID, d.Target, at); err != nil {
 				return err
 			}
 			frontier = append(frontier, d.ID)
@@ -385,12 +389,12 @@ func ApplyRequeue(tx Tx, op *Requeue, r *Result) error {
 	requeued := make(map[string]bool)
 	var frontier []string
 	one := func(id string) error {
-		task, ok, err := tx.RequeueFailed(id)
+		ref, ok, err := tx.RequeueFailed(id)
 		if err != nil || !ok {
 			return err
 		}
-		ev := []Event{{Type: EventWorkQueued, Task: task, Data: []byte(`{"reason":"retry"}`)}}
-		if err := AppendEvents(tx, r, ev, id, op.At); err != nil {
+		ev := []Event{{Type: EventWorkQueued, Task: ref.Task, Data: []byte(`{"reason":"retry"}`)}}
+		if err := AppendEvents(tx, r, ev, id, ref.Target, op.At); err != nil {
 			return err
 		}
 		r.IDs = append(r.IDs, id)
@@ -435,7 +439,7 @@ func ApplyRequeue(tx Tx, op *Requeue, r *Result) error {
 // propagation to its queued dependents.
 func FinishApplied(tx Tx, op *Finish, r *Result) error {
 	r.Applied = true
-	if err := AppendEvents(tx, r, op.Events, op.ID, op.At); err != nil {
+	if err := AppendEvents(tx, r, op.Events, op.ID, "", op.At); err != nil {
 		return err
 	}
 	if op.Propagate && (op.State == Failed || op.State == Cancelled) {

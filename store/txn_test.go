@@ -74,7 +74,7 @@ func (m *memTx) dependents(id string, keep func(*memUnit) bool) []store.UnitRef 
 	var out []store.UnitRef
 	for _, e := range m.deps {
 		if x := m.units[e[0]]; e[1] == id && keep(x) {
-			out = append(out, store.UnitRef{ID: e[0], Task: x.u.Task})
+			out = append(out, store.UnitRef{ID: e[0], Task: x.u.Task, Target: x.u.Target})
 		}
 	}
 	return out
@@ -98,18 +98,18 @@ func (m *memTx) OldestQueued(n int) ([]store.UnitRef, error) {
 	var out []store.UnitRef
 	for _, id := range m.order {
 		if x := m.units[id]; x.u.State == store.Queued && len(out) < n {
-			out = append(out, store.UnitRef{ID: id, Task: x.u.Task})
+			out = append(out, store.UnitRef{ID: id, Task: x.u.Task, Target: x.u.Target})
 		}
 	}
 	return out, nil
 }
 
-func (m *memTx) CancelTarget(id string) (store.State, string, bool, bool, error) {
+func (m *memTx) CancelTarget(id string) (store.State, store.UnitRef, bool, bool, error) {
 	x := m.units[id]
 	if x == nil {
-		return "", "", false, false, nil
+		return "", store.UnitRef{}, false, false, nil
 	}
-	return x.u.State, x.u.Task, x.requested, true, nil
+	return x.u.State, store.UnitRef{ID: id, Task: x.u.Task, Target: x.u.Target}, x.requested, true, nil
 }
 
 func (m *memTx) RequestCancel(id string, cascade bool) error {
@@ -129,13 +129,13 @@ func (m *memTx) FailedUnits(tasks []string, before time.Time) ([]string, error) 
 	return out, nil
 }
 
-func (m *memTx) RequeueFailed(id string) (string, bool, error) {
+func (m *memTx) RequeueFailed(id string) (store.UnitRef, bool, error) {
 	x := m.units[id]
 	if x == nil || x.u.State != store.Failed {
-		return "", false, nil
+		return store.UnitRef{}, false, nil
 	}
 	x.u.State, x.u.Error, x.u.ErrorKind, x.u.FinishedAt = store.Queued, "", "", time.Time{}
-	return x.u.Task, true, nil
+	return store.UnitRef{ID: id, Task: x.u.Task, Target: x.u.Target}, true, nil
 }
 
 func (m *memTx) FailedByPrerequisite(id string) ([]string, error) {

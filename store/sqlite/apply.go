@@ -270,8 +270,8 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 	if ev.Time.IsZero() {
 		ev.Time = at
 	}
-	res, err := t.exec(`INSERT INTO events(type, at, work_id, task, attempt, data) VALUES(?,?,?,?,?,?)`,
-		ev.Type, ns(ev.Time), nullStr(ev.WorkID), nullStr(ev.Task), int64(ev.Attempt), nullBytes(ev.Data))
+	res, err := t.exec(`INSERT INTO events(type, at, work_id, task, target, attempt, data) VALUES(?,?,?,?,?,?,?)`,
+		ev.Type, ns(ev.Time), nullStr(ev.WorkID), nullStr(ev.Task), nullStr(ev.Target), int64(ev.Attempt), nullBytes(ev.Data))
 	if err != nil {
 		return err
 	}

@@ -31,7 +31,7 @@ func (t *txn) claimed(op *store.Claim, r *store.Result) error {
 			return err
 		}
 	}
-	return store.AppendEvents(t, r, op.Events, op.ID, op.At)
+	return store.AppendEvents(t, r, op.Events, op.ID, "", op.At)
 }
 
 // attemptJSON formats an attempt as its history entry:
@@ -102,19 +102,20 @@ func (t *txn) finish(op *store.Finish, r *store.Result) error {
 }
 
 func (t *txn) recover(op *store.Recover, r *store.Result) error {
-	rows, err := t.all(`SELECT id, task, runs, started_at, cancel_requested FROM work_units WHERE state='running' ORDER BY seq`)
+	rows, err := t.all(`SELECT id, task, runs, started_at, cancel_requested, target FROM work_units WHERE state='running' ORDER BY seq`)
 	if err != nil {
 		return err
 	}
 	type run struct {
 		id, task  string
+		target    string
 		runs      int
 		started   int64
 		cancelReq bool
 	}
 	var runs []run
 	for _, row := range rows {
-		runs = append(runs, run{asStr(row[0]), asStr(row[1]), int(asInt(row[2])), asInt(row[3]), asInt(row[4]) != 0})
+		runs = append(runs, run{asStr(row[0]), asStr(row[1]), asStr(row[5]), int(asInt(row[2])), asInt(row[3]), asInt(row[4]) != 0})
 	}
 	for _, x := range runs {
 		att := attemptJSON(store.Attempt{Run: x.runs, Start: tm(x.started), End: op.At, Outcome: "abandoned",
@@ -126,7 +127,7 @@ func (t *txn) recover(op *store.Recover, r *store.Result) error {
 				return err
 			}
 			t.moved(x.task, store.Running, store.Cancelled)
-			ev := store.Event{Type: store.EventWorkCancelled, WorkID: x.id, Task: x.task, Attempt: x.runs}
+			ev := store.Event{Type: store.EventWorkCancelled, WorkID: x.id, Task: x.task, Target: x.target, Attempt: x.runs}
 			if err := t.event(&ev, op.At); err != nil {
 				return err
 			}
@@ -141,7 +142,7 @@ func (t *txn) recover(op *store.Recover, r *store.Result) error {
 			return err
 		}
 		t.moved(x.task, store.Running, store.Queued)
-		ev := store.Event{Type: store.EventWorkRecovered, WorkID: x.id, Task: x.task, Attempt: x.runs}
+		ev := store.Event{Type: store.EventWorkRecovered, WorkID: x.id, Task: x.task, Target: x.target, Attempt: x.runs}
 		if err := t.event(&ev, op.At); err != nil {
 			return err
 		}

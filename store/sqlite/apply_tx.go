@@ -71,7 +71,7 @@ func (t *txn) EndQueued(id string, st store.State, at time.Time, errMsg, errKind
 }
 
 func (t *txn) QueuedDependents(id string) ([]store.UnitRef, error) {
-	rows, err := t.all(`SELECT w.id, w.task FROM dependencies d JOIN work_units w ON w.id = d.unit_id
+	rows, err := t.all(`SELECT w.id, w.task, w.target FROM dependencies d JOIN work_units w ON w.id = d.unit_id
 		WHERE d.depends_on = ? AND w.state = 'queued' ORDER BY d.rowid`, id)
 	return unitRefs(rows), err
 }
@@ -85,24 +85,24 @@ func (t *txn) QueuedCount() (int, error) {
 }
 
 func (t *txn) OldestQueued(n int) ([]store.UnitRef, error) {
-	rows, err := t.all(`SELECT id, task FROM work_units WHERE state = 'queued' ORDER BY seq LIMIT ?`, int64(n))
+	rows, err := t.all(`SELECT id, task, target FROM work_units WHERE state = 'queued' ORDER BY seq LIMIT ?`, int64(n))
 	return unitRefs(rows), err
 }
 
 func unitRefs(rows [][]driver.Value) []store.UnitRef {
 	out := make([]store.UnitRef, len(rows))
 	for i, row := range rows {
-		out[i] = store.UnitRef{ID: asStr(row[0]), Task: asStr(row[1])}
+		out[i] = store.UnitRef{ID: asStr(row[0]), Task: asStr(row[1]), Target: asStr(row[2])}
 	}
 	return out
 }
 
-func (t *txn) CancelTarget(id string) (store.State, string, bool, bool, error) {
-	row, found, err := t.one(`SELECT state, task, cancel_requested FROM work_units WHERE id=?`, id)
+func (t *txn) CancelTarget(id string) (store.State, store.UnitRef, bool, bool, error) {
+	row, found, err := t.one(`SELECT state, task, cancel_requested, target FROM work_units WHERE id=?`, id)
 	if err != nil || !found {
-		return "", "", false, false, err
+		return "", store.UnitRef{}, false, false, err
 	}
-	return store.State(asStr(row[0])), asStr(row[1]), asInt(row[2]) != 0, true, nil
+	return store.State(asStr(row[0])), store.UnitRef{ID: id, Task: asStr(row[1]), Target: asStr(row[3])}, asInt(row[2]) != 0, true, nil
 }
 
 func (t *txn) RequestCancel(id string, cascade bool) error {
@@ -134,15 +134,15 @@ func (t *txn) FailedUnits(tasks []string, finishedBefore time.Time) ([]string, e
 	return t.stringList(q+` ORDER BY seq`, args...)
 }
 
-func (t *txn) RequeueFailed(id string) (string, bool, error) {
+func (t *txn) RequeueFailed(id string) (store.UnitRef, bool, error) {
 	row, found, err := t.one(`UPDATE work_units SET state='queued', failures=0, deferrals=0, run_at=0, finished_at=0,
 			error=NULL, error_kind=NULL, leased_by=NULL, lease_expires_at=0
-		WHERE id=? AND state='failed' RETURNING task`, id)
+		WHERE id=? AND state='failed' RETURNING task, target`, id)
 	if err != nil || !found {
-		return "", false, err
+		return store.UnitRef{}, false, err
 	}
 	t.moved(asStr(row[0]), store.Failed, store.Queued)
-	return asStr(row[0]), true, nil
+	return store.UnitRef{ID: id, Task: asStr(row[0]), Target: asStr(row[1])}, true, nil
 }
 
 func (t *txn) FailedByPrerequisite(id string) ([]string, error) {

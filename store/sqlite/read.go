@@ -413,7 +413,7 @@ func (s *Store) ranges(ctx context.Context, query string, args ...any) ([][2]int
 	return out, rows.Err()
 }
 
-const eventSelect = `SELECT e.seq, e.type, e.at, coalesce(e.work_id, ''), coalesce(e.task, ''), e.attempt, e.data,
+const eventSelect = `SELECT e.seq, e.type, e.at, coalesce(e.work_id, ''), coalesce(e.task, ''), coalesce(e.target, ''), e.attempt, e.data,
 			CASE WHEN e.type = 'work_completed' THEN (SELECT result FROM work_units w WHERE w.id = e.work_id) END
 		FROM events e`
 
@@ -427,7 +427,7 @@ func (s *Store) events(ctx context.Context, query string, args ...any) ([]store.
 	for rows.Next() {
 		var e store.Event
 		var at int64
-		if err := rows.Scan(&e.Seq, &e.Type, &at, &e.WorkID, &e.Task, &e.Attempt, &e.Data, &e.Result); err != nil {
+		if err := rows.Scan(&e.Seq, &e.Type, &at, &e.WorkID, &e.Task, &e.Target, &e.Attempt, &e.Data, &e.Result); err != nil {
 			return nil, err
 		}
 		e.Time = tm(at)

@@ -347,3 +347,30 @@ func TestMigrateFromSchema6(t *testing.T) {
 	assert.Equal(t, sqlite.SchemaVersion, version)
 	assert.GreaterOrEqual(t, version, 7)
 }
+
+// TestMigrateFromSchema7 opens a database written by schema version 7
+// (testdata/schema7.db, written by testdata/mkschema7 with the runcue of
+// that schema) and checks that the migration to events with targets keeps
+// every event (without a target) and the durable subscription.
+func TestMigrateFromSchema7(t *testing.T) {
+	st := openFixture(t, "schema7.db")
+	ctx := t.Context()
+	evs, err := st.EventsAfter(ctx, 0, 1000)
+	require.NoError(t, err)
+	require.NotEmpty(t, evs)
+	for _, ev := range evs {
+		assert.Empty(t, ev.Target, "stored before targets were")
+	}
+	subs, err := st.Subscriptions(ctx)
+	require.NoError(t, err)
+	require.Len(t, subs, 1)
+	assert.Equal(t, "follow", subs[0].Name)
+	assert.Equal(t, int64(5), subs[0].Acked)
+	n, err := st.QueuedCount(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	version, err := sqlite.SchemaVersionOf(ctx, st)
+	require.NoError(t, err)
+	assert.Equal(t, sqlite.SchemaVersion, version)
+	assert.GreaterOrEqual(t, version, 8)
+}

@@ -62,6 +62,7 @@ func Run(t *testing.T, open Opener) {
 		{"Pauses", testPauses},
 		{"Stats", testStats},
 		{"Subscriptions", testSubscriptions},
+		{"EventTargets", testEventTargets},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
