@@ -214,10 +214,7 @@ func TestMigrateFromSchema3(t *testing.T) {
 	n, err := st.QueuedCount(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
-	version, err := sqlite.SchemaVersionOf(ctx, st)
-	require.NoError(t, err)
-	assert.Equal(t, sqlite.SchemaVersion, version)
-	assert.GreaterOrEqual(t, version, 4)
+	assertMigrated(t, st, 4)
 	q, err := sqlite.IndexSQLForTest(ctx, st, "work_units_open")
 	require.NoError(t, err)
 	assert.Contains(t, q, "'skipped'")
@@ -277,10 +274,7 @@ func TestMigrateFromSchema4(t *testing.T) {
 	p, err := st.Pauses(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, store.Pauses{}, p)
-	version, err := sqlite.SchemaVersionOf(ctx, st)
-	require.NoError(t, err)
-	assert.Equal(t, sqlite.SchemaVersion, version)
-	assert.GreaterOrEqual(t, version, 5)
+	assertMigrated(t, st, 5)
 	log, err := st.ServiceLog(ctx, "api", time.Time{})
 	require.NoError(t, err)
 	assert.Len(t, log, 3, "the budgeted service's dispatches, logged")
@@ -313,10 +307,7 @@ func TestMigrateFromSchema5(t *testing.T) {
 	acts, err := st.Activity(ctx, time.Time{})
 	require.NoError(t, err)
 	assert.Empty(t, acts, "activity starts with the migration")
-	version, err := sqlite.SchemaVersionOf(ctx, st)
-	require.NoError(t, err)
-	assert.Equal(t, sqlite.SchemaVersion, version)
-	assert.GreaterOrEqual(t, version, 6)
+	assertMigrated(t, st, 6)
 }
 
 // TestMigrateFromSchema6 opens a database written by schema version 6
@@ -342,10 +333,7 @@ func TestMigrateFromSchema6(t *testing.T) {
 	subs, err := st.Subscriptions(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, subs)
-	version, err := sqlite.SchemaVersionOf(ctx, st)
-	require.NoError(t, err)
-	assert.Equal(t, sqlite.SchemaVersion, version)
-	assert.GreaterOrEqual(t, version, 7)
+	assertMigrated(t, st, 7)
 }
 
 // TestMigrateFromSchema7 opens a database written by schema version 7
@@ -369,8 +357,15 @@ func TestMigrateFromSchema7(t *testing.T) {
 	n, err := st.QueuedCount(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
-	version, err := sqlite.SchemaVersionOf(ctx, st)
+	assertMigrated(t, st, 8)
+}
+
+// assertMigrated checks that st was migrated to this package's schema,
+// which is at least version atLeast.
+func assertMigrated(t *testing.T, st *sqlite.Store, atLeast int) {
+	t.Helper()
+	version, err := sqlite.SchemaVersionOf(t.Context(), st)
 	require.NoError(t, err)
 	assert.Equal(t, sqlite.SchemaVersion, version)
-	assert.GreaterOrEqual(t, version, 8)
+	assert.GreaterOrEqual(t, version, atLeast)
 }
