@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -134,6 +135,11 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 		case <-d.done:
 		case <-ctx.Done():
 			return Explanation{}, ctx.Err()
+		}
+	}
+	if c.disp.Load() == nil {
+		if ex, ok := c.askOwner(ctx, id); ok {
+			return ex, nil
 		}
 	}
 	u, err := c.st.GetUnit(ctx, id)
@@ -431,4 +437,77 @@ func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.
 		}
 	}
 	return out, nil
+}
+
+// explainAnswer is the data of explain_requested and explain_answered.
+type explainAnswer struct {
+	Nonce       string       `json:"nonce"`
+	Explanation *Explanation `json:"explanation,omitempty"`
+}
+
+// askOwner asks the owner, when it runs in another process, to explain
+// unit id from its live state, through the event log: an
+// explain_requested event the owner sees at its next poll, answered by an
+// explain_answered event. It reports false (the caller reads the database
+// instead) when no other process owns the database, the owner does not
+// hold the unit, or no answer comes within two of this Cue's poll
+// intervals and a second.
+func (c *Cue) askOwner(ctx context.Context, id string) (Explanation, bool) {
+	p, ok := c.st.(store.OwnerProber)
+	if !ok {
+		return Explanation{}, false
+	}
+	h, owned, err := p.Owner(ctx)
+	if err != nil || !owned || h.PID == os.Getpid() {
+		return Explanation{}, false // none, or in this process: its state is read from the database
+	}
+	answers, stop, err := c.Subscribe(ctx, SubscribeOptions{After: SeqNow, Types: []EventType{EventExplainAnswered}})
+	if err != nil {
+		return Explanation{}, false
+	}
+	defer stop()
+	nonce := c.ids.New(c.clock.Now())
+	data, _ := json.Marshal(explainAnswer{Nonce: nonce})
+	if _, err := c.w.Do(ctx, &store.AppendEvent{Event: store.Event{Type: string(EventExplainRequested), WorkID: id,
+		Time: c.clock.Now(), Data: data}}); err != nil {
+		return Explanation{}, false
+	}
+	timeout := time.NewTimer(2*c.cfg.PollInterval + time.Second) // real time: an answer from another process
+	defer timeout.Stop()
+	for {
+		select {
+		case ev, open := <-answers:
+			if !open {
+				return Explanation{}, false
+			}
+			var a explainAnswer
+			if ev.WorkID != id || json.Unmarshal([]byte(ev.Reason), &a) != nil || a.Nonce != nonce {
+				continue
+			}
+			if a.Explanation == nil {
+				return Explanation{}, false // the owner does not hold it
+			}
+			return *a.Explanation, true
+		case <-timeout.C:
+			return Explanation{}, false
+		case <-ctx.Done():
+			return Explanation{}, false
+		}
+	}
+}
+
+// answerExplain answers another process's explain_requested, on the
+// dispatcher goroutine, from the live state.
+func (d *dispatcher) answerExplain(ev store.Event) {
+	var req explainAnswer
+	if json.Unmarshal(ev.Data, &req) != nil || req.Nonce == "" {
+		return
+	}
+	ans := explainAnswer{Nonce: req.Nonce}
+	if ex := d.explain(ev.WorkID); ex.ID != "" {
+		ex.Live, ex.AsOf = true, d.wall()
+		ans.Explanation = &ex
+	}
+	data, _ := json.Marshal(ans)
+	d.submit(&store.AppendEvent{Event: store.Event{Type: string(EventExplainAnswered), WorkID: ev.WorkID, Time: d.wall(), Data: data}})
 }

@@ -3,6 +3,7 @@ package runcue
 import (
 	"encoding/json"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/runcue/runcue/internal/broker"
@@ -161,6 +162,12 @@ func (t *resourceTable) statusAll() []ServiceStatus {
 				st.BlockedKeys++
 			}
 			if kr.Paused && !st.Paused {
+				st.PausedKeys++
+			}
+		}
+		// Instances paused on their own that are not in memory now.
+		for key, rec := range t.stored {
+			if rec.Paused && !st.Paused && t.keyed[key] == nil && strings.HasPrefix(key, name+":") {
 				st.PausedKeys++
 			}
 		}

@@ -262,3 +262,23 @@ func (s *Store) Subscriptions(ctx context.Context) ([]store.Subscription, error)
 	}
 	return out, rows.Err()
 }
+
+// Backup writes a consistent copy of the database to path (which must not
+// exist), from one read transaction: writers go on meanwhile. The copy is
+// compacted (VACUUM INTO).
+func (s *Store) Backup(ctx context.Context, path string) error {
+	conn, err := s.read.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	// A read connection refuses writes (query_only); VACUUM INTO writes
+	// only the new file, but SQLite counts it as a write: lift the guard
+	// on this connection for the statement.
+	if _, err := conn.ExecContext(ctx, `PRAGMA query_only = 0`); err != nil {
+		return err
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), `PRAGMA query_only = 1`)
+	_, err = conn.ExecContext(ctx, `VACUUM INTO ?`, path)
+	return err
+}

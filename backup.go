@@ -1,0 +1,29 @@
+package runcue
+
+import (
+	"context"
+	"fmt"
+	"os"
+)
+
+// Backup writes a consistent copy of the database to path, which must not
+// exist yet, while the owner (in this process or another) goes on working.
+// The copy opens as a database of its own.
+func (c *Cue) Backup(ctx context.Context, path string) error {
+	if err := c.checkOpen(); err != nil {
+		return err
+	}
+	b, ok := c.st.(interface {
+		Backup(ctx context.Context, path string) error
+	})
+	if !ok {
+		return fmt.Errorf("%w: this store cannot back up", ErrInvalid)
+	}
+	if _, err := os.Stat(path); err == nil {
+		return fmt.Errorf("%w: %s exists", ErrInvalid, path)
+	}
+	if err := b.Backup(ctx, path); err != nil {
+		return fmt.Errorf("runcue: backup to %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,316 @@
+package runcuecli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/cmd/runcuecli"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files")
+
+// bin is the runcue command, built once for the tests.
+var bin string
+
+func TestMain(m *testing.M) {
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "runcue-cli")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	bin = filepath.Join(dir, "runcue")
+	if out, err := exec.Command("go", "build", "-o", bin, "github.com/runcue/runcue/cmd/runcue").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "build runcue: %v\n%s", err, out)
+		os.Exit(2)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// run runs the built command on db and returns its stdout, stderr and
+// exit code.
+func run(t *testing.T, db string, args ...string) (string, string, int) {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "RUNCUE_DB="+db)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return stdout.String(), stderr.String(), code
+}
+
+// ok runs the command and requires exit code 0.
+func ok(t *testing.T, db string, args ...string) string {
+	t.Helper()
+	out, errOut, code := run(t, db, args...)
+	require.Zero(t, code, "runcue %v: %s", args, errOut)
+	return out
+}
+
+var (
+	timeRE     = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
+	durationRE = regexp.MustCompile(`\b\d+(\.\d+)?(ns|µs|ms|s)\b`)
+)
+
+// golden compares out, its times and durations normalised, with
+// testdata/name (rewritten with -update).
+func golden(t *testing.T, name, out string) {
+	t.Helper()
+	out = timeRE.ReplaceAllString(out, "<TIME>")
+	out = durationRE.ReplaceAllString(out, "<DURATION>")
+	path := filepath.Join("testdata", name)
+	if *update {
+		require.NoError(t, os.MkdirAll("testdata", 0o755))
+		require.NoError(t, os.WriteFile(path, []byte(out), 0o644))
+		return
+	}
+	want, err := os.ReadFile(path)
+	require.NoError(t, err, "run with -update to create %s", path)
+	assert.Equal(t, string(want), out, "golden %s (run with -update to accept)", name)
+}
+
+// newDB makes a database with the test's tasks registered.
+func newDB(t *testing.T) (string, *runcue.Cue) {
+	t.Helper()
+	db := filepath.Join(t.TempDir(), "work.db")
+	c, err := runcue.Open(db, runcue.Config{})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return db, c
+}
+
+// The commands a user starts with, in both output formats, against golden
+// files: enqueue, show, explain, list, stats, and the exit codes.
+func TestCommandsGolden(t *testing.T) {
+	db, c := newDB(t)
+	require.NoError(t, c.Service("api", runcue.Service{MaxConcurrent: 2, RateLimit: 10, RateWindow: time.Minute}))
+	require.NoError(t, c.Task("fetch", runcue.Task{Services: []string{"api"}, Handler: func(context.Context, *runcue.Work) (any, error) {
+		return nil, nil
+	}}))
+	ok(t, db, "pause")
+	golden(t, "enqueue.txt", ok(t, db, "enqueue", "fetch", "--id", "u-1", "--target", "https://example.org/a", "--params", `{"n":1}`))
+	golden(t, "enqueue.json", ok(t, db, "enqueue", "fetch", "--id", "u-2", "--key", "k-2", "-o", "json"))
+	golden(t, "enqueue-duplicate.txt", ok(t, db, "enqueue", "fetch", "--key", "k-2"))
+	golden(t, "show.txt", ok(t, db, "show", "u-1"))
+	golden(t, "show.json", ok(t, db, "show", "u-1", "-o", "json"))
+	golden(t, "explain.txt", ok(t, db, "explain", "u-1"))
+	golden(t, "list.txt", ok(t, db, "list"))
+	golden(t, "list.json", ok(t, db, "list", "--target-prefix", "https://example.org/", "-o", "json"))
+	golden(t, "stats.txt", ok(t, db, "stats"))
+	golden(t, "service-ls.txt", ok(t, db, "service", "ls"))
+
+	_, errOut, code := run(t, db, "show", "nope")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, `no unit "nope" in this database`)
+	_, errOut, code = run(t, db, "show")
+	assert.Equal(t, 2, code, errOut)
+	_, errOut, code = run(t, db, "list", "--bogus")
+	assert.Equal(t, 2, code, errOut)
+	_, errOut, code = run(t, db, "frobnicate")
+	assert.Equal(t, 2, code, errOut)
+	_, errOut, code = run(t, "", "stats")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "RUNCUE_DB")
+	out := ok(t, db, "version")
+	assert.True(t, strings.HasPrefix(out, "runcue "), out)
+}
+
+// Importing a 10,000-line file twice, with some keys held by failed units:
+// the second run stores nothing new, reports each line, and exits 0.
+func TestImportTwice(t *testing.T) {
+	db, c := newDB(t)
+	require.NoError(t, c.Task("fetch", runcue.Task{Retry: runcue.RetryPolicy{MaxAttempts: 1},
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			if w.Target == "bad" {
+				return nil, errors.New("gone")
+			}
+			return nil, nil
+		}}))
+	ctx := t.Context()
+	require.NoError(t, c.Start(ctx))
+	for i := range 5 {
+		s, err := c.Submit(ctx, runcue.Submission{Task: "fetch", Target: "bad", IdempotencyKey: fmt.Sprintf("k-%d", i*1000)})
+		require.NoError(t, err)
+		_, err = c.Wait(ctx, s.ID)
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.PauseQueue(ctx)) // the owner stays, running nothing
+
+	var b strings.Builder
+	for i := range 10000 {
+		fmt.Fprintf(&b, `{"task":"fetch","target":"https://example.org/%d","idempotency_key":"k-%d","params":{"i":%d}}`+"\n", i, i, i)
+	}
+	b.WriteString("not json\n")
+	file := filepath.Join(t.TempDir(), "units.jsonl")
+	require.NoError(t, os.WriteFile(file, []byte(b.String()), 0o644))
+
+	type result struct {
+		New, Duplicate, Refused int
+		Items                   []struct {
+			Line   int
+			Status string
+			Error  string
+		}
+	}
+	imp := func() result {
+		var r result
+		require.NoError(t, json.Unmarshal([]byte(ok(t, db, "import", file, "-o", "json")), &r))
+		return r
+	}
+	first := imp()
+	assert.Equal(t, 9995, first.New)
+	assert.Equal(t, 6, first.Refused, "5 keys of failed units and a line that is not JSON")
+	s, err := c.Stats(ctx)
+	require.NoError(t, err)
+	queued := s.States[runcue.StateQueued]
+	assert.Equal(t, 9995, queued)
+
+	second := imp()
+	assert.Zero(t, second.New, "nothing new the second time")
+	assert.Equal(t, 9995, second.Duplicate)
+	assert.Equal(t, 6, second.Refused)
+	require.Len(t, second.Items, 10001, "one outcome per line")
+	assert.Equal(t, 10001, second.Items[10000].Line)
+	assert.Contains(t, second.Items[0].Error, "idempotency key", "k-0 belongs to a failed unit")
+	s, err = c.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, queued, s.States[runcue.StateQueued])
+	golden(t, "import-again.txt", strings.SplitN(ok(t, db, "import", file), "\n", 3)[0]+"\n")
+}
+
+// While an owner runs in this process: pausing one keyed instance with the
+// command holds its units once the owner applied it, while another
+// instance's units run; explain says so and names the instance; stats and
+// cancel by filter work alongside.
+func TestPauseKeyedInstanceWhileOwnerRuns(t *testing.T) {
+	db, c := newDB(t)
+	started := make(chan string, 100)
+	release := make(chan struct{})
+	require.NoError(t, c.Service("host", runcue.Service{}))
+	require.NoError(t, c.Task("fetch", runcue.Task{
+		ServiceKeys: func(w *runcue.Work) []string { return []string{"host:" + w.Target} },
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			started <- w.Target
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil, nil
+		}}))
+	ctx := t.Context()
+	events, stop, err := c.Subscribe(ctx, runcue.SubscribeOptions{After: runcue.SeqNow, Types: []runcue.EventType{runcue.EventServiceChanged}})
+	require.NoError(t, err)
+	defer stop()
+	require.NoError(t, c.Start(ctx))
+
+	ok(t, db, "service", "pause", "host:a.example")
+	select {
+	case ev := <-events:
+		assert.Equal(t, "host:a.example", ev.Service.Name)
+	case <-time.After(30 * time.Second):
+		t.Fatal("no service_changed event")
+	}
+	// The owner read the change at its poll: wait until its live status shows it.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		st, err := c.ServiceStatus(ctx, "host")
+		require.NoError(t, err)
+		if st.PausedKeys == 1 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the owner never applied the pause")
+	}
+	a, err := c.Submit(ctx, runcue.Submission{Task: "fetch", Target: "a.example"})
+	require.NoError(t, err)
+	_, err = c.Submit(ctx, runcue.Submission{Task: "fetch", Target: "b.example"})
+	require.NoError(t, err)
+	select {
+	case target := <-started:
+		assert.Equal(t, "b.example", target)
+	case <-time.After(30 * time.Second):
+		t.Fatal("b.example never started")
+	}
+	var ex runcue.Explanation
+	require.NoError(t, json.Unmarshal([]byte(ok(t, db, "explain", a.ID, "-o", "json")), &ex))
+	require.NotEmpty(t, ex.Reasons)
+	assert.Equal(t, runcue.ReasonPaused, ex.Reasons[0].Kind)
+	assert.Equal(t, "host:a.example", ex.Reasons[0].Service)
+	assert.True(t, ex.Live, "the owner answered from its live state, through the log")
+	select {
+	case target := <-started:
+		t.Fatalf("%s started under a pause", target)
+	default:
+	}
+	var s runcue.Stats
+	require.NoError(t, json.Unmarshal([]byte(ok(t, db, "stats", "-o", "json")), &s))
+	assert.Equal(t, 1, s.States[runcue.StateQueued])
+	assert.Equal(t, 1, s.States[runcue.StateRunning])
+
+	out := ok(t, db, "cancel", "--target-prefix", "a.", "--dry-run")
+	assert.Equal(t, "1 would be cancelled (dry run)\n", out)
+	ok(t, db, "cancel", "--target-prefix", "a.")
+	wi, err := c.Wait(ctx, a.ID)
+	require.NoError(t, err)
+	assert.Equal(t, runcue.StateCancelled, wi.State)
+	close(release)
+	require.NoError(t, c.Drain(ctx))
+
+	backup := filepath.Join(t.TempDir(), "copy.db")
+	ok(t, db, "backup", backup)
+	assert.Contains(t, ok(t, backup, "list"), a.ID, "the copy opens with the units")
+}
+
+// The embedded tree runs the application's work: run --drain with its
+// handlers, then stats shows it done.
+func TestEmbeddedRunDrain(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "app.db")
+	open := func(path string) (*runcue.Cue, error) {
+		c, err := runcue.Open(path, runcue.Config{})
+		if err != nil {
+			return nil, err
+		}
+		if err := c.Task("summarize", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return "ok", nil }}); err != nil {
+			c.Close()
+			return nil, err
+		}
+		return c, nil
+	}
+	var out, errOut bytes.Buffer
+	opts := runcuecli.Options{Name: "queue", Open: open, Stdout: &out, Stderr: &errOut}
+	c, err := open(db)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	for i := range 20 {
+		require.Zero(t, runcuecli.Main(opts, []string{"--db", db, "enqueue", "summarize", "--id", fmt.Sprint("s-", i)}), errOut.String())
+	}
+	require.Zero(t, runcuecli.Main(opts, []string{"--db", db, "run", "--drain"}), errOut.String())
+	out.Reset()
+	require.Zero(t, runcuecli.Main(opts, []string{"--db", db, "stats", "-o", "json"}), errOut.String())
+	var s runcue.Stats
+	require.NoError(t, json.Unmarshal(out.Bytes(), &s))
+	assert.Equal(t, map[runcue.State]int{runcue.StateCompleted: 20}, s.States)
+	assert.Equal(t, 2, runcuecli.Main(runcuecli.Options{Stdout: &out, Stderr: &errOut}, []string{"--db", db, "run"}),
+		"the plain command has no run: it has no handlers")
+}

@@ -1,0 +1,568 @@
+package runcuecli
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/runcue/runcue"
+	"github.com/spf13/cobra"
+)
+
+// importBatch is how many lines import submits per transaction.
+const importBatch = 500
+
+// importItem is import's outcome for one line.
+type importItem struct {
+	Line   int    `json:"line"`
+	ID     string `json:"id,omitempty"`
+	Status string `json:"status"` // new, duplicate, refused
+	Error  string `json:"error,omitempty"`
+}
+
+func (c *cli) importCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "import FILE.jsonl",
+		Short: "Submit one unit per line of a JSON Lines file (task, id, target, params, idempotency_key, depends_on, run_at)",
+		Long: `import submits the file's units in batches. A unit whose idempotency key
+is already held is reported as a duplicate, not an error, so an import can be
+run again. A line that cannot be submitted is reported refused, with why; the
+rest of its batch is still stored. The exit code is 0 unless the file cannot be
+read or the database fails.`,
+		Args: args(1, "one file"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			f, err := os.Open(a[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				var items []importItem
+				var batch []submission
+				var lines []int
+				progress := progressLine(c.o.Stderr)
+				flush := func() error {
+					if len(batch) == 0 {
+						return nil
+					}
+					res, err := submitEach(ctx, q, batch)
+					if err != nil {
+						return err
+					}
+					for i, r := range res {
+						r.Line = lines[i]
+						items = append(items, r)
+					}
+					batch, lines = batch[:0], lines[:0]
+					progress(fmt.Sprintf("%d lines", len(items)))
+					return nil
+				}
+				sc := bufio.NewScanner(f)
+				sc.Buffer(make([]byte, 1<<20), 64<<20)
+				n := 0
+				for sc.Scan() {
+					n++
+					text := strings.TrimSpace(sc.Text())
+					if text == "" {
+						continue
+					}
+					var s submission
+					if err := json.Unmarshal([]byte(text), &s); err != nil || s.Task == "" {
+						if err != nil {
+							err = fmt.Errorf("not a JSON object: %w", err)
+						} else {
+							err = errors.New("no task")
+						}
+						items = append(items, importItem{Line: n, Status: "refused", Error: err.Error()})
+						continue
+					}
+					batch, lines = append(batch, s), append(lines, n)
+					if len(batch) == importBatch {
+						if err := flush(); err != nil {
+							return err
+						}
+					}
+				}
+				if err := sc.Err(); err != nil {
+					return err
+				}
+				if err := flush(); err != nil {
+					return err
+				}
+				progress("")
+				counts := map[string]int{}
+				for _, it := range items {
+					counts[it.Status]++
+				}
+				v := struct {
+					New       int          `json:"new"`
+					Duplicate int          `json:"duplicate"`
+					Refused   int          `json:"refused"`
+					Items     []importItem `json:"items"`
+				}{counts["new"], counts["duplicate"], counts["refused"], items}
+				return c.emit(v, func(w *tabwriter.Writer) {
+					fmt.Fprintf(w, "%d new, %d duplicate, %d refused\n", v.New, v.Duplicate, v.Refused)
+					for _, it := range items {
+						if it.Status == "refused" {
+							fmt.Fprintf(w, "line %d\trefused\t%s\n", it.Line, it.Error)
+						}
+					}
+				})
+			})
+		},
+	}
+}
+
+// submitEach submits a batch and reports each item. A batch refused as a
+// whole (an unknown task, a cycle) is submitted again one by one, so that
+// each refusal is told to its own line.
+func submitEach(ctx context.Context, q *runcue.Cue, batch []submission) ([]importItem, error) {
+	subs := make([]runcue.Submission, len(batch))
+	for i, s := range batch {
+		subs[i] = s.runcue()
+	}
+	out, err := q.SubmitBatch(ctx, subs)
+	if err == nil {
+		items := make([]importItem, len(out))
+		for i, r := range out {
+			items[i] = itemOf(r, nil)
+		}
+		return items, nil
+	}
+	if ctx.Err() != nil || len(batch) == 1 {
+		if len(batch) == 1 && ctx.Err() == nil && !isStoreFailure(err) {
+			return []importItem{itemOf(runcue.Submitted{}, err)}, nil
+		}
+		return nil, err
+	}
+	items := make([]importItem, 0, len(batch))
+	for _, s := range batch {
+		r, err := q.Submit(ctx, s.runcue())
+		if err != nil && (ctx.Err() != nil || isStoreFailure(err)) {
+			return nil, err
+		}
+		items = append(items, itemOf(r, err))
+	}
+	return items, nil
+}
+
+// isStoreFailure reports an error that is not a refusal of the items.
+func isStoreFailure(err error) bool {
+	for _, refusal := range []error{runcue.ErrInvalid, runcue.ErrUnknownTask, runcue.ErrUnknownDependency, runcue.ErrCycle,
+		runcue.ErrDuplicate, runcue.ErrDuplicateID, runcue.ErrDependencyRefused, runcue.ErrBackpressure} {
+		if errors.Is(err, refusal) {
+			return false
+		}
+	}
+	return true
+}
+
+func itemOf(r runcue.Submitted, err error) importItem {
+	if err == nil {
+		err = r.Err
+	}
+	switch {
+	case err != nil:
+		return importItem{ID: r.ID, Status: "refused", Error: err.Error()}
+	case r.Duplicate:
+		return importItem{ID: r.ID, Status: "duplicate"}
+	}
+	return importItem{ID: r.ID, Status: "new"}
+}
+
+// progressLine returns a function that shows a progress line on w if it is
+// a terminal ("" clears it), and does nothing otherwise.
+func progressLine(w any) func(string) {
+	f, ok := w.(*os.File)
+	if !ok {
+		return func(string) {}
+	}
+	if st, err := f.Stat(); err != nil || st.Mode()&os.ModeCharDevice == 0 {
+		return func(string) {}
+	}
+	return func(s string) { fmt.Fprintf(f, "\r\033[K%s", s) }
+}
+
+func (c *cli) retryCmd() *cobra.Command {
+	var f filterFlags
+	var failed, dryRun bool
+	cmd := &cobra.Command{
+		Use:   "retry ID | --failed [filters] [--dry-run]",
+		Short: "Requeue a failed unit, or every failed unit a filter selects, with a fresh retry budget",
+		RunE: func(cmd *cobra.Command, a []string) error {
+			if failed == (len(a) == 1) || len(a) > 1 {
+				return usageError{errors.New("want one unit ID, or --failed with filters")}
+			}
+			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				if !failed {
+					if _, err := get(ctx, q, a[0]); err != nil {
+						return err
+					}
+					if err := q.Retry(ctx, a[0]); err != nil {
+						return err
+					}
+					return c.count("requeued", 1, false)
+				}
+				o, err := f.options()
+				if err != nil {
+					return err
+				}
+				n, err := q.RetryWhere(ctx, o, dryRun)
+				if err != nil {
+					return err
+				}
+				return c.count("requeued", n, dryRun)
+			})
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().BoolVar(&failed, "failed", false, "every failed unit the filters select")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count, change nothing")
+	return cmd
+}
+
+// count reports how many units a change touched (or, dry, would).
+func (c *cli) count(what string, n int, dry bool) error {
+	v := struct {
+		Count  int  `json:"count"`
+		DryRun bool `json:"dry_run,omitempty"`
+	}{n, dry}
+	return c.emit(v, func(w *tabwriter.Writer) {
+		if dry {
+			fmt.Fprintf(w, "%d would be %s (dry run)\n", n, what)
+			return
+		}
+		fmt.Fprintf(w, "%d %s\n", n, what)
+	})
+}
+
+func (c *cli) cancelCmd() *cobra.Command {
+	var f filterFlags
+	var opts runcue.CancelOptions
+	var dryRun bool
+	cmd := &cobra.Command{
+		Use:   "cancel ID | [filters] [--dry-run]",
+		Short: "Cancel a unit, or every queued or running unit the filters select",
+		RunE: func(cmd *cobra.Command, a []string) error {
+			filtered := len(f.states)+len(f.tasks) > 0 || f.targetPrefix != "" || f.errorHas != "" || f.since != "" || f.until != ""
+			if filtered == (len(a) == 1) || len(a) > 1 {
+				return usageError{errors.New("want one unit ID, or filters")}
+			}
+			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				if !filtered {
+					if _, err := get(ctx, q, a[0]); err != nil {
+						return err
+					}
+					if err := q.Cancel(ctx, a[0], opts); err != nil {
+						return err
+					}
+					return c.count("cancelled", 1, false)
+				}
+				o, err := f.options()
+				if err != nil {
+					return err
+				}
+				n, err := q.CancelWhere(ctx, o, opts, dryRun)
+				if err != nil {
+					return err
+				}
+				return c.count("cancelled", n, dryRun)
+			})
+		},
+	}
+	f.add(cmd)
+	cmd.Flags().BoolVar(&opts.Cascade, "cascade", false, "cancel the dependents too (else they fail)")
+	cmd.Flags().StringVar(&opts.Reason, "reason", "", "recorded as the units' error")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "count, change nothing")
+	return cmd
+}
+
+func (c *cli) serviceCmd() *cobra.Command {
+	svc := &cobra.Command{Use: "service", Short: "Services and keyed instances (host:example.org): list, show, pause, resume, set, reset"}
+	svc.AddCommand(&cobra.Command{
+		Use: "ls", Short: "Every service", Args: args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				all, err := q.Services(ctx)
+				if err != nil {
+					return err
+				}
+				return c.emit(all, func(w *tabwriter.Writer) {
+					fmt.Fprintln(w, "SERVICE\tACTIVE\tLIMIT\tIN WINDOW\tCIRCUIT\tPAUSED\tKEYS")
+					for _, s := range all {
+						fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%v\t%d\n", s.Name, s.Active, limit(s.Limits.MaxConcurrent), s.InWindow, s.Circuit,
+							s.Paused, s.Keys)
+					}
+				})
+			})
+		},
+	})
+	svc.AddCommand(&cobra.Command{
+		Use: "show NAME", Short: "One service's limits and state", Args: args(1, "one service"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				st, err := q.ServiceStatus(ctx, a[0])
+				if err != nil {
+					return err
+				}
+				return c.emit(st, func(w *tabwriter.Writer) {
+					l := st.Limits
+					fmt.Fprintf(w, "service\t%s\nlimits\tmax_concurrent %s, rate %d per %v, circuit %d failures / %v\n", st.Name,
+						limit(l.MaxConcurrent), l.RateLimit, l.RateWindow, l.CircuitThreshold, l.CircuitTimeout)
+					fmt.Fprintf(w, "overridden\t%v\npaused\t%v (%d keys paused)\nactive\t%d\nin window\t%d\ncircuit\t%s\n", st.Overridden,
+						st.Paused, st.PausedKeys, st.Active, st.InWindow, st.Circuit)
+					fmt.Fprintf(w, "held until\t%s\nnext capacity\t%s\n", when(st.BlockedUntil), when(st.NextCapacity))
+				})
+			})
+		},
+	})
+	change := func(use, short string, f func(*runcue.Cue, context.Context, string) error) *cobra.Command {
+		return &cobra.Command{
+			Use: use + " NAME", Short: short, Args: args(1, "one service or keyed instance"),
+			RunE: func(cmd *cobra.Command, a []string) error {
+				return c.with(func(ctx context.Context, q *runcue.Cue) error {
+					if err := f(q, ctx, a[0]); err != nil {
+						return err
+					}
+					return c.done(use, a[0])
+				})
+			},
+		}
+	}
+	svc.AddCommand(change("pause", "Stop dispatching to it (stored)", (*runcue.Cue).PauseService),
+		change("resume", "Dispatch to it again", (*runcue.Cue).ResumeService),
+		change("reset", "Clear its override: its registered limits apply", (*runcue.Cue).ResetService))
+	var maxC, rate, threshold int
+	var window, timeout time.Duration
+	set := &cobra.Command{
+		Use: "set NAME", Short: "Override its limits (the flags given; the others keep their values)", Args: args(1, "one service or keyed instance"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				class, _, _ := strings.Cut(a[0], ":")
+				st, err := q.ServiceStatus(ctx, class)
+				if err != nil {
+					return err
+				}
+				l := st.Limits
+				fl := cmd.Flags()
+				if fl.Changed("max-concurrent") {
+					l.MaxConcurrent = maxC
+				}
+				if fl.Changed("rate-limit") {
+					l.RateLimit = rate
+				}
+				if fl.Changed("rate-window") {
+					l.RateWindow = window
+				}
+				if fl.Changed("circuit-threshold") {
+					l.CircuitThreshold = threshold
+				}
+				if fl.Changed("circuit-timeout") {
+					l.CircuitTimeout = timeout
+				}
+				if err := q.SetService(ctx, a[0], l); err != nil {
+					return err
+				}
+				return c.done("set", a[0])
+			})
+		},
+	}
+	set.Flags().IntVar(&maxC, "max-concurrent", 0, "units at once (0: unlimited)")
+	set.Flags().IntVar(&rate, "rate-limit", 0, "starts per --rate-window (0: none)")
+	set.Flags().DurationVar(&window, "rate-window", 0, "the rate window")
+	set.Flags().IntVar(&threshold, "circuit-threshold", 0, "consecutive failures that open the circuit (0: none)")
+	set.Flags().DurationVar(&timeout, "circuit-timeout", 0, "how long an open circuit stays open")
+	svc.AddCommand(set)
+	return svc
+}
+
+// done reports a change applied to name.
+func (c *cli) done(what, name string) error {
+	v := struct {
+		Name   string `json:"name"`
+		Change string `json:"change"`
+	}{name, what}
+	return c.emit(v, func(w *tabwriter.Writer) { fmt.Fprintf(w, "%s: %s\n", name, what) })
+}
+
+func (c *cli) taskCmd() *cobra.Command {
+	task := &cobra.Command{Use: "task", Short: "Pause or resume a task type"}
+	for _, pause := range []bool{true, false} {
+		use, f := "resume", (*runcue.Cue).ResumeTask
+		if pause {
+			use, f = "pause", (*runcue.Cue).PauseTask
+		}
+		task.AddCommand(&cobra.Command{
+			Use: use + " NAME", Short: use + " a task type (stored)", Args: args(1, "one task type"),
+			RunE: func(cmd *cobra.Command, a []string) error {
+				return c.with(func(ctx context.Context, q *runcue.Cue) error {
+					if err := f(q, ctx, a[0]); err != nil {
+						return err
+					}
+					return c.done(use, a[0])
+				})
+			},
+		})
+	}
+	return task
+}
+
+func (c *cli) pauseCmd(pause bool) *cobra.Command {
+	use, f := "resume", (*runcue.Cue).ResumeQueue
+	if pause {
+		use, f = "pause", (*runcue.Cue).PauseQueue
+	}
+	return &cobra.Command{
+		Use: use, Short: use + " the whole queue (stored; running units go on)", Args: args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				if err := f(q, ctx); err != nil {
+					return err
+				}
+				return c.done(use, "queue")
+			})
+		},
+	}
+}
+
+func (c *cli) tailCmd() *cobra.Command {
+	var o runcue.SubscribeOptions
+	var types []string
+	cmd := &cobra.Command{
+		Use:   "tail",
+		Short: "Follow events as they are committed (one JSON object per line with -o json) until interrupted",
+		Args:  args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			for _, t := range types {
+				o.Types = append(o.Types, runcue.EventType(t))
+			}
+			if !cmd.Flags().Changed("after") {
+				o.After = runcue.SeqNow
+			}
+			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				evs, stop, err := q.Subscribe(ctx, o)
+				if err != nil {
+					return err
+				}
+				defer stop()
+				enc := json.NewEncoder(c.out)
+				for ev := range evs {
+					if c.output == "json" {
+						if err := enc.Encode(ev); err != nil {
+							return err
+						}
+						continue
+					}
+					fmt.Fprintf(c.out, "%d %s %s %s %s %s\n", ev.Seq, ev.Time.UTC().Format(time.RFC3339Nano), ev.Type, orDash(ev.Task),
+						orDash(ev.WorkID), orDash(firstLine(ev.Error)))
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().Int64Var(&o.After, "after", 0, "resume after this sequence number (default: from now)")
+	cmd.Flags().StringSliceVar(&types, "type", nil, "only these event types")
+	cmd.Flags().StringSliceVar(&o.Tasks, "task", nil, "only events of these task types")
+	cmd.Flags().StringVar(&o.Name, "name", "", "a durable subscription to resume (acknowledge with your consumer)")
+	return cmd
+}
+
+func (c *cli) pruneCmd() *cobra.Command {
+	var older time.Duration
+	cmd := &cobra.Command{
+		Use:   "prune --older-than DURATION",
+		Short: "Delete finished units (and their history) finished longer ago than DURATION",
+		Args:  args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if older <= 0 {
+				return usageError{errors.New("--older-than: want a positive duration (720h)")}
+			}
+			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				n, err := q.Prune(ctx, older)
+				if err != nil {
+					return err
+				}
+				return c.count("pruned", n, false)
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&older, "older-than", 0, "how long ago they finished")
+	return cmd
+}
+
+func (c *cli) backupCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "backup FILE",
+		Short: "Write a consistent copy of the database to FILE while work goes on",
+		Args:  args(1, "one file to create"),
+		RunE: func(cmd *cobra.Command, a []string) error {
+			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				if err := q.Backup(ctx, a[0]); err != nil {
+					return err
+				}
+				return c.done("backup", a[0])
+			})
+		},
+	}
+}
+
+func (c *cli) runCmd() *cobra.Command {
+	var drain bool
+	cmd := &cobra.Command{
+		Use:   "run [--drain]",
+		Short: "Own the database and run its work with this program's handlers, until interrupted (or, with --drain, done)",
+		Args:  args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				if err := q.Start(ctx); err != nil {
+					return err
+				}
+				progress := progressLine(c.o.Stderr)
+				done := make(chan error, 1)
+				go func() {
+					if drain {
+						done <- q.Drain(ctx)
+						return
+					}
+					<-ctx.Done()
+					done <- nil
+				}()
+				tick := time.NewTicker(time.Second)
+				defer tick.Stop()
+				start := time.Now()
+				for {
+					select {
+					case err := <-done:
+						progress("")
+						if err != nil && !errors.Is(err, context.Canceled) {
+							return err
+						}
+						stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
+						defer cancel()
+						return q.Stop(stopCtx)
+					case <-tick.C:
+						s, err := q.Stats(ctx)
+						if err != nil {
+							continue
+						}
+						var completed int
+						for _, m := range s.Minutes {
+							completed += m.Completed
+						}
+						progress(fmt.Sprintf("queued %d · running %d · completed %d · failed %d · %.1f/s",
+							s.States[runcue.StateQueued], s.States[runcue.StateRunning], s.States[runcue.StateCompleted],
+							s.States[runcue.StateFailed], float64(completed)/max(time.Since(start).Seconds(), 1)))
+					}
+				}
+			})
+		},
+	}
+	cmd.Flags().BoolVar(&drain, "drain", false, "return once no work is left")
+	return cmd
+}
