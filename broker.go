@@ -69,9 +69,11 @@ type ServiceStatus struct {
 }
 
 // Services reports every registered service, keyed instances folded into
-// their class. In the owning Cue the figures are live; in another process
-// they are read from the database (Active from running units, InWindow from
-// the service log).
+// their class. The figures are the owner's live ones: in the owning Cue at
+// once, in another process asked of the owner through the event log (see
+// EventOwnerAsked). With no owner to answer, they are read from the
+// database (Active from running units, InWindow from the service log;
+// keyed instances' load is not stored).
 func (c *Cue) Services(ctx context.Context) ([]ServiceStatus, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err
@@ -85,6 +87,15 @@ func (c *Cue) Services(ctx context.Context) ([]ServiceStatus, error) {
 		case <-d.done:
 		case <-ctx.Done():
 			return nil, ctx.Err()
+		}
+	} else {
+		var live []ServiceStats
+		if c.askOwner(ctx, ownerQuestion{Kind: "services"}, &live) {
+			out := make([]ServiceStatus, len(live))
+			for i, s := range live {
+				out[i] = s.ServiceStatus
+			}
+			return out, nil
 		}
 	}
 	return c.storedStatus(ctx)

@@ -78,13 +78,13 @@ const (
 	// EventQueueChanged: the queue was paused or resumed (PauseQueue,
 	// ResumeQueue); Reason is "paused" or "resumed".
 	EventQueueChanged EventType = "queue_changed"
-	// EventExplainRequested: a process that does not own the database asked
-	// the owner to explain a unit (Explain); EventExplainAnswered carries
-	// the owner's live answer. Reason holds the JSON of the request
-	// ({"nonce"}) or of the answer ({"nonce", "explanation"}). UIs may
+	// EventOwnerAsked: a process that does not own the database asked the
+	// owner about its live state (Explain, Services, Stats);
+	// EventOwnerAnswered carries the answer. Reason holds the question's
+	// JSON ({"nonce", "kind", "id"}, and "answer" in the answer). UIs may
 	// ignore both.
-	EventExplainRequested EventType = "explain_requested"
-	EventExplainAnswered  EventType = "explain_answered"
+	EventOwnerAsked    EventType = "owner_asked"
+	EventOwnerAnswered EventType = "owner_answered"
 	// EventServiceChanged: a service's override or pause was changed
 	// (SetService, ResetService, PauseService, ResumeService). Service.Name
 	// names it and Reason says what changed.
@@ -214,7 +214,7 @@ func eventFrom(se *store.Event) Event {
 			ev.Service, ev.Budget = &ServiceStatus{Name: data.Service, Class: data.Class}, &data.Budget
 		}
 		return ev
-	case EventExplainRequested, EventExplainAnswered:
+	case EventOwnerAsked, EventOwnerAnswered:
 		ev.Reason = string(se.Data)
 		return ev
 	case EventServiceChanged:

@@ -138,7 +138,8 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 		}
 	}
 	if c.disp.Load() == nil {
-		if ex, ok := c.askOwner(ctx, id); ok {
+		var ex Explanation
+		if c.askOwner(ctx, ownerQuestion{Kind: "explain", ID: id}, &ex) {
 			return ex, nil
 		}
 	}
@@ -439,38 +440,42 @@ func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.
 	return out, nil
 }
 
-// explainAnswer is the data of explain_requested and explain_answered.
-type explainAnswer struct {
-	Nonce       string       `json:"nonce"`
-	Explanation *Explanation `json:"explanation,omitempty"`
+// ownerQuestion is the data of owner_asked and owner_answered: what is
+// asked (Kind "explain" with ID, or "services") and, in the answer, the
+// answer (absent when the owner cannot answer it).
+type ownerQuestion struct {
+	Nonce  string          `json:"nonce"`
+	Kind   string          `json:"kind"`
+	ID     string          `json:"id,omitempty"`
+	Answer json.RawMessage `json:"answer,omitempty"`
 }
 
-// askOwner asks the owner, when it runs in another process, to explain
-// unit id from its live state, through the event log: an
-// explain_requested event the owner sees at its next poll, answered by an
-// explain_answered event. It reports false (the caller reads the database
-// instead) when no other process owns the database, the owner does not
-// hold the unit, or no answer comes within two of this Cue's poll
-// intervals and a second.
-func (c *Cue) askOwner(ctx context.Context, id string) (Explanation, bool) {
+// askOwner asks the owner, when it runs in another process, a question
+// about its live state, through the event log: an owner_asked event the
+// owner sees at its next poll, answered by an owner_answered event, whose
+// answer is decoded into out. It reports false (the caller reads the
+// database instead) when no other process owns the database, the owner
+// cannot answer (it does not hold the unit), or no answer comes within two
+// of this Cue's poll intervals and a second.
+func (c *Cue) askOwner(ctx context.Context, q ownerQuestion, out any) bool {
 	p, ok := c.st.(store.OwnerProber)
 	if !ok {
-		return Explanation{}, false
+		return false
 	}
 	h, owned, err := p.Owner(ctx)
 	if err != nil || !owned || h.PID == os.Getpid() {
-		return Explanation{}, false // none, or in this process: its state is read from the database
+		return false // none, or in this process: its state is read from the database
 	}
-	answers, stop, err := c.Subscribe(ctx, SubscribeOptions{After: SeqNow, Types: []EventType{EventExplainAnswered}})
+	answers, stop, err := c.Subscribe(ctx, SubscribeOptions{After: SeqNow, Types: []EventType{EventOwnerAnswered}})
 	if err != nil {
-		return Explanation{}, false
+		return false
 	}
 	defer stop()
-	nonce := c.ids.New(c.clock.Now())
-	data, _ := json.Marshal(explainAnswer{Nonce: nonce})
-	if _, err := c.w.Do(ctx, &store.AppendEvent{Event: store.Event{Type: string(EventExplainRequested), WorkID: id,
+	q.Nonce = c.ids.New(c.clock.Now())
+	data, _ := json.Marshal(q)
+	if _, err := c.w.Do(ctx, &store.AppendEvent{Event: store.Event{Type: string(EventOwnerAsked), WorkID: q.ID,
 		Time: c.clock.Now(), Data: data}}); err != nil {
-		return Explanation{}, false
+		return false
 	}
 	timeout := time.NewTimer(2*c.cfg.PollInterval + time.Second) // real time: an answer from another process
 	defer timeout.Stop()
@@ -478,36 +483,41 @@ func (c *Cue) askOwner(ctx context.Context, id string) (Explanation, bool) {
 		select {
 		case ev, open := <-answers:
 			if !open {
-				return Explanation{}, false
+				return false
 			}
-			var a explainAnswer
-			if ev.WorkID != id || json.Unmarshal([]byte(ev.Reason), &a) != nil || a.Nonce != nonce {
+			var a ownerQuestion
+			if json.Unmarshal([]byte(ev.Reason), &a) != nil || a.Nonce != q.Nonce {
 				continue
 			}
-			if a.Explanation == nil {
-				return Explanation{}, false // the owner does not hold it
-			}
-			return *a.Explanation, true
+			return len(a.Answer) > 0 && json.Unmarshal(a.Answer, out) == nil
 		case <-timeout.C:
-			return Explanation{}, false
+			return false
 		case <-ctx.Done():
-			return Explanation{}, false
+			return false
 		}
 	}
 }
 
-// answerExplain answers another process's explain_requested, on the
+// answerOwnerQuestion answers another process's owner_asked, on the
 // dispatcher goroutine, from the live state.
-func (d *dispatcher) answerExplain(ev store.Event) {
-	var req explainAnswer
-	if json.Unmarshal(ev.Data, &req) != nil || req.Nonce == "" {
+func (d *dispatcher) answerOwnerQuestion(ev store.Event) {
+	var q ownerQuestion
+	if json.Unmarshal(ev.Data, &q) != nil || q.Nonce == "" {
 		return
 	}
-	ans := explainAnswer{Nonce: req.Nonce}
-	if ex := d.explain(ev.WorkID); ex.ID != "" {
-		ex.Live, ex.AsOf = true, d.wall()
-		ans.Explanation = &ex
+	var answer any
+	switch q.Kind {
+	case "explain":
+		if ex := d.explain(q.ID); ex.ID != "" {
+			ex.Live, ex.AsOf = true, d.wall()
+			answer = ex
+		}
+	case "services":
+		answer = d.serviceStats()
 	}
-	data, _ := json.Marshal(ans)
-	d.submit(&store.AppendEvent{Event: store.Event{Type: string(EventExplainAnswered), WorkID: ev.WorkID, Time: d.wall(), Data: data}})
+	if answer != nil {
+		q.Answer, _ = json.Marshal(answer)
+	}
+	data, _ := json.Marshal(q)
+	d.submit(&store.AppendEvent{Event: store.Event{Type: string(EventOwnerAnswered), WorkID: q.ID, Time: d.wall(), Data: data}})
 }

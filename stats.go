@@ -25,8 +25,8 @@ const StatsWindow = time.Hour
 type Stats struct {
 	// At is when the snapshot was taken.
 	At time.Time `json:"at"`
-	// Live reports that this Cue owns the database: service figures are
-	// the dispatcher's own.
+	// Live reports that the service figures are the owner's live ones (in
+	// this process, or asked of the owner in another; see Services).
 	Live bool `json:"live"`
 	// States counts the units by state; Tasks by task type and state.
 	States map[State]int            `json:"states"`
@@ -224,6 +224,14 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferredBy map[st
 		case <-d.done:
 		case <-ctx.Done():
 			return nil, false, ctx.Err()
+		}
+	} else {
+		var live []ServiceStats
+		if c.askOwner(ctx, ownerQuestion{Kind: "services"}, &live) {
+			for i := range live {
+				live[i].Deferred = deferred[live[i].Name]
+			}
+			return live, true, nil
 		}
 	}
 	all, err := c.storedStatus(ctx)

@@ -279,8 +279,8 @@ func (d *dispatcher) external(evs []store.Event) {
 			}
 		case string(EventTaskChanged), string(EventQueueChanged):
 			d.reloadPauses(nil)
-		case string(EventExplainRequested):
-			d.answerExplain(ev)
+		case string(EventOwnerAsked):
+			d.answerOwnerQuestion(ev)
 		case string(EventServiceChanged):
 			var data struct {
 				Service string `json:"service"`

@@ -267,6 +267,14 @@ func TestPauseKeyedInstanceWhileOwnerRuns(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(ok(t, db, "stats", "-o", "json")), &s))
 	assert.Equal(t, 1, s.States[runcue.StateQueued])
 	assert.Equal(t, 1, s.States[runcue.StateRunning])
+	assert.True(t, s.Live, "the owner's live figures, asked through the log")
+	require.Len(t, s.Services, 1)
+	assert.Equal(t, 1, s.Services[0].Active, "a keyed class's load, seen from another process")
+	var keys []string
+	for _, k := range s.Services[0].Keys {
+		keys = append(keys, k.Name)
+	}
+	assert.Equal(t, []string{"host:b.example", "host:a.example"}, keys, "the running instance first, then the paused one")
 
 	out := ok(t, db, "cancel", "--target-prefix", "a.", "--dry-run")
 	assert.Equal(t, "1 would be cancelled (dry run)\n", out)

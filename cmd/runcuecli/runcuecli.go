@@ -66,10 +66,11 @@ func Main(o Options, args []string) int {
 
 // cli holds the state every command shares.
 type cli struct {
-	o      Options
-	db     string
-	output string
-	out    io.Writer
+	o        Options
+	embedded bool // Open is the application's: it may create the database
+	db       string
+	output   string
+	out      io.Writer
 }
 
 // New returns the command tree.
@@ -87,10 +88,17 @@ func New(o Options) *cobra.Command {
 	if o.Open == nil {
 		o.Open = func(path string) (*runcue.Cue, error) { return runcue.Open(path, runcue.Config{}) }
 	}
-	c := &cli{o: o, out: o.Stdout}
+	c := &cli{o: o, out: o.Stdout, embedded: embedded}
 	root := &cobra.Command{
-		Use:           o.Name,
-		Short:         "Operate a runcue database: status, work, services, events",
+		Use:   o.Name,
+		Short: "Operate a runcue database: status, work, services, events",
+		Long: `Operate a runcue database: status, work, services, events. Every command
+works while the database's owner runs in another process; answers that need
+the owner's live state (explain, stats, service) are asked of it.
+
+Exit codes: 0 success; 1 an error (an unknown unit, a refused change, a
+failed database); 2 a usage error (an unknown command or flag, a missing
+argument, no --db).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, args []string) error {
@@ -130,7 +138,8 @@ func (c *cli) with(f func(ctx context.Context, q *runcue.Cue) error) error {
 	if c.db == "" {
 		return usageError{errors.New("no database: pass --db or set RUNCUE_DB")}
 	}
-	if _, err := os.Stat(c.db); err != nil {
+	if _, err := os.Stat(c.db); err != nil && !c.embedded {
+		// A mistyped path must not create an empty database.
 		return fmt.Errorf("database %s: %w", c.db, err)
 	}
 	q, err := c.o.Open(c.db)
