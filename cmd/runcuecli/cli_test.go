@@ -322,3 +322,65 @@ func TestEmbeddedRunDrain(t *testing.T) {
 	assert.Equal(t, 2, runcuecli.Main(runcuecli.Options{Stdout: &out, Stderr: &errOut}, []string{"--db", db, "run"}),
 		"the plain command has no run: it has no handlers")
 }
+
+// The remaining commands against one database: service set and show,
+// task pause and resume, retry --failed, prune, and tail following events
+// until interrupted.
+func TestMoreCommands(t *testing.T) {
+	db, c := newDB(t)
+	require.NoError(t, c.Service("api", runcue.Service{MaxConcurrent: 2}))
+	require.NoError(t, c.Task("fetch", runcue.Task{Services: []string{"api"}, Retry: runcue.RetryPolicy{MaxAttempts: 1},
+		Handler: func(context.Context, *runcue.Work) (any, error) { return nil, errors.New("boom") }}))
+	ctx := t.Context()
+
+	ok(t, db, "service", "set", "api", "--rate-limit", "5", "--rate-window", "1m")
+	var st runcue.ServiceStatus
+	require.NoError(t, json.Unmarshal([]byte(ok(t, db, "service", "show", "api", "-o", "json")), &st))
+	assert.Equal(t, runcue.Service{MaxConcurrent: 2, RateLimit: 5, RateWindow: time.Minute}, st.Limits, "the flags given, the rest kept")
+	assert.True(t, st.Overridden)
+	ok(t, db, "service", "reset", "api")
+	ok(t, db, "task", "pause", "fetch")
+	var s runcue.Stats
+	require.NoError(t, json.Unmarshal([]byte(ok(t, db, "stats", "-o", "json")), &s))
+	assert.Equal(t, []string{"fetch"}, s.PausedTasks)
+	ok(t, db, "task", "resume", "fetch")
+	_, _, code := run(t, db, "task", "pause", "nope")
+	assert.Equal(t, 1, code, "an unknown task")
+
+	// tail follows what the owner does, until interrupted.
+	tail := exec.Command(bin, "tail", "--after", "0", "--type", "work_failed", "-o", "json")
+	tail.Env = append(os.Environ(), "RUNCUE_DB="+db)
+	stdout, err := tail.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, tail.Start())
+	require.NoError(t, c.Start(ctx))
+	sub, err := c.Submit(ctx, runcue.Submission{Task: "fetch", Target: "x"})
+	require.NoError(t, err)
+	_, err = c.Wait(ctx, sub.ID)
+	require.NoError(t, err)
+	line := make(chan string, 1)
+	go func() {
+		b := make([]byte, 4096)
+		n, _ := stdout.Read(b)
+		line <- string(b[:n])
+	}()
+	select {
+	case l := <-line:
+		var ev runcue.Event
+		require.NoError(t, json.Unmarshal([]byte(strings.SplitN(l, "\n", 2)[0]), &ev))
+		assert.Equal(t, runcue.EventWorkFailed, ev.Type)
+		assert.Equal(t, sub.ID, ev.WorkID)
+		assert.Equal(t, "x", ev.Target)
+	case <-time.After(30 * time.Second):
+		t.Fatal("tail printed nothing")
+	}
+	require.NoError(t, tail.Process.Signal(os.Interrupt))
+	require.NoError(t, tail.Wait(), "an interrupt ends tail cleanly")
+
+	assert.Equal(t, "1 would be requeued (dry run)\n", ok(t, db, "retry", "--failed", "--error", "boom", "--dry-run"))
+	_, _, code = run(t, db, "retry", sub.ID, "--failed")
+	assert.Equal(t, 2, code, "an ID and --failed")
+	_, _, code = run(t, db, "prune")
+	assert.Equal(t, 2, code, "prune needs --older-than")
+	assert.Equal(t, "0 pruned\n", ok(t, db, "prune", "--older-than", "1h"), "it failed just now")
+}
