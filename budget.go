@@ -292,7 +292,27 @@ func (d *dispatcher) onlyBudgetHeld() bool {
 		(d.cfg.Feed != nil && (!d.exhausted || d.feeding)) {
 		return false
 	}
+	// A period the wall clock has left is over, whatever the timeline says:
+	// its waiters may run now.
 	now := d.now()
+	reopened := false
+	for _, rs := range []map[string]*resource{d.services, d.keyed} {
+		for _, r := range rs {
+			if len(r.Budgets) == 0 {
+				continue
+			}
+			was := r.SpentBudget(now) != nil
+			d.syncBudgets(r)
+			if was && r.SpentBudget(now) == nil {
+				d.wakeAll(r)
+				reopened = true
+			}
+		}
+	}
+	if reopened {
+		d.dispatch() // this loop iteration has dispatched already
+		return false
+	}
 	memo := make(map[*unit]bool, len(d.units))
 	for _, u := range d.units {
 		if !d.budgetHeld(u, now, memo) {

@@ -119,6 +119,7 @@ func TestDailyBudgetAcrossDST(t *testing.T) {
 	e.clk.Set(midnight9)
 	require.NoError(t, c.Drain(e.ctx))
 	assert.Equal(t, map[runcue.State]int{runcue.StateCompleted: 250}, countStates(t, e))
+	e.clk.Advance(time.Second) // the budget gauges are refreshed at most once a second
 	require.NoError(t, runcue.Settle(e.ctx, c))
 
 	var spent []runcue.Event
@@ -190,7 +191,7 @@ func TestDrainWaitsForBudgetByDefault(t *testing.T) {
 // budget resets within a minute; set back, the spent period is not
 // reopened.
 func TestBudgetFollowsWallClockSteps(t *testing.T) {
-	e, _ := budgetEnv(t, runcue.Config{DrainOnSpentBudget: true}, 2, 6)
+	e, _ := budgetEnv(t, runcue.Config{DrainOnSpentBudget: true}, 2, 8)
 	c := e.c
 	require.NoError(t, c.Drain(e.ctx))
 	assert.Equal(t, 2, countStates(t, e)[runcue.StateCompleted])
@@ -198,15 +199,21 @@ func TestBudgetFollowsWallClockSteps(t *testing.T) {
 	e.clk.StepWall(24 * time.Hour) // the 2nd by the wall clock; no time passed
 	e.clk.Advance(runcue.BudgetRecheckEvery)
 	require.NoError(t, c.Drain(e.ctx))
-	assert.Equal(t, 4, countStates(t, e)[runcue.StateCompleted], "the 2nd's budget")
+	assert.Equal(t, 4, countStates(t, e)[runcue.StateCompleted], "the 2nd's budget, seen at the recheck")
 
-	e.clk.StepWall(-12 * time.Hour) // back to the 1st, 12:00
+	// Set forward again, and Drain at once: Drain sees the reset itself,
+	// without waiting for the recheck.
+	e.clk.StepWall(24 * time.Hour)
+	require.NoError(t, c.Drain(e.ctx))
+	assert.Equal(t, 6, countStates(t, e)[runcue.StateCompleted], "the 3rd's budget")
+
+	e.clk.StepWall(-36 * time.Hour) // back to the 1st, 12:01
 	e.clk.Advance(time.Hour)
 	require.NoError(t, runcue.Settle(e.ctx, c))
-	assert.Equal(t, 4, countStates(t, e)[runcue.StateCompleted], "the 1st is not reopened, the 2nd stays spent")
+	assert.Equal(t, 6, countStates(t, e)[runcue.StateCompleted], "no earlier day is reopened, the 3rd stays spent")
 	st, err := c.ServiceStatus(e.ctx, "api")
 	require.NoError(t, err)
-	assert.True(t, st.Budgets[0].PeriodStart.Equal(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)))
+	assert.True(t, st.Budgets[0].PeriodStart.Equal(time.Date(2026, 1, 3, 0, 0, 0, 0, time.UTC)))
 	assert.True(t, st.Budgets[0].Exhausted)
 }
 

@@ -40,6 +40,14 @@ func TestJSONConvention(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &stBack))
 	assert.Equal(t, st, stBack)
 
+	qw := runcue.QueueWaitStats{Count: 3, P50: 5 * time.Millisecond, P90: time.Second, P99: time.Minute}
+	b, err = json.Marshal(qw)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"count":3,"p50_ms":5,"p90_ms":1000,"p99_ms":60000}`, string(b))
+	var qwBack runcue.QueueWaitStats
+	require.NoError(t, json.Unmarshal(b, &qwBack))
+	assert.Equal(t, qw, qwBack)
+
 	ex := runcue.Explanation{ID: "u1", Task: "fetch", State: runcue.StateQueued, AsOf: at,
 		Reasons: []runcue.Reason{{Kind: runcue.ReasonRateLimited, Service: "api", Until: at, Detail: "full"}}}
 	b, err = json.Marshal(ex)

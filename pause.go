@@ -101,13 +101,7 @@ func (t *resourceTable) applyPauses(p store.Pauses) {
 		}
 		rt.cap.Paused = paused
 		t.log.Info("runcue: task "+pauseWord(paused), "task_type", name)
-		for range rt.cap.waiters.Len() {
-			before := rt.cap.waiters.Len()
-			t.wake(rt.cap)
-			if rt.cap.waiters.Len() == before {
-				break
-			}
-		}
+		t.wakeAll(rt.cap)
 	}
 }
 

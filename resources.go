@@ -436,6 +436,18 @@ func (t *resourceTable) wake(r *resource) {
 	t.ready.Push(l)
 }
 
+// wakeAll moves r's waiters to the ready heap while r has room for them:
+// after a change that may have freed more than one place.
+func (t *resourceTable) wakeAll(r *resource) {
+	for range r.waiters.Len() {
+		before := r.waiters.Len()
+		t.wake(r)
+		if r.waiters.Len() == before {
+			break
+		}
+	}
+}
+
 func (t *resourceTable) resourceTimer(r *resource, at time.Time) {
 	if !r.timerAt.IsZero() && !r.timerAt.After(at) {
 		return
@@ -574,14 +586,7 @@ func (t *resourceTable) applyService(name string, svcs []store.ServiceRecord) {
 			t.log.Info("runcue: service "+state, "service", r.name)
 		}
 		t.markStatus(r)
-		// Limits may have grown: let waiters try.
-		for range r.waiters.Len() {
-			before := r.waiters.Len()
-			t.wake(r)
-			if r.waiters.Len() == before {
-				break
-			}
-		}
+		t.wakeAll(r) // limits may have grown
 	}
 	if r := t.keyed[name]; r != nil {
 		apply(r) // a keyed instance; one not in memory reads its record when made

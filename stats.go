@@ -69,6 +69,22 @@ func (q QueueWaitStats) MarshalJSON() ([]byte, error) {
 	}{q.Count, q.P50.Milliseconds(), q.P90.Milliseconds(), q.P99.Milliseconds()})
 }
 
+// UnmarshalJSON reads what MarshalJSON writes.
+func (q *QueueWaitStats) UnmarshalJSON(b []byte) error {
+	var j struct {
+		Count int64 `json:"count"`
+		P50   int64 `json:"p50_ms"`
+		P90   int64 `json:"p90_ms"`
+		P99   int64 `json:"p99_ms"`
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*q = QueueWaitStats{Count: j.Count, P50: time.Duration(j.P50) * time.Millisecond,
+		P90: time.Duration(j.P90) * time.Millisecond, P99: time.Duration(j.P99) * time.Millisecond}
+	return nil
+}
+
 // MinuteStats counts one minute's events: units started, completed,
 // failed for good, failed and retried, skipped, cancelled, and runs
 // deferred by a Retry-After (429, 503).

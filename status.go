@@ -18,8 +18,13 @@ import (
 type statusBoard struct {
 	dirty map[*resource]struct{}
 	// budgetsDirty: a budget's count may have changed since the gauges'
-	// view was refreshed (snapshotBudgets).
+	// view was refreshed (snapshotBudgets), at budgetsAt. The view is
+	// refreshed at most once per statusEvery: it walks every budgeted
+	// resource, keyed instances included. budgetsTimer: a tBudgets timer
+	// is pending for the next refresh.
 	budgetsDirty bool
+	budgetsAt    time.Time
+	budgetsTimer bool
 }
 
 // statusKey is what a service_status event reports.
@@ -57,7 +62,13 @@ const statusEvery = time.Second
 // flushStatus publishes the service_status events that are due.
 func (t *resourceTable) flushStatus() {
 	if t.budgetsDirty {
-		t.snapshotBudgets()
+		if now := t.now(); t.budgetsAt.IsZero() || now.Sub(t.budgetsAt) >= statusEvery {
+			t.snapshotBudgets()
+			t.budgetsAt = now
+		} else if !t.budgetsTimer {
+			t.budgetsTimer = true
+			t.pushTimer(&timerEntry{at: t.budgetsAt.Add(statusEvery), kind: tBudgets})
+		}
 	}
 	if len(t.dirty) == 0 {
 		return

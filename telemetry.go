@@ -28,7 +28,7 @@ import (
 //	runcue.work.run_duration    histogram  seconds {task, outcome}
 //	runcue.service.requests     counter    dispatches {service}
 //	runcue.service.rate_limited counter    dispatches held back by a full rate window {service}
-//	runcue.service.budget_used  gauge      requests of the current calendar period {service, period}
+//	runcue.service.budget_used  gauge      requests of the current calendar period {service, period}; refreshed at most once a second
 //	runcue.service.budget_spent gauge      services (or keyed instances) whose budget is spent {service, period}
 //	runcue.service.budget_exhausted counter budgets spent, once per period {service, period}
 //	runcue.subscription.gaps    counter    durable subscriptions resumed past deleted events {subscription}

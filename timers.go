@@ -84,6 +84,7 @@ const (
 	tFeed                  // call Feed again
 	tProgress              // a run's throttled progress is due
 	tQueueStatus           // time for a queue_status event
+	tBudgets               // the budget gauges' view may be refreshed
 )
 
 type timerEntry struct {
@@ -149,6 +150,8 @@ func (d *dispatcher) fireTimers() {
 		case tStatus:
 			e.res.statusTimer = false
 			d.markStatus(e.res)
+		case tBudgets:
+			d.budgetsTimer = false // flushStatus refreshes the view, now due
 		case tEvict:
 			d.maybeEvict(e.res)
 		case tDepDeadline:
