@@ -17,10 +17,10 @@ import (
 // wait over.
 const StatsWindow = time.Hour
 
-// Stats is a summary of a database's work and services. Taking it costs the
-// same on a database of a million units as on an empty one: counts are
-// kept as units change, throughput and queue wait per minute as they
-// happen. It is correct in a process that does not own the database; there
+// Stats is a summary of a database's work and services. Taking it never
+// scans the units: counts are kept as units change, throughput and queue
+// wait per minute as they happen, and the oldest queued unit is read by
+// index. It is correct in a process that does not own the database; there
 // the services' figures are read from the database (see Services).
 type Stats struct {
 	// At is when the snapshot was taken.
@@ -298,22 +298,22 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferredBy map[st
 func (t *resourceTable) serviceStats() []ServiceStats {
 	now := t.now()
 	all := t.statusAll()
+	// The instances by class, in one pass: those in memory, and those not
+	// in memory with a stored pause or override.
+	keys := make(map[string][]ServiceStatus)
+	for _, kr := range t.keyed {
+		keys[kr.class] = append(keys[kr.class], t.statusOf(kr, now))
+	}
+	for name, rec := range t.stored {
+		class, _, keyed := strings.Cut(name, ":")
+		if keyed && t.keyed[name] == nil && (rec.Paused || len(rec.Override) > 0) {
+			keys[class] = append(keys[class], ServiceStatus{Name: name, Class: class, Circuit: CircuitClosed,
+				Paused: rec.Paused || t.stored[class].Paused, Overridden: len(rec.Override) > 0})
+		}
+	}
 	out := make([]ServiceStats, len(all))
 	for i, st := range all {
-		out[i].ServiceStatus = st
-		for _, kr := range t.keyed {
-			if kr.class == st.Name {
-				out[i].Keys = append(out[i].Keys, t.statusOf(kr, now))
-			}
-		}
-		// Instances not in memory with a stored pause or override.
-		for name, rec := range t.stored {
-			if strings.HasPrefix(name, st.Name+":") && t.keyed[name] == nil && (rec.Paused || len(rec.Override) > 0) {
-				out[i].Keys = append(out[i].Keys, ServiceStatus{Name: name, Class: st.Name, Circuit: CircuitClosed,
-					Paused: rec.Paused || st.Paused, Overridden: len(rec.Override) > 0})
-			}
-		}
-		out[i].Keys = busiest(out[i].Keys)
+		out[i] = ServiceStats{ServiceStatus: st, Keys: busiest(keys[st.Name])}
 	}
 	return out
 }
