@@ -219,9 +219,11 @@ func budgetsSince(s Service, wall time.Time, lag time.Duration) time.Time {
 	return since
 }
 
-// announceBudgets emits budget_exhausted for r's budgets spent by a
-// dispatch just decided, once per period.
-func (t *resourceTable) announceBudgets(r *resource, now time.Time) {
+// announceBudgets returns the budget_exhausted events of r's budgets
+// spent by a dispatch just decided, once per period, and logs and counts
+// them.
+func (t *resourceTable) announceBudgets(r *resource, now time.Time) []store.Event {
+	var evs []store.Event
 	for i, b := range r.Budgets {
 		start, end, ok := b.Exhaustion(now)
 		if !ok {
@@ -233,8 +235,9 @@ func (t *resourceTable) announceBudgets(r *resource, now time.Time) {
 		t.tel.budgetExhausted.Add(bg, 1, r.periodAttrs(spec.Per))
 		st := BudgetStatus{Budget: spec, Used: b.Used(now), PeriodStart: start, Resets: end, Exhausted: true}
 		data, _ := json.Marshal(budgetEventData{Service: r.name, Class: r.class, Budget: st})
-		t.persist(&store.AppendEvent{Event: store.Event{Type: string(EventBudgetExhausted), Time: t.wall(), Data: data}})
+		evs = append(evs, store.Event{Type: string(EventBudgetExhausted), Data: data})
 	}
+	return evs
 }
 
 // budgetEventData is the data of a budget_exhausted event.

@@ -93,6 +93,8 @@ func TestDailyBudgetAcrossDST(t *testing.T) {
 	evs := rec.waitFor(t, 1, ofType(runcue.EventBudgetExhausted, ""))
 	require.NotNil(t, evs[0].Budget)
 	assert.Equal(t, "api", evs[0].Service.Name)
+	assert.Equal(t, "call", evs[0].Task, "stored with the claim of the unit that took the last request")
+	assert.NotEmpty(t, evs[0].WorkID)
 	assert.True(t, evs[0].Budget.Resets.Equal(midnight8))
 	assert.Equal(t, 100, evs[0].Budget.Budget.Requests)
 

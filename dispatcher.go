@@ -338,12 +338,12 @@ func (d *dispatcher) dispatch() {
 			continue
 		}
 		u := l.units.Pop()
-		d.acquire(l, now, probes)
+		spent := d.acquire(l, now, probes)
 		if l.units.Len() > 0 {
 			l.inReady = true
 			d.ready.Push(l)
 		}
-		d.start(u, l, now, probes)
+		d.start(u, l, now, probes, spent)
 		for _, r := range l.resources {
 			d.wake(r) // the next waiter, while room remains
 		}

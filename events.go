@@ -68,9 +68,10 @@ const (
 	EventBackpressureActive  EventType = "backpressure_active"
 	EventBackpressureCleared EventType = "backpressure_cleared"
 	// EventBudgetExhausted: a calendar budget of a service was spent: the
-	// last request of its period was granted. Once per period and budget.
-	// Service names the service (or keyed instance), Budget the budget and
-	// when it resets.
+	// last request of its period was granted. Once per period and budget,
+	// stored with that request's claim: WorkID, Task and Target are its
+	// unit's. Service names the service (or keyed instance), Budget the
+	// budget and when it resets.
 	EventBudgetExhausted EventType = "budget_exhausted"
 	// EventTaskChanged: a task type was paused or resumed (PauseTask,
 	// ResumeTask); Task names it, Reason is "paused" or "resumed".

@@ -76,14 +76,14 @@ func (d *dispatcher) dispatchByPriority() {
 		}
 		l := best.l
 		l.units.Remove(best.u.laneIdx)
-		d.acquire(l, now, best.probes)
+		spent := d.acquire(l, now, best.probes)
 		if l.units.Len() == 0 && l.inReady {
 			d.ready.Remove(l.idx)
 			l.inReady = false
 		} else if l.inReady {
 			d.ready.Fix(l.idx)
 		}
-		d.start(best.u, l, now, best.probes)
+		d.start(best.u, l, now, best.probes, spent)
 		for _, r := range l.resources {
 			d.wake(r)
 		}

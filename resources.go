@@ -371,15 +371,19 @@ func (t *resourceTable) admit(l *lane, now time.Time) (blocker *resource, until 
 	return nil, time.Time{}, probes
 }
 
-func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource) {
+// acquire takes l's resources for a dispatch decided at now. It returns
+// the budget_exhausted events of the budgets this dispatch spent: the
+// dispatch's claim stores them, in its transaction.
+func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource) (spent []store.Event) {
 	l.running++
 	for _, r := range l.resources {
 		r.Take(slices.Contains(probes, r)) // a window reservation is committed at the handler's start
 		t.markStatus(r)
 		if len(r.Budgets) > 0 {
-			t.announceBudgets(r, now)
+			spent = append(spent, t.announceBudgets(r, now)...)
 		}
 	}
+	return spent
 }
 
 func (t *resourceTable) release(l *lane) {

@@ -136,7 +136,12 @@ type progress struct {
 	pending  bool // an emission is scheduled
 }
 
-func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) {
+// start runs u on l, whose resources acquire took at now; spent are the
+// budget_exhausted events of that dispatch, stored with its claim.
+func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource, spent []store.Event) {
+	for i := range spent {
+		spent[i].Task, spent[i].Target = u.task, u.target
+	}
 	t := l.task
 	timeout := u.timeout
 	if timeout <= 0 {
@@ -182,7 +187,7 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource) 
 	r.deadlineTimer = &timerEntry{at: now.Add(timeout), kind: tDeadline, r: r}
 	d.pushTimer(r.deadlineTimer)
 	claim := &store.Claim{ID: u.id, Task: u.task, Owner: d.owner, Run: r.no, At: wall, LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer),
-		ServiceLog: l.logged, Events: []store.Event{{Type: string(EventWorkStarted), Task: u.task, Target: u.target, Attempt: r.no}},
+		ServiceLog: l.logged, Events: append([]store.Event{{Type: string(EventWorkStarted), Task: u.task, Target: u.target, Attempt: r.no}}, spent...),
 		Wait: now.Sub(u.readyAt)}
 	// A dispatch counted in a rate window is logged before the handler
 	// starts, so that a crash cannot forget a request the service saw.
