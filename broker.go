@@ -171,14 +171,10 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 		if len(r.Def) == 0 {
 			continue // a keyed instance's circuit row
 		}
-		var def serviceDef
-		_ = json.Unmarshal(r.Def, &def)
-		st := ServiceStatus{Name: r.Name, Class: r.Name, Limits: Service(def), Paused: r.Paused, Active: active[r.Name], Circuit: CircuitClosed}
-		if len(r.Override) > 0 {
-			var ov serviceDef
-			if json.Unmarshal(r.Override, &ov) == nil {
-				st.Limits, st.Overridden = Service(ov), true
-			}
+		def, _ := decodeService(r.Def)
+		st := ServiceStatus{Name: r.Name, Class: r.Name, Limits: def, Paused: r.Paused, Active: active[r.Name], Circuit: CircuitClosed}
+		if ov, ok := decodeService(r.Override); ok {
+			st.Limits, st.Overridden = ov, true
 		}
 		if st.Limits.RateLimit > 0 {
 			log, err := c.st.ServiceLog(ctx, r.Name, now.Add(-st.Limits.RateWindow).Add(1))

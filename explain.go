@@ -378,18 +378,14 @@ func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.
 	// The limits in force: the instance's override, else the class's,
 	// else its definition.
 	limitsOf := func(name, class string) Service {
-		pick := byName[class].Def
-		if o := byName[class].Override; len(o) > 0 {
-			pick = o
+		if s, ok := decodeService(byName[name].Override); ok && name != class {
+			return s
 		}
-		if o := byName[name].Override; name != class && len(o) > 0 {
-			pick = o
+		if s, ok := decodeService(byName[class].Override); ok {
+			return s
 		}
-		var def serviceDef
-		if len(pick) > 0 && json.Unmarshal(pick, &def) == nil {
-			return Service(def)
-		}
-		return Service{}
+		s, _ := decodeService(byName[class].Def)
+		return s
 	}
 	var out []Reason
 	for _, name := range names {

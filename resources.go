@@ -129,11 +129,8 @@ func (l *lane) headSeq() int64 { return l.units.Peek().seq }
 // effective returns the limits in force for service name: its override if
 // one is stored, else its registration.
 func (t *resourceTable) effective(name string) (Service, bool) {
-	if rec, ok := t.stored[name]; ok && len(rec.Override) > 0 {
-		var def serviceDef
-		if json.Unmarshal(rec.Override, &def) == nil {
-			return Service(def), true
-		}
+	if s, ok := decodeService(t.stored[name].Override); ok {
+		return s, true
 	}
 	s, ok := t.regs[name]
 	return s, ok
@@ -142,13 +139,8 @@ func (t *resourceTable) effective(name string) (Service, bool) {
 // limits returns the limits in force for resource name of class: a keyed
 // instance's own override, else the class's (see effective).
 func (t *resourceTable) limits(name, class string) (Service, bool) {
-	if name != class {
-		if rec, ok := t.stored[name]; ok && len(rec.Override) > 0 {
-			var def serviceDef
-			if json.Unmarshal(rec.Override, &def) == nil {
-				return Service(def), true
-			}
-		}
+	if s, ok := decodeService(t.stored[name].Override); ok && name != class {
+		return s, true
 	}
 	return t.effective(class)
 }

@@ -75,6 +75,16 @@ func (s Service) def() serviceDef {
 	return serviceDef(s)
 }
 
+// decodeService reads a stored definition or override; ok is false for
+// an empty or unreadable one.
+func decodeService(raw []byte) (s Service, ok bool) {
+	var def serviceDef
+	if len(raw) == 0 || json.Unmarshal(raw, &def) != nil {
+		return Service{}, false
+	}
+	return Service(def), true
+}
+
 // serviceJSON is Service's JSON form.
 type serviceJSON struct {
 	MaxConcurrent    int      `json:"max_concurrent,omitempty"`
