@@ -115,16 +115,24 @@ type Config struct {
 	// answer without any runcue event. Default 1s.
 	DependencyRecheck time.Duration
 	// Priority, when set, scores the units that could run now (their
-	// dependencies met, their services with room) and the highest runs
-	// first, ties in submission order. Scores are reused for PriorityTTL.
+	// dependencies met, their services with room) and, of the units that
+	// hold a score, the highest runs first, ties in submission order. A
+	// unit is scored once it could run (in passes of at most 1,024 units, in
+	// arrival order, off the dispatcher's loop) and takes part in decisions
+	// from then on. Each decision costs O(log n) in the queued units.
 	// Default: submission order, no scoring.
 	Priority PriorityFunc
-	// PriorityTTL is how long a unit's score is reused. Default 100ms.
+	// PriorityTTL is how long a unit's score is used before it is scored
+	// again. Re-scoring runs when a handler slot is free, oldest scores
+	// first, at most 1,024 units per PriorityTTL/10: with n units that
+	// could run, a score a decision uses is at most about PriorityTTL +
+	// n/1024 × PriorityTTL/10 old (1.1 s with 100,000 units and the
+	// default). Default 100ms.
 	PriorityTTL time.Duration
-	// CallbackTimeout bounds, in real time, how long the dispatcher waits
-	// for a scoring pass of Priority (units not scored in time get their last
-	// score, or 0.5) and how long a DependencySatisfied call may take.
-	// Default 100ms.
+	// CallbackTimeout bounds, in real time, how long a scoring pass of
+	// Priority may take before the units it has not scored take the score
+	// 0.5 (its late answer replaces it), and how long a DependencySatisfied
+	// call may take. Default 100ms.
 	CallbackTimeout time.Duration
 
 	// MaxQueued, when set, bounds the queued units; Overflow says what a

@@ -119,7 +119,6 @@ func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.Ser
 		unitIndex:   unitIndex{units: make(map[string]*unit), orphans: make(map[string]map[string]*unit)},
 		runTable:    runTable{runs: make(map[string]*run), held: make(map[*run]struct{})},
 		depGraph:    depGraph{dependents: make(map[string][]*unit), finishing: make(map[string]struct{})},
-		scorer:      scorer{scores: make(map[string]scoreEntry)},
 		statusBoard: statusBoard{dirty: make(map[*resource]struct{})},
 		auxStop:     make(chan struct{}),
 		rnd:         rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
@@ -199,6 +198,9 @@ func (d *dispatcher) exit() {
 	// and a new owner counts only the starts it can bound.
 	d.closeStarts()
 	d.stopTimer()
+	if d.passTimer != nil {
+		d.passTimer.Stop()
+	}
 	close(d.auxStop)
 	d.auxCancel()
 	d.aux.Wait()
@@ -302,8 +304,9 @@ func (d *dispatcher) handle(m message) {
 			clear(d.ended)
 		}
 	case msgScores:
-		d.scoring = false
-		d.storeScores(m.scores)
+		d.scored(m)
+	case msgScoreOverrun:
+		d.scoreOverrun(m)
 	case msgFed:
 		d.fed(m.err)
 	case msgStarted:
@@ -324,11 +327,14 @@ func (d *dispatcher) dispatch() {
 	if d.stopping || d.failed != nil || d.queuePaused {
 		return
 	}
-	if d.cfg.Priority != nil {
-		d.dispatchByPriority()
-		return
+	prio := d.cfg.Priority != nil
+	if prio {
+		d.scorePasses(d.now())
 	}
 	for d.inflight < d.cfg.MaxConcurrent && d.ready.Len() > 0 {
+		if prio && !d.ready.Peek().units.Peek().scored {
+			return // no unit of a ready lane holds a score yet (priority.go)
+		}
 		l := d.ready.Pop()
 		l.inReady = false
 		now := d.now()
@@ -342,6 +348,9 @@ func (d *dispatcher) dispatch() {
 		if l.units.Len() > 0 {
 			l.inReady = true
 			d.ready.Push(l)
+			d.noteFresh(l)
+		} else {
+			l.fresh, l.stale = fifo[unitRef]{}, fifo[unitRef]{} // only units that left
 		}
 		d.start(u, l, now, probes, spent)
 		for _, r := range l.resources {

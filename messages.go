@@ -120,8 +120,14 @@ type msgChecked struct {
 	ok bool
 }
 
-// msgScores: a scoring pass that overran its timeout finished.
-type msgScores struct{ scores map[string]float64 }
+// msgScores: a scoring pass finished; scores are in the order of its units.
+type msgScores struct {
+	pass   uint64
+	scores []float64
+}
+
+// msgScoreOverrun: a scoring pass took longer than CallbackTimeout.
+type msgScoreOverrun struct{ pass uint64 }
 
 // msgFed: a Feed call finished.
 type msgFed struct{ err error }
@@ -162,6 +168,7 @@ func (msgSettled) isMessage()        {}
 func (msgChecked) isMessage()        {}
 func (msgRead) isMessage()           {}
 func (msgScores) isMessage()         {}
+func (msgScoreOverrun) isMessage()   {}
 func (msgFed) isMessage()            {}
 func (msgProgress) isMessage()       {}
 func (msgStarted) isMessage()        {}

@@ -38,6 +38,9 @@ type resourceTable struct {
 	keyed    map[string]*resource
 	lanes    map[string]*lane
 	ready    *heaps.Heap[*lane]
+	// freshLanes are the lanes with units to score, listed when they were
+	// ready (priority.go).
+	freshLanes fifo[*lane]
 	// stored is the persisted state of services (circuits, limits), by
 	// name. classLogs caches, per class of keyed services, the log entries
 	// of the previous owner (see priorLog).
@@ -53,7 +56,7 @@ func newResourceTable(env *env, tl *timeline, board *statusBoard, tasks *taskTab
 	for _, rec := range stored {
 		t.stored[rec.Name] = rec
 	}
-	t.ready = heaps.New(laneLess, func(l *lane, i int) { l.idx = i })
+	t.ready = heaps.New(t.laneBefore, func(l *lane, i int) { l.idx = i })
 	return t
 }
 
@@ -101,9 +104,9 @@ func (r *resource) periodAttrs(p Period) metric.MeasurementOption {
 	return o
 }
 
-func newResource(name, class string, limit int) *resource {
+func (t *resourceTable) newResource(name, class string, limit int) *resource {
 	return &resource{Resource: broker.Resource{Cap: class == "", Limit: limit}, name: name, class: class,
-		waiters: heaps.New(laneLess, func(l *lane, i int) { l.idx = i })}
+		waiters: heaps.New(t.laneBefore, func(l *lane, i int) { l.idx = i })}
 }
 
 // lane is the queue of one task's units that need the same keyed
@@ -120,11 +123,29 @@ type lane struct {
 	inReady   bool
 	running   int
 	keyErr    error
+	// With a priority function: units to score (fresh) and to re-score
+	// (stale, oldest score first), and whether l is on freshLanes.
+	fresh, stale fifo[unitRef]
+	inFresh      bool
 }
 
-func laneLess(a, b *lane) bool { return a.headSeq() < b.headSeq() }
+// laneBefore orders lanes by their first unit: by submission, or with a
+// priority function by unitBefore.
+func (t *resourceTable) laneBefore(a, b *lane) bool {
+	if t.cfg.Priority != nil {
+		return unitBefore(a.units.Peek(), b.units.Peek())
+	}
+	return a.units.Peek().seq < b.units.Peek().seq
+}
 
-func (l *lane) headSeq() int64 { return l.units.Peek().seq }
+// unitLess orders a lane's units: by submission, or with a priority
+// function by unitBefore.
+func (t *resourceTable) unitLess() func(a, b *unit) bool {
+	if t.cfg.Priority != nil {
+		return unitBefore
+	}
+	return func(a, b *unit) bool { return a.seq < b.seq }
+}
 
 // effective returns the limits in force for service name: its override if
 // one is stored, else its registration.
@@ -159,7 +180,7 @@ func (t *resourceTable) newServiceResource(name, class string, reg Service, now 
 	if eff, ok := t.limits(name, class); ok {
 		s = eff
 	}
-	r := newResource(name, class, s.MaxConcurrent)
+	r := t.newResource(name, class, s.MaxConcurrent)
 	r.keyed = name != class
 	r.Paused = t.pausedOf(name, class)
 	t.applyLimits(r, s)
@@ -269,7 +290,7 @@ func (t *resourceTable) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
 		return l
 	}
 	l := &lane{key: key, task: rt, keyErr: keyErr,
-		units: heaps.New(func(a, b *unit) bool { return a.seq < b.seq }, func(u *unit, i int) { u.laneIdx = i })}
+		units: heaps.New(t.unitLess(), func(u *unit, i int) { u.laneIdx = i })}
 	l.resources = append(l.resources, rt.cap)
 	svcs := slices.Clone(rt.services)
 	if keyErr == nil {
@@ -430,6 +451,7 @@ func (t *resourceTable) wake(r *resource) {
 	l.parkedOn = nil
 	l.inReady = true
 	t.ready.Push(l)
+	t.noteFresh(l)
 }
 
 // wakeAll moves r's waiters to the ready heap while r has room for them:

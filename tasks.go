@@ -54,7 +54,7 @@ func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[stri
 		if _, ok := d.tasks[name]; ok {
 			continue
 		}
-		rt := &taskRT{name: name, def: t, cap: newResource("task "+name, "", t.MaxConcurrent), retry: t.Retry.withDefaults(),
+		rt := &taskRT{name: name, def: t, cap: d.newResource("task "+name, "", t.MaxConcurrent), retry: t.Retry.withDefaults(),
 			attrs: taskAttr(name), byOutcome: map[string]metric.MeasurementOption{}}
 		rt.cap.Paused = d.pausedTasks[name]
 		for _, s := range t.Services {

@@ -74,6 +74,12 @@ type unit struct {
 	lane      *lane
 	laneIdx   int // position in lane heap
 	timerGen  uint64
+	// With a priority function: the score u holds (if scored) since
+	// scoredAt; scoreGen numbers u's lane stays and scores (see unitRef).
+	score    float64
+	scoredAt time.Time
+	scored   bool
+	scoreGen uint32
 	// due, depTimer and recheck are u's entries on the timer heap (its
 	// runAt, its DependencyDeadline, its next DependencySatisfied check),
 	// removed when u is forgotten so that no timer keeps it reachable.
@@ -201,6 +207,9 @@ func (x *unitIndex) makeEligible(u *unit) {
 		l = x.laneFor(rt, u.keys, u.keyErr)
 	}
 	u.lane = l
+	if x.cfg.Priority != nil {
+		x.joinScoring(u, l)
+	}
 	l.units.Push(u)
 	x.laneChanged(l)
 }
@@ -209,6 +218,8 @@ func (x *unitIndex) makeEligible(u *unit) {
 func (t *resourceTable) laneChanged(l *lane) {
 	switch {
 	case l.units.Len() == 0:
+		// Its scoring queues hold only units that left (priority.go).
+		l.fresh, l.stale = fifo[unitRef]{}, fifo[unitRef]{}
 		if l.inReady {
 			t.ready.Remove(l.idx)
 			l.inReady = false
@@ -224,6 +235,7 @@ func (t *resourceTable) laneChanged(l *lane) {
 	default:
 		l.inReady = true
 		t.ready.Push(l)
+		t.noteFresh(l)
 	}
 }
 
@@ -250,7 +262,6 @@ func (x *unitIndex) forget(u *unit) {
 		u.params, u.hasParams = nil, false
 	}
 	delete(x.units, u.id)
-	delete(x.scores, u.id)
 	x.dropTimer(u.due)
 	x.dropTimer(u.depTimer)
 	x.dropTimer(u.recheck)

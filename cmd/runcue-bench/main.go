@@ -4,6 +4,7 @@
 //
 //	go -C cmd run ./runcue-bench            # defaults: 20,000 units, 5 repetitions
 //	go -C cmd run ./runcue-bench -sync full
+//	go -C cmd run ./runcue-bench -scale     # deep queues, restart, priority at scale
 //
 // Never run it with -race: the race detector slows runcue and the raw cycle
 // unevenly.
@@ -33,7 +34,17 @@ func main() {
 	stalledReps := flag.Int("stalled-reps", 5, "repetitions of the no-subscriber vs stalled-subscriber comparison (0 skips it)")
 	rateSpan := flag.Duration("rate-span", 10*time.Second, "how long the rate-limited run is measured")
 	soak := flag.Int("soak", 0, "instead of the other measurements: process this many units through one Cue and report its live heap at 10,000 units and at each tenfold (memory must not grow with history)")
+	scale := flag.Bool("scale", false, "instead of the other measurements: restart and dispatch with deep queues (see -scale-sizes), and priority selection with 100,000 runnable units")
+	scaleSizes := flag.String("scale-sizes", "20000,1000,100000,1000000", "queued units before Start for -scale (the first is the deep-queue ratio's reference, the last its deep queue)")
+	scaleDispatches := flag.Int("scale-dispatches", 20000, "dispatches measured per -scale run")
+	scaleParams := flag.Int("scale-params", 64, "bytes of params per unit for -scale")
+	scaleChildPath := flag.String("scale-child", "", "internal: measure one -scale run on this database and print it as JSON")
+	scalePriority := flag.Bool("scale-priority", false, "internal: with -scale-child, use PriorityByWaitTime(time.Hour)")
 	flag.Parse()
+	if *scaleChildPath != "" {
+		childMain(*scaleChildPath, *scaleDispatches, *scalePriority)
+		return
+	}
 
 	sync := runcue.SyncNormal
 	switch *syncMode {
@@ -50,6 +61,10 @@ func main() {
 		}
 		defer os.RemoveAll(d)
 		*dir = d
+	}
+	if *scale {
+		runScale(*dir, *reps, parseSizes(*scaleSizes), *scaleDispatches, *scaleParams)
+		return
 	}
 	if *soak > 0 {
 		runSoak(*dir, *soak)

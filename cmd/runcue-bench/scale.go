@@ -1,0 +1,156 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/internal/benchkit"
+)
+
+// The -scale measurements. Each run opens a copy of a pre-filled database
+// in a child process (this program, with -scale-child), so that its time to
+// the first handler call and its peak RSS are a fresh process's.
+
+// scaleConfig is one kind of run.
+type scaleConfig struct {
+	name     string
+	queued   int
+	priority bool
+}
+
+func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
+	fmt.Printf("runcue-bench -scale: queued %v, first %d dispatches measured, params %d B, %d interleaved repetitions, GOMAXPROCS=%d, %s\n",
+		sizes, dispatches, paramBytes, reps, runtime.GOMAXPROCS(0), runtime.Version())
+	const prioQueued = 100_000
+	var configs []scaleConfig
+	fill := map[int]bool{prioQueued: true}
+	for _, n := range sizes {
+		configs = append(configs, scaleConfig{name: fmt.Sprintf("%d queued", n), queued: n})
+		fill[n] = true
+	}
+	configs = append(configs, scaleConfig{name: fmt.Sprintf("%d runnable, PriorityByWaitTime(time.Hour)", prioQueued), queued: prioQueued, priority: true})
+	templates := map[int]string{}
+	for _, n := range slices.Sorted(func(yield func(int) bool) {
+		for n := range fill {
+			if !yield(n) {
+				return
+			}
+		}
+	}) {
+		p := filepath.Join(dir, fmt.Sprintf("template-%d.db", n))
+		t := time.Now()
+		if err := benchkit.Prefill(p, n, paramBytes); err != nil {
+			log.Fatalf("prefill %d: %v", n, err)
+		}
+		fmt.Printf("  prefilled %d queued units in %v\n", n, time.Since(t).Round(time.Millisecond))
+		templates[n] = p
+	}
+	results := make(map[string][]benchkit.DeepResult)
+	for rep := range reps {
+		for _, c := range configs {
+			run := filepath.Join(dir, "run.db")
+			if err := benchkit.CopyDB(templates[c.queued], run); err != nil {
+				log.Fatal(err)
+			}
+			r := scaleChild(run, min(dispatches, c.queued), c.priority)
+			for _, s := range []string{"", "-wal", "-shm", ".lock"} {
+				os.Remove(run + s)
+			}
+			results[c.name] = append(results[c.name], r)
+			fmt.Printf("  rep %d, %s: %v\n", rep+1, c.name, r)
+		}
+	}
+	fmt.Println("medians:")
+	med := func(name string, f func(benchkit.DeepResult) float64) float64 {
+		var xs []float64
+		for _, r := range results[name] {
+			xs = append(xs, f(r))
+		}
+		return benchkit.Median(xs)
+	}
+	for _, c := range configs {
+		n := c.name
+		fmt.Printf("  %s: first handler call %v after Open, %.0f dispatches/s, peak RSS %.1f MiB, %.0f B and %.1f allocs per unit\n", n,
+			time.Duration(med(n, func(r benchkit.DeepResult) float64 { return float64(r.FirstCall) })).Round(time.Millisecond),
+			med(n, func(r benchkit.DeepResult) float64 { return r.Rate }),
+			med(n, func(r benchkit.DeepResult) float64 { return float64(r.PeakRSS) })/(1<<20),
+			med(n, func(r benchkit.DeepResult) float64 { return r.AllocBytes }),
+			med(n, func(r benchkit.DeepResult) float64 { return r.Allocs }))
+	}
+	ratio := func(a, b string) float64 {
+		var xs []float64
+		for i := range results[a] {
+			xs = append(xs, results[a][i].Rate/results[b][i].Rate)
+		}
+		return benchkit.Median(xs)
+	}
+	if len(sizes) > 1 {
+		small, big := configs[0].name, configs[len(sizes)-1].name
+		fmt.Printf("deep queue: rate with %s / rate with %s: median ratio %.2f\n", big, small, ratio(big, small))
+	}
+	plain := fmt.Sprintf("%d queued", prioQueued)
+	if _, ok := results[plain]; ok {
+		prio := configs[len(configs)-1].name
+		fmt.Printf("priority: rate with %s / without: median ratio %.2f\n", prio, ratio(prio, plain))
+	}
+}
+
+// scaleChild runs one measurement in a child process.
+func scaleChild(path string, dispatches int, priority bool) benchkit.DeepResult {
+	exe, err := os.Executable()
+	if err != nil {
+		log.Fatal(err)
+	}
+	args := []string{"-scale-child", path, "-scale-dispatches", strconv.Itoa(dispatches)}
+	if priority {
+		args = append(args, "-scale-priority")
+	}
+	cmd := exec.Command(exe, args...)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		log.Fatalf("child %v: %v", args, err)
+	}
+	var r benchkit.DeepResult
+	if err := json.Unmarshal(out, &r); err != nil {
+		log.Fatalf("child %v: %v: %q", args, err, out)
+	}
+	return r
+}
+
+// childMain is the child's side: measure, print the result as JSON.
+func childMain(path string, dispatches int, priority bool) {
+	opts := benchkit.DeepOptions{Dispatches: dispatches}
+	if priority {
+		opts.Priority = runcue.PriorityByWaitTime(time.Hour)
+	}
+	r, err := benchkit.StartDeep(path, opts)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := json.NewEncoder(os.Stdout).Encode(r); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func parseSizes(s string) []int {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(strings.ReplaceAll(f, "_", "")))
+		if err != nil || n <= 0 {
+			log.Fatalf("-scale-sizes: bad size %q", f)
+		}
+		out = append(out, n)
+	}
+	return out
+}

@@ -1,0 +1,74 @@
+package runcue_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runcue/runcue"
+)
+
+// TestPriorityOrderByHeldScores: with one handler slot, units of several
+// lanes (two task types) start in the order of the scores they hold, highest
+// first, ties by submission, whatever order they were submitted in. Scores
+// are drawn from a few values so that ties are common; PriorityTTL is long,
+// so every unit holds its first score. The seed is logged.
+func TestPriorityOrderByHeldScores(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 7))
+	e := newEnv(t, runcue.Config{MaxConcurrent: 1, PriorityTTL: time.Hour, CallbackTimeout: 20 * time.Second,
+		Priority: func(pc runcue.PriorityContext) float64 {
+			var p struct{ Score float64 }
+			_ = pc.Work.Bind(&p)
+			return p.Score
+		}})
+	var mu sync.Mutex
+	var order []string
+	h := func(_ context.Context, w *runcue.Work) (any, error) {
+		mu.Lock()
+		order = append(order, w.ID)
+		mu.Unlock()
+		return nil, nil
+	}
+	require.NoError(t, e.c.Task("a", runcue.Task{Handler: h}))
+	require.NoError(t, e.c.Task("b", runcue.Task{Handler: h}))
+	const n = 600
+	type sub struct {
+		id    string
+		score float64
+	}
+	var subs []sub
+	for i := range n {
+		id := fmt.Sprintf("u%03d", i)
+		sc := float64(rnd.IntN(5)) / 4
+		subs = append(subs, sub{id, sc})
+		task := []string{"a", "b"}[rnd.IntN(2)]
+		_, err := e.c.Submit(e.ctx, runcue.Submission{Task: task, ID: id, Params: map[string]float64{"Score": sc}})
+		require.NoError(t, err)
+	}
+	e.start()
+	require.NoError(t, e.c.Drain(e.ctx))
+	want := slices.Clone(subs)
+	slices.SortStableFunc(want, func(a, b sub) int {
+		switch {
+		case a.score > b.score:
+			return -1
+		case a.score < b.score:
+			return 1
+		}
+		return 0 // stable: submission order
+	})
+	var wantIDs []string
+	for _, s := range want {
+		wantIDs = append(wantIDs, s.id)
+	}
+	assert.Equal(t, wantIDs, order)
+}
