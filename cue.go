@@ -84,6 +84,12 @@ type testHooks struct {
 	// check the dispatcher received the answer of (buffered; a full
 	// buffer drops the signal).
 	checked chan string
+	// firstLoad and loadBatch, when set, replace the sizes of the parts
+	// of the start's streamed load (recovery.go); loadStep is called on
+	// the loading goroutine before each batch it hands to the loop, and
+	// before the load's end.
+	firstLoad, loadBatch int
+	loadStep             func()
 }
 
 // Open opens (creating if needed) the SQLite database at path and migrates

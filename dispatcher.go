@@ -88,9 +88,10 @@ type dispatcher struct {
 	statusBoard   // status.go: service status to publish
 	maintenance   // maintenance.go: retention passes
 	storeReader   // reads.go: store reads on the reader goroutine
+	loader        // recovery.go: the streamed load of the queued units
 
 	// aux counts the helper goroutines (the dependency checker, Feed
-	// calls); auxStop and auxCtx stop them at exit.
+	// calls, the streamed load); auxStop and auxCtx stop them at exit.
 	aux       sync.WaitGroup
 	auxStop   chan struct{}
 	auxCtx    context.Context
@@ -190,7 +191,7 @@ func (d *dispatcher) run() {
 // idle reports that no work of registered task types is queued, waiting or
 // running, and the feed (if any) has no more.
 func (d *dispatcher) idle() bool {
-	return len(d.units) == 0 && len(d.finishing) == 0 && d.pending == 0 && (d.cfg.Feed == nil || (d.exhausted && !d.feeding))
+	return len(d.units) == 0 && len(d.finishing) == 0 && d.pending == 0 && !d.loading && (d.cfg.Feed == nil || (d.exhausted && !d.feeding))
 }
 
 func (d *dispatcher) exit() {
@@ -307,6 +308,8 @@ func (d *dispatcher) handle(m message) {
 		d.scored(m)
 	case msgScoreOverrun:
 		d.scoreOverrun(m)
+	case msgLoaded:
+		d.loaded(m.units)
 	case msgFed:
 		d.fed(m.err)
 	case msgStarted:

@@ -183,6 +183,13 @@ func WatchChecks(c *Cue) <-chan string {
 	return c.testHooks.checked
 }
 
+// SetLoad sets the sizes of the parts of the start's streamed load, and a
+// func the loading goroutine calls before each batch and before the load's
+// end (it may block). Call before Start.
+func SetLoad(c *Cue, first, batch int, step func()) {
+	c.testHooks.firstLoad, c.testHooks.loadBatch, c.testHooks.loadStep = first, batch, step
+}
+
 // WatchIterations returns a channel that receives after loop iterations of
 // c's dispatcher (signals coalesce). Call before Start.
 func WatchIterations(c *Cue) <-chan struct{} {

@@ -126,6 +126,9 @@ type msgScores struct {
 	scores []float64
 }
 
+// msgLoaded: a batch of the streamed load of queued units (recovery.go).
+type msgLoaded struct{ units []*store.Unit }
+
 // msgScoreOverrun: a scoring pass took longer than CallbackTimeout.
 type msgScoreOverrun struct{ pass uint64 }
 
@@ -169,6 +172,7 @@ func (msgChecked) isMessage()        {}
 func (msgRead) isMessage()           {}
 func (msgScores) isMessage()         {}
 func (msgScoreOverrun) isMessage()   {}
+func (msgLoaded) isMessage()         {}
 func (msgFed) isMessage()            {}
 func (msgProgress) isMessage()       {}
 func (msgStarted) isMessage()        {}
