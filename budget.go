@@ -262,7 +262,7 @@ func (d *dispatcher) budgetHeld(u *unit, now time.Time, memo map[*unit]bool) boo
 	case uBlocked:
 		waiting := 0
 		held = true
-		for _, dep := range u.deps {
+		for _, dep := range u.deps() {
 			if !d.waiting(u, dep) {
 				continue
 			}

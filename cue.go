@@ -90,6 +90,10 @@ type testHooks struct {
 	// before the load's end.
 	firstLoad, loadBatch int
 	loadStep             func()
+	// paramBudget, when set, replaces maxParamBytes; paramRead is called
+	// for every read of params (params.go) with the units it reads.
+	paramBudget int
+	paramRead   func(units int)
 }
 
 // Open opens (creating if needed) the SQLite database at path and migrates

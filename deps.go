@@ -81,7 +81,7 @@ func (d *dispatcher) resolveDeps(units []*unit) {
 	var unknown []string
 	seen := map[string]bool{}
 	for _, u := range units {
-		for _, dep := range u.deps {
+		for _, dep := range u.deps() {
 			if !seen[dep] && !d.holds(dep) {
 				seen[dep] = true
 				unknown = append(unknown, dep)
@@ -133,18 +133,19 @@ func (d *dispatcher) resolveDeps(units []*unit) {
 // neither held nor in states is complete: it ended before u was filed, and
 // was not failed, cancelled or skipped (those are in states).
 func (d *dispatcher) waitDeps(u *unit, states map[string]store.State) {
-	u.pending = 0
+	m := u.ext()
+	m.pending = 0
 	var dead string
 	var deadState store.State
-	for _, dep := range u.deps {
+	for _, dep := range m.deps {
 		if d.holds(dep) {
-			u.pending++
+			m.pending++
 			d.dependents[dep] = append(d.dependents[dep], u)
 			continue
 		}
 		switch st := states[dep]; st {
 		case store.Queued, store.Running:
-			u.pending++
+			m.pending++
 			d.dependents[dep] = append(d.dependents[dep], u)
 		case store.Failed, store.Cancelled:
 			dead, deadState = dep, st
@@ -164,12 +165,12 @@ func (d *dispatcher) waitDeps(u *unit, states map[string]store.State) {
 		d.failDependent(u, dead, deadState)
 		return
 	}
-	if !u.depsBy.IsZero() {
-		d.dropTimer(u.depTimer)
-		u.depTimer = &timerEntry{at: d.fromWall(u.depsBy), kind: tDepDeadline, u: u}
-		d.pushTimer(u.depTimer)
+	if !m.depsBy.IsZero() {
+		d.dropTimer(m.depTimer)
+		m.depTimer = &timerEntry{at: d.fromWall(m.depsBy), kind: tDepDeadline, u: u}
+		d.pushTimer(m.depTimer)
 	}
-	if u.pending > 0 {
+	if m.pending > 0 {
 		u.state = uBlocked
 		return
 	}
@@ -180,7 +181,7 @@ func (d *dispatcher) waitDeps(u *unit, states map[string]store.State) {
 // cancelled or (when u's task says so) skipped, propagating to u's own
 // dependents.
 func (g *depGraph) failDependent(u *unit, dep string, st store.State) {
-	for _, other := range u.deps {
+	for _, other := range u.deps() {
 		if ws := g.dependents[other]; ws != nil {
 			g.dependents[other] = slices.DeleteFunc(ws, func(w *unit) bool { return w == u })
 		}
@@ -252,7 +253,8 @@ func (d *dispatcher) settled(id string, state store.State, applied bool) {
 			}
 			u.noteSkipped(id)
 		}
-		if u.pending--; u.pending == 0 {
+		m := u.ext()
+		if m.pending--; m.pending == 0 {
 			d.depsDone(u)
 		}
 	}
@@ -277,8 +279,9 @@ func (d *dispatcher) requestCheck(u *unit) {
 		d.checks = inbox.New[checkJob]()
 		d.aux.Go(d.checker)
 	}
-	u.checking = true
-	d.checks.Push(checkJob{id: u.id, deps: u.deps})
+	m := u.ext()
+	m.checking = true
+	d.checks.Push(checkJob{id: u.id, deps: m.deps})
 }
 
 // checker runs dependency checks until the dispatcher exits.
@@ -341,14 +344,15 @@ func (d *dispatcher) checked(id string, ok bool) {
 	if u == nil || u.state != uChecking {
 		return
 	}
-	u.checking = false
+	m := u.ext()
+	m.checking = false
 	if ok {
 		d.makeEligible(u)
 		return
 	}
-	d.dropTimer(u.recheck)
-	u.recheck = &timerEntry{at: d.now().Add(d.cfg.DependencyRecheck), kind: tRecheck, u: u}
-	d.pushTimer(u.recheck)
+	d.dropTimer(m.recheck)
+	m.recheck = &timerEntry{at: d.now().Add(d.cfg.DependencyRecheck), kind: tRecheck, u: u}
+	d.pushTimer(m.recheck)
 }
 
 // dependencyTimeout fails a unit whose dependencies were not satisfied by

@@ -310,6 +310,8 @@ func (d *dispatcher) handle(m message) {
 		d.scoreOverrun(m)
 	case msgLoaded:
 		d.loaded(m.units)
+	case msgParams:
+		d.paramsRead(m)
 	case msgFed:
 		d.fed(m.err)
 	case msgStarted:

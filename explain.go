@@ -257,13 +257,13 @@ func (d *dispatcher) explain(id string) Explanation {
 		return ex
 	case uBlocked:
 		var waiting []string
-		for _, dep := range u.deps {
+		for _, dep := range u.deps() {
 			if d.waiting(u, dep) {
 				waiting = append(waiting, dep)
 			}
 		}
-		add(Reason{Kind: ReasonDependencies, Dependencies: waiting, Until: u.depsBy,
-			Detail: fmt.Sprintf("waiting for %d of %d dependencies to complete", len(waiting), len(u.deps))})
+		add(Reason{Kind: ReasonDependencies, Dependencies: waiting, Until: u.depsBy(),
+			Detail: fmt.Sprintf("waiting for %d of %d dependencies to complete", len(waiting), len(u.deps()))})
 	case uChecking:
 		r := Reason{Kind: ReasonDependencyCheck, Detail: "dependencies completed; DependencySatisfied has not said they are usable"}
 		for _, e := range d.timers.Items() {
@@ -273,7 +273,7 @@ func (d *dispatcher) explain(id string) Explanation {
 		}
 		add(r)
 	case uWaiting:
-		add(timeReason(u.why, u.runAt))
+		add(timeReason(u.why.String(), u.runAt))
 	case uReady:
 		if d.inflight >= d.cfg.MaxConcurrent {
 			add(Reason{Kind: ReasonGlobalCap, Detail: fmt.Sprintf("%d units are running, the Cue's MaxConcurrent", d.inflight)})
@@ -291,8 +291,8 @@ func (d *dispatcher) explain(id string) Explanation {
 			add(Reason{Kind: ReasonEligible, Detail: "nothing holds it back; it runs when its turn comes"})
 		}
 	}
-	if len(u.skipped) > 0 {
-		add(skippedReason(u.skipped))
+	if len(u.skipped()) > 0 {
+		add(skippedReason(u.skipped()))
 	}
 	if d.bpActive {
 		add(Reason{Kind: ReasonBackpressure, Detail: fmt.Sprintf("the queue is over its high-water mark (%d queued, MaxQueued %d)",

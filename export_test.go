@@ -190,6 +190,13 @@ func SetLoad(c *Cue, first, batch int, step func()) {
 	c.testHooks.firstLoad, c.testHooks.loadBatch, c.testHooks.loadStep = first, batch, step
 }
 
+// SetParamBudget sets the memory budget of params kept for queued units,
+// and a func called (on the dispatcher goroutine) for every read of params
+// with the number of units it reads. Call before Start.
+func SetParamBudget(c *Cue, bytes int, read func(units int)) {
+	c.testHooks.paramBudget, c.testHooks.paramRead = bytes, read
+}
+
 // WatchIterations returns a channel that receives after loop iterations of
 // c's dispatcher (signals coalesce). Call before Start.
 func WatchIterations(c *Cue) <-chan struct{} {

@@ -22,18 +22,18 @@ func (x *unitIndex) deriveKeys(u *unit, rt *taskRT) {
 	if !u.hasParams {
 		su, err := x.st.GetUnit(context.Background(), u.id)
 		if err != nil {
-			u.keyErr = fmt.Errorf("runcue: load unit to derive its service keys: %w", err)
+			u.ext().keyErr = fmt.Errorf("runcue: load unit to derive its service keys: %w", err)
 			return
 		}
 		u.params, u.hasParams = su.Params, true
 	}
-	keys, err := x.keys.call(rt.def.ServiceKeys, &Work{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: u.runs + 1},
+	keys, err := x.keys.call(rt.def.ServiceKeys, &Work{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: int(u.runs) + 1},
 		x.cfg.CallbackTimeout)
 	if err == nil {
 		err = x.checkKeys(keys)
 	}
 	if err != nil {
-		u.keyErr = fmt.Errorf("runcue: service keys of %s: %w", u.id, err)
+		u.ext().keyErr = fmt.Errorf("runcue: service keys of %s: %w", u.id, err)
 		switch {
 		case errors.Is(err, errCallbackPanic):
 			x.cbErrs.report("service_keys", "panic", err.Error(), "work_id", u.id, "task_type", u.task)
@@ -44,8 +44,11 @@ func (x *unitIndex) deriveKeys(u *unit, rt *taskRT) {
 		}
 		return
 	}
+	if len(keys) == 0 && u.more == nil {
+		return
+	}
 	slices.Sort(keys)
-	u.keys = slices.Compact(keys)
+	u.ext().keys = slices.Compact(keys)
 }
 
 // keysCaller calls ServiceKeys callbacks off the dispatcher goroutine, on

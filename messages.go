@@ -126,6 +126,12 @@ type msgScores struct {
 	scores []float64
 }
 
+// msgParams: a read of params (params.go) finished.
+type msgParams struct {
+	batch *paramBatch
+	units []*unit
+}
+
 // msgLoaded: a batch of the streamed load of queued units (recovery.go).
 type msgLoaded struct{ units []*store.Unit }
 
@@ -173,6 +179,7 @@ func (msgRead) isMessage()           {}
 func (msgScores) isMessage()         {}
 func (msgScoreOverrun) isMessage()   {}
 func (msgLoaded) isMessage()         {}
+func (msgParams) isMessage()         {}
 func (msgFed) isMessage()            {}
 func (msgProgress) isMessage()       {}
 func (msgStarted) isMessage()        {}

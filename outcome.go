@@ -177,13 +177,13 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 func (d *dispatcher) facts(r *run) runFacts {
 	u := r.u
 	policy := r.lane.task.retry
-	if u.retry != nil {
-		p := *u.retry
+	if u.more != nil && u.more.retry != nil {
+		p := *u.more.retry
 		p.RetryOn = policy.RetryOn
 		policy = p.withDefaults()
 	}
 	return runFacts{id: u.id, task: u.task, target: u.target, owner: d.owner, run: r.no, start: r.start,
-		failures: u.failures, deferrals: u.deferrals, policy: policy, maxDeferrals: r.lane.task.def.maxDeferrals()}
+		failures: int(u.failures), deferrals: int(u.deferrals), policy: policy, maxDeferrals: r.lane.task.def.maxDeferrals()}
 }
 
 // conclude ends r as e says: the run leaves the running set (its
@@ -205,12 +205,12 @@ func (d *dispatcher) conclude(r *run, e ending) {
 	}
 	o := decide(d.facts(r), e, d.rnd.Float64())
 	d.end(r, e.returned, o.verdict)
-	u.failures, u.deferrals = o.failures, o.deferrals
+	u.failures, u.deferrals = int32(o.failures), int32(o.deferrals)
 	if o.hold > 0 {
 		d.blockServices(r.lane, o.holdServices, o.hold)
 	}
 	if o.requeue {
-		u.why = o.why
+		u.why = whyNamed(o.why)
 		d.requeueLocal(u, o.runAt)
 	} else {
 		d.forget(u)

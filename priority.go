@@ -156,7 +156,7 @@ func (d *dispatcher) scorePasses(now time.Time) {
 					l.stale.pop()
 					continue
 				}
-				if now.Sub(r.u.scoredAt) < d.cfg.PriorityTTL {
+				if now.Sub(time.Unix(0, r.u.scoredAt)) < d.cfg.PriorityTTL {
 					break
 				}
 				refs = append(refs, l.stale.pop())
@@ -182,8 +182,8 @@ func (d *dispatcher) startPass(refs []unitRef) {
 	jobs := make([]scoreJob, len(refs))
 	for i, r := range refs {
 		u := r.u
-		j := scoreJob{w: &Work{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: u.runs + 1},
-			load: !u.hasParams, wait: max(0, wall.Sub(u.createdAt))}
+		j := scoreJob{w: &Work{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: int(u.runs) + 1},
+			load: !u.hasParams, wait: max(0, wall.Sub(time.Unix(0, u.createdAt)))}
 		for _, res := range u.lane.resources {
 			if res.class == "" {
 				continue
@@ -310,9 +310,9 @@ func (d *dispatcher) scoreOverrun(m msgScoreOverrun) {
 // re-scoring once the score is PriorityTTL old.
 func (x *unitIndex) holdScore(u *unit, s float64, now time.Time) {
 	u.scoreGen++
-	u.score, u.scored, u.scoredAt = s, true, now
+	u.score, u.scored, u.scoredAt = s, true, now.UnixNano()
 	l := u.lane
-	l.units.Fix(u.laneIdx)
+	l.units.Fix(int(u.laneIdx))
 	x.laneChanged(l)
 	l.stale.push(unitRef{u, u.scoreGen})
 }

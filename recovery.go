@@ -149,7 +149,7 @@ func (d *dispatcher) loaded(sus []*store.Unit) {
 // others to the end of the load.
 func (d *dispatcher) fileLoaded(units []*unit) {
 	for _, u := range units {
-		if len(u.deps) > 0 {
+		if len(u.deps()) > 0 {
 			u.state = uBlocked
 			d.deferred = append(d.deferred, u)
 		} else {

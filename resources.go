@@ -290,7 +290,7 @@ func (t *resourceTable) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
 		return l
 	}
 	l := &lane{key: key, task: rt, keyErr: keyErr,
-		units: heaps.New(t.unitLess(), func(u *unit, i int) { u.laneIdx = i })}
+		units: heaps.New(t.unitLess(), func(u *unit, i int) { u.laneIdx = int32(i) })}
 	l.resources = append(l.resources, rt.cap)
 	svcs := slices.Clone(rt.services)
 	if keyErr == nil {

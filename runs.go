@@ -90,12 +90,13 @@ type run struct {
 	cancel   context.CancelCauseFunc
 	stopDL   context.CancelFunc
 	handler  Handler
-	// target, params and load are the unit's, copied at the start: the
+	// target and params are the unit's, copied at the start: the
 	// handler goroutine must not read the unit, which the dispatcher keeps
-	// changing. load: the params were not in memory; read them.
+	// changing. pbatch, when set, is the read that brings the params (they
+	// were not in memory).
 	target string
 	params []byte
-	load   bool
+	pbatch *paramBatch
 	// id and task are the unit's, for the handler goroutine.
 	id, task string
 	// probes are the resources whose half-open circuit this run probes.
@@ -153,16 +154,19 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource, 
 	u.runs++
 	u.state = uRunning
 	wall := d.wall()
-	r := &run{u: u, id: u.id, task: u.task, lane: l, no: u.runs, start: wall, deadline: wall.Add(timeout), handler: t.def.Handler,
-		target: u.target, params: u.params, load: !u.hasParams, probes: probes}
+	r := &run{u: u, id: u.id, task: u.task, lane: l, no: int(u.runs), start: wall, deadline: wall.Add(timeout), handler: t.def.Handler,
+		target: u.target, params: u.params, probes: probes}
+	if !u.hasParams {
+		r.pbatch = d.paramsOf(u)
+	}
 	r.ctx, r.cancel = context.WithCancelCause(context.Background())
 	if clock.IsReal(d.clock) {
 		// Let the handler see its deadline; the timer heap still decides.
 		r.ctx, r.stopDL = context.WithDeadlineCause(r.ctx, r.deadline, ErrTimeout)
 	}
-	r.ctx, r.span = d.tel.startSpan(r.ctx, u.trace, u.task, u.id, r.no)
+	r.ctx, r.span = d.tel.startSpan(r.ctx, u.traceCtx(), u.task, u.id, r.no)
 	tel := d.tel
-	tel.queueWait.Record(bg, seconds(now.Sub(u.readyAt)), t.attrs)
+	tel.queueWait.Record(bg, seconds(now.Sub(time.Unix(0, u.readyAt))), t.attrs)
 	for _, res := range l.resources {
 		if res.class != "" {
 			tel.requests.Add(bg, 1, res.attrs())
@@ -188,7 +192,7 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource, 
 	d.pushTimer(r.deadlineTimer)
 	claim := &store.Claim{ID: u.id, Task: u.task, Owner: d.owner, Run: r.no, At: wall, LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer),
 		ServiceLog: l.logged, Events: append([]store.Event{{Type: string(EventWorkStarted), Task: u.task, Target: u.target, Attempt: r.no}}, spent...),
-		Wait: now.Sub(u.readyAt)}
+		Wait: now.Sub(time.Unix(0, u.readyAt))}
 	// A dispatch counted in a rate window is logged before the handler
 	// starts, so that a crash cannot forget a request the service saw.
 	// Other claims are written behind the handler's start: a crash before
@@ -261,13 +265,8 @@ func (d *dispatcher) execute(r *run) {
 			d.in.Push(msgDone{run: r, err: errGoexit, end: d.wall()})
 		}
 	}()
-	if r.load {
-		var su *store.Unit
-		if su, err = d.st.GetUnit(context.Background(), r.id); err == nil {
-			w.Target, w.Params = su.Target, su.Params
-		} else {
-			err = fmt.Errorf("runcue: load unit: %w", err)
-		}
+	if r.pbatch != nil {
+		w.Params, err = paramsFrom(r.pbatch, r.id)
 	}
 	var out []byte
 	notStarted := true

@@ -68,7 +68,7 @@ func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[stri
 			for _, u := range orphans {
 				d.deriveKeys(u, rt)
 				d.units[u.id] = u
-				if len(u.deps) > 0 {
+				if len(u.deps()) > 0 {
 					withDeps = append(withDeps, u)
 				} else {
 					d.makeEligible(u)

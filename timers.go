@@ -92,7 +92,7 @@ type timerEntry struct {
 	n    uint64 // tie-break: insertion order
 	kind timerKind
 	u    *unit
-	gen  uint64
+	gen  uint32
 	r    *run
 	res  *resource
 	idx  int
@@ -157,7 +157,7 @@ func (d *dispatcher) fireTimers() {
 		case tDepDeadline:
 			d.dependencyTimeout(e.u, wall)
 		case tRecheck:
-			if d.units[e.u.id] == e.u && e.u.state == uChecking && !e.u.checking {
+			if d.units[e.u.id] == e.u && e.u.state == uChecking && (e.u.more == nil || !e.u.more.checking) {
 				d.requestCheck(e.u)
 			}
 		case tFeed:

@@ -31,6 +31,9 @@ type unitIndex struct {
 	units      map[string]*unit
 	orphans    map[string]map[string]*unit
 	paramBytes int
+	// noParams lists the units indexed without their params, in index
+	// order (units that ran or left since are skipped when it is read).
+	noParams fifo[*unit]
 }
 
 // unit states inside the dispatcher.
@@ -46,56 +49,141 @@ const (
 // unit is a queued, waiting or running unit as the dispatcher holds it.
 // Owned by the dispatcher goroutine; a handler goroutine gets copies (see
 // run).
+//
+// A deep queue holds a unit per queued unit, so the record is kept small:
+// counts in 32 bits, instants as Unix nanoseconds where they are only
+// compared, and what few units have in unitMore.
 type unit struct {
 	id        string
 	seq       int64
 	task      string
 	target    string
 	params    []byte
-	hasParams bool
-	runs      int
-	failures  int
-	deferrals int
 	runAt     time.Time
 	timeout   time.Duration
-	retry     *RetryPolicy // the submission's own policy, if any
-	keys      []string     // keyed services, sorted
-	keyErr    error        // deriving keys failed: the run fails with it
-	createdAt time.Time
-	deps      []string  // dependencies
-	pending   int       // dependencies not yet completed
-	skipped   []string  // dependencies skipped and taken as satisfied (Explain)
-	depsBy    time.Time // DependencyDeadline
-	checking  bool      // a DependencySatisfied check is in flight
-	why       string    // why runAt is set: "backoff", "retry_after", "run_at"
-	trace     []byte    // the submitter's trace context
-	readyAt   time.Time // when it last became eligible
-	state     int
+	createdAt int64 // wall clock, Unix ns
+	readyAt   int64 // when it last became eligible, scheduling timeline, Unix ns
 	lane      *lane
-	laneIdx   int // position in lane heap
-	timerGen  uint64
+	runs      int32
+	failures  int32
+	deferrals int32
+	laneIdx   int32 // position in lane heap
+	timerGen  uint32
+	state     uint8
+	why       whyKind // why runAt is set
+	hasParams bool
 	// With a priority function: the score u holds (if scored) since
-	// scoredAt; scoreGen numbers u's lane stays and scores (see unitRef).
-	score    float64
-	scoredAt time.Time
+	// scoredAt (scheduling timeline, Unix ns); scoreGen numbers u's lane
+	// stays and scores (see unitRef).
 	scored   bool
 	scoreGen uint32
-	// due, depTimer and recheck are u's entries on the timer heap (its
-	// runAt, its DependencyDeadline, its next DependencySatisfied check),
-	// removed when u is forgotten so that no timer keeps it reachable.
-	due, depTimer, recheck *timerEntry
+	score    float64
+	scoredAt int64
+	// pbatch, when set, is the read that will bring u's params.
+	pbatch *paramBatch
+	// due is u's entry on the timer heap for its runAt, removed when u is
+	// forgotten so that no timer keeps it reachable.
+	due *timerEntry
+	// more holds what most units lack (nil for them): a deep queue of
+	// plain units costs only the fields above.
+	more *unitMore
+}
+
+// unitMore is the part of a unit that only some units have: dependencies,
+// keyed services, a retry policy of its own, a trace context. Owned, like
+// unit, by the dispatcher goroutine.
+type unitMore struct {
+	retry    *RetryPolicy // the submission's own policy, if any
+	keys     []string     // keyed services, sorted
+	keyErr   error        // deriving keys failed: the run fails with it
+	deps     []string     // dependencies
+	pending  int          // dependencies not yet completed
+	skipped  []string     // dependencies skipped and taken as satisfied (Explain)
+	depsBy   time.Time    // DependencyDeadline
+	checking bool         // a DependencySatisfied check is in flight
+	trace    []byte       // the submitter's trace context
+	// depTimer and recheck are u's entries on the timer heap (its
+	// DependencyDeadline, its next DependencySatisfied check), removed
+	// when u is forgotten.
+	depTimer, recheck *timerEntry
+}
+
+// whyKind says why a unit's runAt is set.
+type whyKind uint8
+
+const (
+	whyNone       whyKind = iota
+	whyBackoff            // a retry's backoff
+	whyRetryAfter         // a Retry-After deferral
+	whyRunAt              // the submitter's RunAt
+)
+
+var whyNames = [...]string{"", "backoff", "retry_after", "run_at"}
+
+func (w whyKind) String() string { return whyNames[w] }
+
+// whyNamed is the whyKind named s.
+func whyNamed(s string) whyKind {
+	for i, n := range whyNames {
+		if n == s {
+			return whyKind(i)
+		}
+	}
+	return whyNone
+}
+
+// intern returns s, or an equal string already held: task types repeat
+// across a deep queue.
+func (x *unitIndex) intern(s string) string {
+	if rt, ok := x.tasks[s]; ok {
+		return rt.name
+	}
+	return s
+}
+
+// ext returns u's unitMore, creating it.
+func (u *unit) ext() *unitMore {
+	if u.more == nil {
+		u.more = &unitMore{}
+	}
+	return u.more
+}
+
+// deps, depsBy, traceCtx and skipped read u's unitMore, if any.
+func (u *unit) deps() []string {
+	if u.more == nil {
+		return nil
+	}
+	return u.more.deps
+}
+
+func (u *unit) depsBy() time.Time {
+	if u.more == nil {
+		return time.Time{}
+	}
+	return u.more.depsBy
+}
+
+func (u *unit) traceCtx() []byte {
+	if u.more == nil {
+		return nil
+	}
+	return u.more.trace
+}
+
+func (u *unit) skipped() []string {
+	if u.more == nil {
+		return nil
+	}
+	return u.more.skipped
 }
 
 // noteSkipped records that dependency dep was skipped and satisfies u.
 func (u *unit) noteSkipped(dep string) {
-	if !slices.Contains(u.skipped, dep) {
-		u.skipped = append(u.skipped, dep)
+	if m := u.ext(); !slices.Contains(m.skipped, dep) {
+		m.skipped = append(m.skipped, dep)
 	}
 }
-
-// maxParamBytes bounds the parameters kept in memory for queued units;
-// beyond it, a unit's parameters are read from the store when it runs.
-const maxParamBytes = 64 << 20
 
 // addUnits indexes queued units not yet known, then files each where it
 // belongs: waiting for its dependencies, on the timer heap, or in its lane.
@@ -116,7 +204,7 @@ func (d *dispatcher) addUnits(sus []*store.Unit, keepParams bool) {
 func (d *dispatcher) file(units []*unit) {
 	var withDeps []*unit
 	for _, u := range units {
-		if len(u.deps) > 0 {
+		if len(u.deps()) > 0 {
 			withDeps = append(withDeps, u)
 		} else {
 			d.makeEligible(u)
@@ -135,19 +223,23 @@ func (x *unitIndex) index(su *store.Unit, keepParams bool) *unit {
 	if o := x.orphans[su.Task]; o != nil && o[su.ID] != nil {
 		return nil
 	}
-	u := &unit{id: su.ID, seq: su.Seq, task: su.Task, target: su.Target, params: su.Params, hasParams: true,
-		runs: su.Runs, failures: su.Failures, deferrals: su.Deferrals, runAt: su.RunAt, timeout: su.Timeout, laneIdx: -1,
-		createdAt: su.CreatedAt, deps: su.DependsOn, depsBy: su.DependencyDeadline, trace: su.Trace}
+	u := &unit{id: su.ID, seq: su.Seq, task: x.intern(su.Task), target: su.Target, params: su.Params, hasParams: true,
+		runs: int32(su.Runs), failures: int32(su.Failures), deferrals: int32(su.Deferrals), runAt: su.RunAt, timeout: su.Timeout, laneIdx: -1,
+		createdAt: su.CreatedAt.UnixNano()}
+	if len(su.DependsOn) > 0 || !su.DependencyDeadline.IsZero() || len(su.Trace) > 0 {
+		m := u.ext()
+		m.deps, m.depsBy, m.trace = su.DependsOn, su.DependencyDeadline, su.Trace
+	}
 	switch {
 	case su.RunAt.IsZero():
 	case su.ErrorKind == "retry_after":
-		u.why = "retry_after"
+		u.why = whyRetryAfter
 	case su.Failures > 0:
-		u.why = "backoff"
+		u.why = whyBackoff
 	default:
-		u.why = "run_at"
+		u.why = whyRunAt
 	}
-	if (u.why == "retry_after" || u.why == "backoff") && !su.StartedAt.IsZero() {
+	if (u.why == whyRetryAfter || u.why == whyBackoff) && !su.StartedAt.IsZero() {
 		// A retry time runcue chose is a hold that began after the last
 		// run started: if the wall clock was set back since, the stored
 		// instant lies further away than the hold was long. It never lasts
@@ -159,7 +251,7 @@ func (x *unitIndex) index(su *store.Unit, keepParams bool) *unit {
 	}
 	if len(su.Retry) > 0 {
 		if p, err := decodeRetry(su.Retry); err == nil {
-			u.retry = &p
+			u.ext().retry = &p
 		} else {
 			x.log.Warn("runcue: ignoring a unit's unreadable retry policy", "work_id", su.ID, "error", err)
 		}
@@ -177,10 +269,11 @@ func (x *unitIndex) index(su *store.Unit, keepParams bool) *unit {
 		return nil
 	}
 	x.deriveKeys(u, rt)
-	if keepParams && x.paramBytes+len(u.params) <= maxParamBytes {
-		x.paramBytes += len(u.params)
+	if keepParams && x.paramBytes+paramCost(u.params) <= x.paramBudget() {
+		x.paramBytes += paramCost(u.params)
 	} else {
-		u.params, u.hasParams = nil, false // read again when it runs
+		u.params, u.hasParams = nil, false // read in a batch before it runs (params.go)
+		x.noParams.push(u)
 	}
 	x.units[u.id] = u
 	return u
@@ -200,11 +293,11 @@ func (x *unitIndex) makeEligible(u *unit) {
 		return
 	}
 	u.state = uReady
-	u.readyAt = x.now()
+	u.readyAt = x.now().UnixNano()
 	rt := x.tasks[u.task]
 	l := rt.base
-	if len(u.keys) > 0 || u.keyErr != nil {
-		l = x.laneFor(rt, u.keys, u.keyErr)
+	if m := u.more; m != nil && (len(m.keys) > 0 || m.keyErr != nil) {
+		l = x.laneFor(rt, m.keys, m.keyErr)
 	}
 	u.lane = l
 	if x.cfg.Priority != nil {
@@ -243,7 +336,7 @@ func (x *unitIndex) removeQueued(u *unit) {
 	switch u.state {
 	case uReady:
 		l := u.lane
-		l.units.Remove(u.laneIdx)
+		l.units.Remove(int(u.laneIdx))
 		x.laneChanged(l)
 	case uWaiting:
 		u.timerGen++ // its timer entry is now stale
@@ -258,14 +351,17 @@ func (x *unitIndex) removeQueued(u *unit) {
 
 func (x *unitIndex) forget(u *unit) {
 	if u.hasParams {
-		x.paramBytes -= len(u.params)
+		x.paramBytes -= paramCost(u.params)
 		u.params, u.hasParams = nil, false
 	}
 	delete(x.units, u.id)
 	x.dropTimer(u.due)
-	x.dropTimer(u.depTimer)
-	x.dropTimer(u.recheck)
-	u.due, u.depTimer, u.recheck = nil, nil, nil
+	u.due = nil
+	if m := u.more; m != nil {
+		x.dropTimer(m.depTimer)
+		x.dropTimer(m.recheck)
+		m.depTimer, m.recheck = nil, nil
+	}
 }
 
 // external applies changes committed by other processes.

@@ -40,9 +40,10 @@ func main() {
 	scaleParams := flag.Int("scale-params", 64, "bytes of params per unit for -scale")
 	scaleChildPath := flag.String("scale-child", "", "internal: measure one -scale run on this database and print it as JSON")
 	scalePriority := flag.Bool("scale-priority", false, "internal: with -scale-child, use PriorityByWaitTime(time.Hour)")
+	scaleHold := flag.Int("scale-hold", 0, "internal: with -scale-child, hold the handlers until this many units (less the handler cap) are queued in memory, and report the peak RSS then")
 	flag.Parse()
 	if *scaleChildPath != "" {
-		childMain(*scaleChildPath, *scaleDispatches, *scalePriority)
+		childMain(*scaleChildPath, *scaleDispatches, *scalePriority, *scaleHold)
 		return
 	}
 

@@ -26,6 +26,7 @@ type scaleConfig struct {
 	name     string
 	queued   int
 	priority bool
+	hold     bool // hold the handlers until the whole queue is in memory: the peak RSS run
 }
 
 func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
@@ -37,6 +38,9 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 	for _, n := range sizes {
 		configs = append(configs, scaleConfig{name: fmt.Sprintf("%d queued", n), queued: n})
 		fill[n] = true
+	}
+	for _, n := range sizes {
+		configs = append(configs, scaleConfig{name: fmt.Sprintf("%d queued, held until loaded", n), queued: n, hold: true})
 	}
 	configs = append(configs, scaleConfig{name: fmt.Sprintf("%d runnable, PriorityByWaitTime(time.Hour)", prioQueued), queued: prioQueued, priority: true})
 	templates := map[int]string{}
@@ -62,7 +66,7 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 			if err := benchkit.CopyDB(templates[c.queued], run); err != nil {
 				log.Fatal(err)
 			}
-			r := scaleChild(run, min(dispatches, c.queued), c.priority)
+			r := scaleChild(run, min(dispatches, c.queued), c.priority, c.hold, c.queued)
 			for _, s := range []string{"", "-wal", "-shm", ".lock"} {
 				os.Remove(run + s)
 			}
@@ -80,7 +84,13 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 	}
 	for _, c := range configs {
 		n := c.name
-		fmt.Printf("  %s: first handler call %v after Open, %.0f dispatches/s, peak RSS %.1f MiB, %.0f B and %.1f allocs per unit\n", n,
+		if c.hold {
+			fmt.Printf("  %s: every unit in memory %v after Open, peak RSS (VmHWM) %.1f MiB\n", n,
+				time.Duration(med(n, func(r benchkit.DeepResult) float64 { return float64(r.Loaded) })).Round(time.Millisecond),
+				med(n, func(r benchkit.DeepResult) float64 { return float64(r.PeakRSS) })/(1<<20))
+			continue
+		}
+		fmt.Printf("  %s: first handler call %v after Open, %.0f dispatches/s, peak RSS by then %.1f MiB, %.0f B and %.1f allocs per unit\n", n,
 			time.Duration(med(n, func(r benchkit.DeepResult) float64 { return float64(r.FirstCall) })).Round(time.Millisecond),
 			med(n, func(r benchkit.DeepResult) float64 { return r.Rate }),
 			med(n, func(r benchkit.DeepResult) float64 { return float64(r.PeakRSS) })/(1<<20),
@@ -100,13 +110,13 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 	}
 	plain := fmt.Sprintf("%d queued", prioQueued)
 	if _, ok := results[plain]; ok {
-		prio := configs[len(configs)-1].name
+		prio := fmt.Sprintf("%d runnable, PriorityByWaitTime(time.Hour)", prioQueued)
 		fmt.Printf("priority: rate with %s / without: median ratio %.2f\n", prio, ratio(prio, plain))
 	}
 }
 
 // scaleChild runs one measurement in a child process.
-func scaleChild(path string, dispatches int, priority bool) benchkit.DeepResult {
+func scaleChild(path string, dispatches int, priority, hold bool, queued int) benchkit.DeepResult {
 	exe, err := os.Executable()
 	if err != nil {
 		log.Fatal(err)
@@ -114,6 +124,9 @@ func scaleChild(path string, dispatches int, priority bool) benchkit.DeepResult 
 	args := []string{"-scale-child", path, "-scale-dispatches", strconv.Itoa(dispatches)}
 	if priority {
 		args = append(args, "-scale-priority")
+	}
+	if hold {
+		args = append(args, "-scale-hold", strconv.Itoa(queued))
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Stderr = os.Stderr
@@ -129,8 +142,8 @@ func scaleChild(path string, dispatches int, priority bool) benchkit.DeepResult 
 }
 
 // childMain is the child's side: measure, print the result as JSON.
-func childMain(path string, dispatches int, priority bool) {
-	opts := benchkit.DeepOptions{Dispatches: dispatches}
+func childMain(path string, dispatches int, priority bool, hold int) {
+	opts := benchkit.DeepOptions{Dispatches: dispatches, HoldUntilLoaded: hold > 0, Queued: hold}
 	if priority {
 		opts.Priority = runcue.PriorityByWaitTime(time.Hour)
 	}

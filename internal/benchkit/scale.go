@@ -12,6 +12,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
 	"github.com/runcue/runcue"
 )
 
@@ -82,6 +85,12 @@ type DeepOptions struct {
 	Priority runcue.PriorityFunc
 	// MaxConcurrent is the Cue's handler cap. Default 100.
 	MaxConcurrent int
+	// HoldUntilLoaded, instead of measuring the rate, holds the first
+	// handlers until the Cue holds Queued units in memory (read from its
+	// runcue.work.queued gauge), so that PeakRSS is that of the whole
+	// queue in memory, and reports the time the load took.
+	HoldUntilLoaded bool
+	Queued          int
 }
 
 // DeepResult is what StartDeep measured.
@@ -97,6 +106,9 @@ type DeepResult struct {
 	// PeakRSS is the process's peak resident set (VmHWM) when the run
 	// ends.
 	PeakRSS uint64
+	// Loaded is the time from Open until every queued unit was in memory
+	// (HoldUntilLoaded).
+	Loaded time.Duration
 }
 
 // StartDeep opens the pre-filled database at path with a no-op handler for
@@ -111,14 +123,22 @@ func StartDeep(path string, opts DeepOptions) (DeepResult, error) {
 	var started atomic.Int64
 	first := make(chan time.Time, 1)
 	last := make(chan time.Time, 1)
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(context.Background())
+	hold := make(chan struct{})
+	if !opts.HoldUntilLoaded {
+		close(hold)
+	}
 	t0 := time.Now()
 	c, err := runcue.Open(path, runcue.Config{Logger: slog.New(slog.DiscardHandler), MaxConcurrent: opts.MaxConcurrent,
-		Priority: opts.Priority})
+		Priority: opts.Priority, MeterProvider: mp})
 	if err != nil {
 		return res, err
 	}
 	defer c.Close()
-	handler := func(context.Context, *runcue.Work) (any, error) {
+	handler := func(ctx context.Context, _ *runcue.Work) (any, error) {
+		<-hold
 		switch n := started.Add(1); {
 		case n == 1:
 			first <- time.Now()
@@ -133,6 +153,16 @@ func StartDeep(path string, opts DeepOptions) (DeepResult, error) {
 	ctx := context.Background()
 	if err := c.Start(ctx); err != nil {
 		return res, err
+	}
+	if opts.HoldUntilLoaded {
+		want := int64(opts.Queued - opts.MaxConcurrent)
+		for queuedGauge(ctx, reader) < want {
+			time.Sleep(5 * time.Millisecond)
+		}
+		res.Loaded = time.Since(t0)
+		res.PeakRSS = peakRSS()
+		close(hold)
+		return res, c.Stop(ctx)
 	}
 	t1 := <-first
 	res.FirstCall = t1.Sub(t0)
@@ -158,6 +188,24 @@ func StartDeep(path string, opts DeepOptions) (DeepResult, error) {
 	return res, nil
 }
 
+// queuedGauge reads runcue.work.queued.
+func queuedGauge(ctx context.Context, r *sdkmetric.ManualReader) int64 {
+	var rm metricdata.ResourceMetrics
+	if err := r.Collect(ctx, &rm); err != nil {
+		return 0
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "runcue.work.queued" {
+				for _, p := range g.DataPoints {
+					return p.Value
+				}
+			}
+		}
+	}
+	return 0
+}
+
 // peakRSS returns the process's peak resident set size (VmHWM).
 func peakRSS() uint64 {
 	b, err := os.ReadFile("/proc/self/status")
@@ -175,6 +223,9 @@ func peakRSS() uint64 {
 
 // String formats r on one line.
 func (r DeepResult) String() string {
+	if r.Loaded > 0 {
+		return fmt.Sprintf("every unit in memory %v after Open, peak RSS %.1f MiB", r.Loaded.Round(time.Millisecond), float64(r.PeakRSS)/(1<<20))
+	}
 	return fmt.Sprintf("first call %v, %.0f dispatches/s, %.0f B and %.1f allocs per unit, peak RSS %.1f MiB",
 		r.FirstCall.Round(time.Millisecond), r.Rate, r.AllocBytes, r.Allocs, float64(r.PeakRSS)/(1<<20))
 }
