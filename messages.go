@@ -133,7 +133,7 @@ type msgParams struct {
 }
 
 // msgLoaded: a batch of the streamed load of queued units (recovery.go).
-type msgLoaded struct{ units []*store.Unit }
+type msgLoaded struct{ units []*unit }
 
 // msgScoreOverrun: a scoring pass took longer than CallbackTimeout.
 type msgScoreOverrun struct{ pass uint64 }

@@ -14,7 +14,7 @@ import (
 // maxParamBytes bounds the memory the params kept for queued units take
 // (their bytes and their slice headers); beyond it, a unit's params are
 // read from the store when it is about to run.
-const maxParamBytes = 32 << 20
+const maxParamBytes = 16 << 20
 
 // paramOverhead is what keeping a unit's params costs besides their
 // bytes: the slice header.

@@ -102,12 +102,12 @@ func (d *dispatcher) streamLoad(after int64) {
 	}
 	d.aux.Go(func() {
 		ctx := d.auxCtx
-		var batch []*store.Unit
+		var batch []*unit
 		err := d.st.LoadActive(ctx, func(su *store.Unit) error {
 			if su.Seq <= after || su.State != store.Queued {
 				return nil
 			}
-			batch = append(batch, su)
+			batch = append(batch, d.build(su))
 			if len(batch) == size {
 				step()
 				d.in.Push(msgLoaded{units: batch})
@@ -130,15 +130,16 @@ func (d *dispatcher) streamLoad(after int64) {
 	})
 }
 
-// loaded indexes a batch of the streamed load: units without dependencies
-// are filed now, the others when the load ends.
-func (d *dispatcher) loaded(sus []*store.Unit) {
-	var units []*unit
-	for _, su := range sus {
-		if _, gone := d.ended[su.ID]; gone {
+// loaded indexes a batch of the streamed load (built on the loading
+// goroutine): units without dependencies are filed now, the others when
+// the load ends.
+func (d *dispatcher) loaded(built []*unit) {
+	units := built[:0]
+	for _, u := range built {
+		if _, gone := d.ended[u.id]; gone {
 			continue // ended since it was read
 		}
-		if u := d.index(su, true); u != nil {
+		if u := d.register(u, true); u != nil {
 			units = append(units, u)
 		}
 	}

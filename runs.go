@@ -144,7 +144,10 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource, 
 		spent[i].Task, spent[i].Target = u.task, u.target
 	}
 	t := l.task
-	timeout := u.timeout
+	var timeout time.Duration
+	if u.more != nil {
+		timeout = u.more.timeout
+	}
 	if timeout <= 0 {
 		timeout = t.def.Timeout
 	}

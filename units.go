@@ -60,7 +60,6 @@ type unit struct {
 	target    string
 	params    []byte
 	runAt     time.Time
-	timeout   time.Duration
 	createdAt int64 // wall clock, Unix ns
 	readyAt   int64 // when it last became eligible, scheduling timeline, Unix ns
 	lane      *lane
@@ -81,9 +80,6 @@ type unit struct {
 	scoredAt int64
 	// pbatch, when set, is the read that will bring u's params.
 	pbatch *paramBatch
-	// due is u's entry on the timer heap for its runAt, removed when u is
-	// forgotten so that no timer keeps it reachable.
-	due *timerEntry
 	// more holds what most units lack (nil for them): a deep queue of
 	// plain units costs only the fields above.
 	more *unitMore
@@ -93,19 +89,20 @@ type unit struct {
 // keyed services, a retry policy of its own, a trace context. Owned, like
 // unit, by the dispatcher goroutine.
 type unitMore struct {
-	retry    *RetryPolicy // the submission's own policy, if any
-	keys     []string     // keyed services, sorted
-	keyErr   error        // deriving keys failed: the run fails with it
-	deps     []string     // dependencies
-	pending  int          // dependencies not yet completed
-	skipped  []string     // dependencies skipped and taken as satisfied (Explain)
-	depsBy   time.Time    // DependencyDeadline
-	checking bool         // a DependencySatisfied check is in flight
-	trace    []byte       // the submitter's trace context
-	// depTimer and recheck are u's entries on the timer heap (its
-	// DependencyDeadline, its next DependencySatisfied check), removed
-	// when u is forgotten.
-	depTimer, recheck *timerEntry
+	retry    *RetryPolicy  // the submission's own policy, if any
+	keys     []string      // keyed services, sorted
+	keyErr   error         // deriving keys failed: the run fails with it
+	deps     []string      // dependencies
+	pending  int           // dependencies not yet completed
+	skipped  []string      // dependencies skipped and taken as satisfied (Explain)
+	depsBy   time.Time     // DependencyDeadline
+	checking bool          // a DependencySatisfied check is in flight
+	trace    []byte        // the submitter's trace context
+	timeout  time.Duration // the submission's own timeout
+	// due, depTimer and recheck are u's entries on the timer heap (its
+	// runAt, its DependencyDeadline, its next DependencySatisfied check),
+	// removed when u is forgotten so that no timer keeps it reachable.
+	due, depTimer, recheck *timerEntry
 }
 
 // whyKind says why a unit's runAt is set.
@@ -223,12 +220,19 @@ func (x *unitIndex) index(su *store.Unit, keepParams bool) *unit {
 	if o := x.orphans[su.Task]; o != nil && o[su.ID] != nil {
 		return nil
 	}
-	u := &unit{id: su.ID, seq: su.Seq, task: x.intern(su.Task), target: su.Target, params: su.Params, hasParams: true,
-		runs: int32(su.Runs), failures: int32(su.Failures), deferrals: int32(su.Deferrals), runAt: su.RunAt, timeout: su.Timeout, laneIdx: -1,
+	return x.register(x.build(su), keepParams)
+}
+
+// build makes the in-memory record of stored unit su, retaining none of su
+// but its strings and slices. It reads only what is fixed or safe anywhere
+// (the clock, the logger), so the streamed load calls it off the loop.
+func (x *unitIndex) build(su *store.Unit) *unit {
+	u := &unit{id: su.ID, seq: su.Seq, task: su.Task, target: su.Target, params: su.Params, hasParams: true,
+		runs: int32(su.Runs), failures: int32(su.Failures), deferrals: int32(su.Deferrals), runAt: su.RunAt, laneIdx: -1,
 		createdAt: su.CreatedAt.UnixNano()}
-	if len(su.DependsOn) > 0 || !su.DependencyDeadline.IsZero() || len(su.Trace) > 0 {
+	if len(su.DependsOn) > 0 || !su.DependencyDeadline.IsZero() || len(su.Trace) > 0 || su.Timeout != 0 {
 		m := u.ext()
-		m.deps, m.depsBy, m.trace = su.DependsOn, su.DependencyDeadline, su.Trace
+		m.deps, m.depsBy, m.trace, m.timeout = su.DependsOn, su.DependencyDeadline, su.Trace, su.Timeout
 	}
 	switch {
 	case su.RunAt.IsZero():
@@ -256,6 +260,19 @@ func (x *unitIndex) index(su *store.Unit, keepParams bool) *unit {
 			x.log.Warn("runcue: ignoring a unit's unreadable retry policy", "work_id", su.ID, "error", err)
 		}
 	}
+	return u
+}
+
+// register indexes u, built by build, unless a unit with its ID is already
+// known (see index).
+func (x *unitIndex) register(u *unit, keepParams bool) *unit {
+	if _, ok := x.units[u.id]; ok {
+		return nil
+	}
+	if o := x.orphans[u.task]; o != nil && o[u.id] != nil {
+		return nil
+	}
+	u.task = x.intern(u.task)
 	rt, ok := x.tasks[u.task]
 	if !ok {
 		u.state = uOrphan
@@ -287,9 +304,10 @@ func (x *unitIndex) makeEligible(u *unit) {
 		// the monotonic clock.
 		u.state = uWaiting
 		u.timerGen++
-		x.dropTimer(u.due)
-		u.due = &timerEntry{at: x.now().Add(u.runAt.Sub(wall)), kind: tUnitDue, u: u, gen: u.timerGen}
-		x.pushTimer(u.due)
+		m := u.ext()
+		x.dropTimer(m.due)
+		m.due = &timerEntry{at: x.now().Add(u.runAt.Sub(wall)), kind: tUnitDue, u: u, gen: u.timerGen}
+		x.pushTimer(m.due)
 		return
 	}
 	u.state = uReady
@@ -355,12 +373,11 @@ func (x *unitIndex) forget(u *unit) {
 		u.params, u.hasParams = nil, false
 	}
 	delete(x.units, u.id)
-	x.dropTimer(u.due)
-	u.due = nil
 	if m := u.more; m != nil {
+		x.dropTimer(m.due)
 		x.dropTimer(m.depTimer)
 		x.dropTimer(m.recheck)
-		m.depTimer, m.recheck = nil, nil
+		m.due, m.depTimer, m.recheck = nil, nil, nil
 	}
 }
 

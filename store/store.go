@@ -288,7 +288,9 @@ type Store interface {
 	UnitStates(ctx context.Context, ids []string) (map[string]State, error)
 	// LoadActive calls fn for every queued or running unit in Seq order,
 	// without Result, Error or Attempts (ErrorKind is loaded: it tells a
-	// Retry-After deferral from a backoff).
+	// Retry-After deferral from a backoff). fn must not keep the *Unit
+	// after it returns (the backend may reuse it for a later unit); the
+	// strings and slices it holds are the unit's own and may be kept.
 	LoadActive(ctx context.Context, fn func(*Unit) error) error
 	// CountActive returns the number of queued and running units per task.
 	CountActive(ctx context.Context) (map[string]int, error)

@@ -90,6 +90,33 @@ func (s *Store) dependsOn(ctx context.Context, units []*store.Unit) error {
 	return nil
 }
 
+// pageDependsOn fills the dependencies of a page of LoadActive (units in
+// Seq order, all active) with one query on the page's Seq range: no
+// argument per unit.
+func (s *Store) pageDependsOn(ctx context.Context, page []*store.Unit) error {
+	rows, err := s.read.QueryContext(ctx, `SELECT w.seq, d.depends_on FROM work_units w JOIN dependencies d ON d.unit_id = w.id
+		WHERE w.seq BETWEEN ? AND ? AND w.state IN ('queued','running') ORDER BY w.seq, d.rowid`, page[0].Seq, page[len(page)-1].Seq)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	i := 0
+	for rows.Next() {
+		var seq int64
+		var dep string
+		if err := rows.Scan(&seq, &dep); err != nil {
+			return err
+		}
+		for i < len(page) && page[i].Seq < seq {
+			i++
+		}
+		if i < len(page) && page[i].Seq == seq {
+			page[i].DependsOn = append(page[i].DependsOn, dep)
+		}
+	}
+	return rows.Err()
+}
+
 // maxIDs caps the IDs bound in one query, under SQLite's host-parameter
 // limit.
 const maxIDs = 500
@@ -255,6 +282,9 @@ func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Uni
 // transaction stays open across calls to fn.
 func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) error {
 	var after int64
+	// The page's records are reused from page to page (fn keeps none):
+	// a deep queue's load makes little garbage.
+	recs := make([]store.Unit, 1000)
 	for {
 		rows, err := s.read.QueryContext(ctx, `SELECT seq, id, task, target, params, state, runs, failures, deferrals, created_at, run_at,
 				started_at, timeout, coalesce(leased_by, ''), lease_expires_at, coalesce(idempotency_key, ''), dependency_deadline,
@@ -265,7 +295,8 @@ func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) erro
 		}
 		var page []*store.Unit
 		for rows.Next() {
-			var u store.Unit
+			u := &recs[len(page)]
+			*u = store.Unit{}
 			var created, runAt, started, timeout, leaseExp, depDeadline int64
 			var cancelReq int
 			if err := rows.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &u.State, &u.Runs, &u.Failures, &u.Deferrals, &created,
@@ -277,7 +308,7 @@ func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) erro
 			u.CreatedAt, u.RunAt, u.StartedAt = tm(created), tm(runAt), tm(started)
 			u.Timeout, u.LeaseExpiresAt, u.DependencyDeadline = time.Duration(timeout), tm(leaseExp), tm(depDeadline)
 			u.CancelRequested = cancelReq != 0
-			page = append(page, &u)
+			page = append(page, u)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -286,7 +317,7 @@ func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) erro
 		if len(page) == 0 {
 			return nil
 		}
-		if err := s.dependsOn(ctx, page); err != nil {
+		if err := s.pageDependsOn(ctx, page); err != nil {
 			return err
 		}
 		for _, u := range page {
