@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runcue/runcue"
 	"github.com/runcue/runcue/sse"
@@ -467,3 +468,25 @@ func TestLogging(t *testing.T) {
 }
 
 var _ = atomic.Int32{}
+
+// TestTraceContextWithoutProvider: with no TracerProvider in the Config and
+// no global provider set, runcue makes no spans of its own, and the
+// handler's context still carries the submitter's trace.
+func TestTraceContextWithoutProvider(t *testing.T) {
+	tp := sdktrace.NewTracerProvider() // the submitter's, not runcue's
+	defer tp.Shutdown(context.Background())
+	e := newEnv(t, runcue.Config{})
+	got := make(chan trace.SpanContext, 1)
+	require.NoError(t, e.c.Task("t", runcue.Task{Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+		got <- trace.SpanContextFromContext(ctx)
+		return nil, nil
+	}}))
+	e.start()
+	ctx, span := tp.Tracer("app").Start(e.ctx, "submit")
+	_, err := e.c.Submit(ctx, runcue.Submission{Task: "t"})
+	require.NoError(t, err)
+	span.End()
+	sc := <-got
+	assert.Equal(t, span.SpanContext().TraceID(), sc.TraceID(), "the handler is in the submitter's trace")
+	assert.Equal(t, span.SpanContext().SpanID(), sc.SpanID(), "no span of runcue's between them")
+}

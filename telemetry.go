@@ -41,6 +41,9 @@ import (
 // was submitted. The submitter's trace context is stored with the unit (W3C
 // Trace Context), so a run after a restart, or in another process, still
 // joins the submitter's trace. The handler's context carries the span.
+// Spans are made when Config.TracerProvider is set or the application has
+// set a global provider (otel.SetTracerProvider); otherwise none is made,
+// and the handler's context carries the submitter's trace context alone.
 
 const instrumentationName = "github.com/runcue/runcue"
 
@@ -56,6 +59,20 @@ type telemetry struct {
 	openCircuit atomic.Pointer[map[string]int64]
 	budgets     atomic.Pointer[[]budgetUsage]
 	reg         metric.Registration
+	// explicitTP: Config.TracerProvider was set. Otherwise spans are made
+	// only once the application has set a global provider (see tracing).
+	explicitTP bool
+}
+
+// defaultTP is the global tracer provider before any is set: otel's
+// delegate, which makes spans that go nowhere.
+var defaultTP = otel.GetTracerProvider()
+
+// tracing reports whether runs get spans: a provider was given, or the
+// global one was set. Without either a span would cost allocations per
+// run for nothing.
+func (t *telemetry) tracing() bool {
+	return t.explicitTP || otel.GetTracerProvider() != defaultTP
 }
 
 var durationBuckets = metric.WithExplicitBucketBoundaries(
@@ -65,11 +82,12 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
+	explicit := tp != nil
 	if tp == nil {
 		tp = otel.GetTracerProvider()
 	}
 	m := mp.Meter(instrumentationName)
-	t := &telemetry{tracer: tp.Tracer(instrumentationName), queued: queued}
+	t := &telemetry{tracer: tp.Tracer(instrumentationName), queued: queued, explicitTP: explicit}
 	empty := map[string]int64{}
 	t.openCircuit.Store(&empty)
 	var err error
@@ -178,6 +196,9 @@ func (t *telemetry) startSpan(ctx context.Context, stored []byte, task, id strin
 		if json.Unmarshal(stored, &carrier) == nil {
 			ctx = propagation.TraceContext{}.Extract(ctx, carrier)
 		}
+	}
+	if !t.tracing() {
+		return ctx, nil // the submitter's trace context still reaches the handler
 	}
 	return t.tracer.Start(ctx, "runcue.run "+task, trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(attribute.String("runcue.task", task), attribute.String("runcue.work_id", id),
