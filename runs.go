@@ -128,6 +128,15 @@ type run struct {
 	// timer heap, removed when r ends so that no timer keeps a finished run
 	// (its unit, contexts and span) reachable until it would have fired.
 	deadlineTimer, graceTimer, progressTimer *timerEntry
+	// mem holds what start makes for every run, allocated with it: its
+	// deadline's timer entry, its claim and the request that writes it.
+	mem struct {
+		deadline timerEntry
+		claim    store.Claim
+		started  [1]store.Event
+		req      writer.Request
+		ops      [1]store.Op
+	}
 }
 
 type progress struct {
@@ -191,11 +200,17 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource, 
 	}
 	d.inflight++
 	d.stats.dispatches.Add(1)
-	r.deadlineTimer = &timerEntry{at: now.Add(timeout), kind: tDeadline, r: r}
+	r.mem.deadline = timerEntry{at: now.Add(timeout), kind: tDeadline, r: r}
+	r.deadlineTimer = &r.mem.deadline
 	d.pushTimer(r.deadlineTimer)
-	claim := &store.Claim{ID: u.id, Task: u.task, Owner: d.owner, Run: r.no, At: wall, LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer),
-		ServiceLog: l.logged, Events: append([]store.Event{{Type: string(EventWorkStarted), Task: u.task, Target: u.target, Attempt: r.no}}, spent...),
-		Wait: now.Sub(time.Unix(0, u.readyAt))}
+	r.mem.started[0] = store.Event{Type: string(EventWorkStarted), Task: u.task, Target: u.target, Attempt: r.no}
+	events := r.mem.started[:]
+	if len(spent) > 0 {
+		events = append(events[:1:1], spent...)
+	}
+	r.mem.claim = store.Claim{ID: u.id, Task: u.task, Owner: d.owner, Run: r.no, At: wall, LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer),
+		ServiceLog: l.logged, Events: events, Wait: now.Sub(time.Unix(0, u.readyAt))}
+	claim := &r.mem.claim
 	// A dispatch counted in a rate window is logged before the handler
 	// starts, so that a crash cannot forget a request the service saw.
 	// Other claims are written behind the handler's start: a crash before
@@ -212,7 +227,9 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource, 
 			d.in.Push(msgClaimed{run: r, applied: err == nil && res[0].Applied})
 		}
 	}
-	if err := d.w.Submit(&writer.Request{Ops: []store.Op{claim}, Done: done}); err != nil {
+	r.mem.ops[0] = claim
+	r.mem.req = writer.Request{Ops: r.mem.ops[:], Done: done}
+	if err := d.w.Submit(&r.mem.req); err != nil {
 		// The writer is closed or failed: the run cannot be recorded.
 		d.failed = err
 		r.claimFailed = true
