@@ -87,9 +87,10 @@ type testHooks struct {
 	// firstLoad and loadBatch, when set, replace the sizes of the parts
 	// of the start's streamed load (recovery.go); loadStep is called on
 	// the loading goroutine before each batch it hands to the loop, and
-	// before the load's end.
+	// before the load's end, with the context that ends when the
+	// dispatcher exits.
 	firstLoad, loadBatch int
-	loadStep             func()
+	loadStep             func(context.Context)
 	// paramBudget, when set, replaces maxParamBytes; paramRead is called
 	// for every read of params (params.go) with the units it reads.
 	paramBudget int

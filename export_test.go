@@ -185,8 +185,9 @@ func WatchChecks(c *Cue) <-chan string {
 
 // SetLoad sets the sizes of the parts of the start's streamed load, and a
 // func the loading goroutine calls before each batch and before the load's
-// end (it may block). Call before Start.
-func SetLoad(c *Cue, first, batch int, step func()) {
+// end (it may block; its context ends when the dispatcher exits). Call
+// before Start.
+func SetLoad(c *Cue, first, batch int, step func(context.Context)) {
 	c.testHooks.firstLoad, c.testHooks.loadBatch, c.testHooks.loadStep = first, batch, step
 }
 

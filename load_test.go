@@ -35,7 +35,7 @@ func TestStreamedLoadDispatchesBeforeItEnds(t *testing.T) {
 	_, err := e.c.SubmitBatch(e.ctx, batchOf("t", 300))
 	require.NoError(t, err)
 	hold := make(chan struct{})
-	runcue.SetLoad(e.c, 50, 50, func() { <-hold })
+	runcue.SetLoad(e.c, 50, 50, func(context.Context) { <-hold })
 	e.start()
 	select {
 	case <-called:
@@ -89,7 +89,7 @@ func TestStreamedLoadDependenciesAndCancel(t *testing.T) {
 	require.NoError(t, err)
 	hold := make(chan struct{})
 	var once sync.Once
-	runcue.SetLoad(e.c, 30, 40, func() { once.Do(func() { <-hold }) })
+	runcue.SetLoad(e.c, 30, 40, func(context.Context) { once.Do(func() { <-hold }) })
 	e.start()
 	require.NoError(t, e.c.Cancel(e.ctx, "x99", runcue.CancelOptions{}))
 	close(hold)
@@ -98,4 +98,43 @@ func TestStreamedLoadDependenciesAndCancel(t *testing.T) {
 	assert.False(t, done["x99"], "the cancelled unit ran")
 	assert.Equal(t, runcue.StateCancelled, e.get("x99").State)
 	assert.Len(t, done, 299)
+}
+
+// TestStopDuringStreamedLoad: a Cue stopped while its start is still
+// streaming the queue in loses nothing: the units it never loaded stay
+// queued, and the next owner runs every unit exactly once.
+func TestStopDuringStreamedLoad(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	var mu sync.Mutex
+	calls := map[string]int{}
+	handler := func(_ context.Context, w *runcue.Work) (any, error) {
+		mu.Lock()
+		calls[w.ID]++
+		mu.Unlock()
+		return nil, nil
+	}
+	require.NoError(t, e.c.Task("t", runcue.Task{Handler: handler}))
+	_, err := e.c.SubmitBatch(e.ctx, batchOf("t", 500))
+	require.NoError(t, err)
+	midway := make(chan struct{})
+	steps := 0
+	runcue.SetLoad(e.c, 20, 20, func(ctx context.Context) {
+		if steps++; steps == 2 {
+			close(midway)
+			<-ctx.Done() // the dispatcher exits while the load is mid-way
+		}
+	})
+	e.start()
+	<-midway
+	require.NoError(t, e.c.Stop(e.ctx))
+	require.NoError(t, e.c.Close())
+
+	c2 := e.open(runcue.Config{})
+	require.NoError(t, c2.Task("t", runcue.Task{Handler: handler}))
+	require.NoError(t, c2.Start(e.ctx))
+	require.NoError(t, c2.Drain(e.ctx))
+	assert.Len(t, calls, 500)
+	for id, n := range calls {
+		assert.Equal(t, 1, n, id)
+	}
 }

@@ -97,7 +97,7 @@ func (d *dispatcher) streamLoad(after int64) {
 	}
 	step := func() {
 		if d.hooks.loadStep != nil {
-			d.hooks.loadStep()
+			d.hooks.loadStep(d.auxCtx)
 		}
 	}
 	d.aux.Go(func() {
