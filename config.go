@@ -119,7 +119,9 @@ type Config struct {
 	// hold a score, the highest runs first, ties in submission order. A
 	// unit is scored once it could run (in passes of at most 1,024 units, in
 	// arrival order, off the dispatcher's loop) and takes part in decisions
-	// from then on. Each decision costs O(log n) in the queued units.
+	// from then on; units that arrived while their services were full
+	// are all scored before their services' next dispatch. Each decision
+	// costs O(log n) in the queued units.
 	// Default: submission order, no scoring.
 	Priority PriorityFunc
 	// PriorityTTL is how long a unit's score is used before it is scored

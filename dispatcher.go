@@ -333,8 +333,15 @@ func (d *dispatcher) dispatch() {
 		return
 	}
 	prio := d.cfg.Priority != nil
+	var awaiting []*lane
 	if prio {
 		d.scorePasses(d.now())
+		defer func() {
+			for _, l := range awaiting { // back in the ready heap
+				l.inReady = true
+				d.ready.Push(l)
+			}
+		}()
 	}
 	for d.inflight < d.cfg.MaxConcurrent && d.ready.Len() > 0 {
 		if prio && !d.ready.Peek().units.Peek().scored {
@@ -342,6 +349,10 @@ func (d *dispatcher) dispatch() {
 		}
 		l := d.ready.Pop()
 		l.inReady = false
+		if l.awaiting {
+			awaiting = append(awaiting, l) // its units that waited are being scored (priority.go)
+			continue
+		}
 		now := d.now()
 		blocker, until, probes := d.admit(l, now)
 		if blocker != nil {

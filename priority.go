@@ -31,7 +31,10 @@ import (
 // n/scoreBatch × PriorityTTL/10 old when a decision uses it (for example
 // 1.1 s with 100,000 candidates and the default 100 ms). Units of lanes
 // that are parked (their services have no room) are not scored: they are
-// scored when their lane is ready again.
+// scored when their lane is ready again, and a lane so woken dispatches
+// nothing until that pass answers (lane.awaiting), so that a unit scored
+// before the lane parked does not go ahead of better units that arrived
+// while it was parked.
 
 // scoreBatch bounds the units one scoring pass scores.
 const scoreBatch = 1024
@@ -48,6 +51,7 @@ type scorer struct {
 	overruns    int
 	passID      uint64
 	passRefs    []unitRef
+	passLanes   []*lane // lanes awaiting this pass (see lane.awaiting)
 	passTimer   *time.Timer
 	nextRescore time.Time
 }
@@ -129,11 +133,21 @@ func (d *dispatcher) scorePasses(now time.Time) {
 		return
 	}
 	var refs []unitRef
+	var lanes []*lane // lanes awaiting the pass about to start
 	for d.freshLanes.len() > 0 && len(refs) < scoreBatch {
 		l := d.freshLanes.front()
+		took := len(refs)
 		for l.inReady && l.fresh.len() > 0 && len(refs) < scoreBatch {
 			if r := l.fresh.pop(); r.live() && !r.u.scored {
 				refs = append(refs, r)
+			}
+		}
+		if l.awaiting && l.awaitPass == 0 {
+			if len(refs) > took && !d.scoring {
+				l.awaitPass = d.passID + 1
+				lanes = append(lanes, l)
+			} else {
+				l.awaiting = false // nothing of it to wait for
 			}
 		}
 		if !l.inReady || l.fresh.len() == 0 {
@@ -147,6 +161,7 @@ func (d *dispatcher) scorePasses(now time.Time) {
 		}
 		return
 	}
+	d.passLanes = lanes
 	if len(refs) < scoreBatch && d.inflight < d.cfg.MaxConcurrent && !now.Before(d.nextRescore) {
 		took := false
 		for _, l := range d.ready.Items() {
@@ -285,7 +300,18 @@ func (d *dispatcher) scored(m msgScores) {
 	if !d.overran {
 		d.overruns = 0
 	}
+	d.releaseLanes()
 	d.scoring, d.overran, d.passRefs = false, false, nil
+}
+
+// releaseLanes lets the lanes that awaited the pass in flight dispatch.
+func (d *dispatcher) releaseLanes() {
+	for _, l := range d.passLanes {
+		if l.awaitPass == d.passID {
+			l.awaiting, l.awaitPass = false, 0
+		}
+	}
+	d.passLanes = nil
 }
 
 // scoreOverrun handles a pass that took longer than CallbackTimeout: the
@@ -304,6 +330,7 @@ func (d *dispatcher) scoreOverrun(m msgScoreOverrun) {
 			d.holdScore(r.u, defaultScore, now)
 		}
 	}
+	d.releaseLanes()
 }
 
 // holdScore gives u (in a lane) the score s from now on, and queues it for

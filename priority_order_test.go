@@ -72,3 +72,62 @@ func TestPriorityOrderByHeldScores(t *testing.T) {
 	}
 	assert.Equal(t, wantIDs, order)
 }
+
+// TestPriorityScoresUnitsOfAParkedLane: units that arrive while their lane
+// is parked (their service is full) are scored when the lane is ready
+// again, and run in the order of their scores.
+func TestPriorityScoresUnitsOfAParkedLane(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 11))
+	e := newEnv(t, runcue.Config{PriorityTTL: time.Hour, CallbackTimeout: 20 * time.Second,
+		Priority: func(pc runcue.PriorityContext) float64 {
+			var p struct{ Score float64 }
+			_ = pc.Work.Bind(&p)
+			return p.Score
+		}})
+	require.NoError(t, e.c.Service("svc", runcue.Service{MaxConcurrent: 1}))
+	release, blocked := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	var order []string
+	require.NoError(t, e.c.Task("t", runcue.Task{Services: []string{"svc"}, Handler: func(_ context.Context, w *runcue.Work) (any, error) {
+		if w.ID == "blocker" {
+			close(blocked)
+			<-release
+		}
+		mu.Lock()
+		order = append(order, w.ID)
+		mu.Unlock()
+		return nil, nil
+	}}))
+	e.start()
+	e.submit("t", func(s *runcue.Submission) { s.ID = "blocker"; s.Params = map[string]float64{"Score": 1} })
+	<-blocked // the service is full: the lane of the units below is parked
+	type sub struct {
+		id    string
+		score float64
+	}
+	var subs []sub
+	for i := range 40 {
+		s := sub{fmt.Sprintf("u%02d", i), float64(rnd.IntN(4)) / 4}
+		subs = append(subs, s)
+		e.submit("t", func(x *runcue.Submission) { x.ID = s.id; x.Params = map[string]float64{"Score": s.score} })
+	}
+	e.settle()
+	close(release)
+	require.NoError(t, e.c.Drain(e.ctx))
+	slices.SortStableFunc(subs, func(a, b sub) int {
+		switch {
+		case a.score > b.score:
+			return -1
+		case a.score < b.score:
+			return 1
+		}
+		return 0
+	})
+	want := []string{"blocker"}
+	for _, s := range subs {
+		want = append(want, s.id)
+	}
+	assert.Equal(t, want, order)
+}

@@ -127,6 +127,10 @@ type lane struct {
 	// (stale, oldest score first), and whether l is on freshLanes.
 	fresh, stale fifo[unitRef]
 	inFresh      bool
+	// awaiting: l was woken with units to score and dispatches nothing
+	// until the pass that scores them (awaitPass, once taken) answers.
+	awaiting  bool
+	awaitPass uint64
 }
 
 // laneBefore orders lanes by their first unit: by submission, or with a
@@ -452,6 +456,11 @@ func (t *resourceTable) wake(r *resource) {
 	l.inReady = true
 	t.ready.Push(l)
 	t.noteFresh(l)
+	if l.inFresh {
+		// Units arrived while l was parked: l waits for their scores
+		// before it dispatches again (priority.go).
+		l.awaiting, l.awaitPass = true, 0
+	}
 }
 
 // wakeAll moves r's waiters to the ready heap while r has room for them:
