@@ -41,36 +41,46 @@ func TestPriorityOrderByHeldScores(t *testing.T) {
 	require.NoError(t, e.c.Task("a", runcue.Task{Handler: h}))
 	require.NoError(t, e.c.Task("b", runcue.Task{Handler: h}))
 	const n = 600
-	type sub struct {
-		id    string
-		score float64
-	}
-	var subs []sub
+	var subs []scoredSub
 	for i := range n {
 		id := fmt.Sprintf("u%03d", i)
 		sc := float64(rnd.IntN(5)) / 4
-		subs = append(subs, sub{id, sc})
+		subs = append(subs, scoredSub{id, sc})
 		task := []string{"a", "b"}[rnd.IntN(2)]
 		_, err := e.c.Submit(e.ctx, runcue.Submission{Task: task, ID: id, Params: map[string]float64{"Score": sc}})
 		require.NoError(t, err)
 	}
 	e.start()
 	require.NoError(t, e.c.Drain(e.ctx))
-	want := slices.Clone(subs)
-	slices.SortStableFunc(want, func(a, b sub) int {
+	assert.Equal(t, byHeldScore(subs), order)
+}
+
+// scoredSub is a submission and the score the test's priority function
+// gives it.
+type scoredSub struct {
+	id    string
+	score float64
+}
+
+// byHeldScore returns the IDs of subs (in submission order) in the order
+// a priority function must start them: highest score first, ties in
+// submission order.
+func byHeldScore(subs []scoredSub) []string {
+	sorted := slices.Clone(subs)
+	slices.SortStableFunc(sorted, func(a, b scoredSub) int {
 		switch {
 		case a.score > b.score:
 			return -1
 		case a.score < b.score:
 			return 1
 		}
-		return 0 // stable: submission order
+		return 0
 	})
-	var wantIDs []string
-	for _, s := range want {
-		wantIDs = append(wantIDs, s.id)
+	var ids []string
+	for _, s := range sorted {
+		ids = append(ids, s.id)
 	}
-	assert.Equal(t, wantIDs, order)
+	return ids
 }
 
 // TestPriorityScoresUnitsOfAParkedLane: units that arrive while their lane
@@ -103,31 +113,14 @@ func TestPriorityScoresUnitsOfAParkedLane(t *testing.T) {
 	e.start()
 	e.submit("t", func(s *runcue.Submission) { s.ID = "blocker"; s.Params = map[string]float64{"Score": 1} })
 	<-blocked // the service is full: the lane of the units below is parked
-	type sub struct {
-		id    string
-		score float64
-	}
-	var subs []sub
+	var subs []scoredSub
 	for i := range 40 {
-		s := sub{fmt.Sprintf("u%02d", i), float64(rnd.IntN(4)) / 4}
+		s := scoredSub{fmt.Sprintf("u%02d", i), float64(rnd.IntN(4)) / 4}
 		subs = append(subs, s)
 		e.submit("t", func(x *runcue.Submission) { x.ID = s.id; x.Params = map[string]float64{"Score": s.score} })
 	}
 	e.settle()
 	close(release)
 	require.NoError(t, e.c.Drain(e.ctx))
-	slices.SortStableFunc(subs, func(a, b sub) int {
-		switch {
-		case a.score > b.score:
-			return -1
-		case a.score < b.score:
-			return 1
-		}
-		return 0
-	})
-	want := []string{"blocker"}
-	for _, s := range subs {
-		want = append(want, s.id)
-	}
-	assert.Equal(t, want, order)
+	assert.Equal(t, append([]string{"blocker"}, byHeldScore(subs)...), order)
 }
