@@ -38,6 +38,7 @@ func main() {
 	scaleSizes := flag.String("scale-sizes", "20000,1000,100000,1000000", "queued units before Start for -scale (the first is the deep-queue ratio's reference, the last its deep queue)")
 	scaleDispatches := flag.Int("scale-dispatches", 20000, "dispatches measured per -scale run")
 	scaleParams := flag.Int("scale-params", 64, "bytes of params per unit for -scale")
+	history := flag.Int("history", 0, "instead of the other measurements: time to the first handler call on a database whose history holds this many completed units, with 1,000 queued")
 	scaleChildPath := flag.String("scale-child", "", "internal: measure one -scale run on this database and print it as JSON")
 	scalePriority := flag.Bool("scale-priority", false, "internal: with -scale-child, use PriorityByWaitTime(time.Hour)")
 	scaleHold := flag.Int("scale-hold", 0, "internal: with -scale-child, hold the handlers until this many units (less the handler cap) are queued in memory, and report the peak RSS then")
@@ -62,6 +63,10 @@ func main() {
 		}
 		defer os.RemoveAll(d)
 		*dir = d
+	}
+	if *history > 0 {
+		runHistory(*dir, *reps, *history)
+		return
 	}
 	if *scale {
 		runScale(*dir, *reps, parseSizes(*scaleSizes), *scaleDispatches, *scaleParams)

@@ -115,6 +115,34 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 	}
 }
 
+// runHistory measures a start on a database whose history holds finished
+// completed units and which has 1,000 queued ones.
+func runHistory(dir string, reps, finished int) {
+	const queued = 1000
+	fmt.Printf("runcue-bench -history: %d completed units in the history, %d queued, %d repetitions, GOMAXPROCS=%d, %s\n",
+		finished, queued, reps, runtime.GOMAXPROCS(0), runtime.Version())
+	tmpl := filepath.Join(dir, fmt.Sprintf("history-%d.db", finished))
+	t := time.Now()
+	if err := benchkit.PrefillHistory(tmpl, finished, queued); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("  prefilled in %v\n", time.Since(t).Round(time.Millisecond))
+	var first []float64
+	for rep := range reps {
+		run := filepath.Join(dir, "run.db")
+		if err := benchkit.CopyDB(tmpl, run); err != nil {
+			log.Fatal(err)
+		}
+		r := scaleChild(run, queued, false, false, queued)
+		for _, s := range []string{"", "-wal", "-shm", ".lock"} {
+			os.Remove(run + s)
+		}
+		fmt.Printf("  rep %d: %v\n", rep+1, r)
+		first = append(first, float64(r.FirstCall))
+	}
+	fmt.Printf("median: first handler call %v after Open\n", time.Duration(benchkit.Median(first)).Round(time.Millisecond))
+}
+
 // scaleChild runs one measurement in a child process.
 func scaleChild(path string, dispatches int, priority, hold bool, queued int) benchkit.DeepResult {
 	exe, err := os.Executable()

@@ -229,3 +229,46 @@ func (r DeepResult) String() string {
 	return fmt.Sprintf("first call %v, %.0f dispatches/s, %.0f B and %.1f allocs per unit, peak RSS %.1f MiB",
 		r.FirstCall.Round(time.Millisecond), r.Rate, r.AllocBytes, r.Allocs, float64(r.PeakRSS)/(1<<20))
 }
+
+// PrefillHistory writes a database at path that holds finished completed
+// no-op units (run to completion by a Cue that keeps finished units) and
+// then queued queued ones, and closes it.
+func PrefillHistory(path string, finished, queued int) error {
+	c, err := runcue.Open(path, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.Task("noop", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}); err != nil {
+		return err
+	}
+	ctx := context.Background()
+	submit := func(n int) error {
+		for left := n; left > 0; left -= 1000 {
+			subs := make([]runcue.Submission, min(left, 1000))
+			for i := range subs {
+				subs[i] = runcue.Submission{Task: "noop"}
+			}
+			if _, err := c.SubmitBatch(ctx, subs); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := c.Start(ctx); err != nil {
+		return err
+	}
+	if err := submit(finished); err != nil {
+		return err
+	}
+	if err := c.Drain(ctx); err != nil {
+		return err
+	}
+	if err := c.Stop(ctx); err != nil {
+		return err
+	}
+	if err := submit(queued); err != nil {
+		return err
+	}
+	return c.Close()
+}

@@ -85,7 +85,7 @@ func (t *txn) QueuedCount() (int, error) {
 }
 
 func (t *txn) OldestQueued(n int) ([]store.UnitRef, error) {
-	rows, err := t.all(`SELECT id, task, target FROM work_units WHERE state = 'queued' ORDER BY seq LIMIT ?`, int64(n))
+	rows, err := t.all(oldestQueuedQuery, int64(n))
 	return unitRefs(rows), err
 }
 
@@ -160,3 +160,9 @@ func (t *txn) DeadDependencies(id string) (int, error) {
 }
 
 func (t *txn) AppendEvent(ev *store.Event, at time.Time) error { return t.event(ev, at) }
+
+// oldestQueuedQuery reads the oldest queued units. Its state NOT IN term is
+// the open-units index's condition: the units are found through that
+// partial index, without walking finished ones (TestOpenUnitQueriesUseIndex).
+const oldestQueuedQuery = `SELECT id, task, target FROM work_units WHERE state = 'queued' AND state NOT IN ('completed', 'skipped')
+	ORDER BY seq LIMIT ?`

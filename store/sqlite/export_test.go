@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"strconv"
+	"strings"
 )
 
 // SetUserVersionForTest sets the schema version recorded in the file.
@@ -41,4 +42,32 @@ func IndexSQLForTest(ctx context.Context, s *Store, name string) (string, error)
 	var q string
 	err := s.read.QueryRowContext(ctx, `SELECT sql FROM sqlite_master WHERE type='index' AND name=?`, name).Scan(&q)
 	return q, err
+}
+
+// OpenUnitQueries are the queries of active units that must use the
+// open-units index, by name.
+var OpenUnitQueries = map[string]string{"running (Recover)": runningQuery, "oldest queued (drop-oldest)": oldestQueuedQuery}
+
+// QueryPlanForTest returns SQLite's plan of query (with placeholders bound
+// to 1), one detail per line.
+func QueryPlanForTest(ctx context.Context, s *Store, query string) (string, error) {
+	args := make([]any, strings.Count(query, "?"))
+	for i := range args {
+		args[i] = 1
+	}
+	rows, err := s.read.QueryContext(ctx, "EXPLAIN QUERY PLAN "+query, args...)
+	if err != nil {
+		return "", err
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id, parent, notused int
+		var detail string
+		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+			return "", err
+		}
+		out = append(out, detail)
+	}
+	return strings.Join(out, "\n"), rows.Err()
 }

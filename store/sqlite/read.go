@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -202,8 +203,15 @@ func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Uni
 	}
 	if len(f.States) > 0 {
 		where = append(where, "state IN ("+placeholders(len(f.States))+")")
+		open := true
 		for _, st := range f.States {
 			args = append(args, string(st))
+			open = open && st != store.Completed && st != store.Skipped
+		}
+		if open {
+			// The open-units index's own condition, so that SQLite may
+			// use that partial index instead of walking the history.
+			where = append(where, "state NOT IN ('completed', 'skipped')")
 		}
 	}
 	if len(f.Tasks) > 0 {
@@ -280,40 +288,33 @@ func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Uni
 // LoadActive calls fn for every queued or running unit, in Seq order,
 // without Result, Error and Attempts. It reads in pages, so no read
 // transaction stays open across calls to fn.
+//
+// Each state is read through the open-units index (work_units_open), so a
+// database with a long history of finished units loads in time that
+// follows its active units; the two states' pages are merged by Seq.
 func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) error {
+	const size = 1000
+	// Each state's page records are reused from page to page (fn keeps
+	// none): a deep queue's load makes little garbage.
+	queued := activePages{state: store.Queued, recs: make([]store.Unit, size)}
+	running := activePages{state: store.Running, recs: make([]store.Unit, size)}
 	var after int64
-	// The page's records are reused from page to page (fn keeps none):
-	// a deep queue's load makes little garbage.
-	recs := make([]store.Unit, 1000)
 	for {
-		rows, err := s.read.QueryContext(ctx, `SELECT seq, id, task, target, params, state, runs, failures, deferrals, created_at, run_at,
-				started_at, timeout, coalesce(leased_by, ''), lease_expires_at, coalesce(idempotency_key, ''), dependency_deadline,
-				retry, trace, cancel_requested, coalesce(error_kind, '')
-			FROM work_units WHERE state IN ('queued','running') AND seq > ? ORDER BY seq LIMIT 1000`, after)
-		if err != nil {
+		if err := s.activePage(ctx, &queued, after, size); err != nil {
 			return err
 		}
-		var page []*store.Unit
-		for rows.Next() {
-			u := &recs[len(page)]
-			*u = store.Unit{}
-			var created, runAt, started, timeout, leaseExp, depDeadline int64
-			var cancelReq int
-			if err := rows.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &u.State, &u.Runs, &u.Failures, &u.Deferrals, &created,
-				&runAt, &started, &timeout, &u.LeasedBy, &leaseExp, &u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace,
-				&cancelReq, &u.ErrorKind); err != nil {
-				rows.Close()
-				return err
+		if err := s.activePage(ctx, &running, after, size); err != nil {
+			return err
+		}
+		// Every unit up to bound is in one of the two pages: a full page
+		// may have more after its last unit.
+		bound := int64(math.MaxInt64)
+		for _, p := range []*activePages{&queued, &running} {
+			if len(p.page) == size {
+				bound = min(bound, p.page[len(p.page)-1].Seq)
 			}
-			u.CreatedAt, u.RunAt, u.StartedAt = tm(created), tm(runAt), tm(started)
-			u.Timeout, u.LeaseExpiresAt, u.DependencyDeadline = time.Duration(timeout), tm(leaseExp), tm(depDeadline)
-			u.CancelRequested = cancelReq != 0
-			page = append(page, u)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
+		page := mergeBySeq(queued.page, running.page, bound)
 		if len(page) == 0 {
 			return nil
 		}
@@ -325,8 +326,70 @@ func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) erro
 				return err
 			}
 		}
-		after = page[len(page)-1].Seq
+		if bound == math.MaxInt64 {
+			return nil
+		}
+		after = bound
 	}
+}
+
+// activePages reads one state's active units, a page at a time, into
+// reused records.
+type activePages struct {
+	state store.State
+	recs  []store.Unit
+	page  []*store.Unit
+}
+
+// activePage reads p's next page: up to size units of p's state after
+// seq after, in Seq order.
+func (s *Store) activePage(ctx context.Context, p *activePages, after int64, size int) error {
+	p.page = p.page[:0]
+	// The state NOT IN term is the open-units index's own condition: it
+	// lets SQLite use that partial index.
+	rows, err := s.read.QueryContext(ctx, `SELECT seq, id, task, target, params, state, runs, failures, deferrals, created_at, run_at,
+			started_at, timeout, coalesce(leased_by, ''), lease_expires_at, coalesce(idempotency_key, ''), dependency_deadline,
+			retry, trace, cancel_requested, coalesce(error_kind, '')
+		FROM work_units INDEXED BY work_units_open
+		WHERE state = ? AND state NOT IN ('completed', 'skipped') AND seq > ? ORDER BY seq LIMIT ?`, string(p.state), after, size)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		u := &p.recs[len(p.page)]
+		*u = store.Unit{}
+		var created, runAt, started, timeout, leaseExp, depDeadline int64
+		var cancelReq int
+		if err := rows.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &u.State, &u.Runs, &u.Failures, &u.Deferrals, &created,
+			&runAt, &started, &timeout, &u.LeasedBy, &leaseExp, &u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace,
+			&cancelReq, &u.ErrorKind); err != nil {
+			return err
+		}
+		u.CreatedAt, u.RunAt, u.StartedAt = tm(created), tm(runAt), tm(started)
+		u.Timeout, u.LeaseExpiresAt, u.DependencyDeadline = time.Duration(timeout), tm(leaseExp), tm(depDeadline)
+		u.CancelRequested = cancelReq != 0
+		p.page = append(p.page, u)
+	}
+	return rows.Err()
+}
+
+// mergeBySeq merges two pages in Seq order, keeping the units up to bound.
+func mergeBySeq(a, b []*store.Unit, bound int64) []*store.Unit {
+	out := make([]*store.Unit, 0, len(a)+len(b))
+	for len(a) > 0 || len(b) > 0 {
+		var u *store.Unit
+		if len(b) == 0 || (len(a) > 0 && a[0].Seq < b[0].Seq) {
+			u, a = a[0], a[1:]
+		} else {
+			u, b = b[0], b[1:]
+		}
+		if u.Seq > bound {
+			break
+		}
+		out = append(out, u)
+	}
+	return out
 }
 
 // CountActive returns queued plus running units per task, from the kept

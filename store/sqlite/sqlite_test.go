@@ -1,6 +1,7 @@
 package sqlite_test
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -368,4 +369,18 @@ func assertMigrated(t *testing.T, st *sqlite.Store, atLeast int) {
 	require.NoError(t, err)
 	assert.Equal(t, sqlite.SchemaVersion, version)
 	assert.GreaterOrEqual(t, version, atLeast)
+}
+
+// TestOpenUnitQueriesUseIndex: the queries of active units that run at a
+// start or on the submit path find them through the open-units partial
+// index, so a long history of finished units is never walked.
+func TestOpenUnitQueriesUseIndex(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "plan.db"), sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	for name, q := range sqlite.OpenUnitQueries {
+		plan, err := sqlite.QueryPlanForTest(context.Background(), st, q)
+		require.NoError(t, err, name)
+		assert.Contains(t, plan, "work_units_open", "%s: %s", name, plan)
+	}
 }

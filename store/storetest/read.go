@@ -108,9 +108,16 @@ func testLoadActiveCount(t *testing.T, h *harness) {
 	h.finish(want[4], 1, store.Queued, func(f *store.Finish) {
 		f.RunAt, f.Error, f.ErrorKind, f.Deferral = h.now.Add(time.Minute), "429", "retry_after", true
 	})
+	// More than a page of each active state, interleaved in Seq order.
+	running := map[string]bool{want[0]: true}
+	for i := 6; i < len(want); i += 2 {
+		h.claim(want[i], 1)
+		running[want[i]] = true
+	}
 	var got []string
 	var seqs []int64
 	err := h.st.LoadActive(h.ctx, func(u *store.Unit) error {
+		assert.Equal(t, running[u.ID], u.State == store.Running, u.ID)
 		got = append(got, u.ID)
 		seqs = append(seqs, u.Seq)
 		if u.ID == want[4] {
