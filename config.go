@@ -3,6 +3,7 @@ package runcue
 import (
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"time"
 
@@ -180,6 +181,14 @@ type Config struct {
 	// TracerProvider receives one span per run. Default
 	// otel.GetTracerProvider().
 	TracerProvider trace.TracerProvider
+	// Rand is the source of the Cue's random choices (retry jitter). The
+	// dispatcher goroutine alone draws from it, so it need not be safe for
+	// concurrent use, but it must not be shared with another Cue or with
+	// code that runs while the Cue does. Draws follow the order in which
+	// runs end: with a fake Clock and runs that end in the same order (one
+	// handler at a time, say), a seeded Rand makes the retry times of a run
+	// repeat exactly. Default: a PCG seeded from the time at Start.
+	Rand rand.Source
 }
 
 // FailedDuplicatePolicy says what to do with a submission whose idempotency

@@ -122,7 +122,7 @@ func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.Ser
 		depGraph:    depGraph{dependents: make(map[string][]*unit), finishing: make(map[string]struct{})},
 		statusBoard: statusBoard{dirty: make(map[*resource]struct{})},
 		auxStop:     make(chan struct{}),
-		rnd:         rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)),
+		rnd:         newRand(c.cfg.Rand),
 	}
 	d.resourceTable = newResourceTable(&d.env, &d.timeline, &d.statusBoard, &d.taskTable, d.submit, stored)
 	d.unitIndex = unitIndex{resourceTable: &d.resourceTable, scorer: &d.scorer,
@@ -410,4 +410,13 @@ func (d *dispatcher) sync(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// newRand returns the dispatcher's source of random choices: src, or a PCG
+// seeded from the time.
+func newRand(src rand.Source) *rand.Rand {
+	if src == nil {
+		src = rand.NewPCG(uint64(time.Now().UnixNano()), 0x9e3779b97f4a7c15)
+	}
+	return rand.New(src)
 }
