@@ -65,6 +65,9 @@ type DispatcherState struct {
 	Drains int
 	// Reads is the number of store reads not yet answered.
 	Reads int
+	// NoParams is the length of the list of units indexed without params;
+	// WithoutParams the number of such units still indexed.
+	NoParams, WithoutParams int
 }
 
 // Inspect returns a snapshot taken on the dispatcher goroutine.
@@ -75,7 +78,8 @@ func Inspect(ctx context.Context, c *Cue) (DispatcherState, error) {
 	}
 	ch := make(chan DispatcherState, 1)
 	d.in.Push(msgCall{f: func(d *dispatcher) {
-		ch <- DispatcherState{Live: d.live, Inflight: d.inflight, Claims: d.claims, Keyed: len(d.keyed), Lanes: len(d.lanes), Units: len(d.units), Drains: len(d.drains), Reads: d.pending}
+		ch <- DispatcherState{Live: d.live, Inflight: d.inflight, Claims: d.claims, Keyed: len(d.keyed), Lanes: len(d.lanes), Units: len(d.units), Drains: len(d.drains), Reads: d.pending,
+			NoParams: d.noParams.len(), WithoutParams: d.withoutParams}
 	}})
 	select {
 	case st := <-ch:

@@ -98,6 +98,23 @@ func (d *dispatcher) paramsRead(m msgParams) {
 		}
 		u.params, u.hasParams = p, true
 		d.paramBytes += paramCost(p)
+		d.withoutParams--
+	}
+}
+
+// dropParamless notes that a unit without params left the index, and
+// compacts noParams once it is mostly units that left: the list must not
+// keep them reachable.
+func (x *unitIndex) dropParamless() {
+	x.withoutParams--
+	if n := x.noParams.len(); n > 64 && n > 2*x.withoutParams {
+		var live fifo[*unit]
+		for x.noParams.len() > 0 {
+			if u := x.noParams.pop(); x.units[u.id] == u && !u.hasParams {
+				live.push(u)
+			}
+		}
+		x.noParams = live
 	}
 }
 

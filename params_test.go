@@ -58,3 +58,32 @@ func TestParamsBeyondBudgetReadInBatches(t *testing.T) {
 	assert.Positive(t, reads, "the budget was passed: some params were read")
 	assert.LessOrEqual(t, reads*100, readUnits, "params are read in batches (at least 100 units per read on average)")
 }
+
+// TestParamlessListDropsUnitsThatLeft: units indexed without params that
+// leave without running (cancelled here) do not stay reachable through the
+// list of units whose params are to be read.
+func TestParamlessListDropsUnitsThatLeft(t *testing.T) {
+	e := newEnv(t, runcue.Config{MaxConcurrent: 1})
+	runcue.SetParamBudget(e.c, 1000, nil)
+	g := newGate()
+	require.NoError(t, e.c.Task("t", runcue.Task{Handler: g.handler}))
+	subs := batchOf("t", 3000)
+	for i := range subs {
+		subs[i].Params = map[string]int{"I": i}
+	}
+	_, err := e.c.SubmitBatch(e.ctx, subs)
+	require.NoError(t, err)
+	e.start()
+	g.next(t) // one unit runs and holds the only slot
+	before := e.inspect()
+	require.Greater(t, before.WithoutParams, 2500, "most units are beyond the budget")
+	n, err := e.c.CancelWhere(e.ctx, runcue.ListOptions{States: []runcue.State{runcue.StateQueued}}, runcue.CancelOptions{}, false)
+	require.NoError(t, err)
+	require.Greater(t, n, 2900)
+	e.settle()
+	after := e.inspect()
+	t.Logf("without params: %d listed for %d units before; %d listed for %d after", before.NoParams, before.WithoutParams, after.NoParams, after.WithoutParams)
+	assert.LessOrEqual(t, after.NoParams, 2*after.WithoutParams+64, "the list was compacted")
+	close(g.release)
+	require.NoError(t, e.c.Drain(e.ctx))
+}

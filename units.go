@@ -32,8 +32,11 @@ type unitIndex struct {
 	orphans    map[string]map[string]*unit
 	paramBytes int
 	// noParams lists the units indexed without their params, in index
-	// order (units that ran or left since are skipped when it is read).
-	noParams fifo[*unit]
+	// order (units that ran or left since are skipped when it is read);
+	// withoutParams counts the indexed units without params, so that a
+	// list mostly of units that left is compacted (see dropParamless).
+	noParams      fifo[*unit]
+	withoutParams int
 }
 
 // unit states inside the dispatcher.
@@ -291,6 +294,7 @@ func (x *unitIndex) register(u *unit, keepParams bool) *unit {
 	} else {
 		u.params, u.hasParams = nil, false // read in a batch before it runs (params.go)
 		x.noParams.push(u)
+		x.withoutParams++
 	}
 	x.units[u.id] = u
 	return u
@@ -371,6 +375,9 @@ func (x *unitIndex) forget(u *unit) {
 	if u.hasParams {
 		x.paramBytes -= paramCost(u.params)
 		u.params, u.hasParams = nil, false
+	} else if x.units[u.id] == u {
+		delete(x.units, u.id)
+		x.dropParamless()
 	}
 	delete(x.units, u.id)
 	if m := u.more; m != nil {
