@@ -225,7 +225,7 @@ func (d *dispatcher) handle(m message) {
 	switch m := m.(type) {
 	case msgInserted:
 		d.applyEnded(m.ended)
-		d.addUnits(m.units, true)
+		d.addUnits(m.units)
 	case msgExternal:
 		d.external(m.events)
 	case msgDone:
@@ -366,7 +366,7 @@ func (d *dispatcher) dispatch() {
 			d.ready.Push(l)
 			d.noteFresh(l)
 		} else {
-			l.fresh, l.stale = fifo[unitRef]{}, fifo[unitRef]{} // only units that left
+			l.dropScoring()
 		}
 		d.start(u, l, now, probes, spent)
 		for _, r := range l.resources {

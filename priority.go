@@ -344,6 +344,12 @@ func (x *unitIndex) holdScore(u *unit, s float64, now time.Time) {
 	l.stale.push(unitRef{u, u.scoreGen})
 }
 
+// dropScoring empties l's scoring queues, which hold only units that left
+// once l has no units.
+func (l *lane) dropScoring() {
+	l.fresh, l.stale = fifo[unitRef]{}, fifo[unitRef]{}
+}
+
 // fifo is a first-in first-out queue whose memory follows its length.
 type fifo[T any] struct {
 	items []T

@@ -60,7 +60,7 @@ func (d *dispatcher) recover(ctx context.Context) error {
 		last = su.Seq
 		if su.State == store.Queued {
 			n++
-			if u := d.index(su, true); u != nil {
+			if u := d.index(su); u != nil {
 				loaded = append(loaded, u)
 			}
 		}
@@ -139,7 +139,7 @@ func (d *dispatcher) loaded(built []*unit) {
 		if _, gone := d.ended[u.id]; gone {
 			continue // ended since it was read
 		}
-		if u := d.register(u, true); u != nil {
+		if u := d.register(u); u != nil {
 			units = append(units, u)
 		}
 	}

@@ -189,10 +189,10 @@ func (u *unit) noteSkipped(dep string) {
 // belongs: waiting for its dependencies, on the timer heap, or in its lane.
 // Every unit is indexed before any unit's dependencies are looked at, so a
 // dependency later in the same batch is known as queued (see resolveDeps).
-func (d *dispatcher) addUnits(sus []*store.Unit, keepParams bool) {
+func (d *dispatcher) addUnits(sus []*store.Unit) {
 	units := make([]*unit, 0, len(sus))
 	for _, su := range sus {
-		if u := d.index(su, keepParams); u != nil {
+		if u := d.index(su); u != nil {
 			units = append(units, u)
 		}
 	}
@@ -216,14 +216,14 @@ func (d *dispatcher) file(units []*unit) {
 // index records a queued unit, unless it is already known. It returns nil
 // for a known unit and for an orphan (its task type is not registered
 // here), which is kept apart until its task is.
-func (x *unitIndex) index(su *store.Unit, keepParams bool) *unit {
+func (x *unitIndex) index(su *store.Unit) *unit {
 	if _, ok := x.units[su.ID]; ok {
 		return nil
 	}
 	if o := x.orphans[su.Task]; o != nil && o[su.ID] != nil {
 		return nil
 	}
-	return x.register(x.build(su), keepParams)
+	return x.register(x.build(su))
 }
 
 // build makes the in-memory record of stored unit su, retaining none of su
@@ -268,7 +268,7 @@ func (x *unitIndex) build(su *store.Unit) *unit {
 
 // register indexes u, built by build, unless a unit with its ID is already
 // known (see index).
-func (x *unitIndex) register(u *unit, keepParams bool) *unit {
+func (x *unitIndex) register(u *unit) *unit {
 	if _, ok := x.units[u.id]; ok {
 		return nil
 	}
@@ -289,7 +289,7 @@ func (x *unitIndex) register(u *unit, keepParams bool) *unit {
 		return nil
 	}
 	x.deriveKeys(u, rt)
-	if keepParams && x.paramBytes+paramCost(u.params) <= x.paramBudget() {
+	if x.paramBytes+paramCost(u.params) <= x.paramBudget() {
 		x.paramBytes += paramCost(u.params)
 	} else {
 		u.params, u.hasParams = nil, false // read in a batch before it runs (params.go)
@@ -333,8 +333,7 @@ func (x *unitIndex) makeEligible(u *unit) {
 func (t *resourceTable) laneChanged(l *lane) {
 	switch {
 	case l.units.Len() == 0:
-		// Its scoring queues hold only units that left (priority.go).
-		l.fresh, l.stale = fifo[unitRef]{}, fifo[unitRef]{}
+		l.dropScoring()
 		if l.inReady {
 			t.ready.Remove(l.idx)
 			l.inReady = false
@@ -434,7 +433,7 @@ func (d *dispatcher) external(evs []store.Event) {
 			// A unit cancelled since it was read is skipped: its
 			// cancellation event came before this answer.
 			units = slices.DeleteFunc(units, func(su *store.Unit) bool { _, gone := d.ended[su.ID]; return gone })
-			d.addUnits(units, true)
+			d.addUnits(units)
 		}
 	})
 }

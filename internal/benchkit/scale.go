@@ -36,18 +36,26 @@ func Prefill(path string, n, paramBytes int) error {
 		return err
 	}
 	params := []byte(`{"p":"` + strings.Repeat("x", max(0, paramBytes-8)) + `"}`)
-	ctx := context.Background()
+	if err := submitNoops(context.Background(), c, n, params); err != nil {
+		c.Close()
+		return err
+	}
+	return c.Close()
+}
+
+// submitNoops submits n units of task "noop" with params, in batches of
+// 1,000.
+func submitNoops(ctx context.Context, c *runcue.Cue, n int, params []byte) error {
 	for left := n; left > 0; left -= 1000 {
 		subs := make([]runcue.Submission, min(left, 1000))
 		for i := range subs {
 			subs[i] = runcue.Submission{Task: "noop", Params: params}
 		}
 		if _, err := c.SubmitBatch(ctx, subs); err != nil {
-			c.Close()
 			return err
 		}
 	}
-	return c.Close()
+	return nil
 }
 
 // CopyDB copies the database at src (and its WAL, if any) to dst.
@@ -137,7 +145,7 @@ func StartDeep(path string, opts DeepOptions) (DeepResult, error) {
 		return res, err
 	}
 	defer c.Close()
-	handler := func(ctx context.Context, _ *runcue.Work) (any, error) {
+	handler := func(context.Context, *runcue.Work) (any, error) {
 		<-hold
 		switch n := started.Add(1); {
 		case n == 1:
@@ -243,22 +251,10 @@ func PrefillHistory(path string, finished, queued int) error {
 		return err
 	}
 	ctx := context.Background()
-	submit := func(n int) error {
-		for left := n; left > 0; left -= 1000 {
-			subs := make([]runcue.Submission, min(left, 1000))
-			for i := range subs {
-				subs[i] = runcue.Submission{Task: "noop"}
-			}
-			if _, err := c.SubmitBatch(ctx, subs); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	if err := submit(finished); err != nil {
+	if err := submitNoops(ctx, c, finished, nil); err != nil {
 		return err
 	}
 	if err := c.Drain(ctx); err != nil {
@@ -267,7 +263,7 @@ func PrefillHistory(path string, finished, queued int) error {
 	if err := c.Stop(ctx); err != nil {
 		return err
 	}
-	if err := submit(queued); err != nil {
+	if err := submitNoops(ctx, c, queued, nil); err != nil {
 		return err
 	}
 	return c.Close()
