@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/clock"
 )
 
 func TestBackoffDelays(t *testing.T) {
@@ -658,4 +659,52 @@ func TestHeartbeatExtendsLease(t *testing.T) {
 	close(release)
 	wi = e.wait(id)
 	assert.Empty(t, wi.LeasedBy)
+}
+
+// Under the real clock a handler's context shows the run's deadline and, once
+// the dispatcher's timer heap has passed it, reports it as a context with that
+// deadline would: Err is context.DeadlineExceeded, Cause is ErrTimeout, and a
+// context derived after it is done inherits both.
+func TestHandlerContextAtItsDeadline(t *testing.T) {
+	e := newEnv(t, runcue.Config{Clock: clock.Real()})
+	type seen struct {
+		deadline           time.Time
+		shown              bool
+		err, cause, derErr error
+		derCause           error
+	}
+	got := make(chan seen, 1)
+	const timeout = 200 * time.Millisecond
+	before := time.Now()
+	require.NoError(t, e.c.Task("t", runcue.Task{Timeout: timeout, Retry: runcue.RetryPolicy{MaxAttempts: 1},
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			var s seen
+			s.deadline, s.shown = ctx.Deadline()
+			<-ctx.Done()
+			s.err, s.cause = ctx.Err(), context.Cause(ctx)
+			der, cancel := context.WithCancel(ctx)
+			defer cancel()
+			s.derErr, s.derCause = der.Err(), context.Cause(der)
+			got <- s
+			return nil, ctx.Err()
+		}}))
+	rec := record(t, e.c)
+	e.start()
+	id := e.submit("t")
+	var s seen
+	select {
+	case s = <-got:
+	case <-e.ctx.Done():
+		t.Fatal("the handler's context was never done")
+	}
+	after := time.Now()
+	require.True(t, s.shown, "the deadline is shown under the real clock")
+	assert.False(t, s.deadline.Before(before.Add(timeout)), "deadline %v before submit+timeout", s.deadline)
+	assert.False(t, s.deadline.After(after), "deadline %v after the handler saw its context done", s.deadline)
+	assert.Equal(t, context.DeadlineExceeded, s.err)
+	assert.ErrorIs(t, s.cause, runcue.ErrTimeout)
+	assert.Equal(t, context.DeadlineExceeded, s.derErr)
+	assert.ErrorIs(t, s.derCause, runcue.ErrTimeout)
+	evs := rec.waitFor(t, 1, ofType(runcue.EventWorkFailed, id))
+	assert.Equal(t, "timeout", evs[0].ErrorKind)
 }

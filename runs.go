@@ -88,7 +88,6 @@ type run struct {
 	deadline time.Time
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
-	stopDL   context.CancelFunc
 	handler  Handler
 	// target and params are the unit's, copied at the start: the
 	// handler goroutine must not read the unit, which the dispatcher keeps
@@ -131,12 +130,38 @@ type run struct {
 	// mem holds what start makes for every run, allocated with it: its
 	// deadline's timer entry, its claim and the request that writes it.
 	mem struct {
+		ctx      runCtx
 		deadline timerEntry
 		claim    store.Claim
 		started  [1]store.Event
 		req      writer.Request
 		ops      [1]store.Op
 	}
+}
+
+// runCtx is a handler's context. runcue cancels it with the reason
+// (context.Cause: ErrTimeout, ErrCancelled, ErrShutdown). It shows the run's
+// deadline under the real clock, but no runtime timer enforces it: the
+// dispatcher's timer heap does, and once it has, Err reports
+// context.DeadlineExceeded, as a context with that deadline would. A
+// context a handler derives from it is cancelled at the deadline too, and
+// its Err reports context.Canceled (its Cause is ErrTimeout).
+type runCtx struct {
+	context.Context           // from context.WithCancelCause
+	deadline        time.Time // zero: none shown (a fake clock)
+	expired         atomic.Bool
+}
+
+// Deadline returns the run's deadline, if it is shown.
+func (c *runCtx) Deadline() (time.Time, bool) { return c.deadline, !c.deadline.IsZero() }
+
+// Err is context.DeadlineExceeded once the run's deadline has passed.
+func (c *runCtx) Err() error {
+	err := c.Context.Err()
+	if err != nil && c.expired.Load() {
+		return context.DeadlineExceeded
+	}
+	return err
 }
 
 type progress struct {
@@ -171,11 +196,12 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource, 
 	if !u.hasParams {
 		r.pbatch = d.paramsOf(u)
 	}
-	r.ctx, r.cancel = context.WithCancelCause(context.Background())
+	r.mem.ctx.Context, r.cancel = context.WithCancelCause(context.Background())
 	if clock.IsReal(d.clock) {
-		// Let the handler see its deadline; the timer heap still decides.
-		r.ctx, r.stopDL = context.WithDeadlineCause(r.ctx, r.deadline, ErrTimeout)
+		// Let the handler see its deadline; the timer heap enforces it.
+		r.mem.ctx.deadline = r.deadline
 	}
+	r.ctx = &r.mem.ctx
 	r.ctx, r.span = d.tel.startSpan(r.ctx, u.traceCtx(), u.task, u.id, r.no)
 	tel := d.tel
 	tel.queueWait.Record(bg, seconds(now.Sub(time.Unix(0, u.readyAt))), t.attrs)
@@ -458,9 +484,6 @@ func (d *dispatcher) end(r *run, returned bool, v verdict) {
 	}
 	r.state = runEnded
 	delete(d.runs, r.u.id)
-	if r.stopDL != nil {
-		r.stopDL()
-	}
 	d.dropTimer(r.deadlineTimer)
 	d.dropTimer(r.graceTimer)
 	r.deadlineTimer, r.graceTimer = nil, nil

@@ -132,6 +132,7 @@ func (d *dispatcher) fireTimers() {
 				// It fails at its deadline whether or not its handler
 				// ever returns.
 				r.cause = ErrTimeout
+				r.mem.ctx.expired.Store(true)
 				r.cancel(ErrTimeout)
 				d.conclude(r, ending{err: timeoutError(r), at: wall})
 			}
