@@ -20,6 +20,7 @@ type txn struct {
 	ctx  context.Context
 	dc   driverConn
 	args []driver.NamedValue // scratch, reused by every statement
+	vals []any               // scratch for building a statement's arguments
 	// merged maps a Finish to the outcome of the Claim it was merged into
 	// (see mergeClaims).
 	merged map[*store.Finish]bool
@@ -59,6 +60,26 @@ func (t *txn) bind(args []any) []driver.NamedValue {
 	}
 	t.args = nv
 	return nv
+}
+
+// maxBoxes bounds Store.boxes: a store with more distinct task names than
+// this starts its cache again, rather than grow it without bound.
+const maxBoxes = 4096
+
+// box returns s as an interface value for a statement's argument, from the
+// store's cache when s is one of the strings that repeat (an event type, a
+// task name, a state): boxing a string otherwise allocates. Values unique
+// to a unit (IDs, targets) are bound as they are.
+func (t *txn) box(s string) any {
+	if v, ok := t.s.boxes[s]; ok {
+		return v
+	}
+	if len(t.s.boxes) >= maxBoxes {
+		clear(t.s.boxes)
+	}
+	v := any(s)
+	t.s.boxes[s] = v
+	return v
 }
 
 func (t *txn) exec(query string, args ...any) (driver.Result, error) {
@@ -271,7 +292,7 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 		ev.Time = at
 	}
 	res, err := t.exec(`INSERT INTO events(type, at, work_id, task, target, attempt, data) VALUES(?,?,?,?,?,?,?)`,
-		ev.Type, ns(ev.Time), nullStr(ev.WorkID), nullStr(ev.Task), nullStr(ev.Target), int64(ev.Attempt), nullBytes(ev.Data))
+		t.box(ev.Type), ns(ev.Time), nullStr(ev.WorkID), t.nullBox(ev.Task), nullStr(ev.Target), int64(ev.Attempt), nullBytes(ev.Data))
 	if err != nil {
 		return err
 	}
@@ -289,6 +310,14 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 		t.ranges[k] = &seqRange{ev.Seq, ev.Seq}
 	}
 	return nil
+}
+
+// nullBox is box, with NULL for "".
+func (t *txn) nullBox(s string) any {
+	if s == "" {
+		return nil
+	}
+	return t.box(s)
 }
 
 func nullBytes(b []byte) any {

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"encoding/json"
 	"strconv"
+	"unsafe"
 
 	"github.com/runcue/runcue/store"
 )
@@ -13,7 +14,7 @@ import (
 func (t *txn) claim(op *store.Claim, r *store.Result) error {
 	task, ok, err := t.update(op.Task, `UPDATE work_units SET state='running', runs=?, started_at=?, leased_by=?, lease_expires_at=?, heartbeat_at=0
 		WHERE id=? AND state='queued' AND cancel_requested=0`,
-		op.Run, ns(op.At), op.Owner, ns(op.LeaseExpires), op.ID)
+		op.Run, ns(op.At), t.box(op.Owner), ns(op.LeaseExpires), op.ID)
 	if err != nil || !ok {
 		return err
 	}
@@ -27,7 +28,7 @@ func (t *txn) claimed(op *store.Claim, r *store.Result) error {
 	r.Applied = true
 	t.noteWait(op.At, op.Wait)
 	for _, svc := range op.ServiceLog {
-		if _, err := t.exec(`INSERT INTO service_log(service, started_at, work_id) VALUES(?,?,?)`, svc, ns(op.At), op.ID); err != nil {
+		if _, err := t.exec(`INSERT INTO service_log(service, started_at, work_id) VALUES(?,?,?)`, t.box(svc), ns(op.At), op.ID); err != nil {
 			return err
 		}
 	}
@@ -50,7 +51,9 @@ func attemptJSON(a store.Attempt) string {
 		b = append(b, `,"error":`...)
 		b = appendJSONString(b, a.Error)
 	}
-	return string(append(b, '}'))
+	b = append(b, '}')
+	return unsafe.String(unsafe.SliceData(b), len(b)) // b is not used again
+
 }
 
 func appendJSONString(b []byte, s string) []byte {
@@ -65,10 +68,10 @@ func appendJSONString(b []byte, s string) []byte {
 	return append(b, '"')
 }
 
-// finishArgs are the values a Finish writes: state, finished_at, result,
-// error, error_kind, run_at, the failure and deferral increments, and the
-// attempt (twice, for appendAttempt).
-func finishArgs(f *store.Finish) []any {
+// finishArgs appends to args the values a Finish writes: state,
+// finished_at, result, error, error_kind, run_at, the failure and deferral
+// increments, and the attempt (twice, for appendAttempt).
+func (t *txn) finishArgs(args []any, f *store.Finish) []any {
 	var finished int64
 	if f.State.Terminal() {
 		finished = ns(f.At)
@@ -84,16 +87,17 @@ func finishArgs(f *store.Finish) []any {
 	if f.Deferral {
 		deferral = 1
 	}
-	att := attemptJSON(f.Attempt)
-	return []any{string(f.State), finished, result, nullStr(f.Error), nullStr(f.ErrorKind), ns(f.RunAt), spend, deferral, att, att}
+	var att any = attemptJSON(f.Attempt)
+	return append(args, t.box(string(f.State)), finished, result, nullStr(f.Error), t.nullBox(f.ErrorKind), ns(f.RunAt), spend, deferral, att, att)
 }
 
 func (t *txn) finish(op *store.Finish, r *store.Result) error {
+	t.vals = append(t.finishArgs(t.vals[:0], op), op.ID, t.box(op.Owner), op.Run)
 	task, ok, err := t.update(op.Task, `UPDATE work_units SET state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
 			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, cancel_requested=0,
 			attempts=`+appendAttempt+`
 		WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
-		append(finishArgs(op), op.ID, op.Owner, op.Run)...)
+		t.vals...)
 	if err != nil || !ok {
 		return err
 	}
@@ -194,11 +198,11 @@ func mergeClaims(ops []store.Op) map[*store.Claim]*store.Finish {
 // claimFinish applies a Claim and its later Finish as one update, with the
 // Claim's precondition.
 func (t *txn) claimFinish(c *store.Claim, f *store.Finish, r *store.Result) error {
-	args := append([]any{c.Run, ns(c.At)}, finishArgs(f)...)
+	t.vals = append(t.finishArgs(append(t.vals[:0], c.Run, ns(c.At)), f), c.ID)
 	task, ok, err := t.update(c.Task, `UPDATE work_units SET runs=?, started_at=?, state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
 			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, attempts=`+appendAttempt+`
 		WHERE id=? AND state='queued' AND cancel_requested=0`,
-		append(args, c.ID)...)
+		t.vals...)
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int
 	res, err := t.exec(`INSERT INTO work_units(id, task, target, params, state, created_at, run_at, timeout, idempotency_key,
 			dependency_deadline, retry, trace, finished_at, error, error_kind)
 		VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
-		u.ID, u.Task, u.Target, nullBytes(u.Params), string(u.State), ns(u.CreatedAt), ns(u.RunAt), int64(u.Timeout),
+		u.ID, t.box(u.Task), u.Target, nullBytes(u.Params), t.box(string(u.State)), ns(u.CreatedAt), ns(u.RunAt), int64(u.Timeout),
 		nullStr(u.IdempotencyKey), ns(u.DependencyDeadline), nullBytes(u.Retry), nullBytes(u.Trace), ns(finished),
 		nullStr(errKind), nullStr(errKind))
 	if err != nil {

@@ -81,6 +81,11 @@ type Store struct {
 	// stmts are prepared on the writer's driver connection and live as long
 	// as it does; only the writer goroutine uses them (inside wconn.Raw).
 	stmts map[string]driver.Stmt
+	// boxes holds the strings that repeat from statement to statement
+	// (event types, task names, states) as interface values, so that
+	// binding them does not allocate each time (see txn.box). Writer-owned,
+	// like stmts.
+	boxes map[string]any
 
 	dataVersion int64
 
@@ -125,7 +130,7 @@ func Open(path string, opts Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
 	}
-	s := &Store{path: path, mode: opts.FileMode, stmts: make(map[string]driver.Stmt)}
+	s := &Store{path: path, mode: opts.FileMode, stmts: make(map[string]driver.Stmt), boxes: make(map[string]any)}
 	s.write, err = sql.Open("sqlite", dsn(path, opts, false))
 	if err != nil {
 		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
