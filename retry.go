@@ -185,8 +185,11 @@ func Skip(reason string) error { return &SkipError{Reason: reason} }
 
 // skipOf reports whether err asks to skip the unit, and why.
 func skipOf(err error) (string, bool) {
+	if err == nil {
+		return "", false
+	}
 	var s *SkipError
-	if err != nil && errors.As(err, &s) {
+	if errors.As(err, &s) {
 		return s.Reason, true
 	}
 	return "", false

@@ -81,6 +81,7 @@ const (
 func (r *run) over() bool { return r.state >= runHolding }
 
 type run struct {
+	d        *dispatcher
 	u        *unit
 	lane     *lane
 	no       int
@@ -131,6 +132,7 @@ type run struct {
 	// deadline's timer entry, its claim and the request that writes it.
 	mem struct {
 		ctx      runCtx
+		work     Work
 		deadline timerEntry
 		claim    store.Claim
 		started  [1]store.Event
@@ -191,7 +193,7 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource, 
 	u.runs++
 	u.state = uRunning
 	wall := d.wall()
-	r := &run{u: u, id: u.id, task: u.task, lane: l, no: int(u.runs), start: wall, deadline: wall.Add(timeout), handler: t.def.Handler,
+	r := &run{d: d, u: u, id: u.id, task: u.task, lane: l, no: int(u.runs), start: wall, deadline: wall.Add(timeout), handler: t.def.Handler,
 		target: u.target, params: u.params, probes: probes}
 	if !u.hasParams {
 		r.pbatch = d.paramsOf(u)
@@ -204,7 +206,7 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource, 
 	r.ctx = &r.mem.ctx
 	r.ctx, r.span = d.tel.startSpan(r.ctx, u.traceCtx(), u.task, u.id, r.no)
 	tel := d.tel
-	tel.queueWait.Record(bg, seconds(now.Sub(time.Unix(0, u.readyAt))), t.attrs)
+	tel.queueWait.Record(bg, seconds(now.Sub(time.Unix(0, u.readyAt))), t.attrs.rec...)
 	for _, res := range l.resources {
 		if res.class != "" {
 			tel.requests.Add(bg, 1, res.attrs())
@@ -273,7 +275,8 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource, 
 func (d *dispatcher) launch(r *run) {
 	r.state = runLaunched
 	d.live++
-	d.handlers.Go(func() { d.execute(r) })
+	d.handlers.Add(1)
+	go d.execute(r)
 }
 
 // claimed continues a run whose write-ahead claim has committed.
@@ -298,8 +301,9 @@ func (d *dispatcher) claimed(r *run, applied bool) {
 
 // execute runs on the handler goroutine.
 func (d *dispatcher) execute(r *run) {
-	w := &Work{ID: r.id, Task: r.task, Target: r.target, Params: r.params, Attempt: r.no,
-		beat: func() { d.heartbeat(r) }, report: func(b []byte) { d.reportProgress(r, b) }}
+	defer d.handlers.Done()
+	w := &r.mem.work
+	*w = Work{ID: r.id, Task: r.task, Target: r.target, Params: r.params, Attempt: r.no, run: r}
 	var res any
 	var err error
 	sent := false
@@ -408,18 +412,18 @@ func (d *dispatcher) record(r *run, fin *store.Finish, err error, end time.Time)
 	}
 	tel, log := d.tel, d.log
 	rt := r.lane.task
-	tel.runDuration.Record(bg, seconds(end.Sub(r.start)), rt.outcomeAttrs(outcome))
+	tel.runDuration.Record(bg, seconds(end.Sub(r.start)), rt.outcomeAttrs(outcome).rec...)
 	switch outcome {
 	case "completed":
-		tel.completed.Add(bg, 1, rt.attrs)
+		tel.completed.Add(bg, 1, rt.attrs.add...)
 		if log.Enabled(bg, slog.LevelDebug) {
 			log.Debug("work_completed", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no, "duration", end.Sub(r.start))
 		}
 	case "skipped":
-		tel.skipped.Add(bg, 1, rt.attrs)
+		tel.skipped.Add(bg, 1, rt.attrs.add...)
 		log.Info("work_skipped", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no, "reason", fin.Error)
 	case "failed", "timeout", "panic":
-		tel.failed.Add(bg, 1, rt.outcomeAttrs(outcome))
+		tel.failed.Add(bg, 1, rt.outcomeAttrs(outcome).add...)
 		willRetry := fin.State == store.Queued
 		level := slog.LevelWarn
 		if willRetry {

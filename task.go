@@ -84,8 +84,8 @@ type Work struct {
 	// owners. Zero outside a run (in ServiceKeys, Priority).
 	Started time.Time
 
-	beat   func()
-	report func([]byte)
+	// run is the run this Work belongs to; nil outside a run.
+	run *run
 }
 
 // Progress reports how far the handler has got: any JSON-encodable value
@@ -98,8 +98,8 @@ func (w *Work) Progress(v any) error {
 	if err != nil {
 		return fmt.Errorf("runcue: progress: %w", err)
 	}
-	if w.report != nil {
-		w.report(b)
+	if w.run != nil {
+		w.run.d.reportProgress(w.run, b)
 	}
 	return nil
 }
@@ -112,8 +112,8 @@ func (w *Work) Progress(v any) error {
 // owner, only its timeout ends it), so there a heartbeat is a progress sign
 // for UIs; it keeps leases meaningful for stores shared by several nodes.
 func (w *Work) Heartbeat() {
-	if w.beat != nil {
-		w.beat()
+	if w.run != nil {
+		w.run.d.heartbeat(w.run)
 	}
 }
 

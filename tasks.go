@@ -4,7 +4,6 @@ package runcue
 // services, its base lane and its metric attributes, refreshed from the
 // Cue's registry (msgRegistry).
 
-import "go.opentelemetry.io/otel/metric"
 
 // taskTable is the registry as the dispatcher holds it.
 type taskTable struct {
@@ -24,11 +23,11 @@ type taskRT struct {
 	base     *lane // the lane of units without keyed services
 	retry    RetryPolicy
 	// attrs and byOutcome are the task's metric attributes, built once.
-	attrs     metric.MeasurementOption
-	byOutcome map[string]metric.MeasurementOption
+	attrs     metricOpts
+	byOutcome map[string]metricOpts
 }
 
-func (rt *taskRT) outcomeAttrs(outcome string) metric.MeasurementOption {
+func (rt *taskRT) outcomeAttrs(outcome string) metricOpts {
 	o, ok := rt.byOutcome[outcome]
 	if !ok {
 		o = taskOutcome(rt.name, outcome)
@@ -55,7 +54,7 @@ func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[stri
 			continue
 		}
 		rt := &taskRT{name: name, def: t, cap: d.newResource("task "+name, "", t.MaxConcurrent), retry: t.Retry.withDefaults(),
-			attrs: taskAttr(name), byOutcome: map[string]metric.MeasurementOption{}}
+			attrs: taskAttr(name), byOutcome: map[string]metricOpts{}}
 		rt.cap.Paused = d.pausedTasks[name]
 		for _, s := range t.Services {
 			rt.services = append(rt.services, d.services[s])

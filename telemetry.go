@@ -164,12 +164,24 @@ func (t *telemetry) close() {
 	}
 }
 
-func taskAttr(task string) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("task", task))
+// metricOpts is one set of metric attributes as the option lists the
+// instruments take, built once: passing a single option to a variadic
+// Record or Add would allocate its list at every call.
+type metricOpts struct {
+	rec []metric.RecordOption
+	add []metric.AddOption
 }
 
-func taskOutcome(task, outcome string) metric.MeasurementOption {
-	return metric.WithAttributes(attribute.String("task", task), attribute.String("outcome", outcome))
+func optsOf(o metric.MeasurementOption) metricOpts {
+	return metricOpts{rec: []metric.RecordOption{o}, add: []metric.AddOption{o}}
+}
+
+func taskAttr(task string) metricOpts {
+	return optsOf(metric.WithAttributes(attribute.String("task", task)))
+}
+
+func taskOutcome(task, outcome string) metricOpts {
+	return optsOf(metric.WithAttributes(attribute.String("task", task), attribute.String("outcome", outcome)))
 }
 
 var bg = context.Background()

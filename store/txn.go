@@ -3,6 +3,7 @@ package store
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 )
 
@@ -85,6 +86,7 @@ func refuse(err error) error { return &OpError{Err: err} }
 // AppendEvents appends evs to the transaction and to r, naming unit id
 // where an event names none.
 func AppendEvents(tx Tx, r *Result, evs []Event, id, target string, at time.Time) error {
+	r.Events = slices.Grow(r.Events, len(evs))
 	for _, e := range evs {
 		if e.WorkID == "" {
 			e.WorkID = id
@@ -92,10 +94,13 @@ func AppendEvents(tx Tx, r *Result, evs []Event, id, target string, at time.Time
 		if e.Target == "" {
 			e.Target = target
 		}
-		if err := tx.AppendEvent(&e, at); err != nil {
+		// Appended first, so that the pointer the Tx gets is into r.Events,
+		// not a copy that escapes.
+		r.Events = append(r.Events, e)
+		if err := tx.AppendEvent(&r.Events[len(r.Events)-1], at); err != nil {
+			r.Events = r.Events[:len(r.Events)-1]
 			return err
 		}
-		r.Events = append(r.Events, e)
 	}
 	return nil
 }
