@@ -4,7 +4,6 @@ package runcue
 // services, its base lane and its metric attributes, refreshed from the
 // Cue's registry (msgRegistry).
 
-
 // taskTable is the registry as the dispatcher holds it.
 type taskTable struct {
 	tasks map[string]*taskRT

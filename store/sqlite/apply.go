@@ -291,8 +291,14 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 	if ev.Time.IsZero() {
 		ev.Time = at
 	}
-	res, err := t.exec(`INSERT INTO events(type, at, work_id, task, target, attempt, data) VALUES(?,?,?,?,?,?,?)`,
-		t.box(ev.Type), ns(ev.Time), nullStr(ev.WorkID), t.nullBox(ev.Task), nullStr(ev.Target), int64(ev.Attempt), nullBytes(ev.Data))
+	var res driver.Result
+	var err error
+	if q, ok := t.s.eventInsert(ev.Type); ok {
+		res, err = t.exec(q, ns(ev.Time), nullStr(ev.WorkID), t.nullBox(ev.Task), nullStr(ev.Target), int64(ev.Attempt), nullBytes(ev.Data))
+	} else {
+		res, err = t.exec(`INSERT INTO events(type, at, work_id, task, target, attempt, data) VALUES(?,?,?,?,?,?,?)`,
+			ev.Type, ns(ev.Time), nullStr(ev.WorkID), t.nullBox(ev.Task), nullStr(ev.Target), int64(ev.Attempt), nullBytes(ev.Data))
+	}
 	if err != nil {
 		return err
 	}
@@ -312,6 +318,32 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 	return nil
 }
 
+// maxEventInserts bounds Store.eventInserts; types beyond it are bound.
+const maxEventInserts = 64
+
+// eventInsert returns the INSERT of an event of type typ with the type
+// written into the statement as a literal, one prepared statement per
+// type, so that it is not bound as text at every event (an allocation and
+// a copy in the driver). Only a type made of lower-case letters and
+// underscores (every type runcue writes) is written so; ok is false for
+// any other, which is bound.
+func (s *Store) eventInsert(typ string) (q string, ok bool) {
+	if q, ok := s.eventInserts[typ]; ok {
+		return q, true
+	}
+	if len(typ) == 0 || len(typ) > 40 || len(s.eventInserts) >= maxEventInserts {
+		return "", false
+	}
+	for i := 0; i < len(typ); i++ {
+		if c := typ[i]; c != '_' && (c < 'a' || c > 'z') {
+			return "", false
+		}
+	}
+	q = `INSERT INTO events(type, at, work_id, task, target, attempt, data) VALUES('` + typ + `',?,?,?,?,?,?)`
+	s.eventInserts[typ] = q
+	return q, true
+}
+
 // nullBox is box, with NULL for "".
 func (t *txn) nullBox(s string) any {
 	if s == "" {
@@ -329,8 +361,7 @@ func nullBytes(b []byte) any {
 
 // appendAttempt is the SQL expression that appends ? (an attemptJSON) to the
 // attempts column, a JSON array, by string operations.
-const appendAttempt = `CASE WHEN attempts IS NULL THEN '[' || ? || ']'
-	ELSE substr(attempts, 1, length(attempts) - 1) || ',' || ? || ']' END`
+const appendAttempt = `coalesce(substr(attempts, 1, length(attempts) - 1) || ',', '[') || ? || ']'`
 
 func (t *txn) stringList(query string, args ...any) ([]string, error) {
 	rows, err := t.all(query, args...)

@@ -70,7 +70,7 @@ func appendJSONString(b []byte, s string) []byte {
 
 // finishArgs appends to args the values a Finish writes: state,
 // finished_at, result, error, error_kind, run_at, the failure and deferral
-// increments, and the attempt (twice, for appendAttempt).
+// increments, and the attempt (for appendAttempt).
 func (t *txn) finishArgs(args []any, f *store.Finish) []any {
 	var finished int64
 	if f.State.Terminal() {
@@ -87,8 +87,7 @@ func (t *txn) finishArgs(args []any, f *store.Finish) []any {
 	if f.Deferral {
 		deferral = 1
 	}
-	var att any = attemptJSON(f.Attempt)
-	return append(args, t.box(string(f.State)), finished, result, nullStr(f.Error), t.nullBox(f.ErrorKind), ns(f.RunAt), spend, deferral, att, att)
+	return append(args, t.box(string(f.State)), finished, result, nullStr(f.Error), t.nullBox(f.ErrorKind), ns(f.RunAt), spend, deferral, attemptJSON(f.Attempt))
 }
 
 func (t *txn) finish(op *store.Finish, r *store.Result) error {
@@ -127,7 +126,7 @@ func (t *txn) recover(op *store.Recover, r *store.Result) error {
 		if x.cancelReq {
 			if _, err := t.exec(`UPDATE work_units SET state='cancelled', finished_at=?, error='cancelled', error_kind='cancelled',
 					leased_by=NULL, lease_expires_at=0, cancel_requested=0, attempts=`+appendAttempt+`
-				WHERE id=?`, ns(op.At), att, att, x.id); err != nil {
+				WHERE id=?`, ns(op.At), att, x.id); err != nil {
 				return err
 			}
 			t.moved(x.task, store.Running, store.Cancelled)
@@ -142,7 +141,7 @@ func (t *txn) recover(op *store.Recover, r *store.Result) error {
 			continue
 		}
 		if _, err := t.exec(`UPDATE work_units SET state='queued', leased_by=NULL, lease_expires_at=0,
-				attempts=`+appendAttempt+` WHERE id=?`, att, att, x.id); err != nil {
+				attempts=`+appendAttempt+` WHERE id=?`, att, x.id); err != nil {
 			return err
 		}
 		t.moved(x.task, store.Running, store.Queued)

@@ -86,6 +86,9 @@ type Store struct {
 	// binding them does not allocate each time (see txn.box). Writer-owned,
 	// like stmts.
 	boxes map[string]any
+	// eventInserts are the INSERTs of events by type (see eventInsert).
+	// Writer-owned, like stmts.
+	eventInserts map[string]string
 
 	dataVersion int64
 
@@ -130,7 +133,7 @@ func Open(path string, opts Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
 	}
-	s := &Store{path: path, mode: opts.FileMode, stmts: make(map[string]driver.Stmt), boxes: make(map[string]any)}
+	s := &Store{path: path, mode: opts.FileMode, stmts: make(map[string]driver.Stmt), boxes: make(map[string]any), eventInserts: make(map[string]string)}
 	s.write, err = sql.Open("sqlite", dsn(path, opts, false))
 	if err != nil {
 		return nil, fmt.Errorf("runcue: open %s: %w", path, err)

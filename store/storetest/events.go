@@ -46,6 +46,16 @@ func testEvents(t *testing.T, h *harness) {
 	// Event data round-trips.
 	var d map[string]any
 	require.NoError(t, json.Unmarshal(evs[30].Data, &d))
+	// So does a type of any spelling (a store may treat the types it
+	// writes often specially).
+	for _, typ := range []string{"noted_by_test", "Custom.Type-1", "o'quote", "x_y"} {
+		r := h.apply(&store.AppendEvent{Event: store.Event{Type: typ, Time: h.tick()}})[0]
+		require.True(t, r.Applied)
+		got, err := h.st.EventsAfter(h.ctx, r.Events[0].Seq-1, 1)
+		require.NoError(t, err)
+		require.Len(t, got, 1)
+		assert.Equal(t, typ, got[0].Type)
+	}
 
 	// Filtered reads.
 	b := h.unit("b")
