@@ -281,6 +281,7 @@ func (d *dispatcher) requestCheck(u *unit) {
 	}
 	m := u.ext()
 	m.checking = true
+	d.helperStart(1)
 	d.checks.Push(checkJob{id: u.id, deps: m.deps})
 }
 
@@ -306,6 +307,7 @@ func (d *dispatcher) checker() {
 		}
 		for _, job := range jobs {
 			d.in.Push(msgChecked{id: job.id, ok: d.askDependencies(job, deps)})
+			d.helperDone(1)
 		}
 	})
 }

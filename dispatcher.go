@@ -89,6 +89,7 @@ type dispatcher struct {
 	maintenance   // maintenance.go: retention passes
 	storeReader   // reads.go: store reads on the reader goroutine
 	loader        // recovery.go: the streamed load of the queued units
+	settling      // settle.go: what Settle waits for
 
 	// aux counts the helper goroutines (the dependency checker, Feed
 	// calls, the streamed load); auxStop and auxCtx stop them at exit.
@@ -222,6 +223,9 @@ func (d *dispatcher) exit() {
 
 // handle applies one message. The message types are in messages.go.
 func (d *dispatcher) handle(m message) {
+	if _, ok := m.(msgSync); !ok {
+		d.activity.Add(1)
+	}
 	switch m := m.(type) {
 	case msgInserted:
 		d.applyEnded(m.ended)

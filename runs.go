@@ -276,6 +276,8 @@ func (d *dispatcher) launch(r *run) {
 	r.state = runLaunched
 	d.live++
 	d.handlers.Add(1)
+	d.launching.Add(1)
+	d.activity.Add(1)
 	go d.execute(r)
 }
 
@@ -302,6 +304,16 @@ func (d *dispatcher) claimed(r *run, applied bool) {
 // execute runs on the handler goroutine.
 func (d *dispatcher) execute(r *run) {
 	defer d.handlers.Done()
+	entered := false
+	defer func() {
+		// After the last message is pushed (see settling).
+		d.activity.Add(1)
+		if entered {
+			d.inside.Add(-1)
+		} else {
+			d.launching.Add(-1)
+		}
+	}()
 	w := &r.mem.work
 	*w = Work{ID: r.id, Task: r.task, Target: r.target, Params: r.params, Attempt: r.no, run: r}
 	var res any
@@ -325,6 +337,10 @@ func (d *dispatcher) execute(r *run) {
 			err = Permanent(r.lane.keyErr)
 		} else if err = d.begin(r, w); err == nil {
 			notStarted = false
+			d.activity.Add(1)
+			d.inside.Add(1)
+			d.launching.Add(-1)
+			entered = true
 			res, err = callHandler(r.ctx, r.handler, w)
 		}
 		if err == nil {

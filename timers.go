@@ -117,6 +117,7 @@ func (d *dispatcher) fireTimers() {
 	now, wall := d.now(), d.wall()
 	for d.timers.Len() > 0 && !d.timers.Peek().at.After(now) {
 		e := d.timers.Pop()
+		d.activity.Add(1)
 		switch e.kind {
 		case tUnitDue:
 			if e.u.state == uWaiting && e.gen == e.u.timerGen {
