@@ -281,7 +281,7 @@ func (d *dispatcher) requestCheck(u *unit) {
 	}
 	m := u.ext()
 	m.checking = true
-	d.helperStart(1)
+	d.helperStart()
 	d.checks.Push(checkJob{id: u.id, deps: m.deps})
 }
 
@@ -307,7 +307,7 @@ func (d *dispatcher) checker() {
 		}
 		for _, job := range jobs {
 			d.in.Push(msgChecked{id: job.id, ok: d.askDependencies(job, deps)})
-			d.helperDone(1)
+			d.helperDone()
 		}
 	})
 }

@@ -80,7 +80,7 @@ func (d *dispatcher) maybeFeed() {
 	}
 	d.feeding = true
 	want := 2*low - q
-	d.helperStart(1)
+	d.helperStart()
 	d.aux.Go(func() {
 		ctx := d.auxCtx // cancelled when the dispatcher exits
 		subs, err := f(ctx, want)
@@ -90,7 +90,7 @@ func (d *dispatcher) maybeFeed() {
 			err = errFeedEmpty
 		}
 		d.in.Push(msgFed{err: err})
-		d.helperDone(1)
+		d.helperDone()
 	})
 }
 

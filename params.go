@@ -68,7 +68,7 @@ func (d *dispatcher) paramsOf(u *unit) *paramBatch {
 	if d.hooks.paramRead != nil {
 		d.hooks.paramRead(len(ids))
 	}
-	d.helperStart(1)
+	d.helperStart()
 	d.aux.Go(func() {
 		defer close(b.done)
 		sus, err := d.st.ListUnits(d.auxCtx, store.ListFilter{IDs: ids, Limit: len(ids)})
@@ -80,7 +80,7 @@ func (d *dispatcher) paramsOf(u *unit) *paramBatch {
 			b.params[su.ID] = su.Params
 		}
 		d.in.Push(msgParams{batch: b, units: units})
-		d.helperDone(1)
+		d.helperDone()
 	})
 	return b
 }

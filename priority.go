@@ -218,7 +218,7 @@ func (d *dispatcher) startPass(refs []unitRef) {
 	id := d.passID
 	d.scoring, d.overran, d.passRefs = true, false, refs
 	d.passTimer = time.AfterFunc(d.cfg.CallbackTimeout, func() { d.in.Push(msgScoreOverrun{pass: id}) })
-	d.helperStart(1)
+	d.helperStart()
 	go d.scorePass(id, jobs, queued)
 }
 
@@ -247,7 +247,7 @@ func (d *dispatcher) scorePass(id uint64, jobs []scoreJob, queued int) {
 		out[i] = s
 	}
 	d.in.Push(msgScores{pass: id, scores: out})
-	d.helperDone(1)
+	d.helperDone()
 }
 
 // loadParams reads, in batches, the params of the jobs whose units do not

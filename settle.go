@@ -22,13 +22,13 @@ type settling struct {
 }
 
 // helperStart records a request sent to a helper goroutine.
-func (s *settling) helperStart(n int) { s.helpers.Add(int64(n)) }
+func (s *settling) helperStart() { s.helpers.Add(1) }
 
 // helperDone records a helper's answer, once it is pushed to the
 // dispatcher.
-func (s *settling) helperDone(n int) {
+func (s *settling) helperDone() {
 	s.activity.Add(1)
-	s.helpers.Add(-int64(n))
+	s.helpers.Add(-1)
 }
 
 // Settle blocks until the Cue has done everything it can at the current
@@ -42,10 +42,14 @@ func (s *settling) helperDone(n int) {
 // and a later Settle sees it.
 //
 // Settle is for simulations that drive a Cue on a fake clock
-// (Config.Clock): with handlers that wait on the same clock, a loop of
-// Settle and advancing the clock to the next deadline replays hours of
-// traffic in seconds, and the same inputs give the same run. With the real
-// clock it is only a barrier: timers keep firing meanwhile. It returns
+// (Config.Clock): a loop of Settle and advancing the clock to the next
+// deadline replays hours of traffic in seconds. For the same inputs (and a
+// seeded Config.Rand) to give the same run, the simulation's handlers wait
+// on the simulation itself, which releases them one at a time in an order
+// of its own (as by finish time, then a key), settling after each; timers
+// of the fake clock that fire together wake their handlers in no set order.
+// With the real clock Settle is only a barrier: timers keep firing
+// meanwhile. It returns
 // ctx's error if ctx ends first, and returns at once, with 0, when the Cue
 // is not started.
 func (c *Cue) Settle(ctx context.Context) (running int, err error) {

@@ -291,14 +291,13 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 	if ev.Time.IsZero() {
 		ev.Time = at
 	}
-	var res driver.Result
-	var err error
-	if q, ok := t.s.eventInsert(ev.Type); ok {
-		res, err = t.exec(q, ns(ev.Time), nullStr(ev.WorkID), t.nullBox(ev.Task), nullStr(ev.Target), int64(ev.Attempt), nullBytes(ev.Data))
-	} else {
-		res, err = t.exec(`INSERT INTO events(type, at, work_id, task, target, attempt, data) VALUES(?,?,?,?,?,?,?)`,
-			ev.Type, ns(ev.Time), nullStr(ev.WorkID), t.nullBox(ev.Task), nullStr(ev.Target), int64(ev.Attempt), nullBytes(ev.Data))
+	q, literal := t.s.eventInsert(ev.Type)
+	t.vals = t.vals[:0]
+	if !literal {
+		t.vals = append(t.vals, ev.Type)
 	}
+	t.vals = append(t.vals, ns(ev.Time), nullStr(ev.WorkID), t.nullBox(ev.Task), nullStr(ev.Target), int64(ev.Attempt), nullBytes(ev.Data))
+	res, err := t.exec(q, t.vals...)
 	if err != nil {
 		return err
 	}
@@ -321,22 +320,25 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 // maxEventInserts bounds Store.eventInserts; types beyond it are bound.
 const maxEventInserts = 64
 
-// eventInsert returns the INSERT of an event of type typ with the type
-// written into the statement as a literal, one prepared statement per
+// eventInsertBound is the INSERT of an event whose type is bound.
+const eventInsertBound = `INSERT INTO events(type, at, work_id, task, target, attempt, data) VALUES(?,?,?,?,?,?,?)`
+
+// eventInsert returns the INSERT of an event of type typ. For a type made
+// of lower-case letters and underscores (every type runcue writes) the type
+// is written into the statement as a literal, one prepared statement per
 // type, so that it is not bound as text at every event (an allocation and
-// a copy in the driver). Only a type made of lower-case letters and
-// underscores (every type runcue writes) is written so; ok is false for
-// any other, which is bound.
-func (s *Store) eventInsert(typ string) (q string, ok bool) {
+// a copy in the driver), and literal is true. For any other type it
+// returns eventInsertBound, whose first argument is the type.
+func (s *Store) eventInsert(typ string) (q string, literal bool) {
 	if q, ok := s.eventInserts[typ]; ok {
 		return q, true
 	}
 	if len(typ) == 0 || len(typ) > 40 || len(s.eventInserts) >= maxEventInserts {
-		return "", false
+		return eventInsertBound, false
 	}
 	for i := 0; i < len(typ); i++ {
 		if c := typ[i]; c != '_' && (c < 'a' || c > 'z') {
-			return "", false
+			return eventInsertBound, false
 		}
 	}
 	q = `INSERT INTO events(type, at, work_id, task, target, attempt, data) VALUES('` + typ + `',?,?,?,?,?,?)`

@@ -53,7 +53,6 @@ func attemptJSON(a store.Attempt) string {
 	}
 	b = append(b, '}')
 	return unsafe.String(unsafe.SliceData(b), len(b)) // b is not used again
-
 }
 
 func appendJSONString(b []byte, s string) []byte {
