@@ -134,6 +134,7 @@ func (d *dispatcher) scorePasses(now time.Time) {
 	}
 	var refs []unitRef
 	var lanes []*lane // lanes awaiting the pass about to start
+	tookStale := false
 	for d.freshLanes.len() > 0 && len(refs) < scoreBatch {
 		l := d.freshLanes.front()
 		took := len(refs)
@@ -141,6 +142,16 @@ func (d *dispatcher) scorePasses(now time.Time) {
 			if r := l.fresh.pop(); r.live() && !r.u.scored {
 				refs = append(refs, r)
 			}
+		}
+		if l.rescore && len(refs) < scoreBatch {
+			// Woken with stale scores (resourceTable.wake): re-scored
+			// now, within the rate of re-scoring passes.
+			if l.inReady && !d.scoring && !now.Before(d.nextRescore) {
+				if l.takeStale(&refs, now, d.cfg.PriorityTTL) {
+					tookStale = true
+				}
+			}
+			l.rescore = false
 		}
 		if l.awaiting && l.awaitPass == 0 {
 			if len(refs) > took && !d.scoring {
@@ -150,7 +161,7 @@ func (d *dispatcher) scorePasses(now time.Time) {
 				l.awaiting = false // nothing of it to wait for
 			}
 		}
-		if !l.inReady || l.fresh.len() == 0 {
+		if !l.inReady || (l.fresh.len() == 0 && !l.rescore) {
 			d.freshLanes.pop()
 			l.inFresh = false // noteFresh lists it again when it is ready
 		}
@@ -162,25 +173,18 @@ func (d *dispatcher) scorePasses(now time.Time) {
 		return
 	}
 	d.passLanes = lanes
-	if len(refs) < scoreBatch && d.inflight < d.cfg.MaxConcurrent && !now.Before(d.nextRescore) {
-		took := false
+	if !tookStale && len(refs) < scoreBatch && d.inflight < d.cfg.MaxConcurrent && !now.Before(d.nextRescore) {
 		for _, l := range d.ready.Items() {
-			for l.stale.len() > 0 && len(refs) < scoreBatch {
-				r := l.stale.front()
-				if !r.live() {
-					l.stale.pop()
-					continue
-				}
-				if now.Sub(time.Unix(0, r.u.scoredAt)) < d.cfg.PriorityTTL {
-					break
-				}
-				refs = append(refs, l.stale.pop())
-				took = true
+			if l.takeStale(&refs, now, d.cfg.PriorityTTL) {
+				tookStale = true
+			}
+			if len(refs) == scoreBatch {
+				break
 			}
 		}
-		if took {
-			d.nextRescore = now.Add(d.cfg.PriorityTTL / 10)
-		}
+	}
+	if tookStale {
+		d.nextRescore = now.Add(d.cfg.PriorityTTL / 10)
 	}
 	if len(refs) == 0 {
 		return
@@ -295,7 +299,7 @@ func (d *dispatcher) scored(m msgScores) {
 	d.passTimer.Stop()
 	now := d.now()
 	for i, r := range d.passRefs {
-		if r.live() && (!r.u.scored || d.overran) {
+		if r.live() {
 			d.holdScore(r.u, m.scores[i], now)
 		}
 	}
@@ -327,9 +331,10 @@ func (d *dispatcher) scoreOverrun(m msgScoreOverrun) {
 	d.cbErrs.report("priority", "timeout", fmt.Sprintf("a scoring pass of %d units overran %v; default scores used until it returns",
 		len(d.passRefs), d.cfg.CallbackTimeout), "consecutive_overruns", d.overruns)
 	now := d.now()
-	for _, r := range d.passRefs {
+	for i, r := range d.passRefs {
 		if r.live() && !r.u.scored {
 			d.holdScore(r.u, defaultScore, now)
+			d.passRefs[i].gen = r.u.scoreGen // the late answer replaces it
 		}
 	}
 	d.releaseLanes()
@@ -344,6 +349,30 @@ func (x *unitIndex) holdScore(u *unit, s float64, now time.Time) {
 	l.units.Fix(int(u.laneIdx))
 	x.laneChanged(l)
 	l.stale.push(unitRef{u, u.scoreGen})
+}
+
+// staleDue reports whether l's oldest held score is older than ttl.
+func (l *lane) staleDue(now time.Time, ttl time.Duration) bool {
+	for l.stale.len() > 0 {
+		r := l.stale.front()
+		if !r.live() {
+			l.stale.pop()
+			continue
+		}
+		return now.Sub(time.Unix(0, r.u.scoredAt)) >= ttl
+	}
+	return false
+}
+
+// takeStale moves l's held scores older than ttl, oldest first, to refs,
+// up to scoreBatch in all, and reports whether it took any.
+func (l *lane) takeStale(refs *[]unitRef, now time.Time, ttl time.Duration) bool {
+	took := false
+	for len(*refs) < scoreBatch && l.staleDue(now, ttl) {
+		*refs = append(*refs, l.stale.pop())
+		took = true
+	}
+	return took
 }
 
 // dropScoring empties l's scoring queues, which hold only units that left

@@ -129,8 +129,11 @@ type lane struct {
 	inFresh      bool
 	// awaiting: l was woken with units to score and dispatches nothing
 	// until the pass that scores them (awaitPass, once taken) answers.
+	// rescore: l was woken with scores older than PriorityTTL, to be
+	// re-scored by the next pass.
 	awaiting  bool
 	awaitPass uint64
+	rescore   bool
 }
 
 // laneBefore orders lanes by their first unit: by submission, or with a
@@ -456,9 +459,19 @@ func (t *resourceTable) wake(r *resource) {
 	l.inReady = true
 	t.ready.Push(l)
 	t.noteFresh(l)
+	if t.cfg.Priority != nil && l.staleDue(t.now(), t.cfg.PriorityTTL) {
+		// Scores went stale while l was parked: l has them re-scored
+		// before it dispatches again, as it would have while ready.
+		l.rescore = true
+		if !l.inFresh {
+			l.inFresh = true
+			t.freshLanes.push(l)
+		}
+	}
 	if l.inFresh {
-		// Units arrived while l was parked: l waits for their scores
-		// before it dispatches again (priority.go).
+		// Units arrived while l was parked, or its scores went stale: l
+		// waits for their scores before it dispatches again
+		// (priority.go).
 		l.awaiting, l.awaitPass = true, 0
 	}
 }

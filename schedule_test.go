@@ -504,8 +504,60 @@ func TestPriorityNoStarvation(t *testing.T) {
 		e.settle()
 		e.clk.Advance(time.Minute)
 	}
-	require.NoError(t, e.c.Drain(e.ctx))
 	assert.True(t, lowRan.Load(), "the background unit ran despite the urgent stream")
+	require.NoError(t, e.c.Drain(e.ctx))
+}
+
+// TestPriorityAgingUnderSaturation: a saturated service parks its lane
+// between runs; scores held while it is parked are re-scored before it
+// dispatches again, so a unit whose score grows with its wait overtakes
+// the stream of work that keeps the service full.
+func TestPriorityAgingUnderSaturation(t *testing.T) {
+	byWait := runcue.PriorityByWaitTime(10 * time.Minute)
+	e := newEnv(t, runcue.Config{PriorityTTL: time.Second, Priority: func(pc runcue.PriorityContext) float64 {
+		if pc.Work.Target == "urgent" {
+			return 1
+		}
+		return byWait(pc)
+	}})
+	require.NoError(t, e.c.Service("gpu", runcue.Service{MaxConcurrent: 1}))
+	release := make(chan struct{})
+	var lowAt atomic.Int64
+	require.NoError(t, e.c.Task("t", runcue.Task{Services: []string{"gpu"}, Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+		if w.Target == "background" {
+			lowAt.Store(int64(w.Started.Sub(epoch)))
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	}}))
+	e.start()
+	e.submit("t", func(s *runcue.Submission) { s.Target = "urgent" })
+	e.settle()
+	e.submit("t", func(s *runcue.Submission) { s.Target = "background" })
+	for range 30 {
+		e.submit("t", func(s *runcue.Submission) { s.Target = "urgent" })
+	}
+	// Every minute one run ends: the service is always full, and urgent
+	// work always waits. Nothing new arrives while the lane is parked, so
+	// only the re-scoring on waking brings the waiting unit's score up to
+	// date.
+	for minute := 0; minute < 30 && lowAt.Load() == 0; minute++ {
+		e.settle()
+		e.clk.Advance(time.Minute)
+		e.settle()
+		release <- struct{}{}
+		e.settle()
+	}
+	require.NotZero(t, lowAt.Load(), "the background unit never ran under the urgent stream")
+	// Its score reaches the urgent work's at 10 minutes, and ties go to
+	// the older unit: the dispatch at 10 minutes, on a score taken then,
+	// is its.
+	assert.Equal(t, 10*time.Minute, time.Duration(lowAt.Load()), "it ran at the first dispatch after its score reached the urgent work's")
+	close(release)
+	require.NoError(t, e.c.Drain(e.ctx))
 }
 
 func TestPriorityCallbackNeverStalls(t *testing.T) {
