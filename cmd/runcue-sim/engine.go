@@ -1,0 +1,522 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/clock"
+)
+
+// epoch is the start of every virtual run: reports count from it, so a
+// virtual run carries no wall-clock time.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// options are how a run is driven, besides its Config.
+type options struct {
+	// Virtual drives the Cue on a fake clock (see virtualLoop).
+	Virtual bool
+	// DB is the database path; a temporary one when empty.
+	DB string
+	// Logger receives runcue's logs (discarded when nil).
+	Logger *slog.Logger
+}
+
+// engine runs one simulation: a Cue, its mock services, the workload and
+// the recorder.
+type engine struct {
+	cfg   Config
+	opt   options
+	clk   clock.Clock
+	fake  *clock.Fake // when Virtual
+	epoch time.Time
+	cue   *runcue.Cue
+	mocks map[string]*mock
+	gen   *generator
+	rec   *recorder
+	park  parking
+	dir   string // the temporary directory to remove, if any
+
+	// Interactive controls (the TUI), real-clock runs only.
+	stop      chan struct{} // closed to end the run early (stopOnce)
+	stopOnce  sync.Once
+	paused    atomic.Bool
+	rateScale atomic.Uint64 // math.Float64bits
+
+	// Set when the run ends (read by the report).
+	wallStart time.Time
+	wall      time.Duration
+	ended     time.Duration // virtual time of the end, since epoch
+	endReason string
+}
+
+func newEngine(cfg Config, opt options) (*engine, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, err
+	}
+	e := &engine{cfg: cfg, opt: opt, mocks: map[string]*mock{}, stop: make(chan struct{})}
+	e.rateScale.Store(math.Float64bits(1))
+	if opt.Virtual {
+		e.fake = clock.NewFake(epoch)
+		e.clk, e.epoch = e.fake, epoch
+	} else {
+		e.clk = clock.Real()
+		e.epoch = e.clk.Now()
+	}
+	e.rec = newRecorder(e.epoch)
+	e.gen = newGenerator(cfg.Workload, cfg.Seed)
+	e.gen.rateScale = func() float64 { return math.Float64frombits(e.rateScale.Load()) }
+	e.park.moved = make(chan struct{}, 1)
+	for _, name := range cfg.serviceNames() {
+		e.mocks[name] = newMock(name, cfg.Services[name], cfg.Seed, e.epoch)
+	}
+	db := opt.DB
+	if db == "" {
+		dir, err := os.MkdirTemp("", "runcue-sim-")
+		if err != nil {
+			return nil, err
+		}
+		e.dir, db = dir, filepath.Join(dir, "sim.db")
+	}
+	c, err := runcue.Open(db, e.cueConfig())
+	if err != nil {
+		e.cleanup()
+		return nil, err
+	}
+	e.cue = c
+	if err := e.register(c, e.handler); err != nil {
+		c.Close()
+		e.cleanup()
+		return nil, err
+	}
+	return e, nil
+}
+
+// cueConfig is the Config of the simulation's Cue.
+func (e *engine) cueConfig() runcue.Config {
+	logger := e.opt.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	w := e.cfg.Workload
+	conc := 0
+	for _, s := range e.cfg.Services {
+		conc += s.MaxConcurrent
+	}
+	cfg := runcue.Config{
+		Clock:               e.clk,
+		Logger:              logger,
+		EventBuffer:         1 << 16,
+		QueueStatusInterval: -1,
+		MaxConcurrent:       max(conc, 100),
+		MaxQueued:           w.MaxQueued,
+		ShutdownTimeout:     5 * time.Second,
+		Priority:            priorityFunc(w.Aging.D()),
+	}
+	if e.opt.Virtual {
+		cfg.Rand = rand.NewPCG(e.cfg.Seed, 0xc0e)
+	}
+	return cfg
+}
+
+// priorityFunc scores a unit by its params' priority ("p"), or, with
+// aging, by the larger of that and its wait over aging.
+func priorityFunc(aging time.Duration) runcue.PriorityFunc {
+	byWait := runcue.PriorityByWaitTime(aging)
+	return func(pc runcue.PriorityContext) float64 {
+		var p prioParams
+		if len(pc.Work.Params) > 0 {
+			_ = json.Unmarshal(pc.Work.Params, &p)
+		}
+		x := float64(p.P)
+		if aging > 0 {
+			x = max(x, byWait(pc))
+		}
+		return x
+	}
+}
+
+// register registers the services and task types on c, each task with
+// the handler handle(task) makes.
+func (e *engine) register(c *runcue.Cue, handle func(task string) runcue.Handler) error {
+	for _, name := range e.cfg.serviceNames() {
+		s := e.cfg.Services[name]
+		if err := c.Service(name, runcue.Service{MaxConcurrent: s.MaxConcurrent, RateLimit: s.RateLimit,
+			RateWindow: s.RateWindow.D(), CircuitThreshold: s.CircuitThreshold, CircuitTimeout: s.CircuitTimeout.D()}); err != nil {
+			return fmt.Errorf("service %s: %w", name, err)
+		}
+	}
+	w := e.cfg.Workload
+	for _, t := range w.TaskTypes {
+		if err := c.Task(t, runcue.Task{Services: w.TaskServices[t], Handler: handle(t), Timeout: w.Timeout.D(),
+			Retry:                runcue.RetryPolicy{MaxAttempts: w.MaxAttempts, BaseDelay: w.BaseDelay.D(), Jitter: runcue.JitterFull},
+			HoldSlotsUntilReturn: true}); err != nil {
+			return fmt.Errorf("task %s: %w", t, err)
+		}
+	}
+	return nil
+}
+
+func (e *engine) cleanup() {
+	if e.dir != "" {
+		os.RemoveAll(e.dir)
+	}
+}
+
+// handler returns the handler of a task type: it calls each of the task's
+// mock services at the handler-start instant (Work.Started), waits for the
+// slowest answer (virtually: parked until the driver releases it) and
+// returns the first failure.
+func (e *engine) handler(task string) runcue.Handler {
+	var ms []*mock
+	for _, s := range e.cfg.Workload.TaskServices[task] {
+		ms = append(ms, e.mocks[s])
+	}
+	return func(ctx context.Context, w *runcue.Work) (any, error) {
+		lat, v, bad, idx := e.callMocks(ms, w.ID, w.Attempt, w.Started)
+		e.rec.runStarted(w.ID, w.Attempt, w.Started)
+		end, cut := e.wait(ctx, w.ID, w.Attempt, w.Started, lat, v == answerTimeout)
+		answer := v.String()
+		if cut && v != answerTimeout {
+			answer = "cut"
+		}
+		for i, m := range ms {
+			m.leave(idx[i], end, v, m.cfg.Behavior.RetryAfter.D())
+		}
+		e.rec.runEnded(w.ID, w.Attempt, end, answer)
+		if cut {
+			return nil, context.Cause(ctx)
+		}
+		return nil, answerErr(v, bad)
+	}
+}
+
+// callMocks records a call's arrival at each mock and returns the
+// slowest latency, the first failing answer and its service, and the
+// calls' indexes.
+func (e *engine) callMocks(ms []*mock, id string, attempt int, start time.Time) (time.Duration, verdict, *mock, []int) {
+	var (
+		lat time.Duration
+		v   = answerOK
+		bad *mock
+		idx = make([]int, len(ms))
+	)
+	for i, m := range ms {
+		l, a := m.decide(id, attempt, start)
+		idx[i] = m.arrive(id, attempt, start)
+		lat = max(lat, l)
+		if v == answerOK && a != answerOK {
+			v, bad = a, m
+		}
+	}
+	return lat, v, bad, idx
+}
+
+// answerErr is the error a handler returns for a mock's answer.
+func answerErr(v verdict, m *mock) error {
+	switch v {
+	case answerOK:
+		return nil
+	case answerPermanent:
+		return runcue.Permanent(fmt.Errorf("%s: 400 bad request", m.name))
+	case answerTooMany:
+		return runcue.RetryAfter(m.cfg.Behavior.RetryAfter.D(), fmt.Errorf("%s: 429 too many requests", m.name), m.name)
+	case answerOutage:
+		return fmt.Errorf("%s: 503 unavailable (outage)", m.name)
+	}
+	return fmt.Errorf("%s: 500 internal error", m.name)
+}
+
+// wait waits out a call: until lat after start (forever when hang) or ctx
+// ends. It returns the end instant and whether ctx ended it.
+func (e *engine) wait(ctx context.Context, id string, attempt int, start time.Time, lat time.Duration, hang bool) (time.Time, bool) {
+	if e.fake != nil {
+		p := &parked{at: start.Add(lat), key: fmt.Sprintf("%s#%d", id, attempt), release: make(chan struct{})}
+		if hang {
+			p.at = time.Unix(1<<40, 0)
+		}
+		e.park.add(p)
+		select {
+		case <-p.release:
+			return e.clk.Now(), false
+		case <-ctx.Done():
+			e.park.remove(p)
+			return e.clk.Now(), true
+		}
+	}
+	if hang {
+		<-ctx.Done()
+		return e.clk.Now(), true
+	}
+	t := e.clk.NewTimer(time.Until(start.Add(lat)))
+	defer t.Stop()
+	select {
+	case <-t.C():
+		return e.clk.Now(), false
+	case <-ctx.Done():
+		return e.clk.Now(), true
+	}
+}
+
+// parked is a virtual handler waiting for the driver.
+type parked struct {
+	at      time.Time
+	key     string
+	release chan struct{}
+}
+
+// parking holds the parked handlers of a virtual run.
+type parking struct {
+	mu    sync.Mutex
+	q     []*parked
+	moved chan struct{} // a token when q changes
+}
+
+func (p *parking) add(x *parked) {
+	p.mu.Lock()
+	p.q = append(p.q, x)
+	p.mu.Unlock()
+	p.signal()
+}
+
+func (p *parking) remove(x *parked) {
+	p.mu.Lock()
+	if i := slices.Index(p.q, x); i >= 0 {
+		p.q = slices.Delete(p.q, i, i+1)
+	}
+	p.mu.Unlock()
+	p.signal()
+}
+
+func (p *parking) signal() {
+	select {
+	case p.moved <- struct{}{}:
+	default:
+	}
+}
+
+// first returns the parked handler to release first (earliest, then by
+// key) and how many are parked.
+func (p *parking) first() (*parked, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var f *parked
+	for _, x := range p.q {
+		if f == nil || x.at.Before(f.at) || (x.at.Equal(f.at) && x.key < f.key) {
+			f = x
+		}
+	}
+	return f, len(p.q)
+}
+
+// take removes x from the queue, for release.
+func (p *parking) take(x *parked) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if i := slices.Index(p.q, x); i >= 0 {
+		p.q = slices.Delete(p.q, i, i+1)
+	}
+}
+
+// collect records the Cue's events until ctx ends; it returns when the
+// channel closes.
+func (e *engine) collect(ch <-chan runcue.Event) {
+	for ev := range ch {
+		e.rec.event(ev)
+	}
+}
+
+// submit submits a group at the clock's current time.
+func (e *engine) submit(ctx context.Context, gr group) error {
+	at := e.clk.Now()
+	_, err := e.cue.SubmitBatch(ctx, gr.submissions())
+	if err != nil && !isCycle(err) && !isBackpressure(err) {
+		return fmt.Errorf("submit group %s: %w", gr.pattern, err)
+	}
+	e.rec.submitted(gr, at, err)
+	return nil
+}
+
+func isCycle(err error) bool        { return errors.Is(err, runcue.ErrCycle) }
+func isBackpressure(err error) bool { return errors.Is(err, runcue.ErrBackpressure) }
+
+// run runs the simulation to its end and returns its report.
+func (e *engine) run(ctx context.Context) (*Report, error) {
+	defer e.cleanup()
+	e.wallStart = time.Now()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	events, stopEvents, err := e.cue.Subscribe(ctx, runcue.SubscribeOptions{Name: "runcue-sim", After: 0, Buffer: 4096})
+	if err != nil {
+		e.cue.Close()
+		return nil, err
+	}
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		e.collect(events)
+	}()
+	closeAll := func() {
+		stopEvents()
+		e.cue.Close()
+		<-collected
+	}
+	if err := e.cue.Start(ctx); err != nil {
+		closeAll()
+		return nil, err
+	}
+	if e.fake != nil {
+		err = e.virtualLoop(ctx)
+	} else {
+		err = e.realLoop(ctx)
+	}
+	if err == nil {
+		err = e.catchUp(ctx)
+	}
+	var rep *Report
+	if err == nil {
+		rep, err = e.report(ctx)
+	}
+	closeAll()
+	return rep, err
+}
+
+// catchUp waits until the recorder has every event committed.
+func (e *engine) catchUp(ctx context.Context) error {
+	if _, err := e.cue.Settle(ctx); err != nil {
+		return err
+	}
+	subs, err := e.cue.Subscriptions(ctx)
+	if err != nil {
+		return err
+	}
+	for _, s := range subs {
+		if s.Name == "runcue-sim" {
+			if !e.rec.waitSeq(ctx.Done(), s.Acked+s.Lag) {
+				return ctx.Err()
+			}
+		}
+	}
+	return nil
+}
+
+// virtualLoop drives the Cue on the fake clock. At each step it settles
+// the Cue, waits until every running handler is parked, and then moves to
+// the earliest of: the next parked handler's finish (released alone, ties
+// by unit and attempt), the next submission, the Cue's next timer. Runs
+// end one at a time and the clock moves only when the Cue is quiescent,
+// so a seed gives one run.
+func (e *engine) virtualLoop(ctx context.Context) error {
+	subEnd := e.epoch.Add(e.cfg.Duration.D())
+	hardEnd := subEnd.Add(e.cfg.Drain.D())
+	for {
+		running, err := e.cue.Settle(ctx)
+		if err != nil {
+			return err
+		}
+		first, n := e.park.first()
+		if n < running {
+			// A handler on its way to park, or one released on its way
+			// out (Settle counts it until runcue has seen it return).
+			select {
+			case <-e.park.moved:
+			case <-time.After(time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			continue
+		}
+		now := e.clk.Now()
+		arrival := e.epoch.Add(e.gen.peek())
+		submitting := arrival.Before(subEnd)
+		if !now.Before(subEnd) || !submitting {
+			// Submission is over: done once every unit has ended.
+			if err := e.catchUp(ctx); err != nil {
+				return err
+			}
+			if e.rec.pending() == 0 {
+				e.ended, e.endReason = now.Sub(e.epoch), "drained"
+				return nil
+			}
+		}
+		if !now.Before(hardEnd) {
+			e.ended, e.endReason = now.Sub(e.epoch), "drain time out"
+			return nil
+		}
+		next, ok := e.fake.NextDeadline()
+		switch {
+		case first != nil && !first.at.After(hardEnd) && (!submitting || !arrival.Before(first.at)) && (!ok || !next.Before(first.at)):
+			e.park.take(first)
+			if first.at.After(now) {
+				e.fake.Set(first.at)
+			}
+			close(first.release)
+		case submitting && (!ok || !next.Before(arrival)):
+			if arrival.After(now) {
+				e.fake.Set(arrival)
+			}
+			for e.epoch.Add(e.gen.peek()).Equal(arrival) {
+				if err := e.submit(ctx, e.gen.pop()); err != nil {
+					return err
+				}
+			}
+		case ok && next.Before(hardEnd):
+			e.fake.Set(next)
+		default:
+			e.fake.Set(hardEnd)
+		}
+	}
+}
+
+// realLoop submits the workload in real time until the duration is over,
+// then waits for the work to end (or the drain time).
+func (e *engine) realLoop(ctx context.Context) error {
+	subEnd := e.epoch.Add(e.cfg.Duration.D())
+	hardEnd := subEnd.Add(e.cfg.Drain.D())
+	for {
+		now := e.clk.Now()
+		if !now.Before(hardEnd) {
+			e.ended, e.endReason = now.Sub(e.epoch), "drain time out"
+			return nil
+		}
+		if !now.Before(subEnd) && e.rec.pending() == 0 {
+			e.ended, e.endReason = now.Sub(e.epoch), "drained"
+			return nil
+		}
+		if now.Before(subEnd) {
+			for e.gen.peek() <= now.Sub(e.epoch) {
+				gr := e.gen.pop()
+				if e.paused.Load() {
+					continue
+				}
+				if err := e.submit(ctx, gr); err != nil {
+					return err
+				}
+			}
+		}
+		wait := min(e.gen.peek()-now.Sub(e.epoch), subEnd.Sub(now), 100*time.Millisecond)
+		t := time.NewTimer(max(0, wait))
+		select {
+		case <-t.C:
+		case <-e.stop:
+			t.Stop()
+			e.ended, e.endReason = e.clk.Now().Sub(e.epoch), "stopped"
+			return nil
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		}
+	}
+}

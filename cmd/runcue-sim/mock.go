@@ -1,0 +1,286 @@
+package main
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// verdict is what a mock service answers one call.
+type verdict uint8
+
+const (
+	answerOK verdict = iota
+	answerError
+	answerTimeout
+	answerPermanent
+	answerTooMany // 429 with a Retry-After
+	answerOutage  // a forced failure: circuit_test burst, fail_from, key C
+)
+
+var verdictNames = [...]string{"ok", "error", "timeout", "permanent", "429", "outage"}
+
+func (v verdict) String() string { return verdictNames[v] }
+
+// call is one call a mock service received: its arrival (the handler-start
+// instant), its end, and its answer.
+type call struct {
+	unit    string
+	attempt int
+	start   time.Time
+	end     time.Time
+	answer  verdict
+}
+
+// mock is a simulated service. It decides each call from the run's seed
+// and the call's identity alone (unit and attempt), so that a replay
+// answers the same whatever order calls arrive in, and it keeps its own
+// record of the calls it received, from which the server-side checks are
+// made; it trusts nothing runcue reports.
+type mock struct {
+	name  string
+	cfg   ServiceConfig
+	seed  uint64
+	epoch time.Time
+
+	// Interactive overrides (the TUI's keys), read on handler goroutines.
+	errorRate    atomic.Uint64 // math.Float64bits; NaN: the configured rate
+	latencyScale atomic.Uint64 // math.Float64bits
+	failUntil    atomic.Int64  // offset from epoch, ns; a forced outage before it
+
+	mu       sync.Mutex
+	calls    []call    // every call, in arrival order of the mock's lock
+	inflight int       // calls started and not ended
+	window   []float64 // arrivals (s since epoch) within the mock window, for live display
+	holds    []hold    // every Retry-After answered
+}
+
+// hold is a Retry-After the mock answered: no call should arrive in
+// (from, until).
+type hold struct{ from, until time.Time }
+
+func newMock(name string, cfg ServiceConfig, seed uint64, epoch time.Time) *mock {
+	m := &mock{name: name, cfg: cfg, seed: seed, epoch: epoch}
+	m.errorRate.Store(math.Float64bits(math.NaN()))
+	m.latencyScale.Store(math.Float64bits(1))
+	return m
+}
+
+// rng returns the random source of one call.
+func (m *mock) rng(unit string, attempt int) *rand.Rand {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%s/%d", m.name, unit, attempt)
+	return rand.New(rand.NewPCG(m.seed, h.Sum64()))
+}
+
+// decide draws a call's latency and answer. now is the call's arrival.
+func (m *mock) decide(unit string, attempt int, now time.Time) (time.Duration, verdict) {
+	r := m.rng(unit, attempt)
+	b := m.cfg.Behavior
+	lat := time.Duration(float64(m.latency(r)) * math.Float64frombits(m.latencyScale.Load()))
+	u := r.Float64()
+	since := now.Sub(m.epoch)
+	switch {
+	case since < time.Duration(m.failUntil.Load()):
+		return lat, answerOutage
+	case b.FailFor > 0 && since >= b.FailFrom.D() && since < b.FailFrom.D()+b.FailFor.D():
+		return lat, answerOutage
+	case b.CircuitTest && since%b.BurstEvery.D() >= b.BurstEvery.D()-b.BurstLength.D():
+		return lat, answerOutage
+	}
+	errRate := b.ErrorRate
+	if x := math.Float64frombits(m.errorRate.Load()); !math.IsNaN(x) {
+		errRate = x
+	}
+	switch {
+	case u < b.PermanentErrorRate:
+		return lat, answerPermanent
+	case u < b.PermanentErrorRate+errRate:
+		return lat, answerError
+	case u < b.PermanentErrorRate+errRate+b.TimeoutRate:
+		return lat, answerTimeout
+	case u < b.PermanentErrorRate+errRate+b.TimeoutRate+b.RateLimitedRate:
+		return lat, answerTooMany
+	}
+	return lat, answerOK
+}
+
+// latency draws from the configured distribution, at least 1ms.
+func (m *mock) latency(r *rand.Rand) time.Duration {
+	l := m.cfg.Behavior.Latency
+	var d float64
+	switch l.Distribution {
+	case "uniform":
+		d = float64(l.Min) + r.Float64()*float64(l.Max-l.Min)
+	case "lognormal":
+		d = float64(l.Median) * math.Exp(l.Sigma*r.NormFloat64())
+	default:
+		d = float64(l.Mean) + float64(l.Stddev)*r.NormFloat64()
+	}
+	if l.OutlierRate > 0 && r.Float64() < l.OutlierRate {
+		d *= l.OutlierMultiplier
+	}
+	return max(time.Millisecond, time.Duration(d).Round(time.Millisecond))
+}
+
+// arrive records a call arriving at start and returns its index.
+func (m *mock) arrive(unit string, attempt int, start time.Time) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls = append(m.calls, call{unit: unit, attempt: attempt, start: start})
+	m.inflight++
+	if m.cfg.Behavior.MockWindow > 0 {
+		s := start.Sub(m.epoch).Seconds()
+		cut := s - m.cfg.Behavior.MockWindow.D().Seconds()
+		i := 0
+		for i < len(m.window) && m.window[i] <= cut {
+			i++
+		}
+		m.window = append(m.window[i:], s)
+	}
+	return len(m.calls) - 1
+}
+
+// leave records the end of call i and its answer.
+func (m *mock) leave(i int, end time.Time, v verdict, retryAfter time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.calls[i].end, m.calls[i].answer = end, v
+	m.inflight--
+	if v == answerTooMany {
+		m.holds = append(m.holds, hold{from: end, until: end.Add(retryAfter)})
+	}
+}
+
+// live is what the TUI shows of a mock.
+type live struct {
+	inflight, inWindow, calls int
+}
+
+func (m *mock) live(now time.Time) live {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	cut := now.Sub(m.epoch).Seconds() - m.cfg.Behavior.MockWindow.D().Seconds()
+	for _, s := range m.window {
+		if s > cut {
+			n++
+		}
+	}
+	return live{inflight: m.inflight, inWindow: n, calls: len(m.calls)}
+}
+
+// checks are the server-side verdicts on a mock's calls.
+type checks struct {
+	Calls int `json:"calls"`
+	// RateViolations counts calls beyond MockLimit in a sliding
+	// MockWindow ending at their arrival.
+	RateViolations int `json:"rate_violations"`
+	// MaxInWindow is the most calls seen in any MockWindow (or runcue's
+	// rate window when the mock has none of its own).
+	MaxInWindow int `json:"max_in_window"`
+	// MaxConcurrent is the most calls in progress at once;
+	// ConcurrencyViolations counts arrivals beyond MockConcurrent.
+	MaxConcurrent         int `json:"max_concurrent"`
+	ConcurrencyViolations int `json:"concurrency_violations"`
+	// RetryAfterViolations counts calls that arrived while a Retry-After
+	// this mock answered was still running.
+	RetryAfterViolations int            `json:"retry_after_violations"`
+	Answers              map[string]int `json:"answers"`
+}
+
+// sortedCalls returns the calls by arrival, ties by unit and attempt: an
+// order that does not depend on goroutine scheduling.
+func (m *mock) sortedCalls() []call {
+	m.mu.Lock()
+	cs := slices.Clone(m.calls)
+	m.mu.Unlock()
+	slices.SortFunc(cs, func(a, b call) int {
+		if c := a.start.Compare(b.start); c != 0 {
+			return c
+		}
+		if a.unit != b.unit {
+			if a.unit < b.unit {
+				return -1
+			}
+			return 1
+		}
+		return a.attempt - b.attempt
+	})
+	return cs
+}
+
+// check computes the server-side verdicts. A call counts against the
+// window from its arrival for exactly one window: the window is the
+// half-open interval (t-W, t], as runcue's.
+func (m *mock) check() checks {
+	cs := m.sortedCalls()
+	b := m.cfg.Behavior
+	ch := checks{Calls: len(cs), Answers: map[string]int{}}
+	win := b.MockWindow.D()
+	if win == 0 {
+		win = m.cfg.RateWindow.D()
+	}
+	if win > 0 {
+		j := 0
+		for i := range cs {
+			for !cs[j].start.After(cs[i].start.Add(-win)) {
+				j++
+			}
+			n := i - j + 1
+			ch.MaxInWindow = max(ch.MaxInWindow, n)
+			if b.MockLimit > 0 && n > b.MockLimit {
+				ch.RateViolations++
+			}
+		}
+	}
+	// Concurrency: calls are [start, end); an end at an instant frees its
+	// place before a start at that instant.
+	type edge struct {
+		at    time.Time
+		delta int
+	}
+	var edges []edge
+	for _, c := range cs {
+		ch.Answers[c.answer.String()]++
+		end := c.end
+		if end.IsZero() {
+			end = time.Unix(1<<40, 0) // still in progress
+		}
+		edges = append(edges, edge{c.start, 1}, edge{end, -1})
+	}
+	slices.SortFunc(edges, func(a, b edge) int {
+		if c := a.at.Compare(b.at); c != 0 {
+			return c
+		}
+		return a.delta - b.delta
+	})
+	n := 0
+	for _, e := range edges {
+		n += e.delta
+		ch.MaxConcurrent = max(ch.MaxConcurrent, n)
+		if e.delta > 0 && b.MockConcurrent > 0 && n > b.MockConcurrent {
+			ch.ConcurrencyViolations++
+		}
+	}
+	m.mu.Lock()
+	holds := slices.Clone(m.holds)
+	m.mu.Unlock()
+	for _, h := range holds {
+		i, _ := slices.BinarySearchFunc(cs, h.from, func(c call, t time.Time) int {
+			if c.start.After(t) {
+				return 1
+			}
+			return -1
+		})
+		for ; i < len(cs) && cs[i].start.Before(h.until); i++ {
+			ch.RetryAfterViolations++
+		}
+	}
+	return ch
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// scenarioYAML are the built-in scenarios, in the configuration file's
+// format: `runcue-sim --scenario NAME --print-config` writes one out as a
+// starting point for a file of your own.
+var scenarioYAML = map[string]string{
+	"steady_load": `
+description: Sustained load at 80% of capacity over two services, with every failure mode a call can have and every dependency pattern (circular ones are refused at submit).
+services:
+  mock_api:
+    max_concurrent: 5
+    rate_limit: 60
+    rate_window: 60
+    circuit_threshold: 8
+    circuit_timeout: 30s
+    behavior:
+      latency: {distribution: normal, mean: 200ms, stddev: 50ms, outlier_rate: 0.01, outlier_multiplier: 10}
+      error_rate: 0.05
+      timeout_rate: 0.02
+      permanent_error_rate: 0.01
+  mock_ssh:
+    max_concurrent: 1
+    behavior:
+      latency: {distribution: uniform, min: 500ms, max: 2000ms}
+      error_rate: 0.10
+workload:
+  pattern: random
+  pattern_weights: {none: 0.25, single: 0.15, chain: 0.1, fan_out: 0.1, fan_in: 0.1, diamond: 0.15, complex: 0.1, circular: 0.05}
+  chain_depth: 4
+  fan_out_width: 3
+  fan_in_width: 3
+  task_types: [extract, transform, load]
+  load: 0.8
+  timeout: 5s
+expect:
+  refused: true
+`,
+	"burst": `
+description: A burst to 200% of capacity for ten minutes against a bounded queue; backpressure refuses the excess, and everything accepted completes.
+services:
+  mock_api:
+    max_concurrent: 5
+    rate_limit: 60
+    rate_window: 60
+    behavior:
+      latency: {distribution: normal, mean: 200ms, stddev: 50ms}
+      error_rate: 0.02
+  mock_ssh:
+    max_concurrent: 1
+    behavior:
+      latency: {distribution: uniform, min: 500ms, max: 2000ms}
+      error_rate: 0.02
+workload:
+  pattern: random
+  pattern_weights: {none: 0.5, single: 0.3, chain: 0.2}
+  task_types: [extract, transform, load]
+  load: 0.8
+  burst_at: 10m
+  burst_length: 10m
+  burst_factor: 2.5
+  max_queued: 300
+expect:
+  backpressure: true
+`,
+	"cascade_failure": `
+description: One service (mock_flaky) fails every call from minute 10 to minute 20; its circuit opens and probes until it recovers, while the other services run on unaffected.
+services:
+  mock_api:
+    max_concurrent: 4
+    rate_limit: 30
+    rate_window: 60
+    circuit_threshold: 5
+    circuit_timeout: 30s
+    behavior:
+      latency: {distribution: normal, mean: 300ms, stddev: 80ms}
+  mock_db:
+    max_concurrent: 2
+    circuit_threshold: 5
+    circuit_timeout: 30s
+    behavior:
+      latency: {distribution: lognormal, median: 400ms, sigma: 0.4}
+  mock_flaky:
+    max_concurrent: 3
+    circuit_threshold: 5
+    circuit_timeout: 30s
+    behavior:
+      latency: {distribution: normal, mean: 250ms, stddev: 50ms}
+      fail_from: 10m
+      fail_for: 10m
+workload:
+  pattern: none
+  task_types: [api_call, db_query, flaky_call]
+  load: 0.6
+  max_attempts: 4
+  base_delay: 5s
+expect:
+  circuit_opens: [mock_flaky]
+  unaffected: [mock_api, mock_db]
+`,
+	"priority_test": `
+description: High- and low-priority units (30% high) on one saturated service; no low-priority unit may start while a high-priority one is eligible and waiting.
+services:
+  mock_gpu:
+    max_concurrent: 2
+    behavior:
+      latency: {distribution: normal, mean: 2s, stddev: 500ms}
+workload:
+  pattern: none
+  task_types: [render]
+  load: 1.15
+  high_fraction: 0.3
+expect:
+  no_inversions: true
+`,
+	"starvation": `
+description: A stream of high-priority units at 95% of capacity plus low-priority units at 10%; with aging (score max(priority, wait/5m)) every low-priority unit starts within 6 minutes (5 to reach the stream's score, then its turn as the oldest), where strict priority would starve them.
+services:
+  mock_gpu:
+    max_concurrent: 2
+    behavior:
+      latency: {distribution: normal, mean: 2s, stddev: 500ms}
+workload:
+  pattern: none
+  task_types: [render]
+  rate: 0.1
+  high_rate: 0.95
+  aging: 5m
+expect:
+  max_low_wait: 6m
+`,
+	"llm_api": `
+description: An LLM API limited to 60 requests per minute that answers 5% of calls 429 with a Retry-After of 20s; runcue holds the service back for each Retry-After and stays under the limit.
+services:
+  llm:
+    max_concurrent: 10
+    rate_limit: 60
+    rate_window: 1m
+    behavior:
+      latency: {distribution: lognormal, median: 800ms, sigma: 0.5, outlier_rate: 0.02, outlier_multiplier: 5}
+      rate_limited_rate: 0.05
+      retry_after: 20s
+      error_rate: 0.02
+workload:
+  pattern: random
+  pattern_weights: {none: 0.6, chain: 0.2, fan_out: 0.2}
+  chain_depth: 3
+  task_types: [complete]
+  load: 0.85
+  timeout: 30s
+expect:
+  deferrals: true
+`,
+	"recovery": `
+description: The Cue runs in a child process that is SIGKILLed at random moments and restarted; the mocks and their counters live in the parent, which checks that no unit is lost and none completes twice, and counts the handler executions the kills repeated. Real clock.
+services:
+  mock_api:
+    max_concurrent: 4
+    rate_limit: 40
+    rate_window: 1s
+    behavior:
+      latency: {distribution: uniform, min: 50ms, max: 400ms}
+  mock_db:
+    max_concurrent: 2
+    behavior:
+      latency: {distribution: uniform, min: 20ms, max: 200ms}
+workload:
+  pattern: random
+  pattern_weights: {none: 0.4, single: 0.2, diamond: 0.2, fan_in: 0.2}
+  task_types: [fetch, store]
+  rate: 60
+duration: 5s
+kills: 6
+`,
+}
+
+// scenarioNames returns the built-in scenarios, sorted.
+func scenarioNames() []string {
+	var out []string
+	for n := range scenarioYAML {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// scenario returns a built-in scenario's configuration.
+func scenario(name string) (Config, error) {
+	y, ok := scenarioYAML[name]
+	if !ok {
+		return Config{}, fmt.Errorf("unknown scenario %q (have %s)", name, strings.Join(scenarioNames(), ", "))
+	}
+	var c Config
+	dec := yaml.NewDecoder(strings.NewReader(y))
+	dec.KnownFields(true)
+	if err := dec.Decode(&c); err != nil {
+		return Config{}, fmt.Errorf("scenario %s: %w", name, err)
+	}
+	c.Name = name
+	if c.Duration == 0 {
+		c.Duration = Duration(time.Hour)
+	}
+	return c, nil
+}

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	if isChild() {
+		// The recovery scenario re-executes this binary as its child.
+		os.Exit(childMain())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// runVirtual runs a configuration on the virtual clock.
+func runVirtual(t *testing.T, cfg Config) *Report {
+	t.Helper()
+	e, err := newEngine(cfg, options{Virtual: true})
+	require.NoError(t, err)
+	rep, err := e.run(context.Background())
+	require.NoError(t, err)
+	return rep
+}
+
+func failed(r *Report) []string {
+	var out []string
+	for _, iv := range r.Invariants {
+		if !iv.Pass {
+			out = append(out, iv.Name+": "+iv.Detail)
+		}
+	}
+	return out
+}
+
+func invariant(t *testing.T, r *Report, name string) Invariant {
+	t.Helper()
+	for _, iv := range r.Invariants {
+		if iv.Name == name {
+			return iv
+		}
+	}
+	t.Fatalf("no invariant %s in %+v", name, r.Invariants)
+	return Invariant{}
+}
+
+// Every built-in scenario but recovery passes its invariants on the
+// virtual clock. The runs are short (the hour of the acceptance figures is
+// measured by hand, see the README); the burst and the outage are moved
+// to minute 3 and shortened to fit.
+func TestScenariosPassVirtual(t *testing.T) {
+	durations := map[string]time.Duration{"steady_load": 8 * time.Minute, "burst": 10 * time.Minute,
+		"cascade_failure": 10 * time.Minute, "priority_test": 12 * time.Minute, "starvation": 15 * time.Minute, "llm_api": 10 * time.Minute}
+	for _, name := range scenarioNames() {
+		if name == "recovery" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := scenario(name)
+			require.NoError(t, err)
+			require.Contains(t, durations, name, "every scenario is run here")
+			cfg.Duration, cfg.Seed = Duration(durations[name]), 1
+			if cfg.Workload.BurstLength > 0 {
+				cfg.Workload.BurstAt, cfg.Workload.BurstLength = Duration(3*time.Minute), Duration(4*time.Minute)
+			}
+			if s, ok := cfg.Services["mock_flaky"]; ok {
+				s.Behavior.FailFrom, s.Behavior.FailFor = Duration(3*time.Minute), Duration(3*time.Minute)
+				cfg.Services["mock_flaky"] = s
+			}
+			rep := runVirtual(t, cfg)
+			t.Logf("%s: %v simulated in %v, %d units, %d completed", name, rep.Ended.D(), rep.Wall.D(), rep.Submission.Units, rep.Units.Completed)
+			assert.Empty(t, failed(rep))
+			assert.True(t, rep.Pass)
+			assert.Equal(t, "drained", rep.EndReason, "no scenario deadlocks")
+			assert.Positive(t, rep.Units.Completed)
+			switch name {
+			case "steady_load":
+				assert.Positive(t, rep.Submission.RefusedCycles, "circular groups refused")
+				assert.Positive(t, rep.Retries.Retried)
+			case "burst":
+				assert.Positive(t, rep.Submission.RefusedBackpressure)
+			case "cascade_failure":
+				assert.Positive(t, rep.Services["mock_flaky"].Opened)
+			case "priority_test":
+				assert.Positive(t, rep.Priority.HighWait.N)
+				assert.Greater(t, rep.Priority.LowWait.P50, rep.Priority.HighWait.P50, "high priority waits less")
+			case "llm_api":
+				assert.Positive(t, rep.Retries.Deferred)
+			}
+		})
+	}
+}
+
+// The same seed gives the same report (but for the wall time it took);
+// another seed another.
+func TestSameSeedSameReport(t *testing.T) {
+	cfg := func(seed uint64) Config {
+		c, err := scenario("steady_load")
+		require.NoError(t, err)
+		c.Duration, c.Seed = Duration(5*time.Minute), seed
+		return c
+	}
+	encode := func(r *Report) string {
+		r.Wall = 0
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		return string(b)
+	}
+	a, b := encode(runVirtual(t, cfg(7))), encode(runVirtual(t, cfg(7)))
+	require.Equal(t, a, b)
+	assert.NotEqual(t, a, encode(runVirtual(t, cfg(8))))
+	assert.NotContains(t, a, "g0000", "no unit IDs in a report")
+	assert.NotContains(t, a, time.Now().Format("2006-01-02"), "no wall-clock dates in a report")
+}
+
+// A mock limit below runcue's makes the server-side counter count
+// violations, and the command exit non-zero: the check can fail.
+func TestMockLimitBelowRunCuesFails(t *testing.T) {
+	var out, errOut bytes.Buffer
+	report := filepath.Join(t.TempDir(), "r.json")
+	code := run(context.Background(), []string{"--scenario", "llm_api", "--virtual", "--duration", "5m", "--seed", "1",
+		"--mock-limit", "llm=50", "--report", report}, &out, &errOut)
+	assert.Equal(t, exitViolation, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	assert.Contains(t, out.String(), "FAIL server_side_rate_limit")
+	var r Report
+	b, err := os.ReadFile(report)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &r))
+	assert.Positive(t, r.Services["llm"].Checks.RateViolations)
+	assert.Equal(t, 60, r.Services["llm"].Checks.MaxInWindow, "runcue kept its own limit of 60")
+}
+
+// The same run with the mock at runcue's limit passes: the counter is
+// exact at the limit.
+func TestMockLimitAtRunCuesPasses(t *testing.T) {
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"--scenario", "llm_api", "--virtual", "--duration", "5m", "--seed", "1", "--quiet"}, &out, &out)
+	assert.Equal(t, exitPass, code, out.String())
+}
+
+// A circular workload is refused at submit, every group of it, and the
+// run ends: nothing waits on a cycle.
+func TestCircularRefusedAtSubmit(t *testing.T) {
+	cfg, err := scenario("steady_load")
+	require.NoError(t, err)
+	cfg.Workload.Pattern, cfg.Workload.PatternWeights = "circular", nil
+	cfg.Duration = Duration(2 * time.Minute)
+	rep := runVirtual(t, cfg)
+	assert.True(t, invariant(t, rep, "circular_refused").Pass)
+	assert.Positive(t, rep.Submission.RefusedCycles)
+	assert.Equal(t, rep.Submission.Groups, rep.Submission.RefusedCycles)
+	assert.Zero(t, rep.Submission.Units)
+	assert.Equal(t, "drained", rep.EndReason)
+}
+
+// Without aging, a stream of high-priority work that fills the service
+// starves the low: the starvation check can fail.
+func TestStarvationWithoutAgingFails(t *testing.T) {
+	cfg, err := scenario("starvation")
+	require.NoError(t, err)
+	cfg.Workload.Aging, cfg.Workload.HighRate = 0, 1.2
+	cfg.Duration, cfg.Drain = Duration(20*time.Minute), Duration(20*time.Minute)
+	rep := runVirtual(t, cfg)
+	assert.False(t, invariant(t, rep, "no_starvation").Pass)
+	assert.False(t, rep.Pass)
+}
+
+// The inversion counter counts a lower-priority start while a
+// higher-priority unit of the task had been eligible and waited.
+func TestInversionsCounted(t *testing.T) {
+	s := time.Second
+	units := []*unitRec{
+		{spec: unitSpec{id: "hi", task: "t", priority: 1}, submitted: 0, runs: []runRec{{attempt: 1, start: 5 * s, end: 6 * s, ended: true}}, final: "completed", finalAt: 6 * s},
+		{spec: unitSpec{id: "lo", task: "t"}, submitted: 0, runs: []runRec{{attempt: 1, start: 2 * s, end: 3 * s, ended: true}}, final: "completed", finalAt: 3 * s},
+		// Same instant as hi's submission: not waiting before it.
+		{spec: unitSpec{id: "lo2", task: "t"}, submitted: 0, runs: []runRec{{attempt: 1, start: 0, end: 1 * s, ended: true}}, final: "completed", finalAt: 1 * s},
+		// Another task: not comparable.
+		{spec: unitSpec{id: "other", task: "u"}, submitted: 0, runs: []runRec{{attempt: 1, start: 3 * s, end: 4 * s, ended: true}}, final: "completed", finalAt: 4 * s},
+	}
+	assert.Equal(t, 1, inversions(units).Inversions)
+}
+
+// The recovery scenario kills its child at least five times and loses
+// nothing.
+func TestRecoveryScenario(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the recovery scenario takes about 15 s of real time (-short)")
+	}
+	cfg, err := scenario("recovery")
+	require.NoError(t, err)
+	cfg.Kills, cfg.Seed = 5, 1
+	var stderr bytes.Buffer
+	rep, err := runRecovery(context.Background(), cfg, "", &stderr)
+	require.NoError(t, err, stderr.String())
+	t.Logf("recovery: %+v", *rep.Recovery)
+	assert.Empty(t, failed(rep))
+	assert.GreaterOrEqual(t, rep.Recovery.Kills, 5)
+	assert.Zero(t, rep.Units.Lost)
+	assert.Zero(t, rep.Units.CompletedTwice)
+	assert.Equal(t, rep.Submission.Units, rep.Units.Completed)
+}
+
+// The HTML report is one file that holds its charts.
+func TestHTMLReport(t *testing.T) {
+	cfg, err := scenario("cascade_failure")
+	require.NoError(t, err)
+	cfg.Duration = Duration(6 * time.Minute)
+	s := cfg.Services["mock_flaky"]
+	s.Behavior.FailFrom, s.Behavior.FailFor = Duration(2*time.Minute), Duration(2*time.Minute)
+	cfg.Services["mock_flaky"] = s
+	rep := runVirtual(t, cfg)
+	path := filepath.Join(t.TempDir(), "r.html")
+	require.NoError(t, writeHTML(path, rep))
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	page := string(b)
+	for _, want := range []string{"Queue depth over time", "mock_flaky: use against its limit", "Latency distribution", "Circuit state over time", "<polyline", "<rect"} {
+		assert.Contains(t, page, want)
+	}
+	assert.NotContains(t, page, "<script src", "self-contained")
+	assert.NotContains(t, page, "http://", "loads nothing")
+	assert.Equal(t, 3+len(cfg.Services), strings.Count(page, "<svg"), "queue, one per service, circuits, latency")
+}
+
+func TestConfigFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "c.yaml")
+	require.NoError(t, os.WriteFile(path, []byte(`
+services:
+  mock_api:
+    max_concurrent: 5
+    rate_limit: 60
+    rate_window: 60
+    behavior:
+      latency: {distribution: normal, mean: 200ms, stddev: 50ms}
+      error_rate: 0.05
+workload:
+  pattern: diamond
+  task_types: [extract]
+  load: 0.5
+duration: 3m
+`), 0o644))
+	var out bytes.Buffer
+	code := run(context.Background(), []string{"--config", path, "--virtual", "--seed", "3"}, &out, &out)
+	assert.Equal(t, exitPass, code, out.String())
+	assert.Contains(t, out.String(), "PASS dependency_order")
+	require.NoError(t, os.WriteFile(path, []byte("services: {a: {max_concurrent: 1, bogus: 2}}\n"), 0o644))
+	out.Reset()
+	assert.Equal(t, exitUsage, run(context.Background(), []string{"--config", path}, &out, &out), "unknown fields are refused")
+	assert.Contains(t, out.String(), "bogus")
+}
