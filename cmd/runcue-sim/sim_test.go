@@ -259,3 +259,21 @@ duration: 3m
 	assert.Equal(t, exitUsage, run(context.Background(), []string{"--config", path}, &out, &out), "unknown fields are refused")
 	assert.Contains(t, out.String(), "bogus")
 }
+
+// A circuit_test service fails every call in bursts: its circuit opens in
+// each burst and closes after it, and the work completes.
+func TestCircuitTestBursts(t *testing.T) {
+	cfg := Config{Name: "circuit_test", Duration: Duration(12 * time.Minute), Seed: 1,
+		Services: map[string]ServiceConfig{"mock_ssh": {MaxConcurrent: 1, CircuitThreshold: 3, CircuitTimeout: Duration(10 * time.Second),
+			Behavior: Behavior{Latency: Latency{Distribution: "uniform", Min: Duration(200 * time.Millisecond), Max: Duration(800 * time.Millisecond)},
+				CircuitTest: true, BurstEvery: Duration(4 * time.Minute), BurstLength: Duration(40 * time.Second)}}},
+		Workload: Workload{Pattern: "chain", ChainDepth: 3, Load: 0.5, MaxAttempts: 10, BaseDelay: Duration(5 * time.Second)},
+		Expect:   Expect{CircuitOpens: []string{"mock_ssh"}}}
+	rep := runVirtual(t, cfg)
+	assert.Empty(t, failed(rep))
+	sm := rep.Services["mock_ssh"]
+	assert.GreaterOrEqual(t, sm.Opened, 3, "one opening per burst at least")
+	assert.Positive(t, sm.Checks.Answers["outage"])
+	require.NotEmpty(t, sm.Circuit)
+	assert.Equal(t, "closed", sm.Circuit[len(sm.Circuit)-1].State, "closed after the last burst")
+}
