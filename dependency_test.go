@@ -81,3 +81,22 @@ func TestDependencyCallbackError(t *testing.T) {
 	e.clk.Advance(time.Hour) // the recheck
 	assert.Equal(t, runcue.StateCompleted, e.wait(b).State)
 }
+
+// Dependents lists the units that wait for a unit, sorted; an unknown ID
+// is ErrNotFound.
+func TestDependents(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	require.NoError(t, e.c.Task("t", runcue.Task{Handler: noop}))
+	_, err := e.c.SubmitBatch(e.ctx, []runcue.Submission{
+		{Task: "t", ID: "c2", DependsOn: []string{"p"}}, {Task: "t", ID: "p"}, {Task: "t", ID: "c1", DependsOn: []string{"p"}},
+	})
+	require.NoError(t, err)
+	deps, err := e.c.Dependents(e.ctx, "p")
+	require.NoError(t, err)
+	assert.Equal(t, []string{"c1", "c2"}, deps)
+	deps, err = e.c.Dependents(e.ctx, "c1")
+	require.NoError(t, err)
+	assert.Empty(t, deps)
+	_, err = e.c.Dependents(e.ctx, "nope")
+	assert.ErrorIs(t, err, runcue.ErrNotFound)
+}

@@ -410,6 +410,27 @@ func (c *Cue) Get(ctx context.Context, id string) (WorkInfo, error) {
 	return infoFrom(u), nil
 }
 
+// Dependents returns the IDs of the units that depend on the unit id (that
+// listed it in DependsOn), sorted, or ErrNotFound if no unit has that ID.
+func (c *Cue) Dependents(ctx context.Context, id string) ([]string, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	states, err := c.st.UnitStates(ctx, []string{id})
+	if err != nil {
+		return nil, c.readErr(err)
+	}
+	if _, ok := states[id]; !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	ids, err := c.st.Dependents(ctx, id)
+	if err != nil {
+		return nil, c.readErr(err)
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
 // ListOptions select the units List returns.
 type ListOptions struct {
 	// States and Tasks filter; empty means all.

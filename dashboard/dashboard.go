@@ -1,0 +1,213 @@
+// Package dashboard serves a live operator dashboard for a Cue as an
+// http.Handler: an overview of the queue, the services and their limits,
+// a filtered and paged list of work, each unit with its attempts, its
+// dependencies and why it is not running, and a live tail of events.
+//
+//	mux.Handle("/ops/", http.StripPrefix("/ops", dashboard.Handler(cue, dashboard.Options{})))
+//
+// It works under any path prefix: every link is relative to the prefix the
+// request was routed under. Pages update live over Server-Sent Events,
+// coalesced to at most one refresh a second whatever the event rate, and
+// say "disconnected" within a few heartbeats (Options.Heartbeat) when the
+// server goes away; they reconnect by themselves.
+//
+// State-changing requests are POSTs guarded by http.CrossOriginProtection;
+// Options.ReadOnly hides and refuses them. Every action calls the same Cue
+// method as the runcue command, and the Cue records it as an event.
+//
+// The handler does no authentication: mount it behind the application's
+// own (BasicAuth is a minimal helper). It reads the Cue from any process
+// on the database, owner or not (see Cue.Stats and Cue.Services).
+package dashboard
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/sse"
+)
+
+// Options configure a Handler. The zero value is valid.
+type Options struct {
+	// Title heads every page. Default "runcue".
+	Title string
+	// ReadOnly hides the actions and refuses state-changing requests
+	// (403).
+	ReadOnly bool
+	// Format renders a unit's params or result (field "params" or
+	// "result") for display; it may redact them. Default: the JSON,
+	// indented.
+	Format func(w runcue.WorkInfo, field string, raw json.RawMessage) string
+	// Heartbeat is how often the live connection proves the server is
+	// there; a page says "disconnected" after about two missed beats.
+	// Default 2s.
+	Heartbeat time.Duration
+	// TrustedOrigins are origins (scheme://host[:port]) allowed to send
+	// state-changing requests besides the request's own, for a proxy
+	// that rewrites Host.
+	TrustedOrigins []string
+	// AuthorizeEvents, when set, decides which events a page's live
+	// stream may read (see sse.Options.Authorize).
+	AuthorizeEvents func(r *http.Request, f *sse.Filter) error
+}
+
+//go:embed assets
+var assets embed.FS
+
+// Handler returns the dashboard of c. It panics if an Options field is
+// invalid (a malformed trusted origin).
+func Handler(c *runcue.Cue, o Options) http.Handler {
+	if o.Title == "" {
+		o.Title = "runcue"
+	}
+	if o.Heartbeat <= 0 {
+		o.Heartbeat = 2 * time.Second
+	}
+	if o.Format == nil {
+		o.Format = formatJSON
+	}
+	d := &dash{c: c, o: o, pages: parsePages()}
+	cop := http.NewCrossOriginProtection()
+	for _, origin := range o.TrustedOrigins {
+		if err := cop.AddTrustedOrigin(origin); err != nil {
+			panic(fmt.Sprintf("dashboard: trusted origin %q: %v", origin, err))
+		}
+	}
+	static, _ := fs.Sub(assets, "assets")
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", d.overview)
+	mux.HandleFunc("GET /services", d.services)
+	mux.HandleFunc("GET /work", d.work)
+	mux.HandleFunc("GET /work/{id}", d.unit)
+	mux.HandleFunc("GET /tail", d.tail)
+	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
+	mux.Handle("GET /stream", sse.Handler(c, sse.Options{Authorize: o.AuthorizeEvents, KeepAlive: o.Heartbeat}))
+	mux.HandleFunc("GET /pulse", d.pulse)
+	actions := http.NewServeMux()
+	actions.HandleFunc("POST /actions/service", d.serviceAction)
+	actions.HandleFunc("POST /actions/unit", d.unitAction)
+	actions.HandleFunc("POST /actions/bulk", d.bulkAction)
+	var act http.Handler = actions
+	if o.ReadOnly {
+		act = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			http.Error(w, "read-only dashboard", http.StatusForbidden)
+		})
+	}
+	mux.Handle("POST /actions/", cop.Handler(act))
+	return mux
+}
+
+// dash serves the pages. It holds no state of its own between requests.
+type dash struct {
+	c     *runcue.Cue
+	o     Options
+	pages map[string]*template.Template
+}
+
+func formatJSON(_ runcue.WorkInfo, _ string, raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return string(raw)
+	}
+	b, _ := json.MarshalIndent(v, "", "  ")
+	return string(b)
+}
+
+// base returns the path the dashboard is mounted under, with a final
+// slash: the request's original path less the path the handler sees.
+func base(r *http.Request) string {
+	orig := r.URL.Path
+	if r.RequestURI != "" {
+		if p, _, _ := strings.Cut(r.RequestURI, "?"); p != "" && !strings.Contains(p, "://") {
+			orig = p
+		}
+	}
+	prefix := strings.TrimSuffix(orig, r.URL.Path)
+	if r.URL.Path == "/" {
+		prefix = strings.TrimSuffix(orig, "/")
+	}
+	return prefix + "/"
+}
+
+// page is what every page's template sees.
+type page struct {
+	Title     string
+	Base      string
+	Nav       string
+	ReadOnly  bool
+	Heartbeat int // ms
+	Stream    string
+	Data      any
+	Flash     string
+	Error     string
+}
+
+func (d *dash) render(w http.ResponseWriter, r *http.Request, name, stream string, data any) {
+	p := page{Title: d.o.Title, Base: base(r), Nav: name, ReadOnly: d.o.ReadOnly,
+		Heartbeat: int(d.o.Heartbeat / time.Millisecond), Stream: stream, Data: data, Flash: r.URL.Query().Get("flash")}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	tmpl := d.pages[name]
+	block := "page"
+	if r.URL.Query().Get("partial") == "1" {
+		block = "main" // a live refresh takes the main block alone
+	}
+	if err := tmpl.ExecuteTemplate(w, block, p); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+func (d *dash) fail(w http.ResponseWriter, err error) {
+	code := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, runcue.ErrNotFound):
+		code = http.StatusNotFound
+	case errors.Is(err, runcue.ErrInvalid), errors.Is(err, runcue.ErrUnknownService), errors.Is(err, runcue.ErrUnknownTask):
+		code = http.StatusBadRequest
+	case errors.Is(err, context.Canceled):
+		return
+	}
+	http.Error(w, err.Error(), code)
+}
+
+// pulse sends a heartbeat event every Options.Heartbeat: a page that
+// misses about two says "disconnected".
+func (d *dash) pulse(w http.ResponseWriter, r *http.Request) {
+	fl, ok := w.(http.Flusher)
+	if !ok {
+		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+		return
+	}
+	if rc := http.NewResponseController(w); rc != nil {
+		_ = rc.SetWriteDeadline(time.Time{})
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	t := time.NewTicker(d.o.Heartbeat)
+	defer t.Stop()
+	fmt.Fprintf(w, "retry: %d\nevent: heartbeat\ndata: %d\n\n", d.o.Heartbeat.Milliseconds(), d.o.Heartbeat.Milliseconds())
+	fl.Flush()
+	for {
+		select {
+		case <-r.Context().Done():
+			return
+		case <-t.C:
+			if _, err := fmt.Fprintf(w, "event: heartbeat\ndata: %d\n\n", d.o.Heartbeat.Milliseconds()); err != nil {
+				return
+			}
+			fl.Flush()
+		}
+	}
+}

@@ -1,0 +1,280 @@
+package dashboard_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/dashboard"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// fixture is a database with a little of everything, and a dashboard of
+// it mounted under /ops/.
+type fixture struct {
+	c   *runcue.Cue
+	srv *httptest.Server
+	ids map[string]string
+}
+
+func newFixture(t *testing.T, o dashboard.Options) *fixture {
+	t.Helper()
+	c, err := runcue.Open(filepath.Join(t.TempDir(), "d.db"), runcue.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, c.Service("api", runcue.Service{MaxConcurrent: 4, RateLimit: 60, RateWindow: time.Minute}))
+	fail := errors.New("upstream said 500")
+	require.NoError(t, c.Task("fetch", runcue.Task{Services: []string{"api"}, Retry: runcue.RetryPolicy{MaxAttempts: 1},
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			if strings.HasPrefix(w.Target, "bad") {
+				return nil, fail
+			}
+			return map[string]string{"got": w.Target}, nil
+		}}))
+	f := &fixture{c: c, ids: map[string]string{}}
+	ctx := context.Background()
+	for _, target := range []string{"ok-1", "ok-2", "bad-1"} {
+		s, err := c.Submit(ctx, runcue.Submission{Task: "fetch", Target: target, Params: map[string]int{"n": len(target)}})
+		require.NoError(t, err)
+		f.ids[target] = s.ID
+	}
+	require.NoError(t, c.Start(ctx))
+	require.NoError(t, c.Drain(ctx))
+	require.NoError(t, c.Stop(ctx))
+	// Queued work behind a dependency, left queued.
+	s, err := c.SubmitBatch(ctx, []runcue.Submission{{Task: "fetch", ID: "parent", Target: "later"}, {Task: "fetch", ID: "child", Target: "after-parent", DependsOn: []string{"parent"}}})
+	require.NoError(t, err)
+	f.ids["parent"], f.ids["child"] = s[0].ID, s[1].ID
+	mux := http.NewServeMux()
+	mux.Handle("/ops/", http.StripPrefix("/ops", dashboard.Handler(c, o)))
+	f.srv = httptest.NewServer(mux)
+	t.Cleanup(f.srv.Close)
+	return f
+}
+
+func (f *fixture) get(t *testing.T, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(f.srv.URL + "/ops/" + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(b)
+}
+
+// post sends a form as the dashboard's own page would (same origin).
+func (f *fixture) post(t *testing.T, path string, form url.Values, crossSite bool) (*http.Response, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, f.srv.URL+"/ops/"+path, strings.NewReader(form.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if crossSite {
+		req.Header.Set("Sec-Fetch-Site", "cross-site")
+		req.Header.Set("Origin", "https://evil.example")
+	} else {
+		req.Header.Set("Sec-Fetch-Site", "same-origin")
+	}
+	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func TestPagesRender(t *testing.T) {
+	f := newFixture(t, dashboard.Options{Title: "Ops"})
+	code, body := f.get(t, "")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `<base href="/ops/">`, "links resolve under the mount point")
+	assert.Contains(t, body, `<title>Ops</title>`)
+	assert.Contains(t, body, `data-state="completed">2<`)
+	assert.Contains(t, body, `data-state="failed">1<`)
+	assert.Contains(t, body, `data-state="queued">2<`)
+	assert.Contains(t, body, `<svg class="chart"`)
+
+	code, body = f.get(t, "services")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `data-service="api"`)
+	assert.Contains(t, body, "per 1m0s")
+
+	code, body = f.get(t, "work?state=failed")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "bad-1")
+	assert.NotContains(t, body, "ok-1")
+	assert.Contains(t, body, "upstream said 500")
+
+	code, body = f.get(t, "work?target=ok-")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "ok-1")
+	assert.Contains(t, body, "ok-2")
+	assert.NotContains(t, body, "bad-1")
+
+	code, body = f.get(t, "work/"+f.ids["child"])
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "Why isn't it running?")
+	assert.Contains(t, body, "waiting_dependencies")
+	assert.Contains(t, body, `href="work/parent"`, "its dependency, as a link")
+	code, body = f.get(t, "work/parent")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `href="work/child"`, "its dependent, as a link")
+
+	code, body = f.get(t, "work/"+f.ids["ok-1"])
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "&#34;got&#34;: &#34;ok-1&#34;", "the result, formatted")
+	assert.Contains(t, body, "completed")
+
+	code, _ = f.get(t, "work/no-such-unit")
+	assert.Equal(t, http.StatusNotFound, code)
+
+	code, body = f.get(t, "work?partial=1")
+	require.Equal(t, http.StatusOK, code)
+	assert.NotContains(t, body, "<html", "a live refresh takes the main block alone")
+	assert.Contains(t, body, "ok-1")
+
+	code, body = f.get(t, "tail")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `id="tail"`)
+	code, _ = f.get(t, "assets/app.js")
+	assert.Equal(t, http.StatusOK, code)
+}
+
+func TestActions(t *testing.T) {
+	f := newFixture(t, dashboard.Options{})
+	ctx := context.Background()
+
+	resp, body := f.post(t, "actions/service", url.Values{"service": {"api"}, "op": {"pause"}}, true)
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode, "a cross-origin POST is refused: %s", body)
+	st, err := f.c.ServiceStatus(ctx, "api")
+	require.NoError(t, err)
+	assert.False(t, st.Paused)
+
+	resp, body = f.post(t, "actions/service", url.Values{"service": {"api"}, "op": {"pause"}}, false)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
+	assert.Equal(t, "/ops/services?flash=paused+api", resp.Header.Get("Location"))
+	st, err = f.c.ServiceStatus(ctx, "api")
+	require.NoError(t, err)
+	assert.True(t, st.Paused)
+
+	resp, body = f.post(t, "actions/service", url.Values{"service": {"api"}, "op": {"set"}, "max_concurrent": {"2"}}, false)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
+	st, err = f.c.ServiceStatus(ctx, "api")
+	require.NoError(t, err)
+	assert.Equal(t, 2, st.Limits.MaxConcurrent)
+	assert.Equal(t, 60, st.Limits.RateLimit, "fields not given keep their value")
+	assert.True(t, st.Overridden)
+
+	// Bulk retry: a dry run first, then the confirmed one.
+	resp, body = f.post(t, "actions/bulk", url.Values{"op": {"retry"}, "state": {"failed"}}, false)
+	require.Equal(t, http.StatusOK, resp.StatusCode, body)
+	assert.Contains(t, body, "Retry 1 units?")
+	w, err := f.c.Get(ctx, f.ids["bad-1"])
+	require.NoError(t, err)
+	assert.Equal(t, runcue.StateFailed, w.State, "the dry run changed nothing")
+	resp, body = f.post(t, "actions/bulk", url.Values{"op": {"retry"}, "state": {"failed"}, "confirm": {"1"}}, false)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
+	w, err = f.c.Get(ctx, f.ids["bad-1"])
+	require.NoError(t, err)
+	assert.Equal(t, runcue.StateQueued, w.State)
+
+	resp, body = f.post(t, "actions/unit", url.Values{"op": {"cancel_cascade"}, "id": {"parent"}}, false)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
+	w, err = f.c.Get(ctx, "child")
+	require.NoError(t, err)
+	assert.Equal(t, runcue.StateCancelled, w.State, "cancelled with its dependency")
+}
+
+func TestReadOnly(t *testing.T) {
+	f := newFixture(t, dashboard.Options{ReadOnly: true})
+	_, body := f.get(t, "services")
+	assert.NotContains(t, body, `action="actions/`, "no action is offered")
+	assert.Contains(t, body, "read-only")
+	resp, _ := f.post(t, "actions/service", url.Values{"service": {"api"}, "op": {"pause"}}, false)
+	assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+	st, err := f.c.ServiceStatus(context.Background(), "api")
+	require.NoError(t, err)
+	assert.False(t, st.Paused)
+}
+
+func TestPulse(t *testing.T) {
+	f := newFixture(t, dashboard.Options{Heartbeat: 50 * time.Millisecond})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, f.srv.URL+"/ops/pulse", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	assert.Equal(t, "text/event-stream", resp.Header.Get("Content-Type"))
+	sc := bufio.NewScanner(resp.Body)
+	beats := 0
+	for beats < 3 && sc.Scan() {
+		if sc.Text() == "event: heartbeat" {
+			beats++
+		}
+	}
+	assert.Equal(t, 3, beats)
+}
+
+func TestFormatRedacts(t *testing.T) {
+	f := newFixture(t, dashboard.Options{Format: func(w runcue.WorkInfo, field string, raw json.RawMessage) string {
+		return field + " of " + w.Task + " hidden"
+	}})
+	_, body := f.get(t, "work/"+f.ids["ok-1"])
+	assert.Contains(t, body, "params of fetch hidden")
+	assert.Contains(t, body, "result of fetch hidden")
+	assert.NotContains(t, body, "&#34;got&#34;")
+}
+
+func TestBasicAuth(t *testing.T) {
+	h := dashboard.BasicAuth(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "in") }), "ops", "s3cret", "runcue")
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	for _, c := range []struct {
+		user, pass string
+		want       int
+	}{{"ops", "s3cret", http.StatusOK}, {"ops", "wrong", http.StatusUnauthorized}, {"", "", http.StatusUnauthorized}, {"other", "s3cret", http.StatusUnauthorized}} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL, nil)
+		if c.user != "" {
+			req.SetBasicAuth(c.user, c.pass)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		assert.Equal(t, c.want, resp.StatusCode, "%s:%s", c.user, c.pass)
+		if c.want == http.StatusUnauthorized {
+			assert.Equal(t, `Basic realm="runcue", charset="UTF-8"`, resp.Header.Get("WWW-Authenticate"))
+		}
+	}
+}
+
+// Example of mounting the dashboard under a prefix, behind a password.
+func ExampleHandler() {
+	c, err := runcue.Open(filepath.Join(os.TempDir(), "example-dashboard.db"), runcue.Config{})
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	mux := http.NewServeMux()
+	ops := dashboard.Handler(c, dashboard.Options{Title: "Jobs", ReadOnly: false})
+	mux.Handle("/ops/", dashboard.BasicAuth(http.StripPrefix("/ops", ops), "ops", os.Getenv("OPS_PASSWORD"), "jobs"))
+	_ = &http.Server{Addr: "127.0.0.1:8080", Handler: mux}
+	// srv.ListenAndServe()
+}
