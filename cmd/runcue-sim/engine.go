@@ -330,12 +330,28 @@ func (p *parking) take(x *parked) {
 	}
 }
 
-// collect records the Cue's events until ctx ends; it returns when the
-// channel closes.
-func (e *engine) collect(ch <-chan runcue.Event) {
-	for ev := range ch {
-		e.rec.event(ev)
+// record feeds the recorder every event of the database, from the first,
+// through the durable subscription "runcue-sim" (catchUp waits on its
+// head). closeAll stops it and closes the Cue; on an error the Cue is
+// closed already.
+func (e *engine) record(ctx context.Context) (closeAll func(), err error) {
+	events, stopEvents, err := e.cue.Subscribe(ctx, runcue.SubscribeOptions{Name: "runcue-sim", After: 0, Buffer: 4096})
+	if err != nil {
+		e.cue.Close()
+		return nil, err
 	}
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for ev := range events {
+			e.rec.event(ev)
+		}
+	}()
+	return func() {
+		stopEvents()
+		e.cue.Close()
+		<-collected
+	}, nil
 }
 
 // submit submits a group at the clock's current time.
@@ -358,20 +374,9 @@ func (e *engine) run(ctx context.Context) (*Report, error) {
 	e.wallStart = time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	events, stopEvents, err := e.cue.Subscribe(ctx, runcue.SubscribeOptions{Name: "runcue-sim", After: 0, Buffer: 4096})
+	closeAll, err := e.record(ctx)
 	if err != nil {
-		e.cue.Close()
 		return nil, err
-	}
-	collected := make(chan struct{})
-	go func() {
-		defer close(collected)
-		e.collect(events)
-	}()
-	closeAll := func() {
-		stopEvents()
-		e.cue.Close()
-		<-collected
 	}
 	if err := e.cue.Start(ctx); err != nil {
 		closeAll()

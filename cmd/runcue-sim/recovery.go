@@ -174,21 +174,11 @@ func runRecovery(ctx context.Context, cfg Config, db string, stderr io.Writer) (
 	e.wallStart = time.Now()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	events, stopEvents, err := e.cue.Subscribe(ctx, runcue.SubscribeOptions{Name: "runcue-sim", After: 0, Buffer: 4096})
+	closeAll, err := e.record(ctx)
 	if err != nil {
-		e.cue.Close()
 		return nil, err
 	}
-	collected := make(chan struct{})
-	go func() {
-		defer close(collected)
-		e.collect(events)
-	}()
-	defer func() {
-		stopEvents()
-		e.cue.Close()
-		<-collected
-	}()
+	defer closeAll()
 	// The whole workload is submitted first: the child then has work for
 	// every kill.
 	for e.gen.peek() < cfg.Duration.D() {
