@@ -15,6 +15,10 @@
 // Options.ReadOnly hides and refuses them. Every action calls the same Cue
 // method as the runcue command, and the Cue records it as an event.
 //
+// A page holds two streams open (events and heartbeats), which never go
+// idle: as for the sse package, give the http.Server a BaseContext that is
+// cancelled at shutdown, so that Shutdown ends them.
+//
 // The handler does no authentication: mount it behind the application's
 // own (BasicAuth is a minimal helper). It reads the Cue from any process
 // on the database, owner or not (see Cue.Stats and Cue.Services).

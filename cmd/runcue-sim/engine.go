@@ -175,32 +175,46 @@ func (e *engine) cleanup() {
 	}
 }
 
-// handler returns the handler of a task type: it calls each of the task's
-// mock services at the handler-start instant (Work.Started), waits for the
-// slowest answer (virtually: parked until the driver releases it) and
-// returns the first failure.
+// handler returns the handler of a task type: it makes the call (see
+// call) and returns the error of its answer.
 func (e *engine) handler(task string) runcue.Handler {
-	var ms []*mock
-	for _, s := range e.cfg.Workload.TaskServices[task] {
-		ms = append(ms, e.mocks[s])
-	}
+	ms := e.taskMocks(task)
 	return func(ctx context.Context, w *runcue.Work) (any, error) {
-		lat, v, bad, idx := e.callMocks(ms, w.ID, w.Attempt, w.Started)
-		e.rec.runStarted(w.ID, w.Attempt, w.Started)
-		end, cut := e.wait(ctx, w.ID, w.Attempt, w.Started, lat, v == answerTimeout)
-		answer := v.String()
-		if cut && v != answerTimeout {
-			answer = "cut"
-		}
-		for i, m := range ms {
-			m.leave(idx[i], end, v, m.cfg.Behavior.RetryAfter.D())
-		}
-		e.rec.runEnded(w.ID, w.Attempt, end, answer)
+		v, bad, _, cut := e.call(ctx, ms, w.ID, w.Attempt, w.Started)
 		if cut {
 			return nil, context.Cause(ctx)
 		}
 		return nil, answerErr(v, bad)
 	}
+}
+
+// taskMocks returns the mocks of a task type's services.
+func (e *engine) taskMocks(task string) []*mock {
+	var ms []*mock
+	for _, s := range e.cfg.Workload.TaskServices[task] {
+		ms = append(ms, e.mocks[s])
+	}
+	return ms
+}
+
+// call makes one run's call to the mocks ms: its arrival at each at the
+// handler-start instant start, the wait for the slowest answer
+// (virtually: parked until the driver releases it), and its end. It
+// returns the first failing answer and its mock, the answer as recorded,
+// and whether ctx ended the call first ("cut", unless it was a timeout).
+func (e *engine) call(ctx context.Context, ms []*mock, id string, attempt int, start time.Time) (verdict, *mock, string, bool) {
+	lat, v, bad, idx := e.callMocks(ms, id, attempt, start)
+	e.rec.runStarted(id, attempt, start)
+	end, cut := e.wait(ctx, id, attempt, start, lat, v == answerTimeout)
+	answer := v.String()
+	if cut && v != answerTimeout {
+		answer = "cut"
+	}
+	for i, m := range ms {
+		m.leave(idx[i], end, v, m.cfg.Behavior.RetryAfter.D())
+	}
+	e.rec.runEnded(id, attempt, end, answer)
+	return v, bad, answer, cut
 }
 
 // callMocks records a call's arrival at each mock and returns the

@@ -71,11 +71,11 @@ type recorder struct {
 	backpressureOn int
 	bpActive       bool
 	// Counters for the live view.
-	started, completed, failedRuns, terminalFailed, retried int
-	recent                                                  []eventLine // ring of the last recentMax
-	recentNext                                              int
-	events                                                  int
-	finals                                                  int // accepted units with a final state
+	retried    int
+	recent     []eventLine // ring of the last recentMax
+	recentNext int
+	events     int
+	finals     int // accepted units with a final state
 }
 
 const recentMax = 12
@@ -158,25 +158,21 @@ func (r *recorder) event(e runcue.Event) {
 	line := ""
 	switch e.Type {
 	case runcue.EventWorkStarted:
-		r.started++
 		line = fmt.Sprintf("%-16s %s task=%s attempt=%d", e.Type, e.WorkID, e.Task, e.Attempt)
 	case runcue.EventWorkCompleted:
 		u := r.unit(e.WorkID)
 		u.completions++
 		r.setFinal(u, "completed", at)
-		r.completed++
 		line = fmt.Sprintf("%-16s %s task=%s", e.Type, e.WorkID, e.Task)
 	case runcue.EventWorkSkipped, runcue.EventWorkCancelled:
 		u := r.unit(e.WorkID)
 		r.setFinal(u, string(e.Type)[len("work_"):], at)
 		line = fmt.Sprintf("%-16s %s task=%s", e.Type, e.WorkID, e.Task)
 	case runcue.EventWorkFailed:
-		r.failedRuns++
 		u := r.unit(e.WorkID)
 		u.errorKind = e.ErrorKind
 		if !e.WillRetry {
 			r.setFinal(u, "failed", at)
-			r.terminalFailed++
 		}
 		line = fmt.Sprintf("%-16s %s task=%s error=%s", e.Type, e.WorkID, e.Task, e.ErrorKind)
 	case runcue.EventWorkRetrying:

@@ -124,22 +124,7 @@ func (e *engine) serveMocks(executions map[string]int, mu *sync.Mutex) http.Hand
 		mu.Lock()
 		executions[req.Unit]++
 		mu.Unlock()
-		var ms []*mock
-		for _, s := range e.cfg.Workload.TaskServices[req.Task] {
-			ms = append(ms, e.mocks[s])
-		}
-		start := time.Unix(0, req.Started)
-		lat, v, bad, idx := e.callMocks(ms, req.Unit, req.Attempt, start)
-		e.rec.runStarted(req.Unit, req.Attempt, start)
-		end, cut := e.wait(r.Context(), req.Unit, req.Attempt, start, lat, v == answerTimeout)
-		answer := v.String()
-		if cut && v != answerTimeout {
-			answer = "cut"
-		}
-		for i, m := range ms {
-			m.leave(idx[i], end, v, m.cfg.Behavior.RetryAfter.D())
-		}
-		e.rec.runEnded(req.Unit, req.Attempt, end, answer)
+		_, bad, answer, _ := e.call(r.Context(), e.taskMocks(req.Task), req.Unit, req.Attempt, time.Unix(0, req.Started))
 		a := callAnswer{Answer: answer}
 		if bad != nil {
 			a.Service = bad.name

@@ -22,20 +22,19 @@ import (
 // at the frame rate, never per event, so the UI's cost does not grow with
 // the event rate.
 type snapshot struct {
-	At           time.Duration      `json:"at"`
-	States       map[string]int     `json:"states"`
-	Services     []serviceSnapshot  `json:"services"`
-	Recent       []string           `json:"-"`
-	Events       int                `json:"events"`
-	Retries      int                `json:"retries"`
-	Backpressure bool               `json:"backpressure"`
-	Paused       bool               `json:"paused"`
-	ErrorRate    string             `json:"error_rate"`
-	LatencyScale float64            `json:"latency_scale"`
-	RateScale    float64            `json:"rate_scale"`
-	Violations   map[string]int     `json:"server_side_violations"`
-	Err          string             `json:"error,omitempty"`
-	Extra        map[string]float64 `json:"-"`
+	At           time.Duration     `json:"at"`
+	States       map[string]int    `json:"states"`
+	Services     []serviceSnapshot `json:"services"`
+	Recent       []string          `json:"-"`
+	Events       int               `json:"events"`
+	Retries      int               `json:"retries"`
+	Backpressure bool              `json:"backpressure"`
+	Paused       bool              `json:"paused"`
+	ErrorRate    string            `json:"error_rate"`
+	LatencyScale float64           `json:"latency_scale"`
+	RateScale    float64           `json:"rate_scale"`
+	Violations   map[string]int    `json:"server_side_violations"`
+	Err          string            `json:"error,omitempty"`
 }
 
 type serviceSnapshot struct {
@@ -356,12 +355,16 @@ func runTUI(ctx context.Context, cfg Config, f *flags) (*Report, error) {
 	}
 	m := newTUIModel(ctx, e, f.frameRate, f.snapshotDir)
 	p := tea.NewProgram(m, tea.WithContext(ctx))
+	// The run's goroutine ends with the run; runTUI waits for it.
+	ran := make(chan struct{})
 	go func() {
+		defer close(ran)
 		rep, err := e.run(ctx)
-		p.Send(runDoneMsg{rep: rep, err: err})
+		p.Send(runDoneMsg{rep: rep, err: err}) // returns at once once the program has ended
 	}()
 	if _, err := p.Run(); err != nil {
 		e.stopRun()
+		<-ran
 		return nil, err
 	}
 	if m.runErr != nil {
