@@ -522,20 +522,30 @@ func TestPriorityAgingUnderSaturation(t *testing.T) {
 	}})
 	require.NoError(t, e.c.Service("gpu", runcue.Service{MaxConcurrent: 1}))
 	release := make(chan struct{})
+	started := make(chan struct{}, 64)
 	var lowAt atomic.Int64
 	require.NoError(t, e.c.Task("t", runcue.Task{Services: []string{"gpu"}, Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
 		if w.Target == "background" {
 			lowAt.Store(int64(w.Started.Sub(epoch)))
 		}
+		started <- struct{}{}
 		select {
 		case <-release:
 		case <-ctx.Done():
 		}
 		return nil, nil
 	}}))
+	nextStart := func() {
+		t.Helper()
+		select {
+		case <-started:
+		case <-e.ctx.Done():
+			t.Fatal("no next dispatch")
+		}
+	}
 	e.start()
 	e.submit("t", func(s *runcue.Submission) { s.Target = "urgent" })
-	e.settle()
+	nextStart()
 	e.submit("t", func(s *runcue.Submission) { s.Target = "background" })
 	for range 30 {
 		e.submit("t", func(s *runcue.Submission) { s.Target = "urgent" })
@@ -543,12 +553,15 @@ func TestPriorityAgingUnderSaturation(t *testing.T) {
 	// Every minute one run ends: the service is always full, and urgent
 	// work always waits. Nothing new arrives while the lane is parked, so
 	// only the re-scoring on waking brings the waiting unit's score up to
-	// date.
+	// date. Each run ends, and the next starts, before the clock moves on
+	// (a run released but not yet returned would otherwise end a minute
+	// late).
 	for minute := 0; minute < 30 && lowAt.Load() == 0; minute++ {
 		e.settle()
 		e.clk.Advance(time.Minute)
 		e.settle()
 		release <- struct{}{}
+		nextStart()
 		e.settle()
 	}
 	require.NotZero(t, lowAt.Load(), "the background unit never ran under the urgent stream")
