@@ -1,7 +1,10 @@
 package runcue_test
 
 import (
+	"context"
+	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -79,4 +82,59 @@ func TestServiceReloadOffTheLoop(t *testing.T) {
 	g.next(t)
 	close(g.release)
 	require.NoError(t, e.c.Drain(e.ctx))
+}
+
+// TestWorkEvents: a unit's events are its own, oldest first, paged with
+// after and limit, from the owner or from a reader in another Cue on the
+// file, and they outlive the unit's success; a unit unknown has none.
+func TestWorkEvents(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	calls := 0
+	require.NoError(t, e.c.Task("t", runcue.Task{Retry: runcue.RetryPolicy{MaxAttempts: 2, Backoff: runcue.BackoffFixed, BaseDelay: time.Millisecond},
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			if w.Target == "flaky" {
+				calls++
+				if calls == 1 {
+					return nil, errors.New("first try fails")
+				}
+			}
+			return nil, nil
+		}}))
+	e.start()
+	a := e.submit("t", func(s *runcue.Submission) { s.Target = "flaky" })
+	b := e.submit("t")
+	e.settle()
+	e.clk.Advance(time.Second) // the retry's backoff
+	e.wait(a)
+	e.wait(b)
+	types := func(evs []runcue.Event) []string {
+		var out []string
+		for _, ev := range evs {
+			assert.Equal(t, a, ev.WorkID)
+			out = append(out, string(ev.Type))
+		}
+		return out
+	}
+	evs, err := e.c.WorkEvents(e.ctx, a, 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"work_queued", "work_started", "work_failed", "work_retrying", "work_started", "work_completed"}, types(evs))
+	for i := 1; i < len(evs); i++ {
+		assert.Greater(t, evs[i].Seq, evs[i-1].Seq)
+	}
+	page, err := e.c.WorkEvents(e.ctx, a, evs[1].Seq, 2)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"work_failed", "work_retrying"}, types(page), "paged after the second, two")
+
+	reader, err := runcue.Open(e.path, runcue.Config{Clock: e.clk})
+	require.NoError(t, err)
+	defer reader.Close()
+	other, err := reader.WorkEvents(e.ctx, a, 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, types(evs), types(other), "from a second Cue on the file")
+
+	none, err := e.c.WorkEvents(e.ctx, "no-such-unit", 0, 0)
+	require.NoError(t, err)
+	assert.Empty(t, none)
+	_, err = e.c.WorkEvents(e.ctx, a, -2, 0)
+	assert.ErrorIs(t, err, runcue.ErrInvalid)
 }

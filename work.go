@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strconv"
 	"strings"
@@ -429,6 +430,36 @@ func (c *Cue) Dependents(ctx context.Context, id string) ([]string, error) {
 	}
 	slices.Sort(ids)
 	return ids, nil
+}
+
+// WorkEvents returns the retained durable events of the unit id with a
+// sequence number above after, oldest first, at most limit of them (zero
+// means 100; at most 1000). Pass the last one's Seq as after to read on.
+// It reads through an index of events by unit, so its cost is what it
+// returns, however long the log. The events outlive the unit until
+// retention deletes them: a pruned or unknown unit is not an error, it
+// has no events or only its old ones.
+func (c *Cue) WorkEvents(ctx context.Context, id string, after int64, limit int) ([]Event, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	switch {
+	case after < 0 || limit < 0:
+		return nil, fmt.Errorf("%w: after %d, limit %d", ErrInvalid, after, limit)
+	case limit == 0:
+		limit = 100
+	case limit > 1000:
+		limit = 1000
+	}
+	evs, err := c.st.MatchingEvents(ctx, store.EventQuery{WorkID: id, After: after, Upto: math.MaxInt64, Limit: limit})
+	if err != nil {
+		return nil, c.readErr(err)
+	}
+	out := make([]Event, len(evs))
+	for i := range evs {
+		out[i] = eventFrom(&evs[i])
+	}
+	return out, nil
 }
 
 // ListOptions select the units List returns.

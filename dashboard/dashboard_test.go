@@ -140,6 +140,10 @@ func TestPagesRender(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, "&#34;got&#34;: &#34;ok-1&#34;", "the result, formatted")
 	assert.Contains(t, body, "completed")
+	assert.Regexp(t, `(?s)<td>work_queued</td>.*<td>work_started</td>.*<td>work_completed</td>`, body, "its events, in order")
+	code, body = f.get(t, "work/"+f.ids["bad-1"])
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Regexp(t, `(?s)<td>work_failed</td><td class="num">1</td><td class="err">upstream said 500`, body, "its failure among its events")
 
 	code, _ = f.get(t, "work/no-such-unit")
 	assert.Equal(t, http.StatusNotFound, code)

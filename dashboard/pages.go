@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -263,7 +264,14 @@ type unitData struct {
 	Why        *runcue.Explanation
 	Dependents []string
 	Terminal   bool
+	// Events are the unit's retained events, a page of them from ?after=;
+	// MoreEvents is the Seq to read on after, 0 when there are no more.
+	Events     []runcue.Event
+	MoreEvents int64
 }
+
+// unitEventsPage is how many of a unit's events its page shows at once.
+const unitEventsPage = 200
 
 func (d *dash) unit(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
@@ -285,6 +293,17 @@ func (d *dash) unit(w http.ResponseWriter, r *http.Request) {
 	if deps, err := d.c.Dependents(ctx, id); err == nil {
 		data.Dependents = deps
 	}
+	after, _ := strconv.ParseInt(r.URL.Query().Get("after"), 10, 64)
+	evs, err := d.c.WorkEvents(ctx, id, max(after, 0), unitEventsPage+1)
+	if err != nil {
+		d.fail(w, err)
+		return
+	}
+	if len(evs) > unitEventsPage {
+		evs = evs[:unitEventsPage]
+		data.MoreEvents = evs[len(evs)-1].Seq
+	}
+	data.Events = evs
 	d.render(w, r, "unit", "work_queued,work_started,work_completed,work_failed,work_skipped,work_cancelled,work_retrying", data)
 }
 

@@ -262,6 +262,9 @@ type EventQuery struct {
 	After, Upto int64
 	Types       []string
 	Tasks       []string
+	// WorkID, if set, selects only the events of this unit, through an
+	// index on the unit's ID (cost: what it returns).
+	WorkID string
 	// Limit caps the events returned; zero means 1000.
 	Limit int
 }

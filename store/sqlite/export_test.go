@@ -71,3 +71,6 @@ func QueryPlanForTest(ctx context.Context, s *Store, query string) (string, erro
 	}
 	return strings.Join(out, "\n"), rows.Err()
 }
+
+// UnitEventsQuery is the read of one unit's events.
+const UnitEventsQuery = unitEventsQuery + ` ORDER BY e.seq LIMIT ?`

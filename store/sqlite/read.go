@@ -446,6 +446,9 @@ func (s *Store) MatchingEvents(ctx context.Context, q store.EventQuery) ([]store
 	if q.Limit <= 0 {
 		q.Limit = 1000
 	}
+	if q.WorkID != "" {
+		return s.unitEvents(ctx, q)
+	}
 	if len(q.Types) == 0 && len(q.Tasks) == 0 {
 		return s.events(ctx, eventSelect+` WHERE e.seq > ? AND e.seq <= ? ORDER BY e.seq LIMIT ?`, q.After, q.Upto, q.Limit)
 	}
@@ -483,6 +486,29 @@ func (s *Store) MatchingEvents(ctx context.Context, q store.EventQuery) ([]store
 		}
 	}
 	return out, nil
+}
+
+// unitEventsQuery reads a unit's events in a range of the log.
+const unitEventsQuery = eventSelect + ` WHERE e.work_id = ? AND e.seq > ? AND e.seq <= ?`
+
+// unitEvents returns the events of q.WorkID through the events_work index
+// (migration 0009), filtered by q's types and tasks.
+func (s *Store) unitEvents(ctx context.Context, q store.EventQuery) ([]store.Event, error) {
+	query := unitEventsQuery
+	args := []any{q.WorkID, q.After, q.Upto}
+	if len(q.Types) > 0 {
+		query += ` AND e.type IN (` + placeholders(len(q.Types)) + `)`
+		for _, t := range q.Types {
+			args = append(args, t)
+		}
+	}
+	if len(q.Tasks) > 0 {
+		query += ` AND coalesce(e.task, '') IN (` + placeholders(len(q.Tasks)) + `)`
+		for _, t := range q.Tasks {
+			args = append(args, t)
+		}
+	}
+	return s.events(ctx, query+` ORDER BY e.seq LIMIT ?`, append(args, q.Limit)...)
 }
 
 // ranges reads (first, last) pairs and merges the overlapping ones.

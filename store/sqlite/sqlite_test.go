@@ -361,6 +361,36 @@ func TestMigrateFromSchema7(t *testing.T) {
 	assertMigrated(t, st, 8)
 }
 
+// TestMigrateFromSchema8 opens a database written by schema version 8
+// (testdata/schema8.db, written by testdata/mkschema8 with the runcue of
+// that schema) and checks that the index of events by unit finds each
+// unit's events, in order, after the migration.
+func TestMigrateFromSchema8(t *testing.T) {
+	st := openFixture(t, "schema8.db")
+	ctx := t.Context()
+	evs, err := st.MatchingEvents(ctx, store.EventQuery{WorkID: "done-1", Upto: 1 << 62})
+	require.NoError(t, err)
+	var got []string
+	for _, ev := range evs {
+		got = append(got, ev.Type+":"+ev.Target)
+	}
+	assert.Equal(t, []string{"work_queued:ok", "work_started:ok", "work_completed:ok"}, got)
+	evs, err = st.MatchingEvents(ctx, store.EventQuery{WorkID: "dep-of-failed", Upto: 1 << 62, Types: []string{"work_failed"}})
+	require.NoError(t, err)
+	require.Len(t, evs, 1)
+	assert.Equal(t, int64(11), evs[0].Seq)
+	subs, err := st.Subscriptions(ctx)
+	require.NoError(t, err)
+	require.Len(t, subs, 1)
+	n, err := st.QueuedCount(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+	plan, err := sqlite.QueryPlanForTest(ctx, st, sqlite.UnitEventsQuery)
+	require.NoError(t, err)
+	assert.Contains(t, plan, "events_work", plan)
+	assertMigrated(t, st, 9)
+}
+
 // assertMigrated checks that st was migrated to this package's schema,
 // which is at least version atLeast.
 func assertMigrated(t *testing.T, st *sqlite.Store, atLeast int) {
@@ -369,6 +399,17 @@ func assertMigrated(t *testing.T, st *sqlite.Store, atLeast int) {
 	require.NoError(t, err)
 	assert.Equal(t, sqlite.SchemaVersion, version)
 	assert.GreaterOrEqual(t, version, atLeast)
+}
+
+// TestUnitEventsUseIndex: a unit's events are read through the events_work
+// index, not by walking the log.
+func TestUnitEventsUseIndex(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "plan.db"), sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	plan, err := sqlite.QueryPlanForTest(t.Context(), st, sqlite.UnitEventsQuery)
+	require.NoError(t, err)
+	assert.Contains(t, plan, "events_work", plan)
 }
 
 // TestOpenUnitQueriesUseIndex: the queries of active units that run at a

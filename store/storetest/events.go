@@ -107,9 +107,17 @@ func testMatchingEvents(t *testing.T, h *harness) {
 		if rnd.IntN(2) == 0 || len(q.Tasks) == 0 {
 			q.Types = []string{[]string{"work_queued", "backpressure_active"}[rnd.IntN(2)]}
 		}
+		if rnd.IntN(3) == 0 {
+			// One unit's events (any unit, or none when the pick has no unit).
+			q.WorkID = all[rnd.IntN(len(all))].WorkID
+			q.After, q.Upto, q.Limit = 0, last, 1000
+			if rnd.IntN(2) == 0 {
+				q.Types, q.Tasks = nil, nil
+			}
+		}
 		var want []int64
 		for _, e := range all {
-			if e.Seq > q.After && e.Seq <= q.Upto && len(want) < q.Limit &&
+			if e.Seq > q.After && e.Seq <= q.Upto && len(want) < q.Limit && (q.WorkID == "" || q.WorkID == e.WorkID) &&
 				(len(q.Types) == 0 || q.Types[0] == e.Type) && (len(q.Tasks) == 0 || q.Tasks[0] == e.Task) {
 				want = append(want, e.Seq)
 			}
