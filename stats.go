@@ -37,6 +37,8 @@ type Stats struct {
 	// QueuePaused and PausedTasks report PauseQueue and PauseTask.
 	QueuePaused bool     `json:"queue_paused,omitempty"`
 	PausedTasks []string `json:"paused_tasks,omitempty"`
+	// Backpressure is the state of the queue's bound (Config.MaxQueued).
+	Backpressure BackpressureStats `json:"backpressure"`
 	// QueueWait summarizes, over the last StatsWindow, how long dispatched
 	// units waited from becoming eligible to their dispatch.
 	QueueWait QueueWaitStats `json:"queue_wait"`
@@ -144,6 +146,9 @@ func (c *Cue) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, c.readErr(err)
 	}
 	s.QueuePaused, s.PausedTasks = p.Queue, p.Tasks
+	if s.Backpressure, err = c.backpressureStats(ctx); err != nil {
+		return Stats{}, err
+	}
 	since := now.Add(-StatsWindow).Truncate(time.Minute).Add(time.Minute)
 	waits, err := c.st.QueueWaits(ctx, since)
 	if err != nil {
@@ -187,6 +192,58 @@ func (c *Cue) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	return s, nil
+}
+
+// BackpressureStats is the state of backpressure: whether the queue reached
+// HighWater of Config.MaxQueued and has not yet fallen back to LowWater.
+//
+// In the owning Cue it is the dispatcher's own state. Elsewhere it is the
+// last backpressure event the owner recorded (EventBackpressureActive or
+// EventBackpressureCleared), with the queue's size and bound at that
+// moment; MaxQueued is zero when no such event is retained.
+type BackpressureStats struct {
+	// Active reports that backpressure is active: with OverflowReject,
+	// submissions fail with ErrBackpressure.
+	Active bool `json:"active"`
+	// MaxQueued is the bound; zero if unbounded or unknown.
+	MaxQueued int `json:"max_queued,omitempty"`
+	// Queued is the number of queued units the owner counted (now in the
+	// owner; when the event was recorded elsewhere).
+	Queued int `json:"queued,omitempty"`
+	// Since is when the state began (the event's time); zero if unknown.
+	Since time.Time `json:"since,omitzero"`
+}
+
+// backpressureStats reads the state of backpressure: from the dispatcher
+// if this Cue owns the database, else from the last backpressure event.
+func (c *Cue) backpressureStats(ctx context.Context) (BackpressureStats, error) {
+	var b BackpressureStats
+	ev, ok, err := c.st.LastOfTypes(ctx, []string{string(EventBackpressureActive), string(EventBackpressureCleared)})
+	if err != nil {
+		return b, c.readErr(err)
+	}
+	if ok {
+		e := eventFrom(&ev)
+		b = BackpressureStats{Active: e.Type == EventBackpressureActive, MaxQueued: e.MaxQueued, Queued: e.Queued, Since: e.Time}
+	}
+	if d := c.disp.Load(); d != nil {
+		ch := make(chan BackpressureStats, 1)
+		d.in.Push(msgCall{f: func(d *dispatcher) {
+			live := BackpressureStats{Active: d.bpActive, MaxQueued: d.cfg.MaxQueued, Queued: d.queuedCount()}
+			if live.Active == b.Active {
+				live.Since = b.Since
+			}
+			ch <- live
+		}})
+		select {
+		case live := <-ch:
+			return live, nil
+		case <-d.done:
+		case <-ctx.Done():
+			return b, ctx.Err()
+		}
+	}
+	return b, nil
 }
 
 // queueWaitStats reads percentiles from a histogram of store.QueueWaitBounds.

@@ -124,3 +124,37 @@ func TestStatsFromAnyProcess(t *testing.T) {
 	require.NoError(t, c.Cancel(e.ctx, ids[4], runcue.CancelOptions{}))
 	require.NoError(t, c.Drain(e.ctx))
 }
+
+// TestStatsBackpressure: Stats reports backpressure, from the owner's own
+// state and, in another Cue on the file, from the last backpressure event.
+func TestStatsBackpressure(t *testing.T) {
+	e := newEnv(t, runcue.Config{MaxQueued: 10})
+	require.NoError(t, e.c.Task("t", runcue.Task{Handler: noop}))
+	rec := record(t, e.c)
+	reader := e.open(runcue.Config{})
+	check := func(c *runcue.Cue, want runcue.BackpressureStats, msg string) {
+		t.Helper()
+		st, err := c.Stats(e.ctx)
+		require.NoError(t, err)
+		got := st.Backpressure
+		assert.True(t, want.Since.Equal(got.Since), "%s: since %v, want %v", msg, got.Since, want.Since)
+		got.Since, want.Since = time.Time{}, time.Time{}
+		assert.Equal(t, want, got, msg)
+	}
+	check(reader, runcue.BackpressureStats{}, "nothing recorded yet")
+
+	require.NoError(t, e.c.PauseQueue(e.ctx))
+	for range 10 {
+		e.submit("t")
+	}
+	e.start()
+	active := rec.waitFor(t, 1, ofType(runcue.EventBackpressureActive, ""))[0]
+	check(e.c, runcue.BackpressureStats{Active: true, MaxQueued: 10, Queued: 10, Since: active.Time}, "the owner's")
+	check(reader, runcue.BackpressureStats{Active: true, MaxQueued: 10, Queued: 10, Since: active.Time}, "from the log")
+
+	require.NoError(t, e.c.ResumeQueue(e.ctx))
+	require.NoError(t, e.c.Drain(e.ctx))
+	cleared := rec.waitFor(t, 1, ofType(runcue.EventBackpressureCleared, ""))[0]
+	check(reader, runcue.BackpressureStats{MaxQueued: 10, Queued: cleared.Queued, Since: cleared.Time}, "cleared, from the log")
+	check(e.c, runcue.BackpressureStats{MaxQueued: 10, Since: cleared.Time}, "cleared, the owner's")
+}

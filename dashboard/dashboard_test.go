@@ -109,6 +109,7 @@ func TestPagesRender(t *testing.T) {
 	assert.Contains(t, body, `data-state="failed">1<`)
 	assert.Contains(t, body, `data-state="queued">2<`)
 	assert.Contains(t, body, `<svg class="chart"`)
+	assert.Contains(t, body, `id="backpressure">none<`, "no bound configured")
 
 	code, body = f.get(t, "services")
 	require.Equal(t, http.StatusOK, code, body)

@@ -311,6 +311,10 @@ type Store interface {
 	// (an index per filter), so a narrow subscription far behind costs
 	// what it delivers, not the whole log.
 	MatchingEvents(ctx context.Context, q EventQuery) ([]Event, error)
+	// LastOfTypes returns the retained event of one of types with the
+	// highest Seq, and false if none is retained. It reads only what can
+	// hold one (not the whole log).
+	LastOfTypes(ctx context.Context, types []string) (Event, bool, error)
 	// LastSeq returns the highest event Seq ever assigned.
 	LastSeq(ctx context.Context) (int64, error)
 	// FirstSeq returns the lowest event Seq still stored, 0 if none.

@@ -488,6 +488,41 @@ func (s *Store) MatchingEvents(ctx context.Context, q store.EventQuery) ([]store
 	return out, nil
 }
 
+// LastOfTypes returns the last retained event of one of types (see
+// store.Store): the last range of those types (event_ranges) holds it, or
+// the one before it if retention or a rollback emptied the last.
+func (s *Store) LastOfTypes(ctx context.Context, types []string) (store.Event, bool, error) {
+	if len(types) == 0 {
+		return store.Event{}, false, nil
+	}
+	args := make([]any, 0, len(types)+1)
+	for _, t := range types {
+		args = append(args, t)
+	}
+	in := placeholders(len(types))
+	upto := int64(math.MaxInt64)
+	for {
+		var first, last int64
+		err := s.read.QueryRowContext(ctx, `SELECT first, last FROM event_ranges WHERE type IN (`+in+`) AND last <= ? ORDER BY last DESC LIMIT 1`,
+			append(args, upto)...).Scan(&first, &last)
+		if errors.Is(err, sql.ErrNoRows) {
+			return store.Event{}, false, nil
+		}
+		if err != nil {
+			return store.Event{}, false, err
+		}
+		evs, err := s.events(ctx, eventSelect+` WHERE e.seq >= ? AND e.seq <= ? AND e.type IN (`+in+`) ORDER BY e.seq DESC LIMIT 1`,
+			append([]any{first, last}, args...)...)
+		if err != nil {
+			return store.Event{}, false, err
+		}
+		if len(evs) == 1 {
+			return evs[0], true, nil
+		}
+		upto = last - 1
+	}
+}
+
 // unitEventsQuery reads a unit's events in a range of the log.
 const unitEventsQuery = eventSelect + ` WHERE e.work_id = ? AND e.seq > ? AND e.seq <= ?`
 

@@ -132,6 +132,46 @@ func testMatchingEvents(t *testing.T, h *harness) {
 	}
 }
 
+// testLastOfTypes: the last event of some types, among many of other
+// types and tasks.
+func testLastOfTypes(t *testing.T, h *harness) {
+	kinds := []string{"backpressure_active", "backpressure_cleared"}
+	_, ok, err := h.st.LastOfTypes(h.ctx, kinds)
+	require.NoError(t, err)
+	assert.False(t, ok, "none yet")
+	rnd := rand.New(rand.NewPCG(7, 7))
+	var want int64
+	wantType := ""
+	for range 50 {
+		var ops []store.Op
+		for range 1 + rnd.IntN(4) {
+			if rnd.IntN(6) == 0 {
+				typ := kinds[rnd.IntN(2)]
+				ops = append(ops, &store.AppendEvent{Event: store.Event{Type: typ, Time: h.tick()}})
+				continue
+			}
+			ops = append(ops, &store.Insert{Units: []*store.Unit{h.unit("a")}, At: h.tick()})
+		}
+		res := h.apply(ops...)
+		for i, op := range ops {
+			if ae, ok := op.(*store.AppendEvent); ok && res[i].Err == nil {
+				for _, e := range res[i].Events {
+					want, wantType = e.Seq, ae.Event.Type
+				}
+			}
+		}
+	}
+	require.NotZero(t, want, "the seed appends some")
+	got, ok, err := h.st.LastOfTypes(h.ctx, kinds)
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, want, got.Seq)
+	assert.Equal(t, wantType, got.Type)
+	only, ok, err := h.st.LastOfTypes(h.ctx, []string{"no_such_type"})
+	require.NoError(t, err)
+	assert.False(t, ok, "%+v", only)
+}
+
 func testChanged(t *testing.T, h *harness) {
 	_, err := h.st.Changed(h.ctx)
 	require.NoError(t, err)

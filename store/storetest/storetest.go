@@ -52,6 +52,7 @@ func Run(t *testing.T, open Opener) {
 		{"LoadActiveCount", testLoadActiveCount},
 		{"Events", testEvents},
 		{"MatchingEvents", testMatchingEvents},
+		{"LastOfTypes", testLastOfTypes},
 		{"Changed", testChanged},
 		{"Acquire", testAcquire},
 		{"ConcurrentApply", testConcurrentApply},
