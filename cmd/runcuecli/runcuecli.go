@@ -21,6 +21,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -115,7 +116,7 @@ argument, no --db).`,
 	root.PersistentFlags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
 	root.AddCommand(c.statsCmd(), c.listCmd(), c.showCmd(), c.explainCmd(), c.enqueueCmd(), c.importCmd(),
 		c.retryCmd(), c.cancelCmd(), c.serviceCmd(), c.taskCmd(), c.pauseCmd(true), c.pauseCmd(false),
-		c.tailCmd(), c.pruneCmd(), c.backupCmd(), c.versionCmd())
+		c.tailCmd(), c.pruneCmd(), c.backupCmd(), c.serveCmd(), c.versionCmd())
 	if embedded {
 		root.AddCommand(c.runCmd())
 	}
@@ -147,7 +148,7 @@ func (c *cli) with(f func(ctx context.Context, q *runcue.Cue) error) error {
 		return err
 	}
 	defer q.Close()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return f(ctx, q)
 }
