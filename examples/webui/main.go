@@ -1,9 +1,14 @@
 // Command webui runs the spec's document-processing pipeline (split a PDF,
 // extract each page's text, analyse the document, upload the result) with
-// fake handlers that sleep, and shows its progress live in a browser over
-// Server-Sent Events.
+// fake handlers that sleep, and shows it live in the operator dashboard
+// (package dashboard): counts, services and their limits, every unit with
+// its attempts and events, a live tail, and the actions.
 //
 //	go run ./examples/webui          # then open http://localhost:8080
+//	curl -X POST localhost:8080/documents    # one more document
+//
+// A new document arrives every -every (3s); the JSON API beside the
+// dashboard is POST /documents, GET /api/services and GET /events (SSE).
 //
 // Follow-up work is submitted from the event stream, as the spec prescribes:
 // handlers stay pure, and when a split completes the application submits the
@@ -12,7 +17,6 @@ package main
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -30,11 +34,9 @@ import (
 	"time"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/dashboard"
 	"github.com/runcue/runcue/sse"
 )
-
-//go:embed index.html
-var indexHTML []byte
 
 // app is the example application: a Cue, its handlers and its HTTP API.
 type app struct {
@@ -59,6 +61,7 @@ type pageParams struct {
 func main() {
 	addr := flag.String("addr", "localhost:8080", "listen address")
 	dbPath := flag.String("db", "", "database file (default: a new temporary file)")
+	every := flag.Duration("every", 3*time.Second, "submit a new document this often (0: only the first two and POST /documents)")
 	flag.Parse()
 	if *dbPath == "" {
 		dir, err := os.MkdirTemp("", "runcue-webui")
@@ -74,13 +77,14 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	if err := run(ctx, ln, *dbPath, 1, 2); err != nil {
+	if err := run(ctx, ln, *dbPath, 1, 2, *every); err != nil {
 		log.Fatal(err)
 	}
 }
 
-// run serves on ln until ctx ends, after submitting initial documents.
-func run(ctx context.Context, ln net.Listener, dbPath string, speed float64, initial int) error {
+// run serves on ln until ctx ends, after submitting initial documents, and
+// then one more every interval (if positive).
+func run(ctx context.Context, ln net.Listener, dbPath string, speed float64, initial int, every time.Duration) error {
 	cue, err := runcue.Open(dbPath, runcue.Config{Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
@@ -99,21 +103,21 @@ func run(ctx context.Context, ln net.Listener, dbPath string, speed float64, ini
 			return err
 		}
 	}
+	if every > 0 {
+		go a.arrivals(ctx, every)
+	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "text/html; charset=utf-8")
-		w.Write(indexHTML)
-	})
+	mux.Handle("/", dashboard.Handler(cue, dashboard.Options{Title: "runcue · document pipeline"}))
 	mux.Handle("GET /events", sse.Handler(cue, sse.Options{}))
-	mux.HandleFunc("POST /documents", func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle("POST /documents", http.NewCrossOriginProtection().Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		id, err := a.submitDocument(r.Context())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		json.NewEncoder(w).Encode(map[string]string{"id": id})
-	})
-	mux.HandleFunc("GET /services", func(w http.ResponseWriter, r *http.Request) {
+	})))
+	mux.HandleFunc("GET /api/services", func(w http.ResponseWriter, r *http.Request) {
 		st, err := cue.Services(r.Context())
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
@@ -174,6 +178,22 @@ func (a *app) register() error {
 		}
 	}
 	return nil
+}
+
+// arrivals submits a document every interval until ctx ends.
+func (a *app) arrivals(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if _, err := a.submitDocument(ctx); err != nil && ctx.Err() == nil {
+				log.Print("arrivals: ", err)
+			}
+		}
+	}
 }
 
 func (a *app) submitDocument(ctx context.Context) (string, error) {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -85,16 +86,17 @@ func TestPipeline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	done := make(chan error, 1)
-	go func() { done <- run(ctx, ln, filepath.Join(t.TempDir(), "webui.db"), 0.01, 2) }()
+	go func() { done <- run(ctx, ln, filepath.Join(t.TempDir(), "webui.db"), 0.01, 2, 0) }()
 	base := "http://" + ln.Addr().String()
 
 	resp, err := http.Get(base + "/")
 	if err != nil {
 		t.Fatal(err)
 	}
+	page, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != 200 {
-		t.Fatalf("index: %d", resp.StatusCode)
+	if resp.StatusCode != 200 || !strings.Contains(string(page), "<title>runcue · document pipeline</title>") {
+		t.Fatalf("the dashboard's overview: %d %s", resp.StatusCode, page)
 	}
 	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/events?after=0&task=upload_result&type=work_completed", nil)
 	resp, err = http.DefaultClient.Do(req)
@@ -118,7 +120,7 @@ func TestPipeline(t *testing.T) {
 	if uploads != 2 {
 		t.Fatalf("%d uploads completed: %v", uploads, sc.Err())
 	}
-	resp, err = http.Get(base + "/services")
+	resp, err = http.Get(base + "/api/services")
 	if err != nil {
 		t.Fatal(err)
 	}
