@@ -3,6 +3,8 @@ package runcue_test
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
+	"strconv"
 	"testing"
 	"time"
 
@@ -136,5 +138,57 @@ func TestWorkEvents(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, none)
 	_, err = e.c.WorkEvents(e.ctx, a, -2, 0)
+	assert.ErrorIs(t, err, runcue.ErrInvalid)
+}
+
+// TestListMaxScan: a bounded List examines a stretch of the database at a
+// time; following Next through short and empty pages gives exactly the
+// units an unbounded List gives, in order, newest or oldest first, from
+// any cursor.
+func TestListMaxScan(t *testing.T) {
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(uint64(seed), 1))
+	e := newEnv(t, runcue.Config{})
+	require.NoError(t, e.c.Task("t", runcue.Task{Handler: noop}))
+	var subs []runcue.Submission
+	for i := range 300 {
+		target := "other"
+		if rnd.IntN(7) == 0 {
+			target = "match-" + strconv.Itoa(i)
+		}
+		subs = append(subs, runcue.Submission{Task: "t", Target: target})
+	}
+	_, err := e.c.SubmitBatch(e.ctx, subs)
+	require.NoError(t, err)
+	all := func(o runcue.ListOptions) (ids []string, pages int) {
+		for {
+			page, err := e.c.List(e.ctx, o)
+			require.NoError(t, err)
+			pages++
+			for _, u := range page.Units {
+				ids = append(ids, u.ID)
+			}
+			if o.MaxScan > 0 && !page.Partial {
+				assert.True(t, len(page.Units) == o.Limit || page.Next == "", "a page short of its limit is partial or the last")
+			}
+			if page.Next == "" {
+				return ids, pages
+			}
+			o.Cursor = page.Next
+		}
+	}
+	for _, newest := range []bool{true, false} {
+		for range 10 {
+			o := runcue.ListOptions{Newest: newest, TargetPrefix: "match-", Limit: 1 + rnd.IntN(6)}
+			want, _ := all(o)
+			require.NotEmpty(t, want)
+			o.MaxScan = 1 + rnd.IntN(80)
+			got, pages := all(o)
+			assert.Equal(t, want, got, "newest %v, limit %d, max scan %d", newest, o.Limit, o.MaxScan)
+			assert.GreaterOrEqual(t, pages, 300/o.MaxScan, "at most MaxScan units examined per call")
+		}
+	}
+	_, err = e.c.List(e.ctx, runcue.ListOptions{MaxScan: -1})
 	assert.ErrorIs(t, err, runcue.ErrInvalid)
 }

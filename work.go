@@ -1,6 +1,7 @@
 package runcue
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -484,6 +485,15 @@ type ListOptions struct {
 	// ErrorContains selects the units whose error contains it (case
 	// sensitive): "429", "timeout".
 	ErrorContains string
+	// MaxScan, when positive, bounds the work of one call whatever the
+	// filters: List examines only the next MaxScan submission sequence
+	// numbers from the cursor (in the direction of the listing), so its
+	// cost does not grow with the database. If that stretch holds fewer
+	// than Limit matching units, the page is short (or empty), Partial is
+	// set and Next continues the search from where this call stopped.
+	// Filters that no index serves (TargetPrefix, ErrorContains, a task,
+	// a finished state) otherwise examine every unit to fill a page.
+	MaxScan int
 }
 
 // filter is o as a store filter, without paging.
@@ -497,6 +507,9 @@ type WorkPage struct {
 	Units []WorkInfo
 	// Next is the cursor for the following page; empty on the last page.
 	Next string
+	// Partial reports that the page stopped at ListOptions.MaxScan, not at
+	// Limit: more matching units may follow Next.
+	Partial bool
 }
 
 // List returns one page of units in submission order.
@@ -509,6 +522,9 @@ func (c *Cue) List(ctx context.Context, o ListOptions) (WorkPage, error) {
 		limit = 100
 	}
 	limit = min(limit, 1000)
+	if o.MaxScan < 0 {
+		return WorkPage{}, fmt.Errorf("%w: MaxScan %d", ErrInvalid, o.MaxScan)
+	}
 	f := o.filter()
 	f.Desc, f.Limit = o.Newest, limit+1
 	if o.Cursor != "" {
@@ -522,14 +538,39 @@ func (c *Cue) List(ctx context.Context, o ListOptions) (WorkPage, error) {
 			f.AfterSeq = seq
 		}
 	}
+	// stop is where a bounded scan stops short of the whole database: the
+	// cursor of the page that searches on. Zero: it reaches the end.
+	var stop int64
+	if o.MaxScan > 0 {
+		last, err := c.st.ListUnits(ctx, store.ListFilter{Desc: true, Limit: 1})
+		if err != nil {
+			return WorkPage{}, c.readErr(err)
+		}
+		if len(last) == 0 {
+			return WorkPage{}, nil
+		}
+		newest := last[0].Seq
+		if o.Newest {
+			hi := min(newest+1, cmp.Or(f.BeforeSeq, newest+1)) // examine [hi-MaxScan, hi)
+			if lo := hi - int64(o.MaxScan); lo > 1 {
+				f.AfterSeq, stop = lo-1, lo
+			}
+			f.BeforeSeq = hi
+		} else if hi := f.AfterSeq + int64(o.MaxScan); hi < newest { // examine (AfterSeq, hi]
+			f.BeforeSeq, stop = hi+1, hi
+		}
+	}
 	units, err := c.st.ListUnits(ctx, f)
 	if err != nil {
 		return WorkPage{}, c.readErr(err)
 	}
 	var page WorkPage
-	if len(units) > limit {
+	switch {
+	case len(units) > limit:
 		units = units[:limit]
 		page.Next = strconv.FormatInt(units[limit-1].Seq, 36)
+	case stop > 0:
+		page.Next, page.Partial = strconv.FormatInt(stop, 36), true
 	}
 	page.Units = make([]WorkInfo, len(units))
 	for i, u := range units {

@@ -120,7 +120,7 @@ func (d *dash) bulkAction(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	f := workFilter{State: r.FormValue("state"), Task: r.FormValue("task"), Target: r.FormValue("target"),
 		Error: r.FormValue("error"), Since: r.FormValue("since")}
-	o, err := f.options(time.Now())
+	o, err := f.options(time.Now(), 0)
 	if err != nil {
 		d.fail(w, err)
 		return

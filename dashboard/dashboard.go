@@ -59,6 +59,13 @@ type Options struct {
 	// state-changing requests besides the request's own, for a proxy
 	// that rewrites Host.
 	TrustedOrigins []string
+	// MaxScan bounds the units one request of the work list examines
+	// (runcue.ListOptions.MaxScan), so that a filter no index serves (a
+	// target, an error text, a task) answers in bounded time on any
+	// database; a page that stops there offers to search older units.
+	// Default 250,000: about 60 ms for an error search on the machine of
+	// the README's figures.
+	MaxScan int
 	// AuthorizeEvents, when set, decides which events a page's live
 	// stream may read (see sse.Options.Authorize).
 	AuthorizeEvents func(r *http.Request, f *sse.Filter) error
@@ -75,6 +82,9 @@ func Handler(c *runcue.Cue, o Options) http.Handler {
 	}
 	if o.Heartbeat <= 0 {
 		o.Heartbeat = 2 * time.Second
+	}
+	if o.MaxScan <= 0 {
+		o.MaxScan = 250_000
 	}
 	if o.Format == nil {
 		o.Format = formatJSON

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"html"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -159,6 +161,30 @@ func TestPagesRender(t *testing.T) {
 	assert.Contains(t, body, `id="tail"`)
 	code, _ = f.get(t, "assets/app.js")
 	assert.Equal(t, http.StatusOK, code)
+}
+
+// TestWorkListBounded: with a scan bound, a search that does not fill its
+// page says so and offers to search on; following it finds the rest.
+func TestWorkListBounded(t *testing.T) {
+	f := newFixture(t, dashboard.Options{MaxScan: 2})
+	code, body := f.get(t, "work?target=ok-")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "without filling the page")
+	m := regexp.MustCompile(`href="(work\?[^"]*cursor=[^"]*)">search older units`).FindStringSubmatch(body)
+	require.NotNil(t, m, body)
+	seen := strings.Count(body, `class="target">ok-`)
+	next := html.UnescapeString(m[1])
+	for range 10 {
+		code, body = f.get(t, next)
+		require.Equal(t, http.StatusOK, code, body)
+		seen += strings.Count(body, `class="target">ok-`)
+		m = regexp.MustCompile(`href="(work\?[^"]*cursor=[^"]*)">`).FindStringSubmatch(body)
+		if m == nil {
+			break
+		}
+		next = html.UnescapeString(m[1])
+	}
+	assert.Equal(t, 2, seen, "ok-1 and ok-2, across the bounded pages")
 }
 
 func TestActions(t *testing.T) {

@@ -186,6 +186,8 @@ type workData struct {
 	Filter   workFilter
 	Units    []runcue.WorkInfo
 	Next     string
+	Partial  bool
+	Scan     int
 	States   []runcue.State
 	Tasks    []string
 	NotFound string
@@ -199,8 +201,8 @@ type workFilter struct {
 // since values, and how far back each reaches.
 var sinceOptions = map[string]time.Duration{"15m": 15 * time.Minute, "1h": time.Hour, "24h": 24 * time.Hour, "7d": 7 * 24 * time.Hour}
 
-func (f workFilter) options(now time.Time) (runcue.ListOptions, error) {
-	o := runcue.ListOptions{Newest: true, Limit: 50, Cursor: f.Cursor, TargetPrefix: f.Target, ErrorContains: f.Error}
+func (f workFilter) options(now time.Time, maxScan int) (runcue.ListOptions, error) {
+	o := runcue.ListOptions{Newest: true, Limit: 50, Cursor: f.Cursor, TargetPrefix: f.Target, ErrorContains: f.Error, MaxScan: maxScan}
 	if f.State != "" {
 		if !slices.Contains(allStates, runcue.State(f.State)) {
 			return o, fmt.Errorf("%w: state %q", runcue.ErrInvalid, f.State)
@@ -236,7 +238,7 @@ func (d *dash) work(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	f := filterOf(r)
-	o, err := f.options(time.Now())
+	o, err := f.options(time.Now(), d.o.MaxScan)
 	if err != nil {
 		d.fail(w, err)
 		return
@@ -251,7 +253,7 @@ func (d *dash) work(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, err)
 		return
 	}
-	data := workData{Filter: f, Units: page.Units, Next: page.Next, States: allStates, Tasks: sortedKeys(st.Tasks),
+	data := workData{Filter: f, Units: page.Units, Next: page.Next, Partial: page.Partial, Scan: d.o.MaxScan, States: allStates, Tasks: sortedKeys(st.Tasks),
 		NotFound: r.URL.Query().Get("id")}
 	d.render(w, r, "work", "work_queued,work_started,work_completed,work_failed,work_skipped,work_cancelled,work_retrying", data)
 }
