@@ -101,7 +101,7 @@ func Handler(c *runcue.Cue, o Options) http.Handler {
 	mux.HandleFunc("GET /{$}", d.overview)
 	mux.HandleFunc("GET /services", d.services)
 	mux.HandleFunc("GET /work", d.work)
-	mux.HandleFunc("GET /work/{id}", d.unit)
+	mux.HandleFunc("GET /work/{id...}", d.unit)
 	mux.HandleFunc("GET /tail", d.tail)
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
 	mux.Handle("GET /stream", sse.Handler(c, sse.Options{Authorize: o.AuthorizeEvents, KeepAlive: o.Heartbeat}))
@@ -140,16 +140,18 @@ func formatJSON(_ runcue.WorkInfo, _ string, raw json.RawMessage) string {
 }
 
 // base returns the path the dashboard is mounted under, with a final
-// slash: the request's original path less the path the handler sees.
+// slash: the request's original path less the path the handler sees, both
+// as sent (escaped).
 func base(r *http.Request) string {
-	orig := r.URL.Path
+	path := r.URL.EscapedPath()
+	orig := path
 	if r.RequestURI != "" {
 		if p, _, _ := strings.Cut(r.RequestURI, "?"); p != "" && !strings.Contains(p, "://") {
 			orig = p
 		}
 	}
-	prefix := strings.TrimSuffix(orig, r.URL.Path)
-	if r.URL.Path == "/" {
+	prefix := strings.TrimSuffix(orig, path)
+	if path == "/" {
 		prefix = strings.TrimSuffix(orig, "/")
 	}
 	return prefix + "/"

@@ -163,6 +163,34 @@ func TestPagesRender(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code)
 }
 
+// TestUnitIDsInLinks: IDs with "/", "?", "#" and "%" (an application's
+// "document/page-2") link to their pages, which resolve under the mount
+// point; an ID typed with a raw slash reaches its page too.
+func TestUnitIDsInLinks(t *testing.T) {
+	f := newFixture(t, dashboard.Options{})
+	odd := "doc/1?x=%2#f"
+	_, err := f.c.SubmitBatch(context.Background(), []runcue.Submission{
+		{Task: "fetch", ID: odd, Target: "odd", DependsOn: []string{"parent"}},
+		{Task: "fetch", ID: "doc/2", Target: "slash"},
+	})
+	require.NoError(t, err)
+	code, body := f.get(t, "work")
+	require.Equal(t, http.StatusOK, code, body)
+	m := regexp.MustCompile(`<a href="([^"]*)" title="` + regexp.QuoteMeta(html.EscapeString(odd)) + `"`).FindStringSubmatch(body)
+	require.NotNil(t, m, body)
+	assert.Equal(t, "work/doc%2F1%3Fx=%252%23f", html.UnescapeString(m[1]))
+	code, body = f.get(t, html.UnescapeString(m[1]))
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, html.EscapeString(odd), "its own page")
+	assert.Contains(t, body, `<base href="/ops/">`, "links still resolve under the mount point")
+	code, body = f.get(t, "work/parent")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `href="work/doc%2F1%3Fx=%252%23f"`, "its dependent's link, escaped")
+	code, body = f.get(t, "work/doc/2")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "slash")
+}
+
 // TestWorkListBounded: with a scan bound, a search that does not fill its
 // page says so and offers to search on; following it finds the rest.
 func TestWorkListBounded(t *testing.T) {

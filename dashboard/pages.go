@@ -20,6 +20,9 @@ var templates embed.FS
 
 var funcs = template.FuncMap{
 	"list": func(xs ...string) []string { return xs },
+	// unit is the link to a unit's page: its ID escaped as one path
+	// segment (IDs may hold "/", "?", "#" or "%").
+	"unit": func(id string) template.URL { return template.URL("work/" + url.PathEscape(id)) },
 	"ago": func(t time.Time) string {
 		if t.IsZero() {
 			return "—"
