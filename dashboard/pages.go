@@ -20,6 +20,7 @@ var templates embed.FS
 
 var funcs = template.FuncMap{
 	"list": func(xs ...string) []string { return xs },
+	"sub":  func(a, b int) int { return a - b },
 	// unit is the link to a unit's page: its ID escaped as one path
 	// segment (IDs may hold "/", "?", "#" or "%").
 	"unit": func(id string) template.URL { return template.URL("work/" + url.PathEscape(id)) },
@@ -46,12 +47,7 @@ var funcs = template.FuncMap{
 		}
 		return t.Local().Format("2006-01-02 15:04:05.000")
 	},
-	"short": func(id string) string {
-		if len(id) > 12 {
-			return id[:4] + "…" + id[len(id)-6:]
-		}
-		return id
-	},
+	"short": shortID,
 	"pct": func(a, b int) int {
 		if b <= 0 {
 			return 0
@@ -67,6 +63,18 @@ var funcs = template.FuncMap{
 		}
 		return template.URL(v.Encode())
 	},
+}
+
+// shortID abbreviates a unit ID for a link's text: "01M8…E2KW2M", and for
+// a path-like ID its last part whole, "01M8…E2KW2M/analyze".
+func shortID(id string) string {
+	if i := strings.LastIndexByte(id, '/'); i > 0 && len(id)-i <= 24 {
+		return shortID(id[:i]) + id[i:]
+	}
+	if len(id) > 12 {
+		return id[:4] + "…" + id[len(id)-6:]
+	}
+	return id
 }
 
 // humanDuration writes d the way an operator reads it: 3.2s, 4m10s, 2h5m.

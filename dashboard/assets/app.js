@@ -85,7 +85,7 @@
     setInterval(function () {
       if (!pending.length) return;
       var frag = document.createDocumentFragment();
-      pending.splice(0).forEach(function (ev) {
+      pending.splice(0).reverse().forEach(function (ev) { // newest first, as the rows above
         var tr = document.createElement("tr");
         tr.className = "ev-" + ev.type;
         var detail = ev.error || ev.reason || (ev.service && ev.service.name ? ev.service.name + " " + (ev.service.circuit || "") : "") || "";
