@@ -40,10 +40,10 @@ func TestJSONConvention(t *testing.T) {
 	require.NoError(t, json.Unmarshal(b, &stBack))
 	assert.Equal(t, st, stBack)
 
-	qw := runcue.QueueWaitStats{Count: 3, P50: 5 * time.Millisecond, P90: time.Second, P99: time.Minute}
+	qw := runcue.QueueWaitStats{Count: 3, P50: 5 * time.Millisecond, P90: time.Second, P95: 2 * time.Second, P99: time.Minute}
 	b, err = json.Marshal(qw)
 	require.NoError(t, err)
-	assert.JSONEq(t, `{"count":3,"p50_ms":5,"p90_ms":1000,"p99_ms":60000}`, string(b))
+	assert.JSONEq(t, `{"count":3,"p50_ms":5,"p90_ms":1000,"p95_ms":2000,"p99_ms":60000}`, string(b))
 	var qwBack runcue.QueueWaitStats
 	require.NoError(t, json.Unmarshal(b, &qwBack))
 	assert.Equal(t, qw, qwBack)

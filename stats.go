@@ -58,6 +58,7 @@ type QueueWaitStats struct {
 	Count int64
 	P50   time.Duration
 	P90   time.Duration
+	P95   time.Duration
 	P99   time.Duration
 }
 
@@ -67,8 +68,9 @@ func (q QueueWaitStats) MarshalJSON() ([]byte, error) {
 		Count int64 `json:"count"`
 		P50   int64 `json:"p50_ms"`
 		P90   int64 `json:"p90_ms"`
+		P95   int64 `json:"p95_ms"`
 		P99   int64 `json:"p99_ms"`
-	}{q.Count, q.P50.Milliseconds(), q.P90.Milliseconds(), q.P99.Milliseconds()})
+	}{q.Count, q.P50.Milliseconds(), q.P90.Milliseconds(), q.P95.Milliseconds(), q.P99.Milliseconds()})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -77,13 +79,14 @@ func (q *QueueWaitStats) UnmarshalJSON(b []byte) error {
 		Count int64 `json:"count"`
 		P50   int64 `json:"p50_ms"`
 		P90   int64 `json:"p90_ms"`
+		P95   int64 `json:"p95_ms"`
 		P99   int64 `json:"p99_ms"`
 	}
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
 	*q = QueueWaitStats{Count: j.Count, P50: time.Duration(j.P50) * time.Millisecond,
-		P90: time.Duration(j.P90) * time.Millisecond, P99: time.Duration(j.P99) * time.Millisecond}
+		P90: time.Duration(j.P90) * time.Millisecond, P95: time.Duration(j.P95) * time.Millisecond, P99: time.Duration(j.P99) * time.Millisecond}
 	return nil
 }
 
@@ -266,7 +269,7 @@ func queueWaitStats(h []int64) QueueWaitStats {
 		}
 		return store.QueueWaitBounds[len(store.QueueWaitBounds)-1]
 	}
-	q.P50, q.P90, q.P99 = at(0.5), at(0.9), at(0.99)
+	q.P50, q.P90, q.P95, q.P99 = at(0.5), at(0.9), at(0.95), at(0.99)
 	return q
 }
 

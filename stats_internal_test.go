@@ -19,7 +19,7 @@ func TestQueueWaitStats(t *testing.T) {
 	h[store.WaitBucket(2*time.Minute)] = 9         // up to 5m
 	h[len(h)-1] = 1                                // beyond an hour
 	q := queueWaitStats(h)
-	want := QueueWaitStats{Count: 100, P50: 5 * time.Millisecond, P90: time.Second, P99: 5 * time.Minute}
+	want := QueueWaitStats{Count: 100, P50: 5 * time.Millisecond, P90: time.Second, P95: 5 * time.Minute, P99: 5 * time.Minute}
 	if q != want {
 		t.Fatalf("got %+v, want %+v", q, want)
 	}
