@@ -288,6 +288,22 @@ type SubscribeOptions struct {
 	Name string
 }
 
+// LastSeq returns the sequence number of the last durable event committed
+// to the database, by any process (0 if none). Read it before a snapshot
+// (Stats, List, Get), then Subscribe with After set to it: the
+// subscription delivers every event committed after the number was read,
+// so no change made after the snapshot goes unseen.
+func (c *Cue) LastSeq(ctx context.Context) (int64, error) {
+	if err := c.checkOpen(); err != nil {
+		return 0, err
+	}
+	seq, err := c.st.LastSeq(ctx)
+	if err != nil {
+		return 0, c.readErr(err)
+	}
+	return seq, nil
+}
+
 // Subscribe delivers events until ctx ends, cancel is called, or the Cue
 // closes; then the channel closes.
 //

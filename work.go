@@ -509,7 +509,7 @@ type WorkPage struct {
 	Next string
 	// Partial reports that the page stopped at ListOptions.MaxScan, not at
 	// Limit: more matching units may follow Next.
-	Partial bool
+	Partial bool `json:",omitempty"`
 }
 
 // List returns one page of units in submission order.

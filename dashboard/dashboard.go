@@ -98,11 +98,11 @@ func Handler(c *runcue.Cue, o Options) http.Handler {
 	}
 	static, _ := fs.Sub(assets, "assets")
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", d.overview)
-	mux.HandleFunc("GET /services", d.services)
-	mux.HandleFunc("GET /work", d.work)
-	mux.HandleFunc("GET /work/{id...}", d.unit)
-	mux.HandleFunc("GET /tail", d.tail)
+	mux.HandleFunc("GET /{$}", d.snapshot(d.overview))
+	mux.HandleFunc("GET /services", d.snapshot(d.services))
+	mux.HandleFunc("GET /work", d.snapshot(d.work))
+	mux.HandleFunc("GET /work/{id...}", d.snapshot(d.unit))
+	mux.HandleFunc("GET /tail", d.snapshot(d.tail))
 	mux.Handle("GET /assets/", http.StripPrefix("/assets/", http.FileServerFS(static)))
 	mux.Handle("GET /stream", sse.Handler(c, sse.Options{Authorize: o.AuthorizeEvents, KeepAlive: o.Heartbeat}))
 	mux.HandleFunc("GET /pulse", d.pulse)
@@ -157,6 +157,24 @@ func base(r *http.Request) string {
 	return prefix + "/"
 }
 
+// afterKey keys the request context's event position (snapshot).
+type afterKey struct{}
+
+// snapshot reads the last committed event's sequence number before h
+// reads what its page shows, and hands it to the page: its live stream
+// starts after it, so a change committed while the page was being read,
+// or before its stream connected, still reaches it.
+func (d *dash) snapshot(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		seq, err := d.c.LastSeq(r.Context())
+		if err != nil {
+			d.fail(w, err)
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), afterKey{}, seq)))
+	}
+}
+
 // page is what every page's template sees.
 type page struct {
 	Title     string
@@ -165,13 +183,15 @@ type page struct {
 	ReadOnly  bool
 	Heartbeat int // ms
 	Stream    string
+	After     int64 // the live stream's start (snapshot)
 	Data      any
 	Flash     string
 	Error     string
 }
 
 func (d *dash) render(w http.ResponseWriter, r *http.Request, name, stream string, data any) {
-	p := page{Title: d.o.Title, Base: base(r), Nav: name, ReadOnly: d.o.ReadOnly,
+	after, _ := r.Context().Value(afterKey{}).(int64)
+	p := page{Title: d.o.Title, Base: base(r), Nav: name, ReadOnly: d.o.ReadOnly, After: after,
 		Heartbeat: int(d.o.Heartbeat / time.Millisecond), Stream: stream, Data: data, Flash: r.URL.Query().Get("flash")}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")

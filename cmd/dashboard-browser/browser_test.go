@@ -87,6 +87,9 @@ type site struct {
 	// without closing its connections.
 	mu     sync.Mutex
 	frozen chan struct{}
+	// streams, while set, holds every event stream request before it
+	// reaches the dashboard: a stream that connects late.
+	streams chan struct{}
 }
 
 func newSite(t *testing.T, o dashboard.Options) *site {
@@ -114,6 +117,18 @@ func newSite(t *testing.T, o dashboard.Options) *site {
 	mux := http.NewServeMux()
 	mux.Handle("/ops/", http.StripPrefix("/ops", dashboard.Handler(c, o)))
 	s.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/stream") {
+			s.mu.Lock()
+			held := s.streams
+			s.mu.Unlock()
+			if held != nil {
+				select {
+				case <-held:
+				case <-r.Context().Done():
+					return
+				}
+			}
+		}
 		mux.ServeHTTP(&freezable{ResponseWriter: w, s: s}, r)
 	}))
 	base, cancel := context.WithCancel(context.Background())
@@ -292,6 +307,29 @@ func TestStateChangeReachesPage(t *testing.T) {
 	assert.Contains(t, text(ctx, t, `table.events`), "work_completed")
 	assert.Positive(t, batches(ctx, t), "by a live refresh, not a reload")
 	shot(ctx, t, "unit-completed")
+}
+
+// TestChangeBeforeStreamConnects: a change committed after the page was
+// read but before its live stream connected still reaches the page (the
+// stream starts at the page's event position, not at "now").
+func TestChangeBeforeStreamConnects(t *testing.T) {
+	s := newSite(t, dashboard.Options{})
+	ctx := browser(t)
+	require.NoError(t, s.c.PauseQueue(ctx))
+	id := s.submit(t, "ok-late")[0]
+	s.mu.Lock()
+	s.streams = make(chan struct{})
+	s.mu.Unlock()
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(s.url+"work/"+id), live))
+	assert.Equal(t, "queued", text(ctx, t, "h1 .pill"))
+	require.NoError(t, s.c.ResumeQueue(ctx))
+	_, err := s.c.Wait(ctx, id)
+	require.NoError(t, err)
+	s.mu.Lock()
+	close(s.streams)
+	s.streams = nil
+	s.mu.Unlock()
+	require.NoError(t, chromedp.Do(ctx, poll(`document.querySelector("h1 .pill").textContent === "completed"`)))
 }
 
 // TestCoalescing: under a stream of events the page refreshes at most

@@ -7,8 +7,9 @@
 //   once a second a dirty page fetches its main block again (?partial=1)
 //   and swaps it in. document.body.dataset.batches counts those refreshes.
 // - The live tail appends events, flushed at most once a second.
-// Streams start from now (no replay of the event log); a reconnecting
-// EventSource resumes after its last event (Last-Event-ID).
+// Streams start at the event position the page was read at (data-after),
+// never replaying the event log; a reconnecting EventSource resumes after
+// its last event (Last-Event-ID).
 (function () {
   "use strict";
   var body = document.body;
@@ -47,7 +48,9 @@
 
   var types = (body.dataset.stream || allTypes.join(",")).split(",");
   var dirty = false, busy = false;
-  var stream = new EventSource("stream?type=" + encodeURIComponent(types.join(",")));
+  // From the event position the page was read at: nothing committed
+  // since is missed, however late the stream connects.
+  var stream = new EventSource("stream?type=" + encodeURIComponent(types.join(",")) + "&after=" + (body.dataset.after || "0"));
   types.forEach(function (t) { stream.addEventListener(t, function () { dirty = true; }); });
   setInterval(function () {
     if (!dirty || busy) return;
@@ -74,7 +77,8 @@
       if (es) es.close();
       var q = new URLSearchParams(new FormData(form));
       var t = q.get("type") || allTypes.join(",");
-      var url = "stream?type=" + encodeURIComponent(t) + (q.get("task") ? "&task=" + encodeURIComponent(q.get("task")) : "");
+      var url = "stream?type=" + encodeURIComponent(t) + (q.get("task") ? "&task=" + encodeURIComponent(q.get("task")) : "") +
+        "&after=" + (body.dataset.after || "0");
       es = new EventSource(url);
       t.split(",").forEach(function (ty) {
         es.addEventListener(ty.trim(), function (m) { pending.push(JSON.parse(m.data)); });
