@@ -33,6 +33,9 @@ type txn struct {
 	// ranges are the sequence numbers this transaction used per task and
 	// event type, written to event_ranges at commit (see migration 0003).
 	ranges map[rangeKey]*seqRange
+	// nextSeq is the sequence number of the next event (0 until the first
+	// event reads it); the events themselves wait in Store.pending.
+	nextSeq int64
 	// activity journals the activity and queue-wait counts of the ops
 	// applied, added at commit (flushActivity); a savepoint rolled back
 	// truncates it.
@@ -162,6 +165,8 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) ([]store.Result, erro
 	results := make([]store.Result, len(ops))
 	err := s.wconn.Raw(func(dc any) error {
 		t := &txn{s: s, ctx: ctx, dc: dc.(driverConn), pairs: mergeClaims(ops)}
+		clear(s.pending)
+		s.pending = s.pending[:0] // a failed transaction's, if any
 		if len(t.pairs) > 0 {
 			t.merged = make(map[*store.Finish]bool, len(t.pairs))
 		}
@@ -174,6 +179,10 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) ([]store.Result, erro
 				tx.Rollback()
 				return err
 			}
+		}
+		if err := t.flushEvents(); err != nil {
+			tx.Rollback()
+			return err
 		}
 		if err := t.flushCounts(); err != nil {
 			tx.Rollback()
@@ -270,7 +279,7 @@ func (t *txn) savepoint(r *store.Result, f func() error) error {
 	if _, err := t.exec("SAVEPOINT op"); err != nil {
 		return err
 	}
-	queued, counted, activity := t.queued, len(t.counted), len(t.activity)
+	queued, counted, activity, pending, nextSeq := t.queued, len(t.counted), len(t.activity), len(t.s.pending), t.nextSeq
 	err := f()
 	var oe *store.OpError
 	if errors.As(err, &oe) {
@@ -278,6 +287,8 @@ func (t *txn) savepoint(r *store.Result, f func() error) error {
 			return err
 		}
 		t.queued, t.counted, t.activity = queued, t.counted[:counted], t.activity[:activity]
+		clear(t.s.pending[pending:])
+		t.s.pending, t.nextSeq = t.s.pending[:pending], nextSeq
 		*r = store.Result{Err: oe.Err}
 	} else if err != nil {
 		return err
@@ -286,24 +297,26 @@ func (t *txn) savepoint(r *store.Result, f func() error) error {
 	return err
 }
 
-// event appends ev, filling Seq, and Time from at when zero.
+// event appends ev, filling Seq, and Time from at when zero. The row is
+// written at commit (flushEvents), with the other events of the
+// transaction: its sequence number is assigned here, the next after the
+// last one the events table ever used (sqlite_sequence), so that
+// numbers stay strictly increasing over the database's life.
 func (t *txn) event(ev *store.Event, at time.Time) error {
 	if ev.Time.IsZero() {
 		ev.Time = at
 	}
-	q, literal := t.s.eventInsert(ev.Type)
-	t.vals = t.vals[:0]
-	if !literal {
-		t.vals = append(t.vals, ev.Type)
+	if t.nextSeq == 0 {
+		rows, err := t.all(`SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`)
+		if err != nil {
+			return err
+		}
+		last, _ := rows[0][0].(int64)
+		t.nextSeq = last + 1
 	}
-	t.vals = append(t.vals, ns(ev.Time), nullStr(ev.WorkID), t.nullBox(ev.Task), nullStr(ev.Target), int64(ev.Attempt), nullBytes(ev.Data))
-	res, err := t.exec(q, t.vals...)
-	if err != nil {
-		return err
-	}
-	if ev.Seq, err = res.LastInsertId(); err != nil {
-		return err
-	}
+	ev.Seq = t.nextSeq
+	t.nextSeq++
+	t.s.pending = append(t.s.pending, *ev)
 	t.noteActivity(ev)
 	k := rangeKey{ev.Task, ev.Type}
 	if r, ok := t.ranges[k]; ok {
@@ -315,6 +328,92 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 		t.ranges[k] = &seqRange{ev.Seq, ev.Seq}
 	}
 	return nil
+}
+
+// eventRowsKey names a multi-row INSERT of events: the type, written as a
+// literal ("" when bound), and the number of rows.
+type eventRowsKey struct {
+	typ  string
+	rows int
+}
+
+// maxEventRows is the most rows one INSERT of events writes; a batch is
+// written in INSERTs of powers of two rows up to it, so that few
+// statements are prepared. (The driver matches arguments to parameters in
+// time quadratic in their number: more rows per statement would cost
+// more than the statements they save.)
+const maxEventRows = 16
+
+// flushEvents writes the transaction's events, by type, in multi-row
+// INSERTs with their sequence numbers.
+func (t *txn) flushEvents() error {
+	pending := t.s.pending
+	if len(pending) == 0 {
+		return nil
+	}
+	defer func() {
+		clear(t.s.pending)
+		t.s.pending = t.s.pending[:0]
+		for typ, idx := range t.s.byType {
+			t.s.byType[typ] = idx[:0]
+		}
+	}()
+	var order []string
+	for i := range pending {
+		typ := pending[i].Type
+		idx, ok := t.s.byType[typ]
+		if len(idx) == 0 {
+			order = append(order, typ)
+		}
+		if !ok && len(t.s.byType) >= maxEventInserts {
+			clear(t.s.byType)
+		}
+		t.s.byType[typ] = append(idx, i)
+	}
+	for _, typ := range order {
+		idx := t.s.byType[typ]
+		for len(idx) > 0 {
+			n := maxEventRows
+			for n > len(idx) {
+				n /= 2
+			}
+			q, literal := t.s.eventRowsInsert(typ, n)
+			t.vals = t.vals[:0]
+			for _, i := range idx[:n] {
+				ev := &pending[i]
+				t.vals = append(t.vals, ev.Seq)
+				if !literal {
+					t.vals = append(t.vals, ev.Type)
+				}
+				t.vals = append(t.vals, ns(ev.Time), nullStr(ev.WorkID), t.nullBox(ev.Task), nullStr(ev.Target), int64(ev.Attempt), nullBytes(ev.Data))
+			}
+			if _, err := t.exec(q, t.vals...); err != nil {
+				return err
+			}
+			idx = idx[n:]
+		}
+	}
+	return nil
+}
+
+// eventRowsInsert returns the INSERT of n events of type typ, with the
+// type as a literal when eventInsert would write it so (literal true).
+func (s *Store) eventRowsInsert(typ string, n int) (q string, literal bool) {
+	_, literal = s.eventInsert(typ)
+	k := eventRowsKey{rows: n}
+	if literal {
+		k.typ = typ
+	}
+	if q, ok := s.eventRows[k]; ok {
+		return q, literal
+	}
+	row := "(?,?,?,?,?,?,?,?)"
+	if literal {
+		row = "(?,'" + typ + "',?,?,?,?,?,?)"
+	}
+	q = `INSERT INTO events(seq, type, at, work_id, task, target, attempt, data) VALUES ` + rowsOf(n, row)
+	s.eventRows[k] = q
+	return q, literal
 }
 
 // maxEventInserts bounds Store.eventInserts; types beyond it are bound.

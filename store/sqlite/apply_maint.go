@@ -68,6 +68,11 @@ func (t *txn) ack(op *store.Ack, r *store.Result) error {
 }
 
 func (t *txn) prune(op *store.Prune, r *store.Result) error {
+	// The log's end is read below: the events this transaction appended
+	// so far are written first.
+	if err := t.flushEvents(); err != nil {
+		return err
+	}
 	limit := op.Limit
 	if limit <= 0 {
 		limit = -1 // SQLite: no limit

@@ -89,6 +89,12 @@ type Store struct {
 	// eventInserts are the INSERTs of events by type (see eventInsert).
 	// Writer-owned, like stmts.
 	eventInserts map[string]string
+	// eventRows are the multi-row INSERTs of events by type and row count
+	// (see flushEvents); pending is the writer's buffer of events to
+	// insert, reused from transaction to transaction.
+	eventRows map[eventRowsKey]string
+	pending   []store.Event
+	byType    map[string][]int
 
 	dataVersion int64
 
@@ -133,7 +139,7 @@ func Open(path string, opts Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
 	}
-	s := &Store{path: path, mode: opts.FileMode, stmts: make(map[string]driver.Stmt), boxes: make(map[string]any), eventInserts: make(map[string]string)}
+	s := &Store{path: path, mode: opts.FileMode, stmts: make(map[string]driver.Stmt), boxes: make(map[string]any), eventInserts: make(map[string]string), eventRows: make(map[eventRowsKey]string), byType: make(map[string][]int)}
 	s.write, err = sql.Open("sqlite", dsn(path, opts, false))
 	if err != nil {
 		return nil, fmt.Errorf("runcue: open %s: %w", path, err)

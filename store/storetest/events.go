@@ -172,6 +172,56 @@ func testLastOfTypes(t *testing.T, h *harness) {
 	assert.False(t, ok, "%+v", only)
 }
 
+// testEventSeqs: the sequence numbers an Apply reports are the ones
+// stored, strictly increasing in append order, through ops that fail and
+// roll back alone in the same transaction, and across two handles on one
+// database taking turns.
+func testEventSeqs(t *testing.T, h *harness) {
+	other := h.again()
+	defer other.Close()
+	var reported []store.Event
+	for round := range 20 {
+		st := h.st
+		if round%2 == 1 {
+			st = other
+		}
+		dup := h.unit("a")
+		reported = append(reported, h.insert(dup).Events...)
+		ops := []store.Op{
+			&store.Insert{Units: []*store.Unit{h.unit("a"), h.unit("b")}, At: h.tick()},
+			// Fails alone, after its first unit and that unit's event (a
+			// duplicate ID second): both are rolled back with it.
+			&store.Insert{Units: []*store.Unit{h.unit("b"), dup}, At: h.tick()},
+			&store.AppendEvent{Event: store.Event{Type: "backpressure_active", Time: h.tick()}},
+			&store.Insert{Units: []*store.Unit{h.unit("c")}, At: h.tick()},
+		}
+		res, err := st.Apply(h.ctx, ops)
+		require.NoError(t, err)
+		require.Error(t, res[1].Err, "the duplicate fails")
+		assert.Empty(t, res[1].Events)
+		for _, r := range res {
+			reported = append(reported, r.Events...)
+		}
+	}
+	stored := map[int64]store.Event{}
+	var last int64
+	for _, e := range h.events(0) {
+		assert.Greater(t, e.Seq, last, "strictly increasing")
+		last = e.Seq
+		stored[e.Seq] = e
+	}
+	for _, e := range reported {
+		s, ok := stored[e.Seq]
+		require.True(t, ok, "reported seq %d is stored", e.Seq)
+		assert.Equal(t, e.Type, s.Type)
+		assert.Equal(t, e.WorkID, s.WorkID)
+	}
+	assert.Len(t, stored, len(reported), "every stored event was reported: none of a rolled-back op")
+	n, err := h.st.LastSeq(h.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, last, n)
+}
+
 func testChanged(t *testing.T, h *harness) {
 	_, err := h.st.Changed(h.ctx)
 	require.NoError(t, err)

@@ -53,6 +53,7 @@ func Run(t *testing.T, open Opener) {
 		{"Events", testEvents},
 		{"MatchingEvents", testMatchingEvents},
 		{"LastOfTypes", testLastOfTypes},
+		{"EventSeqs", testEventSeqs},
 		{"Changed", testChanged},
 		{"Acquire", testAcquire},
 		{"ConcurrentApply", testConcurrentApply},
