@@ -14,32 +14,50 @@ import (
 // events the store derived for other units (dependents failed or cancelled
 // with it) come back too, and the dispatcher drops those units from memory.
 func (d *dispatcher) submit(ops ...store.Op) {
-	for _, op := range ops {
+	d.enqueue(&writer.Request{Ops: ops, Done: func(res []store.Result, err error) { d.committed(ops, res, err) }})
+}
+
+// enqueue queues req for the writer (see submit).
+func (d *dispatcher) enqueue(req *writer.Request) {
+	for _, op := range req.Ops {
 		if id, _, _, ends := opEnds(op); ends {
 			d.finishing[id] = struct{}{}
 		}
 	}
-	err := d.w.Submit(&writer.Request{Ops: ops, Done: func(res []store.Result, err error) {
-		for i, op := range ops {
-			id, state, own, ends := opEnds(op)
-			if id == "" {
-				continue
-			}
-			var derived []store.Event
-			applied := err == nil && res[i].Applied
-			if applied && len(res[i].Events) > own {
-				derived = res[i].Events[own:]
-			}
-			if ends {
-				d.in.Push(msgSettled{id: id, state: state, applied: applied, derived: derived})
-			} else if len(derived) > 0 {
-				d.in.Push(msgApplied{events: derived})
-			}
-		}
-	}})
-	if err != nil && d.failed == nil {
+	if err := d.w.Submit(req); err != nil && d.failed == nil {
 		d.failed = err
 	}
+}
+
+// committed reports the commit of ops (or its failure) back to the
+// dispatcher: see submit. It runs on the writer goroutine.
+func (d *dispatcher) committed(ops []store.Op, res []store.Result, err error) {
+	for i, op := range ops {
+		id, state, own, ends := opEnds(op)
+		if id == "" {
+			continue
+		}
+		var derived []store.Event
+		applied := err == nil && res[i].Applied
+		if applied && len(res[i].Events) > own {
+			derived = res[i].Events[own:]
+		}
+		if ends {
+			d.in.Push(msgSettled{id: id, state: state, applied: applied, derived: derived})
+		} else if len(derived) > 0 {
+			d.in.Push(msgApplied{events: derived})
+		}
+	}
+}
+
+// finishSink reports the commit of a run's Finish (run.mem.fin): the run
+// record is the request's Sink, so the request costs no allocation.
+type finishSink run
+
+// Committed implements writer.Sink.
+func (s *finishSink) Committed(res []store.Result, err error) {
+	r := (*run)(s)
+	r.d.committed(r.mem.finOps[:], res, err)
 }
 
 // opEnds describes an op that finishes or fails a unit: its ID, the state

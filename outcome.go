@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/runcue/runcue/internal/writer"
 	"github.com/runcue/runcue/store"
 )
 
@@ -223,11 +224,15 @@ func (d *dispatcher) conclude(r *run, e ending) {
 	if !e.returned && e.cancelled != nil {
 		recorded = ErrCancelled
 	}
-	d.record(r, &o.fin, recorded, e.at)
+	r.mem.fin = o.fin
+	fin := &r.mem.fin
+	d.record(r, fin, recorded, e.at)
 	if e.returned {
 		r.cancel(nil)
 	}
-	d.submit(&o.fin)
+	r.mem.finOps[0] = fin
+	r.mem.finReq = writer.Request{Ops: r.mem.finOps[:], Sink: (*finishSink)(r)}
+	d.enqueue(&r.mem.finReq)
 }
 
 // timeoutError is the failure recorded for a run cut off at its deadline.

@@ -138,6 +138,10 @@ type run struct {
 		started  [1]store.Event
 		req      writer.Request
 		ops      [1]store.Op
+		// The run's Finish and its request (outcome.go, finishSink).
+		fin    store.Finish
+		finReq writer.Request
+		finOps [1]store.Op
 	}
 }
 

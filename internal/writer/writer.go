@@ -23,6 +23,24 @@ type Request struct {
 	// Done is called on the writer goroutine once the transaction has
 	// committed (err nil, one result per op) or failed. It must not block.
 	Done func(results []store.Result, err error)
+	// Sink, when Done is nil, is told instead, under the same rules: a
+	// pointer the caller already holds converts to it without an
+	// allocation, where a closure would allocate per request.
+	Sink Sink
+}
+
+// Sink receives a Request's outcome (see Request.Sink).
+type Sink interface {
+	Committed(results []store.Result, err error)
+}
+
+// done reports the request's outcome to Done, or else to Sink.
+func (r *Request) done(results []store.Result, err error) {
+	if r.Done != nil {
+		r.Done(results, err)
+		return
+	}
+	r.Sink.Committed(results, err)
 }
 
 // Hooks are called on the writer goroutine. They must not block.
@@ -179,7 +197,7 @@ func (w *Writer) run() {
 		if stopping {
 			// Anything pushed after the final Take raced with Close: fail it.
 			for _, r := range w.in.Take() {
-				r.Done(nil, ErrClosed)
+				r.done(nil, ErrClosed)
 			}
 			return
 		}
@@ -189,7 +207,7 @@ func (w *Writer) run() {
 func (w *Writer) commit(reqs []*Request) {
 	if err := w.Err(); err != nil {
 		for _, r := range reqs {
-			r.Done(nil, err)
+			r.done(nil, err)
 		}
 		return
 	}
@@ -209,7 +227,7 @@ func (w *Writer) commit(reqs []*Request) {
 	if err != nil {
 		w.failWith(err)
 		for _, r := range reqs {
-			r.Done(nil, err)
+			r.done(nil, err)
 		}
 		return
 	}
@@ -232,7 +250,7 @@ func (w *Writer) commit(reqs []*Request) {
 	}
 	i := 0
 	for _, r := range reqs {
-		r.Done(results[i:i+len(r.Ops):i+len(r.Ops)], nil)
+		r.done(results[i:i+len(r.Ops):i+len(r.Ops)], nil)
 		i += len(r.Ops)
 	}
 }

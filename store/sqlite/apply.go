@@ -174,10 +174,25 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) ([]store.Result, erro
 		if err != nil {
 			return err
 		}
+		// The results' events share one array, grown as needed: an op's
+		// Events start empty with room after the previous op's.
+		arena := make([]store.Event, 0, 2*len(ops))
 		for i, op := range ops {
-			if err := t.apply(op, &results[i]); err != nil {
+			r := &results[i]
+			r.Events = arena[len(arena):len(arena):cap(arena)]
+			if err := t.apply(op, r); err != nil {
 				tx.Rollback()
 				return err
+			}
+			if n := len(r.Events); n == 0 {
+				r.Events = nil
+			} else {
+				r.Events = r.Events[:n:n]
+				if cap(arena)-len(arena) >= n && &arena[:len(arena)+1][len(arena)] == &r.Events[0] {
+					arena = arena[:len(arena)+n] // written in place
+				} else {
+					arena = make([]store.Event, 0, 2*(len(ops)-i)) // it outgrew the array: a new one for the rest
+				}
 			}
 		}
 		if err := t.flushEvents(); err != nil {
@@ -379,9 +394,14 @@ func (t *txn) flushEvents() error {
 			}
 			q, literal := t.s.eventRowsInsert(typ, n)
 			t.vals = t.vals[:0]
+			// A row's seq is bound as the chunk's first plus a small
+			// offset: the first is boxed once, and offsets below 256 box
+			// without allocating.
+			base := pending[idx[0]].Seq
+			boxed := any(base)
 			for _, i := range idx[:n] {
 				ev := &pending[i]
-				t.vals = append(t.vals, ev.Seq)
+				t.vals = append(t.vals, boxed, ev.Seq-base)
 				if !literal {
 					t.vals = append(t.vals, ev.Type)
 				}
@@ -407,9 +427,9 @@ func (s *Store) eventRowsInsert(typ string, n int) (q string, literal bool) {
 	if q, ok := s.eventRows[k]; ok {
 		return q, literal
 	}
-	row := "(?,?,?,?,?,?,?,?)"
+	row := "(?+?,?,?,?,?,?,?,?)"
 	if literal {
-		row = "(?,'" + typ + "',?,?,?,?,?,?)"
+		row = "(?+?,'" + typ + "',?,?,?,?,?,?)"
 	}
 	q = `INSERT INTO events(seq, type, at, work_id, task, target, attempt, data) VALUES ` + rowsOf(n, row)
 	s.eventRows[k] = q
