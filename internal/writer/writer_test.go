@@ -245,3 +245,32 @@ func TestCloseCommitsPending(t *testing.T) {
 	}
 	w.Close() // idempotent
 }
+
+// sink records a request's outcome.
+type sink chan []store.Result
+
+func (s sink) Committed(res []store.Result, err error) {
+	if err != nil {
+		res = nil
+	}
+	s <- res
+}
+
+// TestSink: a request without Done reports to its Sink, with its own
+// results, after a commit shared with a request that has Done.
+func TestSink(t *testing.T) {
+	st, _ := open(t)
+	w := writer.New(writer.Config{Store: st, Clock: clock.Real()})
+	defer w.Close()
+	s := make(sink, 1)
+	done := make(chan error, 1)
+	w.Submit(&writer.Request{Ops: []store.Op{insert("a")}, Done: func(_ []store.Result, err error) { done <- err }})
+	w.Submit(&writer.Request{Ops: []store.Op{insert("b"), insert("c")}, Sink: s})
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	res := <-s
+	if len(res) != 2 || res[0].Units[0].ID != "b" || res[1].Units[0].ID != "c" {
+		t.Fatalf("the sink's results: %+v", res)
+	}
+}
