@@ -79,14 +79,12 @@ func (c *Cue) Services(ctx context.Context) ([]ServiceStatus, error) {
 		return nil, err
 	}
 	if d := c.disp.Load(); d != nil {
-		ch := make(chan []ServiceStatus, 1)
-		d.in.Push(msgCall{f: func(d *dispatcher) { ch <- d.statusAll() }})
-		select {
-		case st := <-ch:
+		st, ok, err := askLoop(ctx, d, (*dispatcher).statusAll)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
 			return st, nil
-		case <-d.done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
 		}
 	} else {
 		var live []ServiceStats

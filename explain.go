@@ -123,19 +123,16 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 		return Explanation{}, err
 	}
 	if d := c.disp.Load(); d != nil {
-		ch := make(chan Explanation, 1)
-		d.in.Push(msgCall{f: func(d *dispatcher) { ch <- d.explain(id) }})
-		select {
-		case ex := <-ch:
-			if ex.ID != "" {
-				ex.Live, ex.AsOf = true, c.clock.Now()
-				return ex, nil
-			}
-			// Not in the dispatcher's memory: finished, or not loaded yet.
-		case <-d.done:
-		case <-ctx.Done():
-			return Explanation{}, ctx.Err()
+		ex, ok, err := askLoop(ctx, d, func(d *dispatcher) Explanation { return d.explain(id) })
+		if err != nil {
+			return Explanation{}, err
 		}
+		if ok && ex.ID != "" {
+			ex.Live, ex.AsOf = true, c.clock.Now()
+			return ex, nil
+		}
+		// Not in the dispatcher's memory (finished, or not loaded yet), or
+		// the dispatcher ended.
 	}
 	if c.disp.Load() == nil {
 		var ex Explanation

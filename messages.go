@@ -1,6 +1,7 @@
 package runcue
 
 import (
+	"context"
 	"time"
 
 	"github.com/runcue/runcue/store"
@@ -99,6 +100,21 @@ type msgPausesChanged struct {
 // msgCall runs f on the dispatcher goroutine: queries (service status,
 // Explain) and test inspection. f must not block.
 type msgCall struct{ f func(*dispatcher) }
+
+// askLoop runs f on d's goroutine (a msgCall) and returns its answer. ok
+// is false when d ended before answering; err is ctx's when it ended first.
+func askLoop[T any](ctx context.Context, d *dispatcher, f func(*dispatcher) T) (v T, ok bool, err error) {
+	ch := make(chan T, 1)
+	d.in.Push(msgCall{f: func(d *dispatcher) { ch <- f(d) }})
+	select {
+	case v = <-ch:
+		return v, true, nil
+	case <-d.done:
+		return v, false, nil
+	case <-ctx.Done():
+		return v, false, ctx.Err()
+	}
+}
 
 // msgSettled: an op that ends unit id committed (applied) or not, leaving
 // it in state; derived are the events the store added for other units

@@ -230,20 +230,17 @@ func (c *Cue) backpressureStats(ctx context.Context) (BackpressureStats, error) 
 		b = BackpressureStats{Active: e.Type == EventBackpressureActive, MaxQueued: e.MaxQueued, Queued: e.Queued, Since: e.Time}
 	}
 	if d := c.disp.Load(); d != nil {
-		ch := make(chan BackpressureStats, 1)
-		d.in.Push(msgCall{f: func(d *dispatcher) {
-			live := BackpressureStats{Active: d.bpActive, MaxQueued: d.cfg.MaxQueued, Queued: d.queuedCount()}
+		live, ok, err := askLoop(ctx, d, func(d *dispatcher) BackpressureStats {
+			return BackpressureStats{Active: d.bpActive, MaxQueued: d.cfg.MaxQueued, Queued: d.queuedCount()}
+		})
+		if err != nil {
+			return b, err
+		}
+		if ok {
 			if live.Active == b.Active {
 				live.Since = b.Since
 			}
-			ch <- live
-		}})
-		select {
-		case live := <-ch:
 			return live, nil
-		case <-d.done:
-		case <-ctx.Done():
-			return b, ctx.Err()
 		}
 	}
 	return b, nil
@@ -289,17 +286,15 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferredBy map[st
 		}
 	}
 	if d := c.disp.Load(); d != nil {
-		ch := make(chan []ServiceStats, 1)
-		d.in.Push(msgCall{f: func(d *dispatcher) { ch <- d.serviceStats() }})
-		select {
-		case out := <-ch:
+		out, ok, err := askLoop(ctx, d, (*dispatcher).serviceStats)
+		if err != nil {
+			return nil, false, err
+		}
+		if ok {
 			for i := range out {
 				out[i].Deferred = deferred[out[i].Name]
 			}
 			return out, true, nil
-		case <-d.done:
-		case <-ctx.Done():
-			return nil, false, ctx.Err()
 		}
 	} else {
 		var live []ServiceStats

@@ -118,8 +118,8 @@ type confirmData struct {
 // selects. Without confirm=1 it counts them (a dry run) and asks.
 func (d *dash) bulkAction(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	f := workFilter{State: r.FormValue("state"), Task: r.FormValue("task"), Target: r.FormValue("target"),
-		Error: r.FormValue("error"), Since: r.FormValue("since")}
+	f := filterOf(r)
+	f.Cursor = "" // a bulk action takes the whole filter, not a page
 	o, err := f.options(time.Now(), 0)
 	if err != nil {
 		d.fail(w, err)
@@ -145,12 +145,7 @@ func (d *dash) bulkAction(w http.ResponseWriter, r *http.Request) {
 		d.render(w, r, "confirm", "", confirmData{Op: op, Filter: f, Count: n})
 		return
 	}
-	q := url.Values{}
-	for k, v := range map[string]string{"state": f.State, "task": f.Task, "target": f.Target, "error": f.Error, "since": f.Since} {
-		if v != "" {
-			q.Set(k, v)
-		}
-	}
+	q := f.values()
 	verb := map[string]string{"retry": "requeued", "cancel": "cancelled"}[op]
 	back(w, r, "work?"+q.Encode(), fmt.Sprintf("%s %d units", verb, n))
 }

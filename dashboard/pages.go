@@ -4,6 +4,7 @@ import (
 	"embed"
 	"fmt"
 	"html/template"
+	"maps"
 	"math"
 	"net/http"
 	"net/url"
@@ -132,7 +133,7 @@ func (d *dash) overview(w http.ResponseWriter, r *http.Request) {
 	for _, s := range allStates {
 		data.States = append(data.States, stateCount{s, st.States[s]})
 	}
-	for _, task := range sortedKeys(st.Tasks) {
+	for _, task := range slices.Sorted(maps.Keys(st.Tasks)) {
 		row := taskRow{Task: task}
 		for _, s := range allStates {
 			row.Counts = append(row.Counts, st.Tasks[task][s])
@@ -141,15 +142,6 @@ func (d *dash) overview(w http.ResponseWriter, r *http.Request) {
 	}
 	data.Chart = minuteChart(st.Minutes)
 	d.render(w, r, "overview", "", data)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	return keys
 }
 
 // minuteChart draws completions and failures per minute over the last
@@ -233,10 +225,21 @@ func (f workFilter) options(now time.Time, maxScan int) (runcue.ListOptions, err
 	return o, nil
 }
 
+// filterOf reads the filter from the query string, or a form's fields.
 func filterOf(r *http.Request) workFilter {
-	q := r.URL.Query()
-	return workFilter{State: q.Get("state"), Task: q.Get("task"), Target: q.Get("target"), Error: q.Get("error"),
-		Since: q.Get("since"), Cursor: q.Get("cursor")}
+	return workFilter{State: r.FormValue("state"), Task: r.FormValue("task"), Target: r.FormValue("target"),
+		Error: r.FormValue("error"), Since: r.FormValue("since"), Cursor: r.FormValue("cursor")}
+}
+
+// values is the filter as a query string's values, without the cursor.
+func (f workFilter) values() url.Values {
+	q := url.Values{}
+	for k, v := range map[string]string{"state": f.State, "task": f.Task, "target": f.Target, "error": f.Error, "since": f.Since} {
+		if v != "" {
+			q.Set(k, v)
+		}
+	}
+	return q
 }
 
 func (d *dash) work(w http.ResponseWriter, r *http.Request) {
@@ -264,7 +267,7 @@ func (d *dash) work(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, err)
 		return
 	}
-	data := workData{Filter: f, Units: page.Units, Next: page.Next, Partial: page.Partial, Scan: d.o.MaxScan, States: allStates, Tasks: sortedKeys(st.Tasks),
+	data := workData{Filter: f, Units: page.Units, Next: page.Next, Partial: page.Partial, Scan: d.o.MaxScan, States: allStates, Tasks: slices.Sorted(maps.Keys(st.Tasks)),
 		NotFound: r.URL.Query().Get("id")}
 	d.render(w, r, "work", "work_queued,work_started,work_completed,work_failed,work_skipped,work_cancelled,work_retrying", data)
 }
@@ -326,5 +329,5 @@ func (d *dash) tail(w http.ResponseWriter, r *http.Request) {
 		d.fail(w, err)
 		return
 	}
-	d.render(w, r, "tail", "", sortedKeys(st.Tasks))
+	d.render(w, r, "tail", "", slices.Sorted(maps.Keys(st.Tasks)))
 }

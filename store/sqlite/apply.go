@@ -373,15 +373,15 @@ func (t *txn) flushEvents() error {
 			t.s.byType[typ] = idx[:0]
 		}
 	}()
+	if len(t.s.byType) > maxLiteralTypes {
+		clear(t.s.byType) // kept across transactions, but not without bound
+	}
 	var order []string
 	for i := range pending {
 		typ := pending[i].Type
-		idx, ok := t.s.byType[typ]
+		idx := t.s.byType[typ]
 		if len(idx) == 0 {
 			order = append(order, typ)
-		}
-		if !ok && len(t.s.byType) >= maxEventInserts {
-			clear(t.s.byType)
 		}
 		t.s.byType[typ] = append(idx, i)
 	}
@@ -417,9 +417,9 @@ func (t *txn) flushEvents() error {
 }
 
 // eventRowsInsert returns the INSERT of n events of type typ, with the
-// type as a literal when eventInsert would write it so (literal true).
+// type as a literal if literalType says so (literal true).
 func (s *Store) eventRowsInsert(typ string, n int) (q string, literal bool) {
-	_, literal = s.eventInsert(typ)
+	literal = s.literalType(typ)
 	k := eventRowsKey{rows: n}
 	if literal {
 		k.typ = typ
@@ -436,33 +436,29 @@ func (s *Store) eventRowsInsert(typ string, n int) (q string, literal bool) {
 	return q, literal
 }
 
-// maxEventInserts bounds Store.eventInserts; types beyond it are bound.
-const maxEventInserts = 64
+// maxLiteralTypes bounds Store.eventRows' literal types; types beyond
+// it are bound.
+const maxLiteralTypes = 64
 
-// eventInsertBound is the INSERT of an event whose type is bound.
-const eventInsertBound = `INSERT INTO events(type, at, work_id, task, target, attempt, data) VALUES(?,?,?,?,?,?,?)`
-
-// eventInsert returns the INSERT of an event of type typ. For a type made
-// of lower-case letters and underscores (every type runcue writes) the type
-// is written into the statement as a literal, one prepared statement per
-// type, so that it is not bound as text at every event (an allocation and
-// a copy in the driver), and literal is true. For any other type it
-// returns eventInsertBound, whose first argument is the type.
-func (s *Store) eventInsert(typ string) (q string, literal bool) {
-	if q, ok := s.eventInserts[typ]; ok {
-		return q, true
+// literalType reports whether events of type typ are written with the type
+// as a literal in their INSERT, one set of prepared statements per type,
+// so that it is not bound as text at every event (an allocation and a copy
+// in the driver): a type made of lower-case letters and underscores
+// (every type runcue writes), while fewer than maxLiteralTypes are.
+func (s *Store) literalType(typ string) bool {
+	if s.literalTypes[typ] {
+		return true
 	}
-	if len(typ) == 0 || len(typ) > 40 || len(s.eventInserts) >= maxEventInserts {
-		return eventInsertBound, false
+	if len(typ) == 0 || len(typ) > 40 || len(s.literalTypes) >= maxLiteralTypes {
+		return false
 	}
 	for i := 0; i < len(typ); i++ {
 		if c := typ[i]; c != '_' && (c < 'a' || c > 'z') {
-			return eventInsertBound, false
+			return false
 		}
 	}
-	q = `INSERT INTO events(type, at, work_id, task, target, attempt, data) VALUES('` + typ + `',?,?,?,?,?,?)`
-	s.eventInserts[typ] = q
-	return q, true
+	s.literalTypes[typ] = true
+	return true
 }
 
 // nullBox is box, with NULL for "".

@@ -86,9 +86,9 @@ type Store struct {
 	// binding them does not allocate each time (see txn.box). Writer-owned,
 	// like stmts.
 	boxes map[string]any
-	// eventInserts are the INSERTs of events by type (see eventInsert).
-	// Writer-owned, like stmts.
-	eventInserts map[string]string
+	// literalTypes are the event types written as literals in their
+	// INSERTs (see literalType). Writer-owned, like stmts.
+	literalTypes map[string]bool
 	// eventRows are the multi-row INSERTs of events by type and row count
 	// (see flushEvents); pending is the writer's buffer of events to
 	// insert, reused from transaction to transaction.
@@ -139,7 +139,7 @@ func Open(path string, opts Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
 	}
-	s := &Store{path: path, mode: opts.FileMode, stmts: make(map[string]driver.Stmt), boxes: make(map[string]any), eventInserts: make(map[string]string), eventRows: make(map[eventRowsKey]string), byType: make(map[string][]int)}
+	s := &Store{path: path, mode: opts.FileMode, stmts: make(map[string]driver.Stmt), boxes: make(map[string]any), literalTypes: make(map[string]bool), eventRows: make(map[eventRowsKey]string), byType: make(map[string][]int)}
 	s.write, err = sql.Open("sqlite", dsn(path, opts, false))
 	if err != nil {
 		return nil, fmt.Errorf("runcue: open %s: %w", path, err)

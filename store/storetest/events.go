@@ -193,6 +193,8 @@ func testEventSeqs(t *testing.T, h *harness) {
 			// duplicate ID second): both are rolled back with it.
 			&store.Insert{Units: []*store.Unit{h.unit("b"), dup}, At: h.tick()},
 			&store.AppendEvent{Event: store.Event{Type: "backpressure_active", Time: h.tick()}},
+			// A type a backend may not write as a literal.
+			&store.AppendEvent{Event: store.Event{Type: "Custom.Type-1", Time: h.tick()}},
 			&store.Insert{Units: []*store.Unit{h.unit("c")}, At: h.tick()},
 		}
 		res, err := st.Apply(h.ctx, ops)
