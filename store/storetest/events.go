@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"testing"
 
@@ -222,6 +223,22 @@ func testEventSeqs(t *testing.T, h *harness) {
 	n, err := h.st.LastSeq(h.ctx)
 	require.NoError(t, err)
 	assert.Equal(t, last, n)
+}
+
+// testManyEventTypes: transactions of many distinct event types (more
+// than a backend may cache per type) store every event.
+func testManyEventTypes(t *testing.T, h *harness) {
+	want := 0
+	for round := range 3 {
+		var ops []store.Op
+		for i := range 150 {
+			typ := fmt.Sprintf("type_%c_%c", 'a'+rune(i%26), 'a'+rune((i/26+round)%26))
+			ops = append(ops, &store.AppendEvent{Event: store.Event{Type: typ, Time: h.tick()}})
+		}
+		h.apply(ops...)
+		want += len(ops)
+	}
+	assert.Len(t, h.events(0), want)
 }
 
 func testChanged(t *testing.T, h *harness) {

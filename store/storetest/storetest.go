@@ -54,6 +54,7 @@ func Run(t *testing.T, open Opener) {
 		{"MatchingEvents", testMatchingEvents},
 		{"LastOfTypes", testLastOfTypes},
 		{"EventSeqs", testEventSeqs},
+		{"ManyEventTypes", testManyEventTypes},
 		{"Changed", testChanged},
 		{"Acquire", testAcquire},
 		{"ConcurrentApply", testConcurrentApply},
