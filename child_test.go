@@ -25,7 +25,8 @@ import (
 //	  forever (until killed), printing "started <id>" for each hold run.
 func runChild(mode string) int {
 	path := os.Getenv("RUNCUE_DB")
-	cfg := runcue.Config{MaxConcurrent: 16, Logger: quietLogger}
+	// MaxUncommitted bounds what a kill makes run again (TestCrashRecovery).
+	cfg := runcue.Config{MaxConcurrent: 16, MaxUncommitted: 16, Logger: quietLogger}
 	if mode == "followups" {
 		cfg.DrainSubscriptions = []string{"pages"}
 	}

@@ -14,7 +14,7 @@ import (
 // events the store derived for other units (dependents failed or cancelled
 // with it) come back too, and the dispatcher drops those units from memory.
 func (d *dispatcher) submit(ops ...store.Op) {
-	d.enqueue(&writer.Request{Ops: ops, Done: func(res []store.Result, err error) { d.committed(ops, res, err) }})
+	d.enqueue(&writer.Request{Ops: ops, Done: func(res []store.Result, err error) { d.committed(ops, res, err, false) }})
 }
 
 // enqueue queues req for the writer (see submit).
@@ -30,8 +30,9 @@ func (d *dispatcher) enqueue(req *writer.Request) {
 }
 
 // committed reports the commit of ops (or its failure) back to the
-// dispatcher: see submit. It runs on the writer goroutine.
-func (d *dispatcher) committed(ops []store.Op, res []store.Result, err error) {
+// dispatcher: see submit. run says ops are a run's Finish. It runs on the
+// writer goroutine.
+func (d *dispatcher) committed(ops []store.Op, res []store.Result, err error, run bool) {
 	for i, op := range ops {
 		id, state, own, ends := opEnds(op)
 		if id == "" {
@@ -43,7 +44,12 @@ func (d *dispatcher) committed(ops []store.Op, res []store.Result, err error) {
 			derived = res[i].Events[own:]
 		}
 		if ends {
-			d.in.Push(msgSettled{id: id, state: state, applied: applied, derived: derived})
+			d.in.Push(msgSettled{id: id, state: state, applied: applied, derived: derived, run: run})
+		} else if run {
+			d.in.Push(msgRunCommitted{})
+			if len(derived) > 0 {
+				d.in.Push(msgApplied{events: derived})
+			}
 		} else if len(derived) > 0 {
 			d.in.Push(msgApplied{events: derived})
 		}
@@ -57,7 +63,7 @@ type finishSink run
 // Committed implements writer.Sink.
 func (s *finishSink) Committed(res []store.Result, err error) {
 	r := (*run)(s)
-	r.d.committed(r.mem.finOps[:], res, err)
+	r.d.committed(r.mem.finOps[:], res, err, true)
 }
 
 // opEnds describes an op that finishes or fails a unit: its ID, the state

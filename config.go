@@ -36,6 +36,15 @@ const (
 type Config struct {
 	// MaxConcurrent caps the handlers running at once. Default 100.
 	MaxConcurrent int
+	// MaxUncommitted caps the runs that have ended but whose outcome the
+	// writer has not committed yet: while that many wait, no run starts.
+	// Handlers that finish faster than the database records them would
+	// otherwise run ahead of it without bound, and a crash makes every run
+	// whose outcome was not committed run again. With the cap, a crash
+	// makes at most MaxConcurrent + MaxUncommitted - 1 units run again,
+	// and the records of ended runs awaiting their commit stay bounded.
+	// Default 1024, enough for the writer's group commits to stay full.
+	MaxUncommitted int
 	// MaxPayload bounds the size in bytes of a submission's encoded params
 	// (a larger submission fails with ErrInvalid) and of a handler's encoded
 	// result (a larger one fails the run permanently). Default 16 MiB.
@@ -221,7 +230,8 @@ func (cfg Config) validate() error {
 		name string
 		v    int64
 	}{
-		{"MaxConcurrent", int64(cfg.MaxConcurrent)}, {"MaxPayload", int64(cfg.MaxPayload)},
+		{"MaxConcurrent", int64(cfg.MaxConcurrent)}, {"MaxUncommitted", int64(cfg.MaxUncommitted)},
+		{"MaxPayload", int64(cfg.MaxPayload)},
 		{"DefaultTimeout", int64(cfg.DefaultTimeout)}, {"LeaseBuffer", int64(cfg.LeaseBuffer)},
 		{"MaxStartDelay", int64(cfg.MaxStartDelay)}, {"PollInterval", int64(cfg.PollInterval)},
 		{"EventBuffer", int64(cfg.EventBuffer)}, {"EventRetention", int64(cfg.EventRetention)},
@@ -255,6 +265,7 @@ func (cfg Config) validate() error {
 
 func (cfg Config) withDefaults() Config {
 	orDefault(&cfg.MaxConcurrent, 100)
+	orDefault(&cfg.MaxUncommitted, 1024)
 	orDefault(&cfg.MaxPayload, DefaultMaxPayload)
 	orDefault(&cfg.DefaultTimeout, 30*time.Minute)
 	orDefault(&cfg.LeaseBuffer, 60*time.Second)

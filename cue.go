@@ -77,6 +77,9 @@ type testHooks struct {
 	checkInvariants func(d *dispatcher)
 	// started is called on the dispatcher goroutine for every run started.
 	started func(r *run)
+	// concluded is called on the dispatcher goroutine for every run whose
+	// Finish it queued for the writer, after queuing it.
+	concluded func(r *run)
 	// iterated, when set, gets a (non-blocking) signal after every loop
 	// iteration of the dispatcher: tests wait on it instead of polling.
 	iterated chan struct{}

@@ -292,8 +292,13 @@ func (d *dispatcher) handle(m message) {
 	case msgCall:
 		m.f(d)
 	case msgSettled:
+		if m.run {
+			d.uncommitted--
+		}
 		d.settled(m.id, m.state, m.applied)
 		d.applyEnded(m.derived)
+	case msgRunCommitted:
+		d.uncommitted--
 	case msgChecked:
 		d.checked(m.id, m.ok)
 		if ch := d.hooks.checked; ch != nil {
@@ -347,7 +352,7 @@ func (d *dispatcher) dispatch() {
 			}
 		}()
 	}
-	for d.inflight < d.cfg.MaxConcurrent && d.ready.Len() > 0 {
+	for d.inflight < d.cfg.MaxConcurrent && d.uncommitted < d.cfg.MaxUncommitted && d.ready.Len() > 0 {
 		if prio && !d.ready.Peek().units.Peek().scored {
 			return // no unit of a ready lane holds a score yet (priority.go)
 		}

@@ -51,6 +51,9 @@ const (
 	ReasonServiceRetryAfter ReasonKind = "service_retry_after"
 	// ReasonGlobalCap: Config.MaxConcurrent units are running.
 	ReasonGlobalCap ReasonKind = "global_cap"
+	// ReasonCommitBacklog: Config.MaxUncommitted ended runs wait for the
+	// database to record their outcomes.
+	ReasonCommitBacklog ReasonKind = "commit_backlog"
 	// ReasonTaskCap: the task's MaxConcurrent units are running.
 	ReasonTaskCap ReasonKind = "task_cap"
 	// ReasonBackoff: it failed and retries at Until.
@@ -274,6 +277,9 @@ func (d *dispatcher) explain(id string) Explanation {
 	case uReady:
 		if d.inflight >= d.cfg.MaxConcurrent {
 			add(Reason{Kind: ReasonGlobalCap, Detail: fmt.Sprintf("%d units are running, the Cue's MaxConcurrent", d.inflight)})
+		}
+		if d.uncommitted >= d.cfg.MaxUncommitted {
+			add(Reason{Kind: ReasonCommitBacklog, Detail: fmt.Sprintf("%d ended runs wait for their outcomes to be committed, the Cue's MaxUncommitted", d.uncommitted)})
 		}
 		for _, r := range u.lane.resources {
 			if rs, ok := d.resourceReason(r, now); ok {

@@ -267,3 +267,9 @@ func TrackRuns(c *Cue) (reachable func() (runs, units, started int)) {
 // BudgetRecheckEvery is how often a spent budget is checked against the
 // wall clock.
 const BudgetRecheckEvery = budgetRecheckEvery
+
+// OnConcluded makes c call f on its dispatcher goroutine for every run
+// whose outcome it decided and queued for the writer. Call before Start.
+func OnConcluded(c *Cue, f func(id string)) {
+	c.testHooks.concluded = func(r *run) { f(r.id) }
+}

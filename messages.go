@@ -124,7 +124,13 @@ type msgSettled struct {
 	state   store.State
 	applied bool
 	derived []store.Event
+	// run: the op is a run's Finish (see runTable.uncommitted).
+	run bool
 }
+
+// msgRunCommitted: a run's Finish that does not end its unit (a retry, a
+// deferral, a requeue) committed or failed.
+type msgRunCommitted struct{}
 
 // msgRead: a read of the store the loop asked for finished; apply uses
 // its answer (see reads.go).
@@ -190,6 +196,7 @@ func (msgApplied) isMessage()        {}
 func (msgServiceChanged) isMessage() {}
 func (msgCall) isMessage()           {}
 func (msgSettled) isMessage()        {}
+func (msgRunCommitted) isMessage()   {}
 func (msgChecked) isMessage()        {}
 func (msgRead) isMessage()           {}
 func (msgScores) isMessage()         {}

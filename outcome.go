@@ -232,7 +232,11 @@ func (d *dispatcher) conclude(r *run, e ending) {
 	}
 	r.mem.finOps[0] = fin
 	r.mem.finReq = writer.Request{Ops: r.mem.finOps[:], Sink: (*finishSink)(r)}
+	d.uncommitted++
 	d.enqueue(&r.mem.finReq)
+	if h := d.hooks.concluded; h != nil {
+		h(r)
+	}
 }
 
 // timeoutError is the failure recorded for a run cut off at its deadline.

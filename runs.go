@@ -31,11 +31,14 @@ type runTable struct {
 	held map[*run]struct{}
 	// inflight counts the runs whose slots are taken (in runs or held),
 	// live the handler goroutines not yet returned, claims the
-	// write-ahead claims not yet committed.
-	inflight int
-	live     int
-	claims   int
-	handlers sync.WaitGroup
+	// write-ahead claims not yet committed, uncommitted the runs whose
+	// Finish is queued for the writer and not yet reported committed
+	// (Config.MaxUncommitted).
+	inflight    int
+	live        int
+	claims      int
+	uncommitted int
+	handlers    sync.WaitGroup
 	// startMu guards noStarts, set at exit: once it is set no handler may
 	// start, so that none starts after ownership is released (an
 	// abandoned handler goroutine that had not yet started, say). Handler
