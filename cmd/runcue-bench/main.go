@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"path/filepath"
 	"runtime"
 	"time"
 
@@ -38,6 +39,7 @@ func main() {
 	scaleSizes := flag.String("scale-sizes", "20000,1000,100000,1000000", "queued units before Start for -scale (the first is the deep-queue ratio's reference, the last its deep queue)")
 	scaleDispatches := flag.Int("scale-dispatches", 20000, "dispatches measured per -scale run")
 	scaleParams := flag.Int("scale-params", 64, "bytes of params per unit for -scale")
+	lag := flag.Int("lag", 0, "instead of the other measurements: run this many queued no-op units and report the most handler starts ahead of the completions committed (runs a crash would make run again; at most MaxConcurrent + MaxUncommitted - 1)")
 	history := flag.Int("history", 0, "instead of the other measurements: time to the first handler call on a database whose history holds this many completed units, with 1,000 queued")
 	scaleChildPath := flag.String("scale-child", "", "internal: measure one -scale run on this database and print it as JSON")
 	scalePriority := flag.Bool("scale-priority", false, "internal: with -scale-child, use PriorityByWaitTime(time.Hour)")
@@ -66,6 +68,10 @@ func main() {
 	}
 	if *history > 0 {
 		runHistory(*dir, *reps, *history)
+		return
+	}
+	if *lag > 0 {
+		runLag(*dir, *reps, *lag)
 		return
 	}
 	if *scale {
@@ -155,6 +161,18 @@ func main() {
 	fmt.Printf("completion-to-dispatch (MaxConcurrent 1, %d units): p50 %v, p99 %v, max %v\n", len(lat)+1,
 		benchkit.Percentile(lat, 50).Round(time.Microsecond), benchkit.Percentile(lat, 99).Round(time.Microsecond),
 		benchkit.Percentile(lat, 100).Round(time.Microsecond))
+}
+
+func runLag(dir string, reps, n int) {
+	fmt.Printf("runcue-bench -lag: %d queued no-op units, MaxConcurrent 100, default MaxUncommitted, %d repetitions, GOMAXPROCS=%d, %s\n",
+		n, reps, runtime.GOMAXPROCS(0), runtime.Version())
+	for i := range reps {
+		res, err := benchkit.Lag(filepath.Join(dir, fmt.Sprintf("lag-%d.db", i)), n, runcue.Config{})
+		if err != nil {
+			log.Fatal("lag: ", err)
+		}
+		fmt.Printf("  rep %d: at most %d handler starts ahead of the completions committed; all done in %v\n", i+1, res.MaxAhead, res.Elapsed.Round(time.Millisecond))
+	}
 }
 
 func runSoak(dir string, n int) {
