@@ -36,14 +36,15 @@ const (
 type Config struct {
 	// MaxConcurrent caps the handlers running at once. Default 100.
 	MaxConcurrent int
-	// MaxUncommitted caps the runs that have ended but whose outcome the
-	// writer has not committed yet: while that many wait, no run starts.
-	// Handlers that finish faster than the database records them would
-	// otherwise run ahead of it without bound, and a crash makes every run
-	// whose outcome was not committed run again. With the cap, a crash
-	// makes at most MaxConcurrent + MaxUncommitted - 1 units run again,
-	// and the records of ended runs awaiting their commit stay bounded.
-	// Default 1024, enough for the writer's group commits to stay full.
+	// MaxUncommitted bounds how far handlers may run ahead of the
+	// database: while that many ended runs wait for the writer to commit
+	// their outcomes, no run starts (Explain says commit_backlog).
+	// Handlers that end faster than their outcomes are recorded would
+	// otherwise run ahead without bound, every run not yet recorded a run
+	// that a crash makes happen again and a record held in memory. With
+	// the cap, at most MaxConcurrent + MaxUncommitted - 1 runs are ahead
+	// of the database at any instant. Default 1024, enough for the
+	// writer's group commits to stay full.
 	MaxUncommitted int
 	// MaxPayload bounds the size in bytes of a submission's encoded params
 	// (a larger submission fails with ErrInvalid) and of a handler's encoded

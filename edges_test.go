@@ -277,6 +277,7 @@ func TestConfigValidated(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "runcue.db")
 	for name, cfg := range map[string]runcue.Config{
 		"MaxConcurrent -5":                 {MaxConcurrent: -5},
+		"MaxUncommitted -1":                {MaxUncommitted: -1},
 		"DefaultTimeout -1s":               {DefaultTimeout: -time.Second},
 		"MaxPayload -1":                    {MaxPayload: -1},
 		"PollInterval -1":                  {PollInterval: -1},
