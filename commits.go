@@ -45,12 +45,12 @@ func (d *dispatcher) committed(ops []store.Op, res []store.Result, err error, ru
 		}
 		if ends {
 			d.in.Push(msgSettled{id: id, state: state, applied: applied, derived: derived, run: run})
-		} else if run {
+			continue
+		}
+		if run {
 			d.in.Push(msgRunCommitted{})
-			if len(derived) > 0 {
-				d.in.Push(msgApplied{events: derived})
-			}
-		} else if len(derived) > 0 {
+		}
+		if len(derived) > 0 {
 			d.in.Push(msgApplied{events: derived})
 		}
 	}
