@@ -99,8 +99,15 @@ func (c *Cue) Services(ctx context.Context) ([]ServiceStatus, error) {
 	return c.storedStatus(ctx)
 }
 
-// ServiceStatus reports one service (see Services).
+// ServiceStatus reports one service (see Services), or one keyed instance
+// ("host:example.org"): its own limits (its override, else its class's),
+// load and state, whether or not the owner holds it in memory now. An
+// instance not in memory reports what is stored: its pause, its circuit,
+// the starts of its window and budgets in the service log.
 func (c *Cue) ServiceStatus(ctx context.Context, name string) (ServiceStatus, error) {
+	if strings.Contains(name, ":") {
+		return c.keyStatus(ctx, name)
+	}
 	all, err := c.Services(ctx)
 	if err != nil {
 		return ServiceStatus{}, err
@@ -111,6 +118,92 @@ func (c *Cue) ServiceStatus(ctx context.Context, name string) (ServiceStatus, er
 		}
 	}
 	return ServiceStatus{}, fmt.Errorf("%w: %q", ErrUnknownService, name)
+}
+
+// keyStatus is ServiceStatus of a keyed instance: the owner's live state
+// if it holds the instance, else the stored one.
+func (c *Cue) keyStatus(ctx context.Context, name string) (ServiceStatus, error) {
+	if err := c.checkOpen(); err != nil {
+		return ServiceStatus{}, err
+	}
+	if err := c.knownService(ctx, name); err != nil {
+		return ServiceStatus{}, err
+	}
+	if d := c.disp.Load(); d != nil {
+		st, _, err := askLoop(ctx, d, func(d *dispatcher) *ServiceStatus { return d.liveKeyStatus(name) })
+		if err != nil {
+			return ServiceStatus{}, err
+		}
+		if st != nil {
+			return *st, nil
+		}
+	} else {
+		var st ServiceStatus
+		if c.askOwner(ctx, ownerQuestion{Kind: "service", Service: name}, &st) {
+			return st, nil
+		}
+	}
+	return c.storedKeyStatus(ctx, name)
+}
+
+// liveKeyStatus reports keyed instance name if it is in memory, on the
+// dispatcher goroutine.
+func (t *resourceTable) liveKeyStatus(name string) *ServiceStatus {
+	r := t.keyed[name]
+	if r == nil {
+		return nil
+	}
+	st := t.statusOf(r, t.now())
+	return &st
+}
+
+// storedKeyStatus reports keyed instance name from the database: its
+// limits, pause and circuit, and the starts the service log holds in its
+// window and budgets. Active is not stored per instance: it is zero.
+func (c *Cue) storedKeyStatus(ctx context.Context, name string) (ServiceStatus, error) {
+	class, _, _ := strings.Cut(name, ":")
+	recs, err := c.st.Services(ctx)
+	if err != nil {
+		return ServiceStatus{}, c.readErr(err)
+	}
+	var classRec, keyRec store.ServiceRecord
+	for _, r := range recs {
+		switch r.Name {
+		case class:
+			classRec = r
+		case name:
+			keyRec = r
+		}
+	}
+	st := ServiceStatus{Name: name, Class: class, Circuit: CircuitClosed, Paused: classRec.Paused || keyRec.Paused}
+	c.mu.Lock()
+	st.Limits = c.services[class]
+	c.mu.Unlock()
+	if def, ok := decodeService(classRec.Def); ok {
+		st.Limits = def
+	}
+	if ov, ok := decodeService(classRec.Override); ok {
+		st.Limits, st.Overridden = ov, true
+	}
+	if ov, ok := decodeService(keyRec.Override); ok {
+		st.Limits, st.Overridden = ov, true
+	}
+	now := c.clock.Now()
+	if st.Limits.RateLimit > 0 {
+		log, err := c.st.ServiceLog(ctx, name, now.Add(-st.Limits.hold()).Add(1))
+		if err != nil {
+			return ServiceStatus{}, c.readErr(err)
+		}
+		st.InWindow = len(log)
+		if len(log) >= st.Limits.RateLimit {
+			st.NextCapacity = log[len(log)-st.Limits.RateLimit].Add(st.Limits.hold())
+		}
+	}
+	if st.Budgets, err = c.storedBudgets(ctx, name, st.Limits); err != nil {
+		return ServiceStatus{}, c.readErr(err)
+	}
+	storedCircuit(keyRec.Circuit, now, &st)
+	return st, nil
 }
 
 // storedCircuit sets st's circuit and Retry-After hold from a stored
@@ -175,7 +268,7 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 			st.Limits, st.Overridden = ov, true
 		}
 		if st.Limits.RateLimit > 0 {
-			log, err := c.st.ServiceLog(ctx, r.Name, now.Add(-st.Limits.RateWindow).Add(1))
+			log, err := c.st.ServiceLog(ctx, r.Name, now.Add(-st.Limits.hold()).Add(1))
 			if err != nil {
 				return nil, c.readErr(err)
 			}

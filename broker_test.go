@@ -565,7 +565,7 @@ func TestKeyedServicesEvicted(t *testing.T) {
 	require.NoError(t, err)
 	t.Logf("all done, windows still full: %d keyed instances, %d lanes; status: %d keys, %d in windows", st.Keyed, st.Lanes, status.Keys, status.InWindow)
 	assert.Equal(t, status.Keys, st.Keyed, "status aggregates the class's keys")
-	e.clk.Advance(time.Second) // every window empties
+	e.clk.Advance(time.Second + runcue.DefaultMargin) // every window empties
 	e.settle()
 	st, err = runcue.Inspect(e.ctx, e.c)
 	require.NoError(t, err)
@@ -851,17 +851,19 @@ func TestRateWindowRebuiltAfterRestart(t *testing.T) {
 	st, err := c.ServiceStatus(e.ctx, "api")
 	require.NoError(t, err)
 	assert.Equal(t, 3, st.InWindow, "the window is rebuilt from the log")
-	assert.True(t, st.NextCapacity.Equal(epoch.Add(time.Minute+lag)), "next capacity %v", st.NextCapacity)
+	// A start holds its place for the window and the margin.
+	hold := time.Minute + runcue.DefaultMargin
+	assert.True(t, st.NextCapacity.Equal(epoch.Add(hold+lag)), "next capacity %v", st.NextCapacity)
 	wi, _ := c.Get(e.ctx, ids[3])
 	assert.Equal(t, runcue.StateQueued, wi.State, "no dispatch past the limit after a restart")
-	e.clk.Set(epoch.Add(time.Minute + lag - time.Millisecond))
+	e.clk.Set(epoch.Add(hold + lag - time.Millisecond))
 	require.NoError(t, runcue.Settle(e.ctx, c))
 	wi, _ = c.Get(e.ctx, ids[3])
 	assert.Equal(t, runcue.StateQueued, wi.State, "the old starts may have come up to MaxStartDelay late")
-	e.clk.Set(epoch.Add(time.Minute + lag))
+	e.clk.Set(epoch.Add(hold + lag))
 	wi, err = c.Wait(e.ctx, ids[4])
 	require.NoError(t, err)
-	assert.True(t, wi.StartedAt.Equal(epoch.Add(time.Minute+lag)), "dispatched the instant the window had room")
+	assert.True(t, wi.StartedAt.Equal(epoch.Add(hold+lag)), "dispatched the instant the window had room")
 }
 
 // simConfig is the Config of a simulation: no polling for other processes
@@ -933,16 +935,17 @@ func TestDailyBudget(t *testing.T) {
 	st, err := e.c.ServiceStatus(e.ctx, "translate")
 	require.NoError(t, err)
 	assert.Equal(t, 3, st.InWindow)
-	assert.True(t, st.NextCapacity.Equal(epoch.Add(24*time.Hour)), "the first dispatch leaves the window after a day")
-	e.clk.Set(epoch.Add(24*time.Hour - time.Second))
+	day := 24*time.Hour + runcue.DefaultMargin // the window and the margin
+	assert.True(t, st.NextCapacity.Equal(epoch.Add(day)), "the first dispatch leaves the window after a day")
+	e.clk.Set(epoch.Add(day - time.Millisecond))
 	e.settle()
 	assert.Equal(t, runcue.StateQueued, e.get(ids[3]).State)
-	e.clk.Set(epoch.Add(24 * time.Hour))
+	e.clk.Set(epoch.Add(day))
 	wi := e.wait(ids[3])
-	assert.True(t, wi.StartedAt.Equal(epoch.Add(24*time.Hour)))
+	assert.True(t, wi.StartedAt.Equal(epoch.Add(day)))
 	e.settle()
 	assert.Equal(t, runcue.StateQueued, e.get(ids[4]).State, "the next slot frees an hour later")
-	e.clk.Set(epoch.Add(25 * time.Hour))
+	e.clk.Set(epoch.Add(day + time.Hour))
 	assert.Equal(t, runcue.StateCompleted, e.wait(ids[4]).State)
 }
 

@@ -184,21 +184,22 @@ func (t *resourceTable) applyBudgets(r *resource, s Service) {
 		if b == nil {
 			b = broker.NewBudget(spec.Requests, spec.Per, spec.loc(), wall, mono)
 		}
+		b.Margin = s.margin()
 		r.Budgets = append(r.Budgets, b)
 		r.budgetSpecs = append(r.budgetSpecs, spec)
 	}
 }
 
 // restoreBudgets counts in r's budgets the starts previous owners logged
-// (prior: their latest possible wall instants) that fall in the current
-// periods.
+// (prior: their latest possible wall instants) that can reach the current
+// periods: started in them, or within the margin before them.
 func (t *resourceTable) restoreBudgets(r *resource, prior []time.Time) {
 	wall, mono := t.wall(), t.now()
 	for _, b := range r.Budgets {
 		b.Sync(wall, mono)
 		for _, at := range prior {
-			if !at.Before(b.Start()) && at.Before(b.End()) {
-				b.Add(at, mono.Add(at.Sub(wall)))
+			if at.Before(b.End()) {
+				b.Add(at, mono.Add(at.Sub(wall))) // counted if at+Margin reaches the period
 			}
 		}
 	}
@@ -206,8 +207,8 @@ func (t *resourceTable) restoreBudgets(r *resource, prior []time.Time) {
 
 // budgetsSince returns the earliest wall instant whose logged starts may
 // count in s's budgets now: the start of the earliest current period,
-// less MaxStartDelay (a start counts as late as it can have been). Zero if
-// s has no budget.
+// less lag (MaxStartDelay, as a start counts as late as it can have been,
+// and the margin its arrival may take). Zero if s has no budget.
 func budgetsSince(s Service, wall time.Time, lag time.Duration) time.Time {
 	var since time.Time
 	for _, spec := range s.Budgets {
@@ -374,7 +375,8 @@ func (c *Cue) storedBudgets(ctx context.Context, name string, s Service) ([]Budg
 		return nil, nil
 	}
 	wall := c.clock.Now()
-	since := budgetsSince(s, wall, 0)
+	margin := s.margin()
+	since := budgetsSince(s, wall, margin)
 	log, err := c.st.ServiceLog(ctx, name, since)
 	if err != nil {
 		return nil, err
@@ -384,7 +386,7 @@ func (c *Cue) storedBudgets(ctx context.Context, name string, s Service) ([]Budg
 		start, end := spec.Per.Bounds(spec.loc(), wall)
 		st := BudgetStatus{Budget: spec, PeriodStart: start, Resets: end}
 		for _, at := range log {
-			if !at.Before(start) && at.Before(end) {
+			if !at.Add(margin).Before(start) && at.Before(end) {
 				st.Used++
 			}
 		}

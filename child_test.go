@@ -30,12 +30,19 @@ func runChild(mode string) int {
 	if mode == "followups" {
 		cfg.DrainSubscriptions = []string{"pages"}
 	}
+	extra, isExtra := childModes[mode]
+	if isExtra && extra.config != nil {
+		extra.config(&cfg)
+	}
 	c, err := runcue.Open(path, cfg)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "open:", err)
 		return 2
 	}
 	ctx := context.Background()
+	if isExtra {
+		return extra.run(c)
+	}
 	switch mode {
 	case "journal":
 		j, err := os.OpenFile(os.Getenv("RUNCUE_JOURNAL"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
@@ -196,6 +203,18 @@ func runChild(mode string) int {
 	fmt.Println("drained")
 	return 0
 }
+
+// childMode is a child-process mode defined beside the tests that use it:
+// config adjusts the Cue's Config, run owns the Cue from there and returns
+// the exit code.
+type childMode struct {
+	config func(*runcue.Config)
+	run    func(*runcue.Cue) int
+}
+
+// childModes are the modes defined in other files (registered by their
+// init functions).
+var childModes = map[string]childMode{}
 
 func must(err error) {
 	if err != nil {

@@ -40,7 +40,7 @@ func fullWindow(t *testing.T) (e *env, calls *atomic.Int64) {
 func TestWallStepBackDoesNotStallWindow(t *testing.T) {
 	e, calls := fullWindow(t)
 	e.clk.StepWall(-time.Hour)
-	e.clk.Advance(time.Second)
+	e.clk.Advance(time.Second + runcue.DefaultMargin)
 	e.quiesce(e.c)
 	assert.Equal(t, int64(20), calls.Load(), "one second later the window has room again, though the wall clock reads an hour earlier")
 }
@@ -51,7 +51,7 @@ func TestWallStepForwardDoesNotOpenWindow(t *testing.T) {
 	require.NoError(t, runcue.PollNow(e.ctx, e.c)) // something to wake the dispatcher
 	e.quiesce(e.c)
 	assert.Equal(t, int64(10), calls.Load(), "a forward step lets nothing more through")
-	e.clk.Advance(999 * time.Millisecond)
+	e.clk.Advance(time.Second + runcue.DefaultMargin - time.Millisecond)
 	e.quiesce(e.c)
 	assert.Equal(t, int64(10), calls.Load())
 	e.clk.Advance(time.Millisecond)

@@ -412,12 +412,12 @@ func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.
 		}
 		s := limitsOf(name, class)
 		if s.RateLimit > 0 {
-			log, err := c.st.ServiceLog(ctx, name, now.Add(-s.RateWindow).Add(1))
+			log, err := c.st.ServiceLog(ctx, name, now.Add(-s.hold()).Add(1))
 			if err != nil {
 				return nil, c.readErr(err)
 			}
 			if len(log) >= s.RateLimit {
-				until := log[len(log)-s.RateLimit].Add(s.RateWindow)
+				until := log[len(log)-s.RateLimit].Add(s.hold())
 				out = append(out, Reason{Kind: ReasonRateLimited, Service: name, Until: until,
 					Detail: fmt.Sprintf("%s's rate window is full (%d per %v)", name, s.RateLimit, s.RateWindow)})
 				continue
@@ -440,13 +440,16 @@ func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.
 }
 
 // ownerQuestion is the data of owner_asked and owner_answered: what is
-// asked (Kind "explain" with ID, or "services") and, in the answer, the
+// asked (Kind "explain" with ID, "services", or "service" with Service) and,
+// in the answer, the
 // answer (absent when the owner cannot answer it).
 type ownerQuestion struct {
-	Nonce  string          `json:"nonce"`
-	Kind   string          `json:"kind"`
-	ID     string          `json:"id,omitempty"`
-	Answer json.RawMessage `json:"answer,omitempty"`
+	Nonce string `json:"nonce"`
+	Kind  string `json:"kind"`
+	ID    string `json:"id,omitempty"`
+	// Service is the keyed instance of Kind "service".
+	Service string          `json:"service,omitempty"`
+	Answer  json.RawMessage `json:"answer,omitempty"`
 }
 
 // askOwner asks the owner, when it runs in another process, a question
@@ -513,6 +516,10 @@ func (d *dispatcher) answerOwnerQuestion(ev store.Event) {
 		}
 	case "services":
 		answer = d.serviceStats()
+	case "service":
+		if st := d.liveKeyStatus(q.Service); st != nil {
+			answer = st
+		}
 	}
 	if answer != nil {
 		q.Answer, _ = json.Marshal(answer)

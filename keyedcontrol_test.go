@@ -175,7 +175,7 @@ func TestExplainFromAnotherProcess(t *testing.T) {
 		assert.Equal(t, "host:a.example", reason(c, fetch, runcue.ReasonPaused).Service)
 		r := reason(c, call2, runcue.ReasonRateLimited)
 		assert.Equal(t, "api", r.Service)
-		assert.True(t, r.Until.Equal(e.get(call1).StartedAt.Add(time.Hour)), "until %v", r.Until)
+		assert.True(t, r.Until.Equal(e.get(call1).StartedAt.Add(time.Hour+runcue.DefaultMargin)), "until %v", r.Until)
 		r = reason(c, buy2, runcue.ReasonBudgetExhausted)
 		assert.Equal(t, "paid", r.Service)
 		assert.True(t, r.Until.Equal(time.Date(2026, 1, 2, 0, 0, 0, 0, time.UTC)))

@@ -46,6 +46,9 @@ type resourceTable struct {
 	// of the previous owner (see priorLog).
 	stored    map[string]store.ServiceRecord
 	classLogs map[string]map[string][]time.Time
+	// limitsGen counts the changes of limits applied at run time: a lane
+	// whose loggedGen differs lists its logged resources again.
+	limitsGen uint64
 }
 
 func newResourceTable(env *env, tl *timeline, board *statusBoard, tasks *taskTable, persist func(...store.Op),
@@ -116,7 +119,10 @@ type lane struct {
 	key       string
 	task      *taskRT
 	resources []*resource // the task cap, then services by name
-	logged    []string    // names of the rate-limited resources
+	// logged names the resources with a rate window or a budget, as of
+	// limitsGen loggedGen (see loggedOf).
+	logged    []string
+	loggedGen uint64
 	units     *heaps.Heap[*unit]
 	idx       int       // position in the ready heap or in parkedOn's waiters
 	parkedOn  *resource // nil when not parked
@@ -220,13 +226,7 @@ func (t *resourceTable) newServiceResource(name, class string, reg Service, now 
 // every key: it is read on the first key's creation.
 func (t *resourceTable) priorLog(name, class string, s Service, now time.Time) []time.Time {
 	lag := t.cfg.MaxStartDelay
-	var since time.Time
-	if s.RateLimit > 0 && now.Sub(t.startMono) < s.RateWindow+lag {
-		since = t.started.Add(-s.RateWindow - lag)
-	}
-	if b := budgetsSince(s, t.wall(), lag); !b.IsZero() && b.Before(t.started) && (since.IsZero() || b.Before(since)) {
-		since = b // a current period began before this owner took over
-	}
+	since := t.priorSince(s, now)
 	if since.IsZero() {
 		return nil // everything a previous owner started has left the window and periods
 	}
@@ -240,6 +240,18 @@ func (t *resourceTable) priorLog(name, class string, s Service, now time.Time) [
 	} else {
 		logs, ok := t.classLogs[class]
 		if !ok {
+			// One read for the class: as far back as the class's limits
+			// or any instance's own override needs.
+			if cs, ok := t.effective(class); ok {
+				since = earliest(since, t.priorSince(cs, now))
+			}
+			for key, rec := range t.stored {
+				if len(key) > len(class) && key[len(class)] == ':' && key[:len(class)] == class {
+					if o, ok := decodeService(rec.Override); ok {
+						since = earliest(since, t.priorSince(o, now))
+					}
+				}
+			}
 			var err error
 			logs, err = t.st.ServiceLogPrefix(context.Background(), class+":", since)
 			if err != nil {
@@ -261,10 +273,34 @@ func (t *resourceTable) priorLog(name, class string, s Service, now time.Time) [
 	return out
 }
 
+// priorSince returns the earliest wall instant whose logged starts may
+// still count in s's window or budgets at now (see priorLog), or zero if
+// no start of a previous owner can.
+func (t *resourceTable) priorSince(s Service, now time.Time) time.Time {
+	lag := t.cfg.MaxStartDelay
+	var since time.Time
+	if s.RateLimit > 0 && now.Sub(t.startMono) < s.hold()+lag {
+		since = t.started.Add(-s.hold() - lag)
+	}
+	if b := budgetsSince(s, t.wall(), lag+s.margin()); !b.IsZero() && b.Before(t.started) {
+		since = earliest(since, b) // a current period began before this owner took over
+	}
+	return since
+}
+
+// earliest returns the earlier of a and b, a zero time meaning none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
+}
+
 // restoreWindow adds to r's window the starts of prior (see priorLog) that
-// are still in it at now, placed on the scheduling timeline.
+// still hold a place in it at now (for RateWindow plus Margin), placed on
+// the scheduling timeline.
 func (t *resourceTable) restoreWindow(r *resource, s Service, prior []time.Time, now time.Time) {
-	cut := now.Add(-s.RateWindow)
+	cut := now.Add(-s.hold())
 	var in []time.Time
 	for _, latest := range prior {
 		if at := t.startMono.Add(latest.Sub(t.started)); at.After(cut) {
@@ -279,7 +315,8 @@ func (t *resourceTable) restoreWindow(r *resource, s Service, prior []time.Time,
 // applyLimits sets r's limits from s, keeping its window's entries and its
 // circuit's state.
 func (t *resourceTable) applyLimits(r *resource, s Service) {
-	r.SetLimits(s.MaxConcurrent, s.RateLimit, s.RateWindow, s.CircuitThreshold, s.CircuitTimeout)
+	r.SetLimits(broker.Limits{Concurrency: s.MaxConcurrent, Rate: s.RateLimit, Window: s.RateWindow, Margin: s.margin(), Pace: s.Pace,
+		Threshold: s.CircuitThreshold, Timeout: s.CircuitTimeout})
 	t.applyBudgets(r, s)
 }
 
@@ -315,13 +352,27 @@ func (t *resourceTable) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
 	}
 	slices.SortFunc(svcs, func(a, b *resource) int { return strings.Compare(a.name, b.name) })
 	l.resources = append(l.resources, svcs...)
-	for _, r := range svcs {
-		if r.Window != nil || len(r.Budgets) > 0 {
+	l.loggedGen = t.limitsGen - 1 // listed at its first claim
+	t.lanes[key] = l
+	return l
+}
+
+// loggedOf returns the names of l's resources whose starts are logged in
+// the service log: those with a rate window or a budget now. A limit added
+// at run time (SetService, ResetService back to a registered window, a
+// keyed instance's override) is logged from the first claim decided after
+// the owner applied it, so that a new owner counts those starts.
+func (t *resourceTable) loggedOf(l *lane) []string {
+	if l.loggedGen == t.limitsGen {
+		return l.logged
+	}
+	l.logged, l.loggedGen = nil, t.limitsGen
+	for _, r := range l.resources {
+		if r.class != "" && (r.Window != nil || len(r.Budgets) > 0) {
 			l.logged = append(l.logged, r.name)
 		}
 	}
-	t.lanes[key] = l
-	return l
+	return l.logged
 }
 
 // maybeDropLane deletes an idle keyed lane, releasing its keyed services.
@@ -397,7 +448,7 @@ func (t *resourceTable) admit(l *lane, now time.Time) (blocker *resource, until 
 func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource) (spent []store.Event) {
 	l.running++
 	for _, r := range l.resources {
-		r.Take(slices.Contains(probes, r)) // a window reservation is committed at the handler's start
+		r.Take(now, slices.Contains(probes, r)) // a window reservation is committed at the handler's start
 		t.markStatus(r)
 		if len(r.Budgets) > 0 {
 			spent = append(spent, t.announceBudgets(r, now)...)
@@ -567,14 +618,15 @@ func (t *resourceTable) logCutoffs(now time.Time) map[string]time.Time {
 
 // logCut is the time before which s's window and budgets need no log
 // entry: a logged decision may count for MaxStartDelay more than its
-// window, at a restart (see priorLog), and as long as the current period
-// of a budget. Zero if s has neither.
+// window and margin, at a restart (see priorLog), and as long as the
+// current period of a budget (its margin and MaxStartDelay before it
+// included). Zero if s has neither.
 func (t *resourceTable) logCut(s Service, now time.Time) time.Time {
 	var cut time.Time
 	if s.RateLimit > 0 {
-		cut = now.Add(-s.RateWindow - t.cfg.MaxStartDelay)
+		cut = now.Add(-s.hold() - t.cfg.MaxStartDelay)
 	}
-	if b := budgetsSince(s, now, t.cfg.MaxStartDelay); !b.IsZero() && (cut.IsZero() || b.Before(cut)) {
+	if b := budgetsSince(s, now, t.cfg.MaxStartDelay+s.margin()); !b.IsZero() && (cut.IsZero() || b.Before(cut)) {
 		cut = b
 	}
 	return cut
@@ -616,6 +668,7 @@ func (t *resourceTable) applyService(name string, svcs []store.ServiceRecord) {
 			return
 		}
 		t.applyLimits(r, s)
+		t.limitsGen++ // lanes list their logged resources again
 		wasPaused := r.Paused
 		r.Paused = t.pausedOf(r.name, r.class)
 		if wasPaused != r.Paused {

@@ -243,14 +243,15 @@ func (d *dispatcher) start(u *unit, l *lane, now time.Time, probes []*resource, 
 	if len(spent) > 0 {
 		events = append(events[:1:1], spent...)
 	}
+	logged := d.loggedOf(l)
 	r.mem.claim = store.Claim{ID: u.id, Task: u.task, Owner: d.owner, Run: r.no, At: wall, LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer),
-		ServiceLog: l.logged, Events: events, Wait: now.Sub(time.Unix(0, u.readyAt))}
+		ServiceLog: logged, Events: events, Wait: now.Sub(time.Unix(0, u.readyAt))}
 	claim := &r.mem.claim
 	// A dispatch counted in a rate window is logged before the handler
 	// starts, so that a crash cannot forget a request the service saw.
 	// Other claims are written behind the handler's start: a crash before
 	// the commit leaves the unit queued, and it runs again.
-	waitClaim := len(l.logged) > 0
+	waitClaim := len(logged) > 0
 	done := func(res []store.Result, err error) {
 		if err != nil || !res[0].Applied {
 			d.in.Push(msgClaimFailed{run: r})

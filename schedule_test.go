@@ -801,7 +801,7 @@ func TestExplain(t *testing.T) {
 		until   time.Time
 	}{
 		{"service at capacity", e.submit("busy"), runcue.ReasonServiceBusy, "busy", time.Time{}},
-		{"rate window full", e.submit("limited"), runcue.ReasonRateLimited, "limited", epoch.Add(time.Minute)},
+		{"rate window full", e.submit("limited"), runcue.ReasonRateLimited, "limited", epoch.Add(time.Minute + runcue.DefaultMargin)},
 		{"circuit open", e.submit("flaky"), runcue.ReasonCircuitOpen, "flaky", epoch.Add(time.Minute)},
 		{"paused", e.submit("paused"), runcue.ReasonPaused, "paused", time.Time{}},
 		{"retry-after on the service", e.submit("polite"), runcue.ReasonServiceRetryAfter, "polite", epoch.Add(time.Hour)},

@@ -20,7 +20,9 @@ type Service struct {
 	// MaxConcurrent caps the units using the service at once.
 	MaxConcurrent int
 	// RateLimit caps the dispatches that start within any interval of
-	// length RateWindow. Set both or neither.
+	// length RateWindow plus Margin, so that the service, counting
+	// arrivals, sees at most RateLimit in any RateWindow. Set both or
+	// neither.
 	RateLimit  int
 	RateWindow time.Duration
 	// CircuitThreshold is the number of consecutive failures that open the
@@ -31,10 +33,57 @@ type Service struct {
 	// Budgets are calendar budgets: requests per day or month of a time
 	// zone (see Budget), besides the rolling window.
 	Budgets []Budget
+	// Margin is the spread, from a handler's start to its request's
+	// arrival at the service, that the limits must tolerate: connection
+	// set-up included, the difference between the fastest and the slowest
+	// request's way there. The service counts a request when it arrives;
+	// runcue counts it when the handler starts (Work.Started). So a start
+	// holds its place in the rate window for RateWindow plus Margin, and
+	// counts in every budget period that its arrival can fall in. With a
+	// Margin at least the wire's jitter, the service's own sliding window
+	// holds even when a whole window's worth of a backlog starts at once.
+	// Zero means DefaultMargin; a negative Margin means none (a resource
+	// that counts at the start itself, such as a local pool). At most
+	// MaxMargin.
+	Margin time.Duration
+	// Pace spaces the dispatches of a rate-limited service at least
+	// RateWindow/RateLimit apart, for services that dislike bursts: a
+	// backlog then leaves at an even rate instead of a window's worth at
+	// once. Off by default.
+	Pace bool
 }
 
 // MaxRateWindow is the longest RateWindow accepted.
 const MaxRateWindow = 7 * 24 * time.Hour
+
+// DefaultMargin is a service's Margin when it sets none: 10 ms, more than
+// the 1-4 ms from start to arrival measured against local mock servers,
+// and little against windows of a second or more (a limit of 4 per second
+// becomes 4 per 1.01 s).
+const DefaultMargin = 10 * time.Millisecond
+
+// MaxMargin is the largest Margin accepted.
+const MaxMargin = time.Minute
+
+// margin returns the margin in force: DefaultMargin for zero, none for a
+// negative one.
+func (s Service) margin() time.Duration {
+	switch {
+	case s.Margin == 0:
+		return DefaultMargin
+	case s.Margin < 0:
+		return 0
+	}
+	return s.Margin
+}
+
+// hold is how long a start holds its place in s's rate window.
+func (s Service) hold() time.Duration {
+	if s.RateLimit == 0 {
+		return 0
+	}
+	return s.RateWindow + s.margin()
+}
 
 func (s Service) validate() error {
 	switch {
@@ -52,6 +101,10 @@ func (s Service) validate() error {
 		return fmt.Errorf("%w: CircuitThreshold %d needs a CircuitTimeout", ErrInvalid, s.CircuitThreshold)
 	case s.CircuitTimeout > 0 && s.CircuitThreshold == 0:
 		return fmt.Errorf("%w: CircuitTimeout %v needs a CircuitThreshold", ErrInvalid, s.CircuitTimeout)
+	case s.Margin > MaxMargin:
+		return fmt.Errorf("%w: Margin %v is longer than %v", ErrInvalid, s.Margin, MaxMargin)
+	case s.Pace && s.RateLimit == 0:
+		return fmt.Errorf("%w: Pace needs a RateLimit", ErrInvalid)
 	}
 	for _, b := range s.Budgets {
 		if err := b.validate(); err != nil {
@@ -69,6 +122,8 @@ type serviceDef struct {
 	CircuitThreshold int           `json:"circuit_threshold,omitempty"`
 	CircuitTimeout   time.Duration `json:"circuit_timeout,omitempty"`
 	Budgets          []Budget      `json:"budgets,omitempty"`
+	Margin           time.Duration `json:"margin,omitempty"`
+	Pace             bool          `json:"pace,omitempty"`
 }
 
 func (s Service) def() serviceDef {
@@ -93,13 +148,24 @@ type serviceJSON struct {
 	CircuitThreshold int      `json:"circuit_threshold,omitempty"`
 	CircuitTimeoutMS int64    `json:"circuit_timeout_ms,omitempty"`
 	Budgets          []Budget `json:"budgets,omitempty"`
+	// MarginMS is the margin in milliseconds, rounded up; -1 for none,
+	// omitted for the default.
+	MarginMS int64 `json:"margin_ms,omitempty"`
+	Pace     bool  `json:"pace,omitempty"`
 }
 
 // MarshalJSON writes s in runcue's JSON convention (durations in
-// milliseconds).
+// milliseconds; a Margin is rounded up to one, and a negative one is -1).
 func (s Service) MarshalJSON() ([]byte, error) {
+	var margin int64
+	switch {
+	case s.Margin < 0:
+		margin = -1
+	case s.Margin > 0:
+		margin = int64((s.Margin + time.Millisecond - 1) / time.Millisecond)
+	}
 	return json.Marshal(serviceJSON{s.MaxConcurrent, s.RateLimit, s.RateWindow.Milliseconds(), s.CircuitThreshold,
-		s.CircuitTimeout.Milliseconds(), s.Budgets})
+		s.CircuitTimeout.Milliseconds(), s.Budgets, margin, s.Pace})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -109,7 +175,11 @@ func (s *Service) UnmarshalJSON(b []byte) error {
 		return err
 	}
 	*s = Service{MaxConcurrent: j.MaxConcurrent, RateLimit: j.RateLimit, RateWindow: time.Duration(j.RateWindowMS) * time.Millisecond,
-		CircuitThreshold: j.CircuitThreshold, CircuitTimeout: time.Duration(j.CircuitTimeoutMS) * time.Millisecond, Budgets: j.Budgets}
+		CircuitThreshold: j.CircuitThreshold, CircuitTimeout: time.Duration(j.CircuitTimeoutMS) * time.Millisecond, Budgets: j.Budgets,
+		Margin: time.Duration(j.MarginMS) * time.Millisecond, Pace: j.Pace}
+	if j.MarginMS < 0 {
+		s.Margin = -1
+	}
 	return nil
 }
 

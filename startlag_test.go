@@ -82,15 +82,16 @@ func TestWindowCountsStartsNotDecisions(t *testing.T) {
 	e.clk.Advance(900 * time.Millisecond)
 	first.Release() // they start at 0.9s
 	e.quiesce(e.c)
-	// Decided at 0, started at 0.9: the window is full until 1.9s.
+	// Decided at 0, started at 0.9: the window (and its margin) is full
+	// until 1.91s.
 	e.clk.Advance(200 * time.Millisecond) // 1.1s
 	e.quiesce(e.c)
-	assert.Len(t, rec.all(), 2, "nothing more starts before 1.9s")
-	e.clk.Advance(800 * time.Millisecond) // 1.9s
+	assert.Len(t, rec.all(), 2, "nothing more starts before 1.91s")
+	e.clk.Advance(800*time.Millisecond + runcue.DefaultMargin) // 1.91s
 	e.quiesce(e.c)
-	e.clk.Advance(time.Second)
+	e.clk.Advance(time.Second + runcue.DefaultMargin)
 	e.quiesce(e.c)
-	e.clk.Advance(time.Second)
+	e.clk.Advance(time.Second + runcue.DefaultMargin)
 	e.quiesce(e.c)
 	require.NoError(t, e.c.Drain(e.ctx))
 	started := rec.all()

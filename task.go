@@ -79,9 +79,10 @@ type Work struct {
 	Attempt int
 	// Started is the instant runcue read on the handler's goroutine just
 	// before it called the handler: the start that rate windows count. For
-	// every rate-limited service, no interval of length RateWindow holds
-	// more than RateLimit of these instants, in one process and across
-	// owners. Zero outside a run (in ServiceKeys, Priority).
+	// every rate-limited service, no interval of length RateWindow plus
+	// the service's Margin holds more than RateLimit of these instants, in
+	// one process and across owners. Zero outside a run (in ServiceKeys,
+	// Priority).
 	Started time.Time
 
 	// run is the run this Work belongs to; nil outside a run.

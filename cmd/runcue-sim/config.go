@@ -115,6 +115,12 @@ type Behavior struct {
 	// MockConcurrent is the server-side concurrency limit (default the
 	// service's max_concurrent).
 	MockConcurrent int `yaml:"mock_concurrent,omitempty" json:"mock_concurrent,omitempty"`
+	// WireMin and WireMax bound the transport delay from a handler's start
+	// to its call's arrival at the mock, drawn per call from the seed
+	// (default 1ms to 4ms, as measured against local mock servers). The
+	// mock counts every call at its arrival, as a real service does.
+	WireMin Duration `yaml:"wire_min,omitempty" json:"wire_min,omitzero"`
+	WireMax Duration `yaml:"wire_max,omitempty" json:"wire_max,omitzero"`
 }
 
 // ServiceConfig is a mock service: runcue's limits for it, and its
@@ -125,7 +131,10 @@ type ServiceConfig struct {
 	RateWindow       Duration `yaml:"rate_window,omitempty" json:"rate_window,omitzero"`
 	CircuitThreshold int      `yaml:"circuit_threshold,omitempty" json:"circuit_threshold,omitempty"`
 	CircuitTimeout   Duration `yaml:"circuit_timeout,omitempty" json:"circuit_timeout,omitzero"`
-	Behavior         Behavior `yaml:"behavior" json:"behavior"`
+	// Margin is runcue's Service.Margin (default runcue's: 10ms; negative
+	// for none).
+	Margin   Duration `yaml:"margin,omitempty" json:"margin,omitzero"`
+	Behavior Behavior `yaml:"behavior" json:"behavior"`
 }
 
 // capacity returns the units per second the service can take: the least
@@ -325,6 +334,12 @@ func (c *Config) normalize() error {
 		}
 		if b.MockConcurrent == 0 {
 			b.MockConcurrent = s.MaxConcurrent
+		}
+		if b.WireMin == 0 && b.WireMax == 0 {
+			b.WireMin, b.WireMax = Duration(time.Millisecond), Duration(4*time.Millisecond)
+		}
+		if b.WireMin < 0 || b.WireMax < b.WireMin {
+			return fmt.Errorf("service %s: wire_min %v and wire_max %v", n, b.WireMin.D(), b.WireMax.D())
 		}
 		if b.RateLimitedRate > 0 && b.RetryAfter == 0 {
 			b.RetryAfter = Duration(time.Second)

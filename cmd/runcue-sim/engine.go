@@ -154,7 +154,8 @@ func (e *engine) register(c *runcue.Cue, handle func(task string) runcue.Handler
 	for _, name := range e.cfg.serviceNames() {
 		s := e.cfg.Services[name]
 		if err := c.Service(name, runcue.Service{MaxConcurrent: s.MaxConcurrent, RateLimit: s.RateLimit,
-			RateWindow: s.RateWindow.D(), CircuitThreshold: s.CircuitThreshold, CircuitTimeout: s.CircuitTimeout.D()}); err != nil {
+			RateWindow: s.RateWindow.D(), CircuitThreshold: s.CircuitThreshold, CircuitTimeout: s.CircuitTimeout.D(),
+			Margin: s.Margin.D()}); err != nil {
 			return fmt.Errorf("service %s: %w", name, err)
 		}
 	}
@@ -197,11 +198,12 @@ func (e *engine) taskMocks(task string) []*mock {
 	return ms
 }
 
-// call makes one run's call to the mocks ms: its arrival at each at the
-// handler-start instant start, the wait for the slowest answer
-// (virtually: parked until the driver releases it), and its end. It
-// returns the first failing answer and its mock, the answer as recorded,
-// and whether ctx ended the call first ("cut", unless it was a timeout).
+// call makes one run's call to the mocks ms: its arrival at each after
+// the wire's delay from the handler-start instant start, the wait for the
+// slowest answer (virtually: parked until the driver releases it), and
+// its end. It returns the first failing answer and its mock, the answer as
+// recorded, and whether ctx ended the call first ("cut", unless it was a
+// timeout).
 func (e *engine) call(ctx context.Context, ms []*mock, id string, attempt int, start time.Time) (verdict, *mock, string, bool) {
 	lat, v, bad, idx := e.callMocks(ms, id, attempt, start)
 	e.rec.runStarted(id, attempt, start)
@@ -217,8 +219,9 @@ func (e *engine) call(ctx context.Context, ms []*mock, id string, attempt int, s
 	return v, bad, answer, cut
 }
 
-// callMocks records a call's arrival at each mock and returns the
-// slowest latency, the first failing answer and its service, and the
+// callMocks records a call's arrival at each mock (its start plus the
+// wire's delay to that mock) and returns the time from start to the
+// slowest answer, the first failing answer and its service, and the
 // calls' indexes.
 func (e *engine) callMocks(ms []*mock, id string, attempt int, start time.Time) (time.Duration, verdict, *mock, []int) {
 	var (
@@ -228,9 +231,11 @@ func (e *engine) callMocks(ms []*mock, id string, attempt int, start time.Time) 
 		idx = make([]int, len(ms))
 	)
 	for i, m := range ms {
-		l, a := m.decide(id, attempt, start)
-		idx[i] = m.arrive(id, attempt, start)
-		lat = max(lat, l)
+		wire := m.wire(id, attempt)
+		at := start.Add(wire)
+		l, a := m.decide(id, attempt, at)
+		idx[i] = m.arrive(id, attempt, at)
+		lat = max(lat, wire+l)
 		if v == answerOK && a != answerOK {
 			v, bad = a, m
 		}

@@ -28,11 +28,11 @@ var verdictNames = [...]string{"ok", "error", "timeout", "permanent", "429", "ou
 func (v verdict) String() string { return verdictNames[v] }
 
 // call is one call a mock service received: its arrival (the handler-start
-// instant), its end, and its answer.
+// instant plus the wire's delay), its end, and its answer.
 type call struct {
 	unit    string
 	attempt int
-	start   time.Time
+	start   time.Time // the arrival
 	end     time.Time
 	answer  verdict
 }
@@ -76,6 +76,17 @@ func (m *mock) rng(unit string, attempt int) *rand.Rand {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s/%s/%d", m.name, unit, attempt)
 	return rand.New(rand.NewPCG(m.seed, h.Sum64()))
+}
+
+// wire draws the transport delay of one call, from the handler's start to
+// its arrival here, in [WireMin, WireMax], from the seed and the call's
+// identity.
+func (m *mock) wire(unit string, attempt int) time.Duration {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "wire/%s/%s/%d", m.name, unit, attempt)
+	r := rand.New(rand.NewPCG(m.seed, h.Sum64()))
+	lo, hi := m.cfg.Behavior.WireMin.D(), m.cfg.Behavior.WireMax.D()
+	return lo + time.Duration(r.Int64N(int64(hi-lo)+1))
 }
 
 // decide draws a call's latency and answer. now is the call's arrival.
@@ -128,7 +139,8 @@ func (m *mock) latency(r *rand.Rand) time.Duration {
 	return max(time.Millisecond, time.Duration(d).Round(time.Millisecond))
 }
 
-// arrive records a call arriving at start and returns its index.
+// arrive records a call arriving at start (its arrival) and returns its
+// index.
 func (m *mock) arrive(unit string, attempt int, start time.Time) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()

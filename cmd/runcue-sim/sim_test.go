@@ -149,6 +149,28 @@ func TestMockLimitAtRunCuesPasses(t *testing.T) {
 	assert.Equal(t, exitPass, code, out.String())
 }
 
+// The mocks count calls at arrival, after a wire delay of 1-4 ms from the
+// handler's start: the llm_api scenario passes with runcue's default
+// margin, and the same run with no margin (Margin -1) sees the mock's
+// window exceeded, as a real server would.
+func TestMockCountsAtArrival(t *testing.T) {
+	cfg := func(margin time.Duration) Config {
+		c, err := scenario("llm_api")
+		require.NoError(t, err)
+		c.Duration, c.Seed = Duration(5*time.Minute), 1
+		s := c.Services["llm"]
+		s.Margin = Duration(margin)
+		c.Services["llm"] = s
+		return c
+	}
+	with := runVirtual(t, cfg(0))
+	assert.Zero(t, with.Services["llm"].Checks.RateViolations, "the default margin covers the wire")
+	assert.True(t, with.Pass)
+	without := runVirtual(t, cfg(-1))
+	assert.Positive(t, without.Services["llm"].Checks.RateViolations, "without a margin the wire's jitter shows at the mock")
+	assert.False(t, without.Pass)
+}
+
 // A circular workload is refused at submit, every group of it, and the
 // run ends: nothing waits on a cycle.
 func TestCircularRefusedAtSubmit(t *testing.T) {

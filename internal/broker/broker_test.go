@@ -84,7 +84,7 @@ func TestWindowSetLimits(t *testing.T) {
 	for i := range 5 {
 		w.Add(t0.Add(time.Duration(i) * time.Second))
 	}
-	w.Reserve()
+	w.Reserve(t0)
 	w.SetLimits(2, time.Minute)
 	if w.Count(t0.Add(5*time.Second)) != 2 || w.Pending() != 1 {
 		t.Fatal("shrinking keeps the newest entries that fit and the reservations")
@@ -175,8 +175,8 @@ func TestWindowQueriesChangeNothing(t *testing.T) {
 func TestWindowReservations(t *testing.T) {
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	w := NewWindow(2, time.Second)
-	w.Reserve()
-	w.Reserve()
+	w.Reserve(t0)
+	w.Reserve(t0)
 	if w.Allow(at(0)) {
 		t.Fatal("two reservations fill a window of 2")
 	}
@@ -194,7 +194,7 @@ func TestWindowReservations(t *testing.T) {
 	if last, _ := w.Last(); !last.Equal(at(300)) {
 		t.Fatalf("last %v", last.Sub(t0))
 	}
-	w.Reserve()
+	w.Reserve(t0)
 	w.Release()
 	if !w.Allow(at(1100)) {
 		t.Fatal("a released reservation frees its place")
@@ -228,7 +228,7 @@ func TestWindowStartsProperty(t *testing.T) {
 			}
 			inflight = kept
 			if w.Allow(now) {
-				w.Reserve()
+				w.Reserve(now)
 				inflight = append(inflight, flight{start: now.Add(time.Duration(rnd.IntN(int(length/2) + 1)))})
 				continue
 			}
@@ -267,5 +267,140 @@ func TestWindowMemoryFollowsEntries(t *testing.T) {
 	}
 	if c := w.Cap(); c > 32 {
 		t.Fatalf("capacity %d after the window emptied to 1 entry", c)
+	}
+}
+
+// TestWindowMarginHoldsAtArrival: dispatches decided as fast as Allow
+// permits (a backlog that starts a whole window's worth at once), each
+// starting after a random delay and reaching the server a further random
+// delay later, within the margin: the server, counting arrivals in its own
+// sliding window (t-Length, t], never sees more than limit. Without the
+// margin it does.
+func TestWindowMarginHoldsAtArrival(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 3))
+	over := func(margin time.Duration, limit int, length time.Duration) (worst int) {
+		w := NewWindow(limit, length)
+		w.SetMargin(margin)
+		now := t0
+		var pending []time.Time // starts decided, not yet reported
+		var arrivals []time.Time
+		for len(arrivals) < 40*limit {
+			kept := pending[:0]
+			for _, s := range pending {
+				if !s.After(now) {
+					w.Commit(s)
+					// The wire: 0 to 5 ms, as the Hardening issue measured.
+					arrivals = append(arrivals, s.Add(time.Duration(rnd.Int64N(int64(5*time.Millisecond)+1))))
+				} else {
+					kept = append(kept, s)
+				}
+			}
+			pending = kept
+			if w.Allow(now) {
+				w.Reserve(now)
+				pending = append(pending, now.Add(time.Duration(rnd.Int64N(int64(time.Millisecond)))))
+				continue
+			}
+			next := w.NextFree(now)
+			if next.IsZero() || !next.After(now) {
+				next = now.Add(100 * time.Microsecond)
+			}
+			for _, s := range pending {
+				if s.Before(next) && s.After(now) {
+					next = s
+				}
+			}
+			now = next
+		}
+		slices.SortFunc(arrivals, func(a, b time.Time) int { return a.Compare(b) })
+		j := 0
+		for i := range arrivals {
+			for !arrivals[j].After(arrivals[i].Add(-length)) {
+				j++
+			}
+			worst = max(worst, i-j+1)
+		}
+		return worst
+	}
+	for _, c := range []struct {
+		limit  int
+		length time.Duration
+	}{{4, time.Second}, {60, 10 * time.Second}, {1, 100 * time.Millisecond}, {50, time.Second}} {
+		if got := over(5*time.Millisecond, c.limit, c.length); got > c.limit {
+			t.Fatalf("%d per %v, margin 5ms: the server saw %d in one window", c.limit, c.length, got)
+		}
+		if c.limit > 1 {
+			if got := over(0, c.limit, c.length); got <= c.limit {
+				t.Logf("%d per %v without margin: the server saw %d (this draw did not exceed)", c.limit, c.length, got)
+			}
+		}
+	}
+	// The wire is what breaks it: without margin, some draw exceeds.
+	exceeded := false
+	for range 20 {
+		if over(0, 4, time.Second) > 4 {
+			exceeded = true
+			break
+		}
+	}
+	if !exceeded {
+		t.Fatal("without margin a 0-5 ms wire never pushed the server over 4 per second: the test does not test the margin")
+	}
+}
+
+// TestWindowMarginHold: an entry counts for Length plus Margin; the margin
+// can change in place.
+func TestWindowMarginHold(t *testing.T) {
+	w := NewWindow(1, time.Second)
+	w.SetMargin(10 * time.Millisecond)
+	w.Add(t0)
+	if w.Allow(t0.Add(time.Second)) || w.Allow(t0.Add(1009*time.Millisecond)) {
+		t.Fatal("the entry counts for the window and the margin")
+	}
+	if got := w.NextFree(t0.Add(time.Second)); !got.Equal(t0.Add(1010 * time.Millisecond)) {
+		t.Fatalf("next free %v", got.Sub(t0))
+	}
+	if !w.Allow(t0.Add(1010 * time.Millisecond)) {
+		t.Fatal("free after the hold")
+	}
+	w.SetMargin(-time.Second)
+	if w.Margin() != 0 || !w.Allow(t0.Add(time.Second)) {
+		t.Fatal("a negative margin is none")
+	}
+}
+
+// TestWindowPace: a paced window spaces its decisions Length/Limit apart,
+// from the last decision or start, and NextFree says when.
+func TestWindowPace(t *testing.T) {
+	w := NewWindow(4, time.Second)
+	w.SetPace(true)
+	now := t0
+	var decided []time.Time
+	for len(decided) < 12 {
+		if w.Allow(now) {
+			w.Reserve(now)
+			w.Commit(now)
+			decided = append(decided, now)
+			continue
+		}
+		next := w.NextFree(now)
+		if !next.After(now) {
+			t.Fatalf("NextFree %v does not advance from %v", next.Sub(t0), now.Sub(t0))
+		}
+		now = next
+	}
+	for i := 1; i < len(decided); i++ {
+		if d := decided[i].Sub(decided[i-1]); d != 250*time.Millisecond {
+			t.Fatalf("dispatch %d came %v after the previous, want 250ms", i, d)
+		}
+	}
+	u := NewWindow(4, time.Second)
+	for range 4 {
+		if !u.Allow(t0) {
+			t.Fatal("unpaced, a window's worth goes at once")
+		}
+		u.Reserve(t0)
 	}
 }

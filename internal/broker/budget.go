@@ -71,15 +71,21 @@ func dayStart(y int, m time.Month, d int, loc *time.Location) time.Time {
 // across a period's start (a start then dated in a past period is not
 // counted again there, and a period is never reopened).
 //
+// Margin is the wire's, as a Window's: a start at t may reach the server
+// until t+Margin, so it counts in every period it can reach: one started
+// within Margin of a period's end counts in that period and in the next.
+//
 // A Budget is not safe for concurrent use.
 type Budget struct {
 	Limit  int
 	Period Period
 	Loc    *time.Location
+	Margin time.Duration
 
 	start, end time.Time // the current period, on the wall clock
 	endMono    time.Time // end on the scheduling timeline, as of the last Sync
 	used       int       // starts counted in the current period
+	next       int       // starts counted in the period after it (within Margin of its end)
 	pending    int       // reservations
 	announced  time.Time // the start of the period whose exhaustion Exhaustion reported
 }
@@ -99,8 +105,12 @@ func NewBudget(limit int, p Period, loc *time.Location, wall, mono time.Time) *B
 // earlier period leaves the budget in its period.
 func (b *Budget) Sync(wall, mono time.Time) {
 	if b.end.IsZero() || !wall.Before(b.end) {
-		b.start, b.end = b.Period.Bounds(b.Loc, wall)
-		b.used = 0
+		start, end := b.Period.Bounds(b.Loc, wall)
+		carried := 0
+		if start.Equal(b.end) {
+			carried = b.next // started within Margin of the previous period's end
+		}
+		b.start, b.end, b.used, b.next = start, end, carried, 0
 	}
 	b.endMono = mono.Add(b.end.Sub(wall))
 }
@@ -113,11 +123,11 @@ func (b *Budget) EndMono() time.Time { return b.endMono }
 
 // Used returns the starts counted in the current period plus the
 // reservations, as of now on the scheduling timeline: once the period's
-// end has passed there, only the reservations (the next Sync starts a new
-// period).
+// end has passed there, those counted in the next period (within Margin of
+// the end) and the reservations (the next Sync starts the new period).
 func (b *Budget) Used(now time.Time) int {
 	if !now.Before(b.endMono) {
-		return b.pending
+		return b.next + b.pending
 	}
 	return b.used + b.pending
 }
@@ -142,13 +152,18 @@ func (b *Budget) Commit(wall, mono time.Time) {
 	b.Add(wall, mono)
 }
 
-// Add counts a start at wall (read with mono) in the period it falls in: a
-// start in a later period moves the budget there, one in an earlier period
-// is not counted.
+// Add counts a start at wall (read with mono) in the periods it can reach,
+// from wall to wall+Margin: a start in a later period moves the budget
+// there; one in an earlier period counts only if its margin reaches the
+// current one.
 func (b *Budget) Add(wall, mono time.Time) {
 	b.Sync(wall, mono)
-	if !wall.Before(b.start) {
+	reach := wall.Add(max(b.Margin, 0))
+	if !reach.Before(b.start) {
 		b.used++
+	}
+	if !reach.Before(b.end) {
+		b.next++
 	}
 }
 

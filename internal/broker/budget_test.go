@@ -136,11 +136,11 @@ func TestResourceBudget(t *testing.T) {
 	ny := zone(t, "America/New_York")
 	wall := time.Date(2026, 6, 10, 12, 0, 0, 0, ny)
 	r := &Resource{}
-	r.SetLimits(0, 10, time.Second, 0, 0)
+	r.SetLimits(Limits{Rate: 10, Window: time.Second})
 	r.Budgets = []*Budget{NewBudget(1, Day, ny, wall, t0), NewBudget(100, Month, ny, wall, t0)}
 	ok, _, _ := r.Admit(t0)
 	require.True(t, ok)
-	r.Take(false)
+	r.Take(t0, false)
 	rf, refused := r.Refusal(t0)
 	require.True(t, refused)
 	assert.Equal(t, Refusal{Kind: RefuseBudget, Until: t0.Add(12 * time.Hour)}, rf)
@@ -155,4 +155,35 @@ func TestResourceBudget(t *testing.T) {
 	r.Paused = true
 	rf, _ = r.Refusal(t0)
 	assert.Equal(t, RefusePaused, rf.Kind)
+}
+
+// A start within Margin of a period's end counts in that period and in the
+// next; one earlier counts only in its own.
+func TestBudgetMargin(t *testing.T) {
+	utc := time.UTC
+	midnight := time.Date(2026, 6, 11, 0, 0, 0, 0, utc)
+	wall := midnight.Add(-time.Hour)
+	b := NewBudget(2, Day, utc, wall, t0)
+	b.Margin = 10 * time.Millisecond
+	mono := func(w time.Time) time.Time { return t0.Add(w.Sub(wall)) }
+	early := midnight.Add(-20 * time.Millisecond)
+	b.Reserve()
+	b.Commit(early, mono(early))
+	late := midnight.Add(-5 * time.Millisecond)
+	b.Reserve()
+	b.Commit(late, mono(late))
+	assert.Equal(t, 2, b.Used(mono(late)), "both count on the 10th")
+	assert.Equal(t, 1, b.Used(mono(midnight)), "the one within the margin counts on the 11th too")
+	b.Sync(midnight, mono(midnight))
+	assert.True(t, b.Start().Equal(midnight))
+	assert.Equal(t, 1, b.Used(mono(midnight)))
+	// A start dated before the period whose margin reaches it counts.
+	b.Reserve()
+	b.Commit(midnight.Add(-time.Millisecond), mono(midnight))
+	assert.Equal(t, 2, b.Used(mono(midnight)))
+	assert.False(t, b.Allow(mono(midnight)))
+	// Days later the carry is gone.
+	later := midnight.Add(48 * time.Hour)
+	b.Sync(later, mono(later))
+	assert.Zero(t, b.Used(mono(later)))
 }

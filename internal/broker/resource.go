@@ -116,12 +116,13 @@ func (r *Resource) Admit(now time.Time) (ok bool, until time.Time, probe bool) {
 	return true, time.Time{}, false
 }
 
-// Take records that an admitted dispatch took r: its slot, a reservation
-// in its window (committed at the handler's start), and its probe.
-func (r *Resource) Take(probe bool) {
+// Take records that a dispatch admitted at now took r: its slot, a
+// reservation in its window (committed at the handler's start), and its
+// probe.
+func (r *Resource) Take(now time.Time, probe bool) {
 	r.Active++
 	if r.Window != nil {
-		r.Window.Reserve()
+		r.Window.Reserve(now)
 	}
 	for _, b := range r.Budgets {
 		b.Reserve()
@@ -176,27 +177,45 @@ func (r *Resource) CircuitChange() (from, to CircuitState, changed bool) {
 	return from, r.reported, true
 }
 
-// SetLimits applies limits: concurrency (0: unlimited), a rate window (rate
-// 0: none) and a circuit (threshold 0: none). A window or circuit already
-// there keeps its history.
-func (r *Resource) SetLimits(limit, rate int, window time.Duration, threshold int, timeout time.Duration) {
-	r.Limit = limit
+// Limits are the limits of a Resource: each zero value means none.
+type Limits struct {
+	// Concurrency bounds the dispatches holding the resource.
+	Concurrency int
+	// Rate starts per Window, each counted for Window+Margin; Pace spaces
+	// the dispatches (see Window).
+	Rate   int
+	Window time.Duration
+	Margin time.Duration
+	Pace   bool
+	// Threshold consecutive failures open the circuit for Timeout.
+	Threshold int
+	Timeout   time.Duration
+}
+
+// SetLimits applies l. A window or circuit already there keeps its
+// history.
+func (r *Resource) SetLimits(l Limits) {
+	r.Limit = l.Concurrency
 	switch {
-	case rate == 0:
+	case l.Rate == 0:
 		r.Window = nil
 	case r.Window == nil:
-		r.Window = NewWindow(rate, window)
-	case r.Window.Limit() != rate || r.Window.Length() != window:
-		r.Window.SetLimits(rate, window)
+		r.Window = NewWindow(l.Rate, l.Window)
+	case r.Window.Limit() != l.Rate || r.Window.Length() != l.Window:
+		r.Window.SetLimits(l.Rate, l.Window)
+	}
+	if r.Window != nil {
+		r.Window.SetMargin(l.Margin)
+		r.Window.SetPace(l.Pace)
 	}
 	switch {
-	case threshold == 0:
+	case l.Threshold == 0:
 		r.Circuit = nil
 	case r.Circuit == nil:
-		r.Circuit = NewCircuit(threshold, timeout)
+		r.Circuit = NewCircuit(l.Threshold, l.Timeout)
 		r.reported = Closed
 	default:
-		r.Circuit.Threshold, r.Circuit.Timeout = threshold, timeout
+		r.Circuit.Threshold, r.Circuit.Timeout = l.Threshold, l.Timeout
 	}
 }
 
@@ -211,7 +230,7 @@ func (r *Resource) Quiet(now time.Time) (quiet bool, recheck time.Time) {
 	var until time.Time
 	if r.Window != nil && r.Window.Count(now) > 0 {
 		last, _ := r.Window.Last()
-		until = last.Add(r.Window.Length())
+		until = last.Add(r.Window.Hold())
 	}
 	for _, b := range r.Budgets {
 		if !b.Idle(now) && b.EndMono().After(until) {

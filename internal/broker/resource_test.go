@@ -12,11 +12,11 @@ import (
 // longest first: pause, Retry-After, open circuit, probe, cap, rate.
 func TestRefusalOrder(t *testing.T) {
 	r := &Resource{}
-	r.SetLimits(1, 1, time.Second, 1, time.Minute)
+	r.SetLimits(Limits{Concurrency: 1, Rate: 1, Window: time.Second, Threshold: 1, Timeout: time.Minute})
 	_, refused := r.Refusal(t0)
 	assert.False(t, refused)
 
-	r.Take(false)
+	r.Take(t0, false)
 	rf, _ := r.Refusal(t0)
 	assert.Equal(t, RefuseBusy, rf.Kind)
 	r.Cap = true
@@ -44,7 +44,7 @@ func TestRefusalOrder(t *testing.T) {
 // the caller, once.
 func TestAdmitProbeAndCircuitChange(t *testing.T) {
 	r := &Resource{}
-	r.SetLimits(0, 0, 0, 2, time.Minute)
+	r.SetLimits(Limits{Threshold: 2, Timeout: time.Minute})
 	_, _, changed := r.CircuitChange()
 	assert.False(t, changed, "a new circuit starts closed, reported")
 
@@ -64,7 +64,7 @@ func TestAdmitProbeAndCircuitChange(t *testing.T) {
 	assert.True(t, ok)
 	assert.True(t, probe)
 	assert.Equal(t, HalfOpen, r.Circuit.State)
-	r.Take(probe)
+	r.Take(t0, probe)
 	ok, until, _ := r.Admit(later)
 	assert.False(t, ok, "one probe at a time")
 	assert.True(t, until.IsZero(), "ask again when the probe ends")
@@ -72,7 +72,7 @@ func TestAdmitProbeAndCircuitChange(t *testing.T) {
 	assert.True(t, r.Judge(later, Neutral, true), "a probe without a verdict frees the slot")
 	ok, _, probe = r.Admit(later)
 	require.True(t, ok && probe)
-	r.Take(true)
+	r.Take(t0, true)
 	assert.True(t, r.Judge(later, Success, true))
 	assert.Equal(t, Closed, r.Circuit.State)
 }
@@ -81,7 +81,7 @@ func TestAdmitProbeAndCircuitChange(t *testing.T) {
 // outlives it.
 func TestQuiet(t *testing.T) {
 	r := &Resource{}
-	r.SetLimits(0, 2, time.Second, 0, 0)
+	r.SetLimits(Limits{Rate: 2, Window: time.Second})
 	q, _ := r.Quiet(t0)
 	assert.True(t, q)
 	r.Window.Commit(t0)
@@ -90,7 +90,7 @@ func TestQuiet(t *testing.T) {
 	assert.Equal(t, t0.Add(time.Second), recheck)
 	q, _ = r.Quiet(t0.Add(time.Second))
 	assert.True(t, q)
-	r.Take(false)
+	r.Take(t0, false)
 	q, recheck = r.Quiet(t0.Add(time.Hour))
 	assert.False(t, q)
 	assert.True(t, recheck.IsZero())

@@ -9,7 +9,13 @@ import (
 )
 
 // Window is an exact sliding log of start instants: at most Limit starts
-// lie within any interval of length Length.
+// lie within any interval of length Length plus Margin.
+//
+// The margin is for the wire: a server counts a request when it arrives,
+// some time after its start, and that delay varies. If every start counts
+// for Length+Margin, and the delays of any two requests differ by at most
+// Margin, no interval of length Length at the server holds more than Limit
+// arrivals: the arrivals in [a, a+Length] started in [a-Margin, a+Length].
 //
 // A dispatch is decided before its start is known, so the window counts
 // reservations too: Reserve holds a place for a decided dispatch, and Commit
@@ -26,27 +32,66 @@ import (
 // and may ask about any instant, the future included; entries that have
 // left the window are dropped by Expire, and by Add and Commit, which are
 // given the present. A Window is not safe for concurrent use.
+//
+// Paced, a window also spaces its dispatches: none is decided sooner than
+// Length/Limit after the previous decision or start, so a backlog leaves
+// at an even rate rather than a window's worth at once.
 type Window struct {
 	limit   int
 	length  time.Duration
+	margin  time.Duration
+	pace    bool
 	ts      []int64 // entries (Unix ns), sorted; the live ones are ts[head:]
 	head    int
-	pending int // reservations not yet committed or released
+	pending int   // reservations not yet committed or released
+	decided int64 // the latest reservation's decision (Unix ns), for pacing
 }
 
-// NewWindow returns an empty window.
+// NewWindow returns an empty window without margin or pacing.
 func NewWindow(limit int, length time.Duration) *Window {
 	return &Window{limit: limit, length: length}
 }
 
-// Limit and Length return the window's settings.
+// Limit, Length, Margin and Paced return the window's settings; Hold is
+// how long an entry counts: Length plus Margin.
 func (w *Window) Limit() int            { return w.limit }
 func (w *Window) Length() time.Duration { return w.length }
+func (w *Window) Margin() time.Duration { return w.margin }
+func (w *Window) Paced() bool           { return w.pace }
+func (w *Window) Hold() time.Duration   { return w.length + w.margin }
+
+// SetMargin sets the margin (negative is taken as zero). A larger margin
+// holds the entries already in the window longer; a smaller one may free
+// places at once.
+func (w *Window) SetMargin(m time.Duration) { w.margin = max(m, 0) }
+
+// SetPace turns pacing on or off.
+func (w *Window) SetPace(on bool) { w.pace = on }
+
+// spacing is the least time between paced dispatches.
+func (w *Window) spacing() time.Duration { return w.length / time.Duration(max(w.limit, 1)) }
+
+// pacedAt returns the earliest instant pacing lets a dispatch be decided:
+// spacing after the later of the last decision and the newest entry. Zero
+// when the window is not paced.
+func (w *Window) pacedAt() int64 {
+	if !w.pace {
+		return 0
+	}
+	last := w.decided
+	if len(w.ts) > w.head && w.ts[len(w.ts)-1] > last {
+		last = w.ts[len(w.ts)-1]
+	}
+	if last == 0 {
+		return 0
+	}
+	return last + int64(w.spacing())
+}
 
 // Expire drops the entries that left the window by now. now must not be
 // ahead of the present: an entry dropped is gone for every later query.
 func (w *Window) Expire(now time.Time) {
-	cut := now.UnixNano() - int64(w.length)
+	cut := now.UnixNano() - int64(w.Hold())
 	for w.head < len(w.ts) && w.ts[w.head] <= cut {
 		w.head++
 	}
@@ -64,13 +109,13 @@ func (w *Window) Expire(now time.Time) {
 
 // first returns the index of the first entry still in the window at t.
 func (w *Window) first(t time.Time) int {
-	cut := t.UnixNano() - int64(w.length)
+	cut := t.UnixNano() - int64(w.Hold())
 	live := w.ts[w.head:]
 	return w.head + sort.Search(len(live), func(i int) bool { return live[i] > cut })
 }
 
-// Count returns the entries in the window ending at t (reservations
-// aside).
+// Count returns the entries that count at t (started in the Hold before
+// it), reservations aside.
 func (w *Window) Count(t time.Time) int {
 	return len(w.ts) - w.first(t)
 }
@@ -84,29 +129,41 @@ func (w *Window) Used(now time.Time) int { return w.Count(now) + w.pending }
 
 // Allow reports whether a dispatch may be decided at now.
 func (w *Window) Allow(now time.Time) bool {
-	return w.Used(now) < w.limit
+	return w.Used(now) < w.limit && now.UnixNano() >= w.pacedAt()
 }
 
 // NextFree returns the earliest time a dispatch may be decided: now if
-// allowed, otherwise the instant enough entries have left the window, or
-// the zero time if reservations alone fill it (a place frees only when one
-// is committed or released).
+// allowed, otherwise the instant enough entries have left the window (and
+// pacing allows), or the zero time if reservations alone fill it (a place
+// frees only when one is committed or released).
 func (w *Window) NextFree(now time.Time) time.Time {
+	at := now
+	if p := w.pacedAt(); p > now.UnixNano() {
+		at = time.Unix(0, p)
+	}
 	used := w.Used(now)
 	if used < w.limit {
-		return now
+		return at
 	}
 	need := used - w.limit + 1
 	i := w.first(now)
 	if need > len(w.ts)-i {
 		return time.Time{}
 	}
-	return time.Unix(0, w.ts[i+need-1]+int64(w.length))
+	if free := time.Unix(0, w.ts[i+need-1]+int64(w.Hold())); free.After(at) {
+		return free
+	}
+	return at
 }
 
-// Reserve takes a place for a dispatch decided now (callers check Allow
+// Reserve takes a place for a dispatch decided at now (callers check Allow
 // first).
-func (w *Window) Reserve() { w.pending++ }
+func (w *Window) Reserve(now time.Time) {
+	w.pending++
+	if n := now.UnixNano(); n > w.decided {
+		w.decided = n
+	}
+}
 
 // Commit turns a reservation into an entry at t, the dispatch's start.
 func (w *Window) Commit(t time.Time) {
@@ -148,8 +205,8 @@ func (w *Window) Last() (time.Time, bool) {
 // Cap returns the entries the window has room for without allocating.
 func (w *Window) Cap() int { return cap(w.ts) }
 
-// SetLimits changes the window's settings in place, keeping the newest
-// entries that fit and every reservation.
+// SetLimits changes the window's limit and length in place, keeping the
+// newest entries that fit and every reservation.
 func (w *Window) SetLimits(limit int, length time.Duration) {
 	w.limit, w.length = limit, length
 	if n := len(w.ts) - w.head; n > limit {
