@@ -56,10 +56,18 @@ type ServiceStatus struct {
 	// NextCapacity is when the service may next admit a dispatch: now if it
 	// may, zero if only an event (a run ending, a resume) can free it.
 	NextCapacity time.Time `json:"next_capacity,omitzero"`
-	// Keys counts a class's live keyed instances; OpenKeys and BlockedKeys
-	// those with an open circuit or held by a Retry-After. Their load is
-	// included in Active, Waiting and InWindow.
+	// Keys counts a class's keyed instances: in the owner those in memory,
+	// elsewhere those with starts in the window or a stored state.
+	// KeysActive and KeysWaiting are the units running on them and the
+	// groups waiting for them (the owner's figures). Each instance has the
+	// class's limits of its own, so these are not measured against Limits:
+	// Active, Waiting and InWindow are the class's own (units that list
+	// the service in Task.Services), and ServiceStatus of an instance
+	// ("host:example.org") reports its own. OpenKeys and BlockedKeys count
+	// the instances with an open circuit or held by a Retry-After.
 	Keys        int `json:"keys,omitempty"`
+	KeysActive  int `json:"keys_active,omitempty"`
+	KeysWaiting int `json:"keys_waiting,omitempty"`
 	OpenKeys    int `json:"open_keys,omitempty"`
 	BlockedKeys int `json:"blocked_keys,omitempty"`
 	// PausedKeys counts a class's keyed instances paused on their own
@@ -278,9 +286,23 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 			return nil, c.readErr(err)
 		}
 		storedCircuit(r.Circuit, now, &st)
+		// The instances: those that started in the window (a minute
+		// without one) and those with a stored state.
+		window := time.Minute
+		if st.Limits.RateLimit > 0 {
+			window = st.Limits.hold()
+		}
+		logs, err := c.st.ServiceLogPrefix(ctx, r.Name+":", now.Add(-window))
+		if err != nil {
+			return nil, c.readErr(err)
+		}
+		st.Keys = len(logs)
 		for _, k := range recs {
 			if !strings.HasPrefix(k.Name, r.Name+":") {
 				continue
+			}
+			if _, logged := logs[k.Name]; !logged && (k.Paused || len(k.Circuit) > 0 || len(k.Override) > 0) {
+				st.Keys++
 			}
 			if k.Paused && !st.Paused {
 				st.PausedKeys++

@@ -123,6 +123,9 @@ type Event struct {
 	// Reason qualifies the event (for example "shutdown" or "retry"); for
 	// EventWorkSkipped it is the reason given to Skip.
 	Reason string `json:"reason,omitempty"`
+	// Services are the services a Retry-After held, for EventWorkRetrying
+	// with Reason "retry_after" (keyed instances by their own names).
+	Services []string `json:"services,omitempty"`
 	// Service is the service's status, for EventServiceStatus, or just its
 	// Name, for EventServiceChanged.
 	Service *ServiceStatus `json:"service,omitempty"`
@@ -168,10 +171,13 @@ type eventData struct {
 	NextAttempt  int64  `json:"next_attempt,omitempty"`
 	Reason       string `json:"reason,omitempty"`
 	Prerequisite string `json:"prerequisite,omitempty"`
+	// Services are the services a Retry-After held (work_retrying).
+	Services []string `json:"services,omitempty"`
 }
 
 func (d eventData) encode() []byte {
-	if d == (eventData{}) {
+	if d.Error == "" && d.ErrorKind == "" && !d.WillRetry && d.NextAttempt == 0 && d.Reason == "" && d.Prerequisite == "" &&
+		len(d.Services) == 0 {
 		return nil
 	}
 	b, _ := json.Marshal(d)
@@ -231,7 +237,7 @@ func eventFrom(se *store.Event) Event {
 	if len(se.Data) > 0 {
 		var d eventData
 		if json.Unmarshal(se.Data, &d) == nil {
-			ev.Error, ev.ErrorKind, ev.WillRetry, ev.Reason = d.Error, d.ErrorKind, d.WillRetry, d.Reason
+			ev.Error, ev.ErrorKind, ev.WillRetry, ev.Reason, ev.Services = d.Error, d.ErrorKind, d.WillRetry, d.Reason, d.Services
 			if d.NextAttempt != 0 {
 				ev.NextAttempt = time.Unix(0, d.NextAttempt)
 			}

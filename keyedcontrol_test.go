@@ -1,6 +1,8 @@
 package runcue_test
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -184,4 +186,79 @@ func TestExplainFromAnotherProcess(t *testing.T) {
 		require.NoError(t, e.c.Cancel(e.ctx, id, runcue.CancelOptions{}))
 	}
 	require.NoError(t, e.c.Drain(e.ctx))
+}
+
+// What an operator sees of a keyed class: the class's row reports its own
+// load, its instances apart (not one instance's limit against every
+// instance's load); an instance has a status of its own, in the owner and
+// elsewhere; a keyed Retry-After counts as a deferral of its class.
+func TestKeyedOperatorView(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	g := newGate()
+	require.NoError(t, e.c.Service("host", runcue.Service{MaxConcurrent: 2, RateLimit: 4, RateWindow: time.Second}))
+	require.NoError(t, e.c.Task("fetch", runcue.Task{
+		ServiceKeys: func(w *runcue.Work) []string { return []string{"host:" + w.Target} },
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			if w.Target == "slow.example" && w.Attempt == 1 {
+				return nil, runcue.RetryAfter(time.Minute, errors.New("429"), "host:"+w.Target)
+			}
+			return g.handler(ctx, w)
+		}}))
+	rec := record(t, e.c)
+	e.start()
+	var subs []runcue.Submission
+	for range 2 {
+		subs = append(subs, runcue.Submission{Task: "fetch", Target: "a.example"}, runcue.Submission{Task: "fetch", Target: "b.example"})
+	}
+	subs = append(subs, runcue.Submission{Task: "fetch", Target: "a.example"}, runcue.Submission{Task: "fetch", Target: "slow.example"})
+	out, err := e.c.SubmitBatch(e.ctx, subs)
+	require.NoError(t, err)
+	for range 4 {
+		g.next(t)
+	}
+	rec.waitFor(t, 1, ofType(runcue.EventWorkRetrying, out[5].ID))
+	e.settle()
+
+	class, err := e.c.ServiceStatus(e.ctx, "host")
+	require.NoError(t, err)
+	assert.Zero(t, class.Active, "no unit lists host in its task's Services")
+	assert.Zero(t, class.InWindow)
+	assert.Equal(t, 3, class.Keys, "a, b and slow (held by its Retry-After)")
+	assert.Equal(t, 4, class.KeysActive, "two on a, two on b, each under its own cap of 2")
+	assert.Equal(t, 1, class.KeysWaiting, "a's third unit")
+	assert.Equal(t, 1, class.BlockedKeys)
+
+	a, err := e.c.ServiceStatus(e.ctx, "host:a.example")
+	require.NoError(t, err)
+	assert.Equal(t, "host", a.Class)
+	assert.Equal(t, 2, a.Active)
+	assert.Equal(t, 2, a.Limits.MaxConcurrent)
+	assert.Equal(t, 2, a.InWindow)
+	slow, err := e.c.ServiceStatus(e.ctx, "host:slow.example")
+	require.NoError(t, err)
+	assert.False(t, slow.BlockedUntil.IsZero(), "held by its Retry-After")
+	_, err = e.c.ServiceStatus(e.ctx, "nohost:a.example")
+	assert.ErrorIs(t, err, runcue.ErrUnknownService)
+
+	stats, err := e.c.Stats(e.ctx)
+	require.NoError(t, err)
+	require.Len(t, stats.Services, 1)
+	assert.Equal(t, 1, stats.Services[0].Deferred, "the keyed 429 counts for its class")
+
+	// From a Cue that does not own the database (in this process it reads
+	// what is stored).
+	other := e.open(runcue.Config{})
+	class, err = other.ServiceStatus(e.ctx, "host")
+	require.NoError(t, err)
+	assert.Equal(t, 3, class.Keys, "instances with starts in the window")
+	b, err := other.ServiceStatus(e.ctx, "host:b.example")
+	require.NoError(t, err)
+	assert.Equal(t, 2, b.InWindow, "from the service log")
+	assert.Equal(t, 2, b.Limits.MaxConcurrent)
+	stats, err = other.Stats(e.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 1, stats.Services[0].Deferred)
+	for range 5 {
+		g.release <- nil
+	}
 }

@@ -3,6 +3,8 @@ package runcue
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/runcue/runcue/internal/writer"
@@ -40,8 +42,11 @@ type runFacts struct {
 	start           time.Time
 	// failures and deferrals are the unit's counts before this run.
 	failures, deferrals int
-	policy              RetryPolicy
-	maxDeferrals        int
+	// services are the names of the run's services (keyed instances
+	// included), for a Retry-After to hold.
+	services     []string
+	policy       RetryPolicy
+	maxDeferrals int
 }
 
 // outcome is the decision about a run.
@@ -56,10 +61,13 @@ type outcome struct {
 	requeue bool
 	runAt   time.Time
 	why     string
-	// hold, when positive, holds the services named in holdServices (all
-	// of the run's when empty) for that long: a Retry-After.
+	// hold, when positive, holds the services in holdServices (resource
+	// names, keyed instances included) for that long: a Retry-After.
+	// holdUnknown is a service the Retry-After named that the run does not
+	// use (all of its services are then held).
 	hold         time.Duration
 	holdServices []string
+	holdUnknown  string
 	// failures and deferrals are the unit's counts after the run.
 	failures, deferrals int
 }
@@ -122,13 +130,14 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		// Retry-After: come back later, holding the services; no budget.
 		next := e.at.Add(delay)
 		o.requeue, o.runAt, o.why = true, next, "retry_after"
-		o.hold, o.holdServices = delay, services
+		o.hold = delay
+		o.holdServices, o.holdUnknown = heldServices(f.services, services)
 		o.deferrals++
 		fin.State, fin.RunAt, fin.Deferral = store.Queued, next, true
 		fin.Error, fin.ErrorKind = e.err.Error(), "retry_after"
 		fin.Attempt.Outcome, fin.Attempt.Error = "deferred", e.err.Error()
 		fin.Events = []store.Event{{Type: string(EventWorkRetrying), Task: f.task, Attempt: f.run,
-			Data: eventData{NextAttempt: next.UnixNano(), Reason: "retry_after", Error: e.err.Error()}.encode()}}
+			Data: eventData{NextAttempt: next.UnixNano(), Reason: "retry_after", Error: e.err.Error(), Services: o.holdServices}.encode()}}
 	default:
 		// A failure: retried while the policy allows.
 		kind := "error"
@@ -174,6 +183,37 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 	return o
 }
 
+// heldServices resolves the services a Retry-After names against those a
+// run used (used: resource names, keyed instances "class:key" included): a
+// service used is held if named by its name or its class, and every one
+// is held when none is named, or when one named is not used (unknown: a
+// typo, say; holding too much is safer than ignoring the request).
+func heldServices(used, named []string) (held []string, unknown string) {
+	for _, n := range named {
+		if !slices.ContainsFunc(used, func(u string) bool { return u == n || classOf(u) == n }) {
+			return used, n
+		}
+	}
+	if len(named) == 0 {
+		return used, ""
+	}
+	for _, u := range used {
+		if slices.Contains(named, u) || slices.Contains(named, classOf(u)) {
+			held = append(held, u)
+		}
+	}
+	return held, ""
+}
+
+// classOf returns the service whose limits apply to resource name: name,
+// or for a keyed instance ("host:example.org") its class.
+func classOf(name string) string {
+	if i := strings.IndexByte(name, ':'); i > 0 {
+		return name[:i]
+	}
+	return name
+}
+
 // facts gathers what decide needs of r.
 func (d *dispatcher) facts(r *run) runFacts {
 	u := r.u
@@ -184,7 +224,8 @@ func (d *dispatcher) facts(r *run) runFacts {
 		policy = p.withDefaults()
 	}
 	return runFacts{id: u.id, task: u.task, target: u.target, owner: d.owner, run: r.no, start: r.start,
-		failures: int(u.failures), deferrals: int(u.deferrals), policy: policy, maxDeferrals: r.lane.task.def.maxDeferrals()}
+		failures: int(u.failures), deferrals: int(u.deferrals), policy: policy, maxDeferrals: r.lane.task.def.maxDeferrals(),
+		services: r.lane.serviceNames()}
 }
 
 // conclude ends r as e says: the run leaves the running set (its
@@ -208,7 +249,7 @@ func (d *dispatcher) conclude(r *run, e ending) {
 	d.end(r, e.returned, o.verdict)
 	u.failures, u.deferrals = int32(o.failures), int32(o.deferrals)
 	if o.hold > 0 {
-		d.blockServices(r.lane, o.holdServices, o.hold)
+		d.blockServices(r.lane, o.holdServices, o.holdUnknown, o.hold)
 	}
 	if o.requeue {
 		u.why = whyNamed(o.why)

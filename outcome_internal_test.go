@@ -16,7 +16,8 @@ func TestDecide(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	end := start.Add(2 * time.Second)
 	facts := runFacts{id: "u", task: "t", owner: "o", run: 3, start: start, failures: 1, deferrals: 0,
-		policy: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second, Jitter: JitterNone}.withDefaults(), maxDeferrals: 2}
+		policy: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second, Jitter: JitterNone}.withDefaults(), maxDeferrals: 2,
+		services: []string{"api", "host:x.example", "llm"}}
 	exhausted := facts
 	exhausted.failures = 2
 	deferredOut := facts
@@ -105,9 +106,25 @@ func TestDecide(t *testing.T) {
 			}
 		})
 	}
-	// A Retry-After holds the services it names, or all of the run's.
-	if o := decide(facts, ending{returned: true, err: RetryAfter(time.Minute, transient, "api"), at: end}, 0); o.hold != time.Minute ||
-		fmt.Sprint(o.holdServices) != "[api]" || o.deferrals != 1 {
-		t.Fatalf("hold %v %v deferrals %d", o.hold, o.holdServices, o.deferrals)
+	// A Retry-After holds the services it names (by name or class), or all
+	// of the run's when it names none or one the run does not use; the
+	// work_retrying event says which.
+	for _, tc := range []struct {
+		named         []string
+		held, unknown string
+	}{
+		{[]string{"api"}, "[api]", ""},
+		{nil, "[api host:x.example llm]", ""},
+		{[]string{"host"}, "[host:x.example]", ""},
+		{[]string{"host:x.example", "llm"}, "[host:x.example llm]", ""},
+		{[]string{"ap1"}, "[api host:x.example llm]", "ap1"},
+	} {
+		o := decide(facts, ending{returned: true, err: RetryAfter(time.Minute, transient, tc.named...), at: end}, 0)
+		if o.hold != time.Minute || fmt.Sprint(o.holdServices) != tc.held || o.holdUnknown != tc.unknown || o.deferrals != 1 {
+			t.Fatalf("%v: hold %v %v unknown %q deferrals %d", tc.named, o.hold, o.holdServices, o.holdUnknown, o.deferrals)
+		}
+		if got := eventFrom(&o.fin.Events[0]).Services; fmt.Sprint(got) != tc.held {
+			t.Fatalf("%v: the event says %v", tc.named, got)
+		}
 	}
 }

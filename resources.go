@@ -123,12 +123,14 @@ type lane struct {
 	// limitsGen loggedGen (see loggedOf).
 	logged    []string
 	loggedGen uint64
-	units     *heaps.Heap[*unit]
-	idx       int       // position in the ready heap or in parkedOn's waiters
-	parkedOn  *resource // nil when not parked
-	inReady   bool
-	running   int
-	keyErr    error
+	// services names its services (serviceNames).
+	services []string
+	units    *heaps.Heap[*unit]
+	idx      int       // position in the ready heap or in parkedOn's waiters
+	parkedOn *resource // nil when not parked
+	inReady  bool
+	running  int
+	keyErr   error
 	// With a priority function: units to score (fresh) and to re-score
 	// (stale, oldest score first), and whether l is on freshLanes.
 	fresh, stale fifo[unitRef]
@@ -357,6 +359,20 @@ func (t *resourceTable) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
 	return l
 }
 
+// serviceNames returns the names of l's services (keyed instances
+// included; the task cap is not a service), listed once.
+func (l *lane) serviceNames() []string {
+	if l.services == nil {
+		l.services = make([]string, 0, len(l.resources))
+		for _, r := range l.resources {
+			if r.class != "" {
+				l.services = append(l.services, r.name)
+			}
+		}
+	}
+	return l.services
+}
+
 // loggedOf returns the names of l's resources whose starts are logged in
 // the service log: those with a rate window or a budget now. A limit added
 // at run time (SetService, ResetService back to a registered window, a
@@ -548,31 +564,18 @@ func (t *resourceTable) resourceTimer(r *resource, at time.Time) {
 }
 
 // blockServices applies a Retry-After of length delay from now to the
-// lane's services named (all of them when none are). A name the unit does
-// not use (a typo, say) is logged, and then every one of its services is
-// held: holding too much is safer than ignoring the service's request.
-func (t *resourceTable) blockServices(l *lane, names []string, delay time.Duration) {
+// lane's services held (resource names; see heldServices). unknown, when
+// set, is a service the Retry-After named that the unit does not use: it
+// is logged (every service of the unit is held then).
+func (t *resourceTable) blockServices(l *lane, held []string, unknown string, delay time.Duration) {
 	until := t.now().Add(delay)
-	for _, n := range names {
-		if !slices.ContainsFunc(l.resources, func(r *resource) bool { return r.class != "" && (r.name == n || r.class == n) }) {
-			var used []string
-			for _, r := range l.resources {
-				if r.class != "" {
-					used = append(used, r.name)
-				}
-			}
-			t.log.Warn("runcue: RetryAfter names a service the unit does not use; holding all of its services",
-				"service", n, "task_type", l.task.name, "services", used)
-			names = nil
-			break
-		}
+	if unknown != "" {
+		t.log.Warn("runcue: RetryAfter names a service the unit does not use; holding all of its services",
+			"service", unknown, "task_type", l.task.name, "services", l.serviceNames())
 	}
 	for _, r := range l.resources {
-		if r.class == "" {
-			continue // a task cap is not a service
-		}
-		if len(names) > 0 && !slices.Contains(names, r.name) && !slices.Contains(names, r.class) {
-			continue
+		if r.class == "" || !slices.Contains(held, r.name) {
+			continue // a task cap, or a service not held
 		}
 		if until.After(r.BlockedUntil) {
 			r.BlockedUntil, r.BlockedFor = until, delay

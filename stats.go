@@ -107,8 +107,10 @@ type MinuteStats struct {
 // ServiceStats is a service in Stats.
 type ServiceStats struct {
 	ServiceStatus
-	// Deferred counts the runs of the service's task types deferred by a
-	// Retry-After over the window (keyed tasks count toward their class).
+	// Deferred counts the runs deferred by a Retry-After that held the
+	// service over the window (a keyed instance's count toward its class).
+	// A Retry-After that names services holds those; one that names none
+	// holds all of the unit's, and counts for each.
 	Deferred int `json:"deferred"`
 	// Keys are the busiest keyed instances of the class, at most
 	// StatsKeys: in the owner by units running, then waiting, then starts
@@ -166,7 +168,7 @@ func (c *Cue) Stats(ctx context.Context) (Stats, error) {
 	for i := range s.Minutes {
 		s.Minutes[i].Minute = since.Add(time.Duration(i) * time.Minute)
 	}
-	deferredBy := map[string]int{} // task -> deferrals
+	deferredBy := map[string]int{} // service (a keyed instance's class) -> deferrals
 	for _, a := range acts {
 		i := int(a.Minute.Sub(since) / time.Minute)
 		if i < 0 || i >= len(s.Minutes) {
@@ -188,6 +190,7 @@ func (c *Cue) Stats(ctx context.Context) (Stats, error) {
 			m.Cancelled += a.N
 		case "work_deferred":
 			m.Deferred += a.N
+		case store.ActivityServiceDeferred:
 			deferredBy[a.Task] += a.N
 		}
 	}
@@ -270,21 +273,9 @@ func queueWaitStats(h []int64) QueueWaitStats {
 	return q
 }
 
-// serviceStats reports the services with their deferrals and busiest keys.
-func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferredBy map[string]int) ([]ServiceStats, bool, error) {
-	tasks, err := c.st.Tasks(ctx)
-	if err != nil {
-		return nil, false, c.readErr(err)
-	}
-	deferred := map[string]int{}
-	for name, def := range tasks {
-		var td taskDef
-		if json.Unmarshal(def, &td) == nil {
-			for _, svc := range td.Services {
-				deferred[svc] += deferredBy[name]
-			}
-		}
-	}
+// serviceStats reports the services with their deferrals (by service,
+// keyed instances' counted in their class) and busiest keys.
+func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferred map[string]int) ([]ServiceStats, bool, error) {
 	if d := c.disp.Load(); d != nil {
 		out, ok, err := askLoop(ctx, d, (*dispatcher).serviceStats)
 		if err != nil {
@@ -317,8 +308,8 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferredBy map[st
 	for i, st := range all {
 		out[i] = ServiceStats{ServiceStatus: st, Deferred: deferred[st.Name]}
 		window := time.Minute
-		if st.Limits.RateWindow > 0 {
-			window = st.Limits.RateWindow
+		if st.Limits.RateLimit > 0 {
+			window = st.Limits.hold()
 		}
 		logs, err := c.st.ServiceLogPrefix(ctx, st.Name+":", now.Add(-window))
 		if err != nil {
@@ -326,7 +317,7 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferredBy map[st
 		}
 		keys := map[string]*ServiceStatus{}
 		for name, times := range logs {
-			keys[name] = &ServiceStatus{Name: name, Class: st.Name, InWindow: len(times), Circuit: CircuitClosed}
+			keys[name] = &ServiceStatus{Name: name, Class: st.Name, Limits: st.Limits, InWindow: len(times), Circuit: CircuitClosed}
 		}
 		for _, r := range recs {
 			if !strings.HasPrefix(r.Name, st.Name+":") || (!r.Paused && len(r.Circuit) == 0 && len(r.Override) == 0) {
@@ -334,10 +325,13 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferredBy map[st
 			}
 			k := keys[r.Name]
 			if k == nil {
-				k = &ServiceStatus{Name: r.Name, Class: st.Name, Circuit: CircuitClosed}
+				k = &ServiceStatus{Name: r.Name, Class: st.Name, Limits: st.Limits, Circuit: CircuitClosed}
 				keys[r.Name] = k
 			}
-			k.Paused, k.Overridden = r.Paused, len(r.Override) > 0
+			k.Paused, k.Overridden = r.Paused || st.Paused, len(r.Override) > 0 || st.Overridden
+			if ov, ok := decodeService(r.Override); ok {
+				k.Limits = ov
+			}
 			storedCircuit(r.Circuit, now, k)
 		}
 		for _, k := range keys {
@@ -362,7 +356,8 @@ func (t *resourceTable) serviceStats() []ServiceStats {
 	for name, rec := range t.stored {
 		class, _, keyed := strings.Cut(name, ":")
 		if keyed && t.keyed[name] == nil && (rec.Paused || len(rec.Override) > 0) {
-			keys[class] = append(keys[class], ServiceStatus{Name: name, Class: class, Circuit: CircuitClosed,
+			s, _ := t.limits(name, class)
+			keys[class] = append(keys[class], ServiceStatus{Name: name, Class: class, Limits: s, Circuit: CircuitClosed,
 				Paused: rec.Paused || t.stored[class].Paused, Overridden: len(rec.Override) > 0})
 		}
 	}

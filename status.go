@@ -163,9 +163,8 @@ func (t *resourceTable) statusAll() []ServiceStatus {
 				continue
 			}
 			st.Keys++
-			st.Active += kr.Active
-			st.InWindow += kr.Window.UsedOrZero(now)
-			st.Waiting += kr.waiters.Len()
+			st.KeysActive += kr.Active
+			st.KeysWaiting += kr.waiters.Len()
 			if kr.Circuit != nil && kr.Circuit.State != broker.Closed {
 				st.OpenKeys++
 			}

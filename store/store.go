@@ -376,13 +376,19 @@ type UnitCount struct {
 // ActivityCount is the number of events of a kind for a task in one
 // minute. Kind is the event type, except work_failed_retry for a
 // work_failed that will be retried and work_deferred for a work_retrying
-// after a Retry-After.
+// after a Retry-After. A work_retrying after a Retry-After also counts
+// once per service it held (its data's "services", keyed instances by
+// class), with Kind ActivityServiceDeferred and the service in Task.
 type ActivityCount struct {
 	Minute time.Time
 	Task   string
 	Kind   string
 	N      int
 }
+
+// ActivityServiceDeferred is the Kind of the activity counts of deferrals
+// by service (see ActivityCount).
+const ActivityServiceDeferred = "service_deferred"
 
 // QueueWaitBounds are the upper bounds of the queue-wait histogram
 // buckets.

@@ -269,7 +269,8 @@ func TestPauseKeyedInstanceWhileOwnerRuns(t *testing.T) {
 	assert.Equal(t, 1, s.States[runcue.StateRunning])
 	assert.True(t, s.Live, "the owner's live figures, asked through the log")
 	require.Len(t, s.Services, 1)
-	assert.Equal(t, 1, s.Services[0].Active, "a keyed class's load, seen from another process")
+	assert.Equal(t, 0, s.Services[0].Active, "no unit lists the class itself")
+	assert.Equal(t, 1, s.Services[0].KeysActive, "a keyed class's instances' load, seen from another process")
 	var keys []string
 	for _, k := range s.Services[0].Keys {
 		keys = append(keys, k.Name)

@@ -284,9 +284,9 @@ func (c *cli) cancelCmd() *cobra.Command {
 }
 
 func (c *cli) serviceCmd() *cobra.Command {
-	svc := &cobra.Command{Use: "service", Short: "Services and keyed instances (host:example.org): list, show, pause, resume, set, reset"}
+	svc := &cobra.Command{Use: "service", Short: "Services and keyed instances (host:example.org): ls, show, pause, resume, set, reset"}
 	svc.AddCommand(&cobra.Command{
-		Use: "ls", Short: "Every service", Args: args(0, "no arguments"),
+		Use: "ls", Aliases: []string{"list"}, Short: "Every service: its own load, and its keyed instances apart", Args: args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.with(func(ctx context.Context, q *runcue.Cue) error {
 				all, err := q.Services(ctx)
@@ -294,10 +294,12 @@ func (c *cli) serviceCmd() *cobra.Command {
 					return err
 				}
 				return c.emit(all, func(w *tabwriter.Writer) {
-					fmt.Fprintln(w, "SERVICE\tACTIVE\tLIMIT\tIN WINDOW\tCIRCUIT\tPAUSED\tKEYS")
+					// A class's own load against its limits; its instances
+					// (each with those limits of its own) apart.
+					fmt.Fprintln(w, "SERVICE\tACTIVE\tLIMIT\tIN WINDOW\tCIRCUIT\tPAUSED\tKEYS\tKEYS ACTIVE")
 					for _, s := range all {
-						fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%v\t%d\n", s.Name, s.Active, limit(s.Limits.MaxConcurrent), s.InWindow, s.Circuit,
-							s.Paused, s.Keys)
+						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%v\t%d\t%d\n", s.Name, s.Active, limit(s.Limits.MaxConcurrent), inWindow(s),
+							s.Circuit, s.Paused, s.Keys, s.KeysActive)
 					}
 				})
 			})
@@ -315,6 +317,13 @@ func (c *cli) serviceCmd() *cobra.Command {
 					l := st.Limits
 					fmt.Fprintf(w, "service\t%s\nlimits\tmax_concurrent %s, rate %d per %v, circuit %d failures / %v\n", st.Name,
 						limit(l.MaxConcurrent), l.RateLimit, l.RateWindow, l.CircuitThreshold, l.CircuitTimeout)
+					if l.RateLimit > 0 {
+						fmt.Fprintf(w, "margin\t%s%s\n", margin(l.Margin), map[bool]string{true: ", paced"}[l.Pace])
+					}
+					if st.Keys > 0 {
+						fmt.Fprintf(w, "keys\t%d (%d units running, %d groups waiting; each with these limits of its own)\n",
+							st.Keys, st.KeysActive, st.KeysWaiting)
+					}
 					fmt.Fprintf(w, "overridden\t%v\npaused\t%v (%d keys paused)\nactive\t%d\nin window\t%d\ncircuit\t%s\n", st.Overridden,
 						st.Paused, st.PausedKeys, st.Active, st.InWindow, st.Circuit)
 					fmt.Fprintf(w, "held until\t%s\nnext capacity\t%s\n", when(st.BlockedUntil), when(st.NextCapacity))
@@ -339,13 +348,13 @@ func (c *cli) serviceCmd() *cobra.Command {
 		change("resume", "Dispatch to it again", (*runcue.Cue).ResumeService),
 		change("reset", "Clear its override: its registered limits apply", (*runcue.Cue).ResetService))
 	var maxC, rate, threshold int
-	var window, timeout time.Duration
+	var window, timeout, marginD time.Duration
+	var pace bool
 	set := &cobra.Command{
 		Use: "set NAME", Short: "Override its limits (the flags given; the others keep their values)", Args: args(1, "one service or keyed instance"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return c.with(func(ctx context.Context, q *runcue.Cue) error {
-				class, _, _ := strings.Cut(a[0], ":")
-				st, err := q.ServiceStatus(ctx, class)
+				st, err := q.ServiceStatus(ctx, a[0]) // a keyed instance's own limits
 				if err != nil {
 					return err
 				}
@@ -366,6 +375,12 @@ func (c *cli) serviceCmd() *cobra.Command {
 				if fl.Changed("circuit-timeout") {
 					l.CircuitTimeout = timeout
 				}
+				if fl.Changed("margin") {
+					l.Margin = marginD
+				}
+				if fl.Changed("pace") {
+					l.Pace = pace
+				}
 				if err := q.SetService(ctx, a[0], l); err != nil {
 					return err
 				}
@@ -378,8 +393,29 @@ func (c *cli) serviceCmd() *cobra.Command {
 	set.Flags().DurationVar(&window, "rate-window", 0, "the rate window")
 	set.Flags().IntVar(&threshold, "circuit-threshold", 0, "consecutive failures that open the circuit (0: none)")
 	set.Flags().DurationVar(&timeout, "circuit-timeout", 0, "how long an open circuit stays open")
+	set.Flags().DurationVar(&marginD, "margin", 0, "the spread from a start to its arrival at the service that the window tolerates (0: 10ms; negative: none)")
+	set.Flags().BoolVar(&pace, "pace", false, "space the starts of a backlog rate-window/rate-limit apart")
 	svc.AddCommand(set)
 	return svc
+}
+
+// inWindow is a service's starts in its rate window against its limit.
+func inWindow(s runcue.ServiceStatus) string {
+	if s.Limits.RateLimit == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%d/%d", s.InWindow, s.Limits.RateLimit)
+}
+
+// margin describes a Service.Margin.
+func margin(m time.Duration) string {
+	switch {
+	case m == 0:
+		return runcue.DefaultMargin.String() + " (default)"
+	case m < 0:
+		return "none"
+	}
+	return m.String()
 }
 
 // done reports a change applied to name.

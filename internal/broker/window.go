@@ -213,11 +213,3 @@ func (w *Window) SetLimits(limit int, length time.Duration) {
 		w.head += n - limit
 	}
 }
-
-// UsedOrZero is Used for a window that may be nil.
-func (w *Window) UsedOrZero(now time.Time) int {
-	if w == nil {
-		return 0
-	}
-	return w.Used(now)
-}

@@ -119,12 +119,28 @@ func (t *txn) noteActivity(ev *store.Event) {
 		}
 	case "work_retrying":
 		var d struct {
-			Reason string `json:"reason"`
+			Reason   string   `json:"reason"`
+			Services []string `json:"services"`
 		}
 		if len(ev.Data) == 0 || json.Unmarshal(ev.Data, &d) != nil || d.Reason != "retry_after" {
 			return
 		}
 		kind = "work_deferred"
+		// Each service the deferral held (keyed instances by class) is
+		// counted too: row (minute, service, "service_deferred").
+		minute := ev.Time.UnixNano() / int64(time.Minute)
+		for i, s := range d.Services {
+			class, _, _ := strings.Cut(s, ":")
+			seen := false
+			for _, p := range d.Services[:i] {
+				if q, _, _ := strings.Cut(p, ":"); q == class {
+					seen = true
+				}
+			}
+			if !seen {
+				t.activity = append(t.activity, activityKey{minute: minute, task: class, kind: store.ActivityServiceDeferred})
+			}
+		}
 	default:
 		return
 	}
