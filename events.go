@@ -291,6 +291,13 @@ type SubscribeOptions struct {
 	// delivered again after a crash: handle them idempotently (follow-up
 	// work with idempotency keys derived from the event). Two
 	// subscriptions with one name share the position.
+	//
+	// The filter (Types, Tasks) of the latest Subscribe with a name is
+	// stored with it. Its consumer never receives the events the filter
+	// skips, so they need no acknowledgement: once every matching event up
+	// to a point is acknowledged, the subscription has passed the point,
+	// for Drain (Config.DrainSubscriptions), Subscriptions (Position) and
+	// retention alike.
 	Name string
 }
 
@@ -332,7 +339,7 @@ func (c *Cue) Subscribe(ctx context.Context, o SubscribeOptions) (<-chan Event, 
 		return nil, func() {}, fmt.Errorf("%w: SubscribeOptions After %d (want SeqNow or a sequence number) or Buffer %d", ErrInvalid, o.After, o.Buffer)
 	}
 	if o.Name != "" {
-		after, err := c.subscriptionStart(ctx, o.Name, o.After)
+		after, err := c.subscriptionStart(ctx, o.Name, o.After, o.Types, o.Tasks)
 		if err != nil {
 			return nil, func() {}, err
 		}

@@ -1,6 +1,7 @@
 package runcue
 
 import (
+	"context"
 	"time"
 
 	"github.com/runcue/runcue/internal/writer"
@@ -41,10 +42,21 @@ func (d *dispatcher) prune(now time.Time) {
 		op.Before = now.Add(-d.cfg.Retention)
 	}
 	d.pruning = true
-	err := d.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
-		d.in.Push(msgPruned{more: err == nil && res[0].More})
-	}})
-	if err != nil {
-		d.pruning = false
-	}
+	// Filtered durable subscriptions may have passed events they will
+	// never receive: read how far, off the loop, then prune.
+	d.read(func(ctx context.Context) func(*dispatcher) {
+		passed, err := passedPositions(ctx, d.st)
+		return func(d *dispatcher) {
+			if err != nil {
+				d.log.Error("runcue: read the positions of filtered subscriptions; retention keeps their events", "error", err)
+			}
+			op.Passed = passed
+			err := d.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+				d.in.Push(msgPruned{more: err == nil && res[0].More})
+			}})
+			if err != nil {
+				d.pruning = false
+			}
+		}
+	})
 }

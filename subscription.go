@@ -48,10 +48,16 @@ func (b *broadcast) notify() {
 // SubscriptionStatus reports a durable subscription.
 type SubscriptionStatus struct {
 	Name string `json:"name"`
-	// Acked is the last sequence number acknowledged; Lag how many
-	// sequence numbers have been committed since.
-	Acked int64 `json:"acked"`
-	Lag   int64 `json:"lag"`
+	// Acked is the last sequence number acknowledged. Position is where
+	// the subscription stands: Acked, or past it the events its filter
+	// skips up to the next one it matches (see SubscribeOptions.Name).
+	// Lag is how many sequence numbers have been committed since Position.
+	Acked    int64 `json:"acked"`
+	Position int64 `json:"position"`
+	Lag      int64 `json:"lag"`
+	// Types and Tasks are its filter, as its latest Subscribe gave it.
+	Types []EventType `json:"types,omitempty"`
+	Tasks []string    `json:"tasks,omitempty"`
 	// CreatedAt and AckedAt are when it was created and last acknowledged.
 	CreatedAt time.Time `json:"created_at"`
 	AckedAt   time.Time `json:"acked_at,omitzero"`
@@ -59,10 +65,15 @@ type SubscriptionStatus struct {
 
 // subscriptionStart returns the position a subscription named name
 // resumes after, creating it at after (SeqNow: the last event committed)
-// if it is new.
-func (c *Cue) subscriptionStart(ctx context.Context, name string, after int64) (int64, error) {
+// if it is new, with its filter (types, tasks); a known subscription
+// whose stored filter differs takes this one.
+func (c *Cue) subscriptionStart(ctx context.Context, name string, after int64, types []EventType, tasks []string) (int64, error) {
 	if err := validName("subscription", name); err != nil {
 		return 0, err
+	}
+	typeNames := make([]string, len(types))
+	for i, t := range types {
+		typeNames[i] = string(t)
 	}
 	for range 2 {
 		subs, err := c.st.Subscriptions(ctx)
@@ -70,6 +81,11 @@ func (c *Cue) subscriptionStart(ctx context.Context, name string, after int64) (
 			return 0, c.readErr(err)
 		}
 		if i := slices.IndexFunc(subs, func(s store.Subscription) bool { return s.Name == name }); i >= 0 {
+			if !slices.Equal(subs[i].Types, typeNames) || !slices.Equal(subs[i].Tasks, tasks) {
+				if _, err := c.w.Do(ctx, &store.Ack{Name: name, SetFilter: true, Types: typeNames, Tasks: tasks}); err != nil {
+					return 0, wrapStoreErr(err)
+				}
+			}
 			return subs[i].Acked, nil
 		}
 		start := after
@@ -81,7 +97,7 @@ func (c *Cue) subscriptionStart(ctx context.Context, name string, after int64) (
 				return 0, c.readErr(err)
 			}
 		}
-		res, err := c.w.Do(ctx, &store.Ack{Name: name, Seq: start, At: c.clock.Now(), Create: true})
+		res, err := c.w.Do(ctx, &store.Ack{Name: name, Seq: start, At: c.clock.Now(), Create: true, Types: typeNames, Tasks: tasks})
 		if err != nil {
 			return 0, wrapStoreErr(err)
 		}
@@ -143,9 +159,70 @@ func (c *Cue) Subscriptions(ctx context.Context) ([]SubscriptionStatus, error) {
 	}
 	out := make([]SubscriptionStatus, len(subs))
 	for i, s := range subs {
-		out[i] = SubscriptionStatus{Name: s.Name, Acked: s.Acked, Lag: max(last-s.Acked, 0), CreatedAt: s.CreatedAt, AckedAt: s.AckedAt}
+		pos, err := position(ctx, c.st, s, last)
+		if err != nil {
+			return nil, c.readErr(err)
+		}
+		out[i] = SubscriptionStatus{Name: s.Name, Acked: s.Acked, Position: pos, Lag: max(last-pos, 0), Tasks: s.Tasks,
+			CreatedAt: s.CreatedAt, AckedAt: s.AckedAt}
+		for _, t := range s.Types {
+			out[i].Types = append(out[i].Types, EventType(t))
+		}
 	}
 	return out, nil
+}
+
+// position returns where sub stands once the events up to last are
+// committed: its acknowledgement, or for a filtered subscription the last
+// sequence number before the first event after it that the filter matches
+// (last if none does). Its consumer never receives the events the filter
+// skips, so they wait for no acknowledgement: once every match up to a
+// point is acknowledged, the subscription has passed the point.
+func position(ctx context.Context, st store.Store, sub store.Subscription, last int64) (int64, error) {
+	if (len(sub.Types) == 0 && len(sub.Tasks) == 0) || sub.Acked >= last {
+		return sub.Acked, nil
+	}
+	evs, err := st.MatchingEvents(ctx, store.EventQuery{After: sub.Acked, Upto: last, Types: sub.Types, Tasks: sub.Tasks, Limit: 1})
+	if err != nil {
+		return 0, err
+	}
+	if len(evs) == 0 {
+		return last, nil
+	}
+	return evs[0].Seq - 1, nil
+}
+
+// passedPositions returns, by filtered subscription, the position past
+// its acknowledgement that its filter lets it pass (for retention:
+// store.Prune.Passed).
+func passedPositions(ctx context.Context, st store.Store) (map[string]int64, error) {
+	subs, err := st.Subscriptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var last int64
+	var passed map[string]int64
+	for _, s := range subs {
+		if len(s.Types) == 0 && len(s.Tasks) == 0 {
+			continue
+		}
+		if last == 0 {
+			if last, err = st.LastSeq(ctx); err != nil {
+				return nil, err
+			}
+		}
+		pos, err := position(ctx, st, s, last)
+		if err != nil {
+			return nil, err
+		}
+		if pos > s.Acked {
+			if passed == nil {
+				passed = make(map[string]int64)
+			}
+			passed[s.Name] = pos
+		}
+	}
+	return passed, nil
 }
 
 // waitAcked waits until every subscription of Config.DrainSubscriptions
@@ -175,7 +252,11 @@ func (c *Cue) waitAcked(ctx context.Context) (moved bool, err error) {
 			if i < 0 {
 				return false, fmt.Errorf("%w: %q (Config.DrainSubscriptions)", ErrUnknownSubscription, name)
 			}
-			if subs[i].Acked < last {
+			pos, err := position(ctx, c.st, subs[i], last)
+			if err != nil {
+				return false, c.readErr(err)
+			}
+			if pos < last {
 				done = false
 			}
 		}

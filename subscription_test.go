@@ -1,6 +1,7 @@
 package runcue_test
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -142,4 +143,80 @@ func TestDrainWaitsForFollowUps(t *testing.T) {
 	assert.Zero(t, subs[0].Lag, "every event acknowledged")
 	stop()
 	<-consumed
+}
+
+// A filtered durable subscription's consumer never receives the events its
+// filter skips, so it cannot acknowledge them: its position passes them
+// once every earlier match is acknowledged. Drain returns (it waited for
+// ever: acked 3, last 6, in an outside trial), Subscriptions reports the
+// position, and retention deletes what it passed.
+func TestFilteredSubscriptionPassesSkippedEvents(t *testing.T) {
+	e := newEnv(t, runcue.Config{DrainSubscriptions: []string{"fu"}, EventRetention: time.Minute, SubscriptionRetention: 24 * time.Hour})
+	c := e.c
+	require.NoError(t, c.Task("src", runcue.Task{Handler: noop}))
+	require.NoError(t, c.Task("follow", runcue.Task{Handler: noop}))
+	sub, stop, err := c.Subscribe(e.ctx, runcue.SubscribeOptions{Name: "fu", After: runcue.SeqNow,
+		Types: []runcue.EventType{runcue.EventWorkCompleted}, Tasks: []string{"src"}})
+	require.NoError(t, err)
+	defer stop()
+	consumed := make(chan struct{})
+	var acked []int64
+	go func() {
+		defer close(consumed)
+		for ev := range sub {
+			if _, err := c.Submit(e.ctx, runcue.Submission{Task: "follow", IdempotencyKey: "follow:" + ev.WorkID}); err != nil {
+				t.Errorf("follow-up: %v", err)
+				return
+			}
+			if err := c.Ack(e.ctx, "fu", ev.Seq); err != nil {
+				t.Errorf("ack: %v", err)
+				return
+			}
+			acked = append(acked, ev.Seq)
+		}
+	}()
+	e.start()
+	src := e.submit("src")
+	ctx, cancel := context.WithTimeout(e.ctx, 5*time.Second) // the trial's deadline; a guard, not a figure
+	defer cancel()
+	require.NoError(t, c.Drain(ctx), "Drain returns once the consumer acknowledged every event it receives")
+	stop()
+	<-consumed
+	require.Len(t, acked, 1)
+	last, err := c.LastSeq(e.ctx)
+	require.NoError(t, err)
+	require.Greater(t, last, acked[0], "the follow-up's events came after the acknowledged one")
+	subs, err := c.Subscriptions(e.ctx)
+	require.NoError(t, err)
+	require.Len(t, subs, 1)
+	assert.Equal(t, acked[0], subs[0].Acked)
+	assert.Equal(t, last, subs[0].Position, "past the follow-up's events, which the filter skips")
+	assert.Zero(t, subs[0].Lag)
+	assert.Equal(t, []runcue.EventType{runcue.EventWorkCompleted}, subs[0].Types)
+	assert.Equal(t, []string{"src"}, subs[0].Tasks)
+
+	// Another src unit: its completion is a match not yet acknowledged, so
+	// the position stops just before it.
+	src2 := e.submit("src")
+	e.wait(src2)
+	subs, err = c.Subscriptions(e.ctx)
+	require.NoError(t, err)
+	evs, err := c.WorkEvents(e.ctx, src2, 0, 0)
+	require.NoError(t, err)
+	completed := evs[len(evs)-1]
+	require.Equal(t, runcue.EventWorkCompleted, completed.Type)
+	assert.Equal(t, completed.Seq-1, subs[0].Position)
+	assert.Positive(t, subs[0].Lag)
+
+	// Retention, a day later: the log past the position's events go; the
+	// unacknowledged match and what follows stay.
+	e.clk.Advance(2 * time.Hour) // retention passes run every minute
+	e.settle()
+	evs, err = c.WorkEvents(e.ctx, src, 0, 0)
+	require.NoError(t, err)
+	assert.Empty(t, evs, "the first src unit's events, before the position, are gone")
+	evs, err = c.WorkEvents(e.ctx, src2, 0, 0)
+	require.NoError(t, err)
+	require.NotEmpty(t, evs)
+	assert.Equal(t, completed.Seq, evs[len(evs)-1].Seq, "the match not yet acknowledged is kept")
 }

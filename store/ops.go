@@ -181,6 +181,11 @@ type Ack struct {
 	At     time.Time
 	Create bool
 	Remove bool
+	// SetFilter stores Types and Tasks as the subscription's filter (on
+	// Create, they are stored in any case). With SetFilter alone (no
+	// Create), Seq and At are ignored.
+	SetFilter    bool
+	Types, Tasks []string
 }
 
 // SetPause pauses or resumes a task type (Task, which must be stored) or,
@@ -225,7 +230,12 @@ type Prune struct {
 	// named subscription has not acknowledged (store.Ack), unless they
 	// are older than EventsHardBefore.
 	EventsHardBefore time.Time
-	Limit            int
+	// Passed, by named subscription, is a position past its
+	// acknowledgement that the caller found it may pass: no event after
+	// the acknowledgement up to it matches the subscription's filter. The
+	// subscription's position is the larger of the two.
+	Passed map[string]int64
+	Limit  int
 }
 
 // Result is the outcome of one op.

@@ -415,6 +415,8 @@ type Subscription struct {
 	Acked     int64
 	CreatedAt time.Time
 	AckedAt   time.Time
+	// Types and Tasks are its filter (Ack's), empty for all.
+	Types, Tasks []string
 }
 
 // Pauses is what SetPause stored.

@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"database/sql/driver"
+	"encoding/json"
 	"strings"
 	"time"
 
@@ -60,11 +61,24 @@ func (t *txn) ack(op *store.Ack, r *store.Result) error {
 	case op.Remove:
 		r.Applied, err = t.changed(`DELETE FROM subscriptions WHERE name=?`, op.Name)
 	case op.Create:
-		r.Applied, err = t.changed(`INSERT OR IGNORE INTO subscriptions(name, acked, created_at) VALUES(?,?,?)`, op.Name, op.Seq, ns(op.At))
+		r.Applied, err = t.changed(`INSERT OR IGNORE INTO subscriptions(name, acked, created_at, types, tasks) VALUES(?,?,?,?,?)`,
+			op.Name, op.Seq, ns(op.At), namesJSON(op.Types), namesJSON(op.Tasks))
+	case op.SetFilter:
+		r.Applied, err = t.changed(`UPDATE subscriptions SET types = ?, tasks = ? WHERE name = ?`,
+			namesJSON(op.Types), namesJSON(op.Tasks), op.Name)
 	default:
 		r.Applied, err = t.changed(`UPDATE subscriptions SET acked = max(acked, ?), acked_at = ? WHERE name = ?`, op.Seq, ns(op.At), op.Name)
 	}
 	return err
+}
+
+// namesJSON encodes a filter's names as a JSON array, ” when empty.
+func namesJSON(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(names)
+	return string(b)
 }
 
 func (t *txn) prune(op *store.Prune, r *store.Result) error {
@@ -113,9 +127,13 @@ func (t *txn) prune(op *store.Prune, r *store.Result) error {
 		cut := `coalesce((SELECT seq FROM events WHERE at >= ?1 ORDER BY seq LIMIT 1), (SELECT max(seq) + 1 FROM events))`
 		args := []any{ns(op.EventsBefore), int64(limit)}
 		if !op.EventsHardBefore.IsZero() {
-			cut = `max(min(` + cut + `, coalesce((SELECT min(acked) + 1 FROM subscriptions), 1 << 62)),
+			floor, err := t.subscriptionFloor(op.Passed)
+			if err != nil {
+				return err
+			}
+			cut = `max(min(` + cut + `, ?4),
 				coalesce((SELECT seq FROM events WHERE at >= ?3 ORDER BY seq LIMIT 1), (SELECT max(seq) + 1 FROM events)))`
-			args = append(args, ns(op.EventsHardBefore))
+			args = append(args, ns(op.EventsHardBefore), floor)
 		}
 		if res, err := t.exec(`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq < `+cut+` ORDER BY seq LIMIT ?2)`,
 			args...); err != nil {
@@ -163,4 +181,23 @@ func (t *txn) prune(op *store.Prune, r *store.Result) error {
 	}
 	r.Applied = true
 	return nil
+}
+
+// subscriptionFloor returns the first event a named subscription still
+// needs: the least position (its acknowledgement, or what passed says it
+// may pass) plus one; 1<<62 without subscriptions.
+func (t *txn) subscriptionFloor(passed map[string]int64) (int64, error) {
+	rows, err := t.all(`SELECT name, acked FROM subscriptions`)
+	if err != nil {
+		return 0, err
+	}
+	floor := int64(1 << 62)
+	for _, row := range rows {
+		pos := asInt(row[1])
+		if p, ok := passed[asStr(row[0])]; ok && p > pos {
+			pos = p
+		}
+		floor = min(floor, pos+1)
+	}
+	return floor, nil
 }

@@ -391,6 +391,35 @@ func TestMigrateFromSchema8(t *testing.T) {
 	assertMigrated(t, st, 9)
 }
 
+// TestMigrateFromSchema9 opens a database written by schema version 9
+// (testdata/schema9.db, written by testdata/mkschema9 with the runcue of
+// that schema): its durable subscription keeps its position and has no
+// filter (it passes nothing), and a filter can be stored on it.
+func TestMigrateFromSchema9(t *testing.T) {
+	st := openFixture(t, "schema9.db")
+	ctx := t.Context()
+	subs, err := st.Subscriptions(ctx)
+	require.NoError(t, err)
+	require.Len(t, subs, 1)
+	assert.Equal(t, "follow", subs[0].Name)
+	assert.Equal(t, int64(5), subs[0].Acked)
+	assert.Empty(t, subs[0].Types)
+	assert.Empty(t, subs[0].Tasks)
+	res, err := st.Apply(ctx, []store.Op{&store.Ack{Name: "follow", SetFilter: true, Types: []string{"work_completed"}}})
+	require.NoError(t, err)
+	require.True(t, res[0].Applied)
+	subs, err = st.Subscriptions(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"work_completed"}, subs[0].Types)
+	u, err := st.GetUnit(ctx, "long-target")
+	require.NoError(t, err)
+	assert.Len(t, u.Target, 20<<10, "stored before targets were bounded, read back whole")
+	n, err := st.QueuedCount(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 8, n)
+	assertMigrated(t, st, 10)
+}
+
 // assertMigrated checks that st was migrated to this package's schema,
 // which is at least version atLeast.
 func assertMigrated(t *testing.T, st *sqlite.Store, atLeast int) {

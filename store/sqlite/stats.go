@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"time"
 
@@ -261,7 +262,7 @@ func (s *Store) QueueWaits(ctx context.Context, since time.Time) ([]int64, error
 
 // Subscriptions returns the named subscriptions.
 func (s *Store) Subscriptions(ctx context.Context) ([]store.Subscription, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT name, acked, created_at, acked_at FROM subscriptions ORDER BY name`)
+	rows, err := s.read.QueryContext(ctx, `SELECT name, acked, created_at, acked_at, types, tasks FROM subscriptions ORDER BY name`)
 	if err != nil {
 		return nil, err
 	}
@@ -270,10 +271,21 @@ func (s *Store) Subscriptions(ctx context.Context) ([]store.Subscription, error)
 	for rows.Next() {
 		var sub store.Subscription
 		var created, acked int64
-		if err := rows.Scan(&sub.Name, &sub.Acked, &created, &acked); err != nil {
+		var types, tasks string
+		if err := rows.Scan(&sub.Name, &sub.Acked, &created, &acked, &types, &tasks); err != nil {
 			return nil, err
 		}
 		sub.CreatedAt, sub.AckedAt = tm(created), tm(acked)
+		if types != "" {
+			if err := json.Unmarshal([]byte(types), &sub.Types); err != nil {
+				return nil, fmt.Errorf("subscription %q: types: %w", sub.Name, err)
+			}
+		}
+		if tasks != "" {
+			if err := json.Unmarshal([]byte(tasks), &sub.Tasks); err != nil {
+				return nil, fmt.Errorf("subscription %q: tasks: %w", sub.Name, err)
+			}
+		}
 		out = append(out, sub)
 	}
 	return out, rows.Err()

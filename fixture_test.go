@@ -1,0 +1,51 @@
+package runcue_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runcue/runcue"
+)
+
+// TestSchema9FixtureRuns opens a database written by the runcue of schema 9
+// (store/sqlite/testdata/schema9.db), before submissions were bounded: its
+// queued units with a 20 KiB target, NUL and Latin-1 in targets, a
+// non-UTF-8 ID and idempotency key and a 2 KiB key load and run, and its
+// Latin-1 keyed instance is listed.
+func TestSchema9FixtureRuns(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("store", "sqlite", "testdata", "schema9.db"))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "schema9.db")
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	ctx := t.Context()
+	c, err := runcue.Open(path, runcue.Config{Logger: quietLogger})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Service("api", runcue.Service{MaxConcurrent: 2}))
+	seen := map[string]string{}
+	require.NoError(t, c.Task("a", runcue.Task{Services: []string{"api"}, Handler: noop}))
+	require.NoError(t, c.Task("b", runcue.Task{Handler: func(_ context.Context, w *runcue.Work) (any, error) {
+		seen[w.ID] = w.Target
+		return nil, nil
+	}}))
+	require.NoError(t, c.ResumeTask(ctx, "b"))
+	require.NoError(t, c.Start(ctx))
+	require.NoError(t, c.Drain(ctx))
+	for _, id := range []string{"queued-1", "queued-2", "long-target", "nul-target", "latin1-target", "id-\xff", "long-key", "latin1-key"} {
+		wi, err := c.Get(ctx, id)
+		require.NoError(t, err, id)
+		assert.Equal(t, runcue.StateCompleted, wi.State, id)
+	}
+	assert.Equal(t, strings.Repeat("t", 20<<10), seen["long-target"])
+	assert.Equal(t, "a\x00b", seen["nul-target"])
+	assert.Equal(t, "caf\xe9", seen["latin1-target"])
+	st, err := c.ServiceStatus(ctx, "api")
+	require.NoError(t, err)
+	assert.Equal(t, 2, st.PausedKeys, "api:slow and the Latin-1 instance")
+}
