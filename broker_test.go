@@ -986,3 +986,57 @@ func TestCircuitSurvivesRestart(t *testing.T) {
 	st, _ = c.ServiceStatus(e.ctx, "api")
 	assert.Equal(t, runcue.CircuitClosed, st.Circuit)
 }
+
+// TestCircuitFailureCountSurvivesRestart: a closed circuit's consecutive
+// failures are persisted, so a new owner opens it after the same number
+// of failures; a success clears the count.
+func TestCircuitFailureCountSurvivesRestart(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	fail := func(context.Context, *runcue.Work) (any, error) { return nil, errors.New("502") }
+	register := func(c *runcue.Cue) {
+		require.NoError(t, c.Service("api", runcue.Service{CircuitThreshold: 2, CircuitTimeout: time.Minute}))
+		require.NoError(t, c.Task("t", runcue.Task{Services: []string{"api"}, Retry: runcue.RetryPolicy{MaxAttempts: 1}, Handler: fail}))
+		require.NoError(t, c.Task("ok", runcue.Task{Services: []string{"api"}, Handler: noop}))
+	}
+	register(e.c)
+	e.start()
+	e.wait(e.submit("t"))
+	require.NoError(t, e.c.Close())
+	c := e.open(runcue.Config{})
+	register(c)
+	require.NoError(t, c.Start(e.ctx))
+	first, err := c.Submit(e.ctx, runcue.Submission{Task: "t"})
+	require.NoError(t, err)
+	_, err = c.Wait(e.ctx, first.ID)
+	require.NoError(t, err)
+	st, err := c.ServiceStatus(e.ctx, "api")
+	require.NoError(t, err)
+	assert.Equal(t, runcue.CircuitOpen, st.Circuit, "the failure before the restart counted")
+
+	// After the probe's success, the count is clear again across a restart.
+	e.clk.Advance(time.Minute)
+	probe, err := c.Submit(e.ctx, runcue.Submission{Task: "ok"})
+	require.NoError(t, err)
+	_, err = c.Wait(e.ctx, probe.ID)
+	require.NoError(t, err)
+	one, err := c.Submit(e.ctx, runcue.Submission{Task: "t"})
+	require.NoError(t, err)
+	_, err = c.Wait(e.ctx, one.ID)
+	require.NoError(t, err)
+	ok, err := c.Submit(e.ctx, runcue.Submission{Task: "ok"})
+	require.NoError(t, err)
+	_, err = c.Wait(e.ctx, ok.ID)
+	require.NoError(t, err)
+	require.NoError(t, c.Close())
+	c = e.open(runcue.Config{})
+	register(c)
+	require.NoError(t, c.Start(e.ctx))
+	two, err := c.Submit(e.ctx, runcue.Submission{Task: "t"})
+	require.NoError(t, err)
+	_, err = c.Wait(e.ctx, two.ID)
+	require.NoError(t, err)
+	require.NoError(t, runcue.Settle(e.ctx, c))
+	st, err = c.ServiceStatus(e.ctx, "api")
+	require.NoError(t, err)
+	assert.Equal(t, runcue.CircuitClosed, st.Circuit, "one failure since the success")
+}

@@ -51,13 +51,21 @@ const (
 	verdictFailure = broker.Failure // counts toward opening the circuit
 )
 
-// judge passes a run's verdict to the circuits of its services.
+// judge passes a run's verdict to the circuits of its services. A closed
+// circuit's count of consecutive failures is persisted when it changes, so
+// that a new owner opens the circuit after the same failures.
 func (t *resourceTable) judge(r *run, v verdict) {
 	now := t.now()
 	for _, res := range r.lane.resources {
+		if res.Circuit == nil {
+			continue
+		}
+		failures := res.Circuit.Failures
 		if res.Judge(now, v, slices.Contains(r.probes, res)) {
 			t.noteCircuit(res)
 			t.wake(res)
+		} else if res.Circuit.Failures != failures && res.Circuit.State == broker.Closed {
+			t.persistBroker(res)
 		}
 	}
 }
@@ -122,8 +130,12 @@ func (t *resourceTable) restore(cr circuitRecord, r *resource) {
 
 func (t *resourceTable) persistBroker(r *resource) {
 	var cr circuitRecord
-	if r.Circuit != nil && r.Circuit.State != broker.Closed {
+	switch {
+	case r.Circuit == nil:
+	case r.Circuit.State != broker.Closed:
 		cr.State, cr.Failures, cr.Until = r.Circuit.State, r.Circuit.Failures, ns(t.toWall(r.Circuit.Until))
+	case r.Circuit.Failures > 0:
+		cr.State, cr.Failures = broker.Closed, r.Circuit.Failures
 	}
 	if r.BlockedUntil.After(t.now()) {
 		cr.BlockedUntil, cr.BlockedFor = t.toWall(r.BlockedUntil).UnixNano(), int64(r.BlockedFor)

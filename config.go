@@ -1,6 +1,7 @@
 package runcue
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -94,7 +95,9 @@ type Config struct {
 	SubscriptionRetention time.Duration
 	// DrainSubscriptions names durable subscriptions whose consumers submit
 	// follow-up work: Drain then also waits until each has acknowledged
-	// every event committed, and returns only when that leaves no work.
+	// every event committed (that its filter delivers), and returns only
+	// when that leaves no work. Drain refuses at its start a name no
+	// Subscribe has made yet (ErrUnknownSubscription).
 	DrainSubscriptions []string
 	// QueueStatusInterval is the period of queue_status events from the
 	// owner. Default 5s; negative disables them.
@@ -224,6 +227,17 @@ func (cfg Config) pruneInterval() time.Duration {
 // DefaultMaxPayload is the default Config.MaxPayload: 16 MiB.
 const DefaultMaxPayload = 16 << 20
 
+// Bounds of the Config fields that allocate or spin: MaxConcurrent,
+// MaxUncommitted, EventBuffer and FeedLowWater are at most MaxConfigCount;
+// MaxPayload at most MaxPayloadLimit; PollInterval, DependencyRecheck,
+// CallbackTimeout and FeedInterval at least a millisecond
+// (QueueStatusInterval 10 ms); durations added to the time (timeouts,
+// retentions) at most MaxTimeout.
+const (
+	MaxConfigCount  = 1 << 20
+	MaxPayloadLimit = 1 << 30
+)
+
 // validate refuses negative and contradictory settings; zero values are
 // defaults and stay allowed.
 func (cfg Config) validate() error {
@@ -245,6 +259,48 @@ func (cfg Config) validate() error {
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("%w: Config.%s is negative (%d)", ErrInvalid, f.name, f.v)
+		}
+	}
+	// Settings that allocate, spin or overflow a time beyond some size.
+	count := func(name string, v int, most int) error {
+		if v > most {
+			return fmt.Errorf("%w: Config.%s %d is more than %d", ErrInvalid, name, v, most)
+		}
+		return nil
+	}
+	span := func(name string, v, least, most time.Duration) error {
+		if v != 0 && (v < least || v > most) {
+			return fmt.Errorf("%w: Config.%s %v is outside [%v, %v]", ErrInvalid, name, v, least, most)
+		}
+		return nil
+	}
+	day := 24 * time.Hour
+	if err := errors.Join(
+		count("MaxConcurrent", cfg.MaxConcurrent, MaxConfigCount),
+		count("MaxUncommitted", cfg.MaxUncommitted, MaxConfigCount),
+		count("EventBuffer", cfg.EventBuffer, MaxConfigCount),
+		count("FeedLowWater", cfg.FeedLowWater, MaxConfigCount),
+		count("MaxPayload", cfg.MaxPayload, MaxPayloadLimit),
+		span("PollInterval", cfg.PollInterval, time.Millisecond, day),
+		span("QueueStatusInterval", max(cfg.QueueStatusInterval, 0), 10*time.Millisecond, day),
+		span("PriorityTTL", cfg.PriorityTTL, 1, day),
+		span("DependencyRecheck", cfg.DependencyRecheck, time.Millisecond, day),
+		span("CallbackTimeout", cfg.CallbackTimeout, time.Millisecond, time.Hour),
+		span("FeedInterval", cfg.FeedInterval, time.Millisecond, day),
+		span("MaxStartDelay", cfg.MaxStartDelay, 1, day),
+		span("DefaultTimeout", cfg.DefaultTimeout, 1, MaxTimeout),
+		span("LeaseBuffer", cfg.LeaseBuffer, 1, MaxTimeout),
+		span("ShutdownTimeout", cfg.ShutdownTimeout, 1, MaxTimeout),
+		span("CancelGrace", cfg.CancelGrace, 1, MaxTimeout),
+		span("EventRetention", cfg.EventRetention, 1, MaxTimeout),
+		span("SubscriptionRetention", cfg.SubscriptionRetention, 1, MaxTimeout),
+		span("Retention", cfg.Retention, 1, MaxTimeout),
+	); err != nil {
+		return err
+	}
+	for _, name := range cfg.DrainSubscriptions {
+		if err := validName("subscription", name); err != nil {
+			return fmt.Errorf("Config.DrainSubscriptions: %w", err)
 		}
 	}
 	switch {

@@ -286,6 +286,19 @@ func TestConfigValidated(t *testing.T) {
 		"OnBackpressure without MaxQueued": {OnBackpressure: func(bool, int) {}},
 		"Synchronous 7":                    {Synchronous: 7},
 		"FileMode with type bits":          {FileMode: os.ModeDir | 0o600},
+		// Settings that would allocate without bound, spin or overflow a
+		// time: an outside trial's EventBuffer of 1<<31 killed Open with a
+		// fatal out-of-memory.
+		"EventBuffer 1<<31":          {EventBuffer: 1 << 31},
+		"MaxConcurrent 1<<40":        {MaxConcurrent: 1 << 40},
+		"MaxUncommitted 1<<30":       {MaxUncommitted: 1 << 30},
+		"MaxPayload 4 GiB":           {MaxPayload: 4 << 30},
+		"PollInterval 1ns":           {PollInterval: time.Nanosecond},
+		"QueueStatusInterval 1ns":    {QueueStatusInterval: time.Nanosecond},
+		"PriorityTTL 2 days":         {PriorityTTL: 48 * time.Hour},
+		"DefaultTimeout 200 years":   {DefaultTimeout: 200 * 365 * 24 * time.Hour},
+		"Retention 200 years":        {Retention: 200 * 365 * 24 * time.Hour},
+		"DrainSubscriptions a space": {DrainSubscriptions: []string{"has space"}},
 	} {
 		_, err := runcue.Open(path, cfg)
 		assert.ErrorIs(t, err, runcue.ErrInvalid, name)

@@ -48,4 +48,10 @@ func TestSchema9FixtureRuns(t *testing.T) {
 	st, err := c.ServiceStatus(ctx, "api")
 	require.NoError(t, err)
 	assert.Equal(t, 2, st.PausedKeys, "api:slow and the Latin-1 instance")
+	// A name stored before keys were checked can still be controlled.
+	require.NoError(t, c.ResumeService(ctx, "api:caf\xe9"))
+	st, err = c.ServiceStatus(ctx, "api")
+	require.NoError(t, err)
+	assert.Equal(t, 1, st.PausedKeys)
+	assert.ErrorIs(t, c.PauseService(ctx, "api:na\xefve"), runcue.ErrInvalid, "a new one cannot be made")
 }

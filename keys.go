@@ -130,6 +130,9 @@ func (t *resourceTable) checkKeys(keys []string) error {
 		if i <= 0 || i == len(k)-1 {
 			return fmt.Errorf("key %q is not of the form class:key", k)
 		}
+		if err := validKey(k, k[i+1:]); err != nil {
+			return err
+		}
 		if _, ok := t.services[k[:i]]; !ok {
 			return fmt.Errorf("key %q: %w %q", k, ErrUnknownService, k[:i])
 		}

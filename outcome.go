@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/runcue/runcue/internal/writer"
 	"github.com/runcue/runcue/store"
@@ -80,6 +81,10 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 	*fin = store.Finish{ID: f.id, Task: f.task, Owner: f.owner, Run: f.run, At: e.at,
 		Attempt: store.Attempt{Run: f.run, Start: f.start, End: e.at}}
 	delay, services, isDeferral := retryAfterOf(e.err)
+	var errText string
+	if e.err != nil {
+		errText = boundedText(e.err.Error(), maxErrorText)
+	}
 	skipReason, isSkip := skipOf(e.err)
 	switch {
 	case e.returned && e.err == nil:
@@ -105,7 +110,7 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		fin.Error, fin.ErrorKind = reason, "cancelled"
 		fin.Attempt.Outcome = "cancelled"
 		if e.returned && e.err != nil {
-			fin.Attempt.Error = e.err.Error()
+			fin.Attempt.Error = errText
 		}
 		fin.Propagate, fin.CascadeCancel = true, e.cancelled.Cascade
 		fin.Events = []store.Event{{Type: string(EventWorkCancelled), Task: f.task, Attempt: f.run,
@@ -114,16 +119,16 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		// Cut short by shutdown: back to the queue, no budget spent.
 		o.requeue = true
 		fin.State = store.Queued
-		fin.Error, fin.ErrorKind = e.err.Error(), "interrupted"
-		fin.Attempt.Outcome, fin.Attempt.Error = "interrupted", e.err.Error()
+		fin.Error, fin.ErrorKind = errText, "interrupted"
+		fin.Attempt.Outcome, fin.Attempt.Error = "interrupted", errText
 		fin.Events = []store.Event{{Type: string(EventWorkRequeued), Task: f.task, Attempt: f.run,
 			Data: eventData{Reason: "shutdown"}.encode()}}
 	case e.returned && errors.Is(e.err, errLateStart):
 		// Never started (see Config.MaxStartDelay): nothing ran.
 		o.requeue = true
 		fin.State = store.Queued
-		fin.Error, fin.ErrorKind = e.err.Error(), "late_start"
-		fin.Attempt.Outcome, fin.Attempt.Error = "late_start", e.err.Error()
+		fin.Error, fin.ErrorKind = errText, "late_start"
+		fin.Attempt.Outcome, fin.Attempt.Error = "late_start", errText
 		fin.Events = []store.Event{{Type: string(EventWorkRequeued), Task: f.task, Attempt: f.run,
 			Data: eventData{Reason: "late_start"}.encode()}}
 	case e.returned && isDeferral && f.deferrals < f.maxDeferrals:
@@ -134,10 +139,10 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		o.holdServices, o.holdUnknown = heldServices(f.services, services)
 		o.deferrals++
 		fin.State, fin.RunAt, fin.Deferral = store.Queued, next, true
-		fin.Error, fin.ErrorKind = e.err.Error(), "retry_after"
-		fin.Attempt.Outcome, fin.Attempt.Error = "deferred", e.err.Error()
+		fin.Error, fin.ErrorKind = errText, "retry_after"
+		fin.Attempt.Outcome, fin.Attempt.Error = "deferred", errText
 		fin.Events = []store.Event{{Type: string(EventWorkRetrying), Task: f.task, Attempt: f.run,
-			Data: eventData{NextAttempt: next.UnixNano(), Reason: "retry_after", Error: e.err.Error(), Services: o.holdServices}.encode()}}
+			Data: eventData{NextAttempt: next.UnixNano(), Reason: "retry_after", Error: errText, Services: o.holdServices}.encode()}}
 	default:
 		// A failure: retried while the policy allows.
 		kind := "error"
@@ -153,7 +158,7 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		if e.returned && (errors.Is(e.err, ErrPermanent) || isDeferral) {
 			o.verdict = verdictNone // input errors and politeness never open a circuit
 		}
-		msg := e.err.Error()
+		msg := errText
 		fin.Error, fin.ErrorKind = msg, kind
 		fin.Attempt.Outcome, fin.Attempt.Error = kind, msg
 		if kind == "error" {
@@ -181,6 +186,24 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		fin.Events[i].Target = f.target
 	}
 	return o
+}
+
+// maxErrorText bounds the error text recorded of a run (in its unit, its
+// attempt and its events): a handler's error can be of any size.
+const maxErrorText = 32 << 10
+
+// boundedText returns s cut to at most limit bytes, at a character's
+// start, with a note of how much was cut.
+func boundedText(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	note := fmt.Sprintf(" … (%d bytes cut)", len(s)-limit)
+	cut := limit - len(note)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + note
 }
 
 // heldServices resolves the services a Retry-After names against those a

@@ -3,8 +3,10 @@ package runcue
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/runcue/runcue/store"
 )
@@ -126,5 +128,22 @@ func TestDecide(t *testing.T) {
 		if got := eventFrom(&o.fin.Events[0]).Services; fmt.Sprint(got) != tc.held {
 			t.Fatalf("%v: the event says %v", tc.named, got)
 		}
+	}
+}
+
+// A handler's error of any size is recorded cut to maxErrorText, at a
+// character's start, saying how much was cut.
+func TestDecideBoundsErrorText(t *testing.T) {
+	facts := runFacts{id: "u", task: "t", run: 1, policy: RetryPolicy{MaxAttempts: 1}.withDefaults()}
+	huge := errors.New(strings.Repeat("é", 1<<20))
+	o := decide(facts, ending{returned: true, err: huge, at: time.Unix(1, 0)}, 0)
+	if len(o.fin.Error) > maxErrorText || !utf8.ValidString(o.fin.Error) || !strings.HasSuffix(o.fin.Error, "bytes cut)") {
+		t.Fatalf("recorded %d bytes, valid UTF-8 %v, ends %q", len(o.fin.Error), utf8.ValidString(o.fin.Error), o.fin.Error[len(o.fin.Error)-30:])
+	}
+	if o.fin.Attempt.Error != o.fin.Error || !strings.Contains(string(o.fin.Events[0].Data), "bytes cut") {
+		t.Fatal("the attempt and the event record the same cut text")
+	}
+	if small := decide(facts, ending{returned: true, err: errors.New("503"), at: time.Unix(1, 0)}, 0); small.fin.Error != "503" {
+		t.Fatalf("a small error is kept whole: %q", small.fin.Error)
 	}
 }

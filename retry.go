@@ -100,6 +100,8 @@ func (p RetryPolicy) validate() error {
 		return fmt.Errorf("%w: MaxAttempts %d is negative", ErrInvalid, p.MaxAttempts)
 	case p.BaseDelay < 0 || p.MaxDelay < 0:
 		return fmt.Errorf("%w: negative retry delay", ErrInvalid)
+	case p.BaseDelay > MaxTimeout || p.MaxDelay > MaxTimeout:
+		return fmt.Errorf("%w: retry delay longer than %v", ErrInvalid, MaxTimeout)
 	case p.Backoff > BackoffLinear:
 		return fmt.Errorf("%w: unknown backoff %d", ErrInvalid, p.Backoff)
 	case p.Jitter > JitterNone:
@@ -312,11 +314,11 @@ func retryAfterOf(err error) (time.Duration, []string, bool) {
 	}
 	var ra *RetryAfterError
 	if errors.As(err, &ra) {
-		return max(ra.Delay, 0), ra.Services, true
+		return min(max(ra.Delay, 0), MaxTimeout), ra.Services, true
 	}
 	var withDelay interface{ RetryAfter() time.Duration }
 	if errors.As(err, &withDelay) {
-		return max(withDelay.RetryAfter(), 0), nil, true
+		return min(max(withDelay.RetryAfter(), 0), MaxTimeout), nil, true
 	}
 	return 0, nil, false
 }

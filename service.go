@@ -4,8 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/runcue/runcue/store"
 )
@@ -183,16 +186,44 @@ func (s *Service) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// MaxName is the longest name of a task, service or subscription, and
+// MaxKeyedName the longest keyed instance ("class:key"), in bytes.
+const (
+	MaxName      = 200
+	MaxKeyedName = 512
+)
+
+// validName checks the name of a task, service or subscription: 1 to
+// MaxName bytes of UTF-8, without whitespace or control characters.
 func validName(kind, name string) error {
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: empty %s name", ErrInvalid, kind)
-	case len(name) > 200:
-		return fmt.Errorf("%w: %s name longer than 200 bytes", ErrInvalid, kind)
-	case strings.ContainsAny(name, "\x00\n\r\t "):
-		return fmt.Errorf("%w: %s name %q contains whitespace or NUL", ErrInvalid, kind, name)
+	case len(name) > MaxName:
+		return fmt.Errorf("%w: %s name longer than %d bytes", ErrInvalid, kind, MaxName)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: %s name %q is not valid UTF-8", ErrInvalid, kind, name)
+	case strings.ContainsFunc(name, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+		return fmt.Errorf("%w: %s name %q contains whitespace or a control character", ErrInvalid, kind, name)
 	case kind == "service" && strings.Contains(name, ":"):
 		return fmt.Errorf("%w: service name %q contains ':', which separates a service from its keys", ErrInvalid, name)
+	}
+	return nil
+}
+
+// validKey checks a keyed instance's key (after "class:"): the instance's
+// name at most MaxKeyedName bytes of UTF-8, without whitespace or control
+// characters.
+func validKey(name, key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: %q has an empty key", ErrInvalid, name)
+	case len(name) > MaxKeyedName:
+		return fmt.Errorf("%w: keyed instance %.40q... is longer than %d bytes", ErrInvalid, name, MaxKeyedName)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: keyed instance %q is not valid UTF-8", ErrInvalid, name)
+	case strings.ContainsFunc(key, func(r rune) bool { return unicode.IsSpace(r) || unicode.IsControl(r) }):
+		return fmt.Errorf("%w: keyed instance %q contains whitespace or a control character", ErrInvalid, name)
 	}
 	return nil
 }
@@ -300,22 +331,34 @@ func (c *Cue) changeService(ctx context.Context, name string, op *store.PutServi
 // knownService checks that name is registered here or in the database, or
 // is a keyed instance ("class:key") of such a service.
 func (c *Cue) knownService(ctx context.Context, name string) error {
+	var keyErr error
+	full := name
 	if i := strings.IndexByte(name, ':'); i >= 0 {
-		key := name[i+1:]
-		if i == 0 || key == "" || strings.ContainsAny(key, "\x00\n\r\t ") {
+		if i == 0 {
 			return fmt.Errorf("%w: %q is not a service or a keyed instance (class:key)", ErrInvalid, name)
 		}
+		keyErr = validKey(name, name[i+1:])
 		name = name[:i]
 	}
 	c.mu.Lock()
 	_, ok := c.services[name]
 	c.mu.Unlock()
-	if ok {
+	if ok && keyErr == nil {
 		return nil
 	}
 	recs, err := c.st.Services(ctx)
 	if err != nil {
 		return c.readErr(err)
+	}
+	if keyErr != nil {
+		// An instance stored before keys were bounded may still be
+		// controlled by its exact name.
+		if !slices.ContainsFunc(recs, func(r store.ServiceRecord) bool { return r.Name == full }) {
+			return keyErr
+		}
+		if ok {
+			return nil
+		}
 	}
 	for _, r := range recs {
 		if r.Name == name && len(r.Def) > 0 {

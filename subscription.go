@@ -225,6 +225,26 @@ func passedPositions(ctx context.Context, st store.Store) (map[string]int64, err
 	return passed, nil
 }
 
+// knownDrainSubscriptions refuses, at the start of Drain, a name of
+// Config.DrainSubscriptions that is not a durable subscription: Drain
+// would otherwise find out only once the work is done.
+func (c *Cue) knownDrainSubscriptions(ctx context.Context) error {
+	if len(c.cfg.DrainSubscriptions) == 0 {
+		return nil
+	}
+	subs, err := c.st.Subscriptions(ctx)
+	if err != nil {
+		return c.readErr(err)
+	}
+	for _, name := range c.cfg.DrainSubscriptions {
+		if !slices.ContainsFunc(subs, func(s store.Subscription) bool { return s.Name == name }) {
+			return fmt.Errorf("%w: %q (Config.DrainSubscriptions; subscribe with SubscribeOptions.Name before Drain)",
+				ErrUnknownSubscription, name)
+		}
+	}
+	return nil
+}
+
 // waitAcked waits until every subscription of Config.DrainSubscriptions
 // has acknowledged the events committed, and reports whether new events
 // were committed meanwhile (follow-ups: Drain must look again).

@@ -159,6 +159,9 @@ func (c *Cue) Task(name string, t Task) error {
 	if t.Timeout < 0 || t.MaxConcurrent < 0 || t.MaxDeferrals < 0 {
 		return fmt.Errorf("%w: task %q: negative Timeout, MaxConcurrent or MaxDeferrals", ErrInvalid, name)
 	}
+	if t.Timeout > MaxTimeout {
+		return fmt.Errorf("%w: task %q: Timeout longer than %v", ErrInvalid, name, MaxTimeout)
+	}
 	if err := t.Retry.validate(); err != nil {
 		return fmt.Errorf("task %q: %w", name, err)
 	}

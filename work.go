@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/runcue/runcue/internal/writer"
 	"github.com/runcue/runcue/store"
@@ -179,14 +180,56 @@ func infoFrom(u *store.Unit) WorkInfo {
 	return wi
 }
 
-func validID(id string) error {
-	switch {
-	case len(id) > 255:
-		return fmt.Errorf("%w: ID longer than 255 bytes", ErrInvalid)
-	case strings.ContainsRune(id, 0):
-		return fmt.Errorf("%w: ID contains NUL", ErrInvalid)
+// Bounds of a submission's inputs, refused with ErrInvalid beyond them.
+// Units stored by a runcue before these bounds (a longer target, say)
+// still load and run.
+const (
+	// MaxID is the longest unit ID, in bytes.
+	MaxID = 255
+	// MaxTarget is the longest Submission.Target, in bytes: a target is
+	// copied into every event of its unit and every message about it.
+	MaxTarget = 8 << 10
+	// MaxIdempotencyKey is the longest Submission.IdempotencyKey, in bytes.
+	MaxIdempotencyKey = 1 << 10
+	// MaxTimeout bounds the timeouts and other durations runcue adds to
+	// the time (Submission and Task timeouts, DependencyTimeout, Config's
+	// timeouts and retentions): 100 years.
+	MaxTimeout = 100 * 365 * 24 * time.Hour
+)
+
+// minTime and maxTime bound the times a store represents (nanoseconds
+// since 1970 in 64 bits: the years 1678 to 2262).
+var (
+	minTime = time.Unix(0, math.MinInt64+1)
+	maxTime = time.Unix(0, math.MaxInt64)
+)
+
+// validTime refuses a time (named what) a store cannot represent; the zero
+// time (not set) is valid.
+func validTime(what string, t time.Time) error {
+	if !t.IsZero() && (t.Before(minTime) || t.After(maxTime)) {
+		return fmt.Errorf("%w: %s %s is outside the times a store represents (%s to %s)", ErrInvalid, what,
+			t.UTC().Format(time.RFC3339), minTime.UTC().Format(time.DateOnly), maxTime.UTC().Format(time.DateOnly))
 	}
 	return nil
+}
+
+// validText refuses a submitted string (named what) longer than limit
+// bytes, or holding NUL or bytes that are not UTF-8.
+func validText(what, s string, limit int) error {
+	switch {
+	case len(s) > limit:
+		return fmt.Errorf("%w: %s of %d bytes is longer than %d", ErrInvalid, what, len(s), limit)
+	case strings.IndexByte(s, 0) >= 0:
+		return fmt.Errorf("%w: %s contains NUL", ErrInvalid, what)
+	case !utf8.ValidString(s):
+		return fmt.Errorf("%w: %s is not valid UTF-8", ErrInvalid, what)
+	}
+	return nil
+}
+
+func validID(id string) error {
+	return validText("ID", id, MaxID)
 }
 
 func encodeParams(p any) ([]byte, error) {
@@ -338,6 +381,19 @@ func (c *Cue) unitFor(s Submission, now time.Time) (*store.Unit, error) {
 	}
 	if s.Timeout < 0 || s.DependencyTimeout < 0 {
 		return nil, fmt.Errorf("%w: negative Timeout or DependencyTimeout", ErrInvalid)
+	}
+	if s.Timeout > MaxTimeout || s.DependencyTimeout > MaxTimeout {
+		return nil, fmt.Errorf("%w: Timeout or DependencyTimeout longer than %v", ErrInvalid, MaxTimeout)
+	}
+	if err := errors.Join(validTime("RunAt", s.RunAt), validText("Target", s.Target, MaxTarget),
+		validText("IdempotencyKey", s.IdempotencyKey, MaxIdempotencyKey)); err != nil {
+		return nil, err
+	}
+	for _, dep := range s.DependsOn {
+		// An ID stored before IDs had to be UTF-8 may be named.
+		if len(dep) > MaxID || strings.IndexByte(dep, 0) >= 0 {
+			return nil, fmt.Errorf("%w: DependsOn %.40q is not a unit ID", ErrInvalid, dep)
+		}
 	}
 	id := s.ID
 	if id == "" {
@@ -621,6 +677,9 @@ func (c *Cue) Drain(ctx context.Context) error {
 	}
 	if err := c.w.Poll(ctx); err != nil && !errors.Is(err, ErrClosed) {
 		return wrapStoreErr(err)
+	}
+	if err := c.knownDrainSubscriptions(ctx); err != nil {
+		return err
 	}
 	if d := c.disp.Load(); d != nil {
 		for {

@@ -177,7 +177,10 @@ func TestImportTwice(t *testing.T) {
 	}
 	imp := func() result {
 		var r result
-		require.NoError(t, json.Unmarshal([]byte(ok(t, db, "import", file, "-o", "json")), &r))
+		out, errOut, code := run(t, db, "import", file, "-o", "json")
+		assert.Equal(t, 1, code, "lines were refused")
+		assert.Contains(t, errOut, "6 of 10001 lines refused")
+		require.NoError(t, json.Unmarshal([]byte(out), &r))
 		return r
 	}
 	first := imp()
@@ -198,7 +201,45 @@ func TestImportTwice(t *testing.T) {
 	s, err = c.Stats(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, queued, s.States[runcue.StateQueued])
-	golden(t, "import-again.txt", strings.SplitN(ok(t, db, "import", file), "\n", 3)[0]+"\n")
+	out, _, _ := run(t, db, "import", file)
+	golden(t, "import-again.txt", strings.SplitN(out, "\n", 3)[0]+"\n")
+}
+
+// An import may name in depends_on any line of the file, before or after
+// it; a line that is not UTF-8 or whose run_at no store can hold is
+// refused, and so is a line that depends on a refused one; the exit code
+// says whether any line was refused.
+func TestImportOrderAndRefusals(t *testing.T) {
+	db, c := newDB(t)
+	require.NoError(t, c.Task("fetch", runcue.Task{Handler: func(ctx context.Context, w *runcue.Work) (any, error) { return nil, nil }}))
+	file := filepath.Join(t.TempDir(), "units.jsonl")
+	write := func(lines ...string) {
+		require.NoError(t, os.WriteFile(file, []byte(strings.Join(lines, "\n")+"\n"), 0o644))
+	}
+	write(`{"task":"fetch","id":"report","depends_on":["page-1","page-2"]}`,
+		`{"task":"fetch","id":"page-2","depends_on":["split"]}`,
+		`{"task":"fetch","id":"page-1","depends_on":["split"]}`,
+		`{"task":"fetch","id":"split"}`)
+	out, errOut, code := run(t, db, "import", file)
+	assert.Zero(t, code, errOut)
+	assert.Equal(t, "4 new, 0 duplicate, 0 refused\n", out)
+	report, err := c.Get(t.Context(), "report")
+	require.NoError(t, err)
+	assert.ElementsMatch(t, []string{"page-1", "page-2"}, report.DependsOn)
+
+	write(`{"task":"fetch","id":"late","run_at":"9999-01-01T00:00:00Z"}`,
+		`{"task":"fetch","id":"after-late","depends_on":["late"]}`,
+		"{\"task\":\"fetch\",\"id\":\"caf\xe9\"}",
+		`{"task":"fetch","id":"fine"}`)
+	out, errOut, code = run(t, db, "import", file)
+	assert.Equal(t, 1, code)
+	assert.Contains(t, errOut, "3 of 4 lines refused")
+	assert.Contains(t, out, "1 new, 0 duplicate, 3 refused\n")
+	assert.Contains(t, out, "RunAt 9999-01-01T00:00:00Z is outside the times a store represents")
+	assert.Contains(t, out, "line 2  refused  depends on late (line 1), which was refused")
+	assert.Contains(t, out, "line 3  refused  not valid UTF-8")
+	_, err = c.Get(t.Context(), "fine")
+	require.NoError(t, err)
 }
 
 // While an owner runs in this process: pausing one keyed instance with the

@@ -2,14 +2,16 @@ package runcuecli
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"strings"
+	"slices"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/runcue/runcue"
 	"github.com/spf13/cobra"
@@ -33,8 +35,11 @@ func (c *cli) importCmd() *cobra.Command {
 		Long: `import submits the file's units in batches. A unit whose idempotency key
 is already held is reported as a duplicate, not an error, so an import can be
 run again. A line that cannot be submitted is reported refused, with why; the
-rest of its batch is still stored. The exit code is 0 unless the file cannot be
-read or the database fails.`,
+rest of its batch is still stored. A depends_on may name the id of any line
+of the file: dependencies are submitted first. A line that is not valid UTF-8
+is refused (JSON would replace its bytes). The exit code is 0 when every line
+was stored or was a duplicate, 1 when a line was refused or the database
+failed.`,
 		Args: args(1, "one file"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			f, err := os.Open(a[0])
@@ -42,60 +47,45 @@ read or the database fails.`,
 				return err
 			}
 			defer f.Close()
+			var items []importItem
+			var lines []importLine
+			sc := bufio.NewScanner(f)
+			sc.Buffer(make([]byte, 1<<20), 64<<20)
+			n := 0
+			for sc.Scan() {
+				n++
+				text := bytes.TrimSpace(sc.Bytes())
+				if len(text) == 0 {
+					continue
+				}
+				var s submission
+				var why string
+				switch err := json.Unmarshal(text, &s); {
+				case !utf8.Valid(text):
+					why = "not valid UTF-8"
+				case err != nil:
+					why = "not a JSON object: " + err.Error()
+				case s.Task == "":
+					why = "no task"
+				}
+				if why != "" {
+					items = append(items, importItem{Line: n, Status: "refused", Error: why})
+					continue
+				}
+				lines = append(lines, importLine{n: n, s: s})
+			}
+			if err := sc.Err(); err != nil {
+				return err
+			}
 			return c.with(func(ctx context.Context, q *runcue.Cue) error {
-				var items []importItem
-				var batch []submission
-				var lines []int
 				progress := progressLine(c.o.Stderr)
-				flush := func() error {
-					if len(batch) == 0 {
-						return nil
-					}
-					res, err := submitEach(ctx, q, batch)
-					if err != nil {
-						return err
-					}
-					for i, r := range res {
-						r.Line = lines[i]
-						items = append(items, r)
-					}
-					batch, lines = batch[:0], lines[:0]
-					progress(fmt.Sprintf("%d lines", len(items)))
-					return nil
-				}
-				sc := bufio.NewScanner(f)
-				sc.Buffer(make([]byte, 1<<20), 64<<20)
-				n := 0
-				for sc.Scan() {
-					n++
-					text := strings.TrimSpace(sc.Text())
-					if text == "" {
-						continue
-					}
-					var s submission
-					if err := json.Unmarshal([]byte(text), &s); err != nil || s.Task == "" {
-						if err != nil {
-							err = fmt.Errorf("not a JSON object: %w", err)
-						} else {
-							err = errors.New("no task")
-						}
-						items = append(items, importItem{Line: n, Status: "refused", Error: err.Error()})
-						continue
-					}
-					batch, lines = append(batch, s), append(lines, n)
-					if len(batch) == importBatch {
-						if err := flush(); err != nil {
-							return err
-						}
-					}
-				}
-				if err := sc.Err(); err != nil {
-					return err
-				}
-				if err := flush(); err != nil {
-					return err
-				}
+				done, err := importLines(ctx, q, dependenciesFirst(lines), func(k int) { progress(fmt.Sprintf("%d lines", k)) })
 				progress("")
+				if err != nil {
+					return err
+				}
+				items = append(items, done...)
+				slices.SortFunc(items, func(a, b importItem) int { return a.Line - b.Line })
 				counts := map[string]int{}
 				for _, it := range items {
 					counts[it.Status]++
@@ -106,23 +96,125 @@ read or the database fails.`,
 					Refused   int          `json:"refused"`
 					Items     []importItem `json:"items"`
 				}{counts["new"], counts["duplicate"], counts["refused"], items}
-				return c.emit(v, func(w *tabwriter.Writer) {
+				if err := c.emit(v, func(w *tabwriter.Writer) {
 					fmt.Fprintf(w, "%d new, %d duplicate, %d refused\n", v.New, v.Duplicate, v.Refused)
 					for _, it := range items {
 						if it.Status == "refused" {
 							fmt.Fprintf(w, "line %d\trefused\t%s\n", it.Line, it.Error)
 						}
 					}
-				})
+				}); err != nil {
+					return err
+				}
+				if v.Refused > 0 {
+					return fmt.Errorf("%d of %d lines refused", v.Refused, len(items))
+				}
+				return nil
 			})
 		},
 	}
 }
 
+// importLine is a parsed line of an import: its number and submission.
+type importLine struct {
+	n int
+	s submission
+}
+
+// dependenciesFirst orders lines so that a line whose depends_on names the
+// id of another line of the file comes after it (else in file order).
+// Lines in a cycle keep their order and are refused when submitted.
+func dependenciesFirst(lines []importLine) []importLine {
+	byID := make(map[string]int, len(lines))
+	for i, l := range lines {
+		if l.s.ID != "" {
+			if _, dup := byID[l.s.ID]; !dup {
+				byID[l.s.ID] = i
+			}
+		}
+	}
+	out := make([]importLine, 0, len(lines))
+	const (
+		unseen = iota
+		visiting
+		placed
+	)
+	state := make([]uint8, len(lines))
+	var visit func(i int)
+	visit = func(i int) {
+		if state[i] != unseen {
+			return // placed, or a cycle: left where it is met
+		}
+		state[i] = visiting
+		for _, dep := range lines[i].s.DependsOn {
+			if j, ok := byID[dep]; ok {
+				visit(j)
+			}
+		}
+		state[i] = placed
+		out = append(out, lines[i])
+	}
+	for i := range lines {
+		visit(i)
+	}
+	return out
+}
+
+// importLines submits lines in batches of importBatch, in order, and
+// reports each. A line whose dependency (by id, in the file) was refused
+// is refused without being submitted.
+func importLines(ctx context.Context, q *runcue.Cue, lines []importLine, progress func(int)) ([]importItem, error) {
+	refused := map[string]int{} // id -> line
+	var items []importItem
+	var batch []submission
+	var nums []int
+	flush := func() error {
+		if len(batch) == 0 {
+			return nil
+		}
+		res, err := submitEach(ctx, q, batch, nums, refused)
+		if err != nil {
+			return err
+		}
+		for i, r := range res {
+			r.Line = nums[i]
+			if r.Status == "refused" && batch[i].ID != "" {
+				refused[batch[i].ID] = nums[i]
+			}
+			items = append(items, r)
+		}
+		batch, nums = batch[:0], nums[:0]
+		progress(len(items))
+		return nil
+	}
+	for _, l := range lines {
+		if it, ok := refusedDependency(l.s, refused); ok {
+			it.Line = l.n
+			if l.s.ID != "" {
+				refused[l.s.ID] = l.n
+			}
+			items = append(items, it)
+			continue
+		}
+		batch, nums = append(batch, l.s), append(nums, l.n)
+		if len(batch) == importBatch {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 // submitEach submits a batch and reports each item. A batch refused as a
-// whole (an unknown task, a cycle) is submitted again one by one, so that
-// each refusal is told to its own line.
-func submitEach(ctx context.Context, q *runcue.Cue, batch []submission) ([]importItem, error) {
+// whole (an unknown task, a cycle, an invalid line) is submitted again one
+// by one, so that each refusal is told to its own line; then a line that
+// depends on one refused (refused: id -> line) is refused without being
+// submitted.
+func submitEach(ctx context.Context, q *runcue.Cue, batch []submission, nums []int, refused map[string]int) ([]importItem, error) {
 	subs := make([]runcue.Submission, len(batch))
 	for i, s := range batch {
 		subs[i] = s.runcue()
@@ -142,14 +234,36 @@ func submitEach(ctx context.Context, q *runcue.Cue, batch []submission) ([]impor
 		return nil, err
 	}
 	items := make([]importItem, 0, len(batch))
-	for _, s := range batch {
+	for k, s := range batch {
+		if it, ok := refusedDependency(s, refused); ok {
+			if s.ID != "" {
+				refused[s.ID] = nums[k]
+			}
+			items = append(items, it)
+			continue
+		}
 		r, err := q.Submit(ctx, s.runcue())
 		if err != nil && (ctx.Err() != nil || isStoreFailure(err)) {
 			return nil, err
 		}
-		items = append(items, itemOf(r, err))
+		it := itemOf(r, err)
+		if it.Status == "refused" && s.ID != "" {
+			refused[s.ID] = nums[k]
+		}
+		items = append(items, it)
 	}
 	return items, nil
+}
+
+// refusedDependency refuses s if it depends on a line refused (refused:
+// id -> line); the caller marks s refused too.
+func refusedDependency(s submission, refused map[string]int) (importItem, bool) {
+	i := slices.IndexFunc(s.DependsOn, func(d string) bool { _, ok := refused[d]; return ok })
+	if i < 0 {
+		return importItem{}, false
+	}
+	dep := s.DependsOn[i]
+	return importItem{Status: "refused", Error: fmt.Sprintf("depends on %s (line %d), which was refused", dep, refused[dep])}, true
 }
 
 // isStoreFailure reports an error that is not a refusal of the items.
