@@ -54,6 +54,21 @@ func TestJSONConvention(t *testing.T) {
 	require.NoError(t, err)
 	assert.JSONEq(t, `{"id":"u1","task":"fetch","state":"queued","live":false,"as_of":"2026-11-23T01:02:03Z",
 		"reasons":[{"kind":"rate_window_full","service":"api","until":"2026-11-23T01:02:03Z","detail":"full"}]}`, string(b))
+
+	// A page of List (it was "Units" and "Next").
+	b, err = json.Marshal(runcue.WorkPage{Units: []runcue.WorkInfo{{ID: "u1", Task: "fetch", State: runcue.StateQueued, CreatedAt: at}},
+		Next: "2s", Partial: true})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"units":[{"id":"u1","task":"fetch","state":"queued","runs":0,"failures":0,"created_at":"2026-11-23T01:02:03Z"}],
+		"next":"2s","partial":true}`, string(b))
+
+	// Limits with a margin and pacing; a service with none at all.
+	b, err = json.Marshal(runcue.Service{RateLimit: 4, RateWindow: time.Second, Margin: 1500 * time.Microsecond, Pace: true})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"rate_limit":4,"rate_window_ms":1000,"margin_ms":2,"pace":true}`, string(b), "a margin rounds up to a millisecond")
+	var svc runcue.Service
+	require.NoError(t, json.Unmarshal([]byte(`{"rate_limit":4,"rate_window_ms":1000,"margin_ms":-1}`), &svc))
+	assert.Equal(t, runcue.Service{RateLimit: 4, RateWindow: time.Second, Margin: -1}, svc)
 }
 
 // Every work event carries its unit's target, delivered live and read

@@ -554,18 +554,35 @@ type ListOptions struct {
 
 // filter is o as a store filter, without paging.
 func (o ListOptions) filter() store.ListFilter {
-	return store.ListFilter{States: o.States, Tasks: o.Tasks, CreatedAfter: o.SubmittedAfter, CreatedBefore: o.SubmittedBefore,
-		FinishedAfter: o.FinishedAfter, FinishedBefore: o.FinishedBefore, TargetPrefix: o.TargetPrefix, ErrorContains: o.ErrorContains}
+	return store.ListFilter{States: o.States, Tasks: o.Tasks, CreatedAfter: clampTime(o.SubmittedAfter),
+		CreatedBefore: clampTime(o.SubmittedBefore), FinishedAfter: clampTime(o.FinishedAfter),
+		FinishedBefore: clampTime(o.FinishedBefore), TargetPrefix: o.TargetPrefix, ErrorContains: o.ErrorContains}
 }
 
-// WorkPage is one page of List.
+// clampTime brings a time a store cannot represent to the nearest one it
+// can (the zero time, not set, stays): a filter from the year 9999 means
+// "from the last time there is".
+func clampTime(t time.Time) time.Time {
+	switch {
+	case t.IsZero():
+		return t
+	case t.Before(minTime):
+		return minTime
+	case t.After(maxTime):
+		return maxTime
+	}
+	return t
+}
+
+// WorkPage is one page of List. Its JSON follows runcue's convention:
+// units, next and partial.
 type WorkPage struct {
-	Units []WorkInfo
+	Units []WorkInfo `json:"units"`
 	// Next is the cursor for the following page; empty on the last page.
-	Next string
+	Next string `json:"next,omitempty"`
 	// Partial reports that the page stopped at ListOptions.MaxScan, not at
 	// Limit: more matching units may follow Next.
-	Partial bool `json:",omitempty"`
+	Partial bool `json:"partial,omitempty"`
 }
 
 // List returns one page of units in submission order.
