@@ -11,15 +11,32 @@ import (
 	"github.com/runcue/runcue"
 )
 
+// flashCookie carries the message of an action to the page it redirects
+// to. A cookie, not the URL: a link cannot set it, so no other site can
+// make the dashboard show words of its choosing.
+const flashCookie = "runcue_flash"
+
 // back redirects to the page the action came from (a path under the
-// dashboard), with a message.
+// dashboard), with a message for that page alone.
 func back(w http.ResponseWriter, r *http.Request, to, flash string) {
-	u := base(r) + to
-	sep := "?"
-	if p, err := url.Parse(u); err == nil && p.RawQuery != "" {
-		sep = "&"
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Value: url.QueryEscape(flash), Path: base(r), MaxAge: 60,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+	http.Redirect(w, r, base(r)+to, http.StatusSeeOther)
+}
+
+// takeFlash returns the message an action left for this page, and clears
+// it.
+func takeFlash(w http.ResponseWriter, r *http.Request) string {
+	c, err := r.Cookie(flashCookie)
+	if err != nil {
+		return ""
 	}
-	http.Redirect(w, r, u+sep+"flash="+url.QueryEscape(flash), http.StatusSeeOther)
+	http.SetCookie(w, &http.Cookie{Name: flashCookie, Path: base(r), MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	msg, err := url.QueryUnescape(c.Value)
+	if err != nil {
+		return ""
+	}
+	return msg
 }
 
 // serviceAction pauses, resumes, sets the limits of or resets a service.

@@ -227,10 +227,27 @@ func TestActions(t *testing.T) {
 
 	resp, body = f.post(t, "actions/service", url.Values{"service": {"api"}, "op": {"pause"}}, false)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
-	assert.Equal(t, "/ops/services?flash=paused+api", resp.Header.Get("Location"))
+	assert.Equal(t, "/ops/services", resp.Header.Get("Location"))
 	st, err = f.c.ServiceStatus(ctx, "api")
 	require.NoError(t, err)
 	assert.True(t, st.Paused)
+	// The message rides a cookie to the page it redirects to, once.
+	cookies := resp.Cookies()
+	require.Len(t, cookies, 1)
+	assert.Equal(t, "/ops/", cookies[0].Path)
+	assert.True(t, cookies[0].HttpOnly)
+	assert.Equal(t, http.SameSiteStrictMode, cookies[0].SameSite)
+	req, err := http.NewRequest(http.MethodGet, f.srv.URL+"/ops/services", nil)
+	require.NoError(t, err)
+	req.AddCookie(cookies[0])
+	page, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	b, err := io.ReadAll(page.Body)
+	page.Body.Close()
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `<div class="flash" role="status">paused api</div>`)
+	require.Len(t, page.Cookies(), 1)
+	assert.Negative(t, page.Cookies()[0].MaxAge, "shown once, then cleared")
 
 	resp, body = f.post(t, "actions/service", url.Values{"service": {"api"}, "op": {"set"}, "max_concurrent": {"2"}}, false)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode, body)
@@ -336,4 +353,42 @@ func ExampleHandler() {
 	mux.Handle("/ops/", dashboard.BasicAuth(http.StripPrefix("/ops", ops), "ops", os.Getenv("OPS_PASSWORD"), "jobs"))
 	_ = &http.Server{Addr: "127.0.0.1:8080", Handler: mux}
 	// srv.ListenAndServe()
+}
+
+// Every response forbids framing (no other site may overlay the buttons:
+// clickjacking gets around the cross-origin check of a POST), sniffing
+// and scripts or styles from elsewhere; a message cannot be forged from a
+// link.
+func TestSecurityHeaders(t *testing.T) {
+	f := newFixture(t, dashboard.Options{})
+	for _, path := range []string{"", "services", "work", "work/" + url.PathEscape(f.ids["ok-1"]), "tail", "assets/app.js", "nowhere"} {
+		resp, err := http.Get(f.srv.URL + "/ops/" + path)
+		require.NoError(t, err)
+		resp.Body.Close()
+		h := resp.Header
+		assert.Equal(t, "DENY", h.Get("X-Frame-Options"), path)
+		assert.Equal(t, "nosniff", h.Get("X-Content-Type-Options"), path)
+		csp := h.Get("Content-Security-Policy")
+		for _, d := range []string{"frame-ancestors 'none'", "script-src 'self'", "style-src 'self'", "default-src 'none'", "form-action 'self'"} {
+			assert.Contains(t, csp, d, path)
+		}
+	}
+	code, body := f.get(t, "services?flash="+url.QueryEscape("Your session expired: call +1 555 0100"))
+	require.Equal(t, http.StatusOK, code)
+	assert.NotContains(t, body, "session expired", "a flash in the URL is not shown")
+	assert.NotContains(t, body, `style="`, "no inline style for the policy to refuse")
+	assert.Contains(t, body, `<meter min="0" max="4" value="0">`)
+
+	framed := newFixture(t, dashboard.Options{FrameAncestors: []string{"'self'"}})
+	resp, err := http.Get(framed.srv.URL + "/ops/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, "SAMEORIGIN", resp.Header.Get("X-Frame-Options"))
+	assert.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors 'self'")
+	portal := newFixture(t, dashboard.Options{FrameAncestors: []string{"https://portal.example.com"}})
+	resp, err = http.Get(portal.srv.URL + "/ops/")
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Empty(t, resp.Header.Get("X-Frame-Options"), "X-Frame-Options cannot name another origin; the policy does")
+	assert.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors https://portal.example.com")
 }

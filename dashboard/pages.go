@@ -49,12 +49,6 @@ var funcs = template.FuncMap{
 		return t.Local().Format("2006-01-02 15:04:05.000")
 	},
 	"short": shortID,
-	"pct": func(a, b int) int {
-		if b <= 0 {
-			return 0
-		}
-		return min(100, a*100/b)
-	},
 	"query": func(kv ...string) template.URL {
 		v := url.Values{}
 		for i := 0; i+1 < len(kv); i += 2 {

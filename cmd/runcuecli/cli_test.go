@@ -333,7 +333,7 @@ func TestPauseKeyedInstanceWhileOwnerRuns(t *testing.T) {
 }
 
 // The embedded tree runs the application's work: run --drain with its
-// handlers, then stats shows it done.
+// handlers says what it did when it ends, and stats shows it done.
 func TestEmbeddedRunDrain(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "app.db")
 	open := func(path string) (*runcue.Cue, error) {
@@ -355,7 +355,10 @@ func TestEmbeddedRunDrain(t *testing.T) {
 	for i := range 20 {
 		require.Zero(t, runcuecli.Main(opts, []string{"--db", db, "enqueue", "summarize", "--id", fmt.Sprint("s-", i)}), errOut.String())
 	}
+	out.Reset()
 	require.Zero(t, runcuecli.Main(opts, []string{"--db", db, "run", "--drain"}), errOut.String())
+	assert.Regexp(t, `^ran [0-9.]+m?s: 20 completed, 0 failed, 0 skipped, 0 cancelled; 0 queued, 0 running\n$`, out.String(),
+		"a summary, though the output is not a terminal")
 	out.Reset()
 	require.Zero(t, runcuecli.Main(opts, []string{"--db", db, "stats", "-o", "json"}), errOut.String())
 	var s runcue.Stats
@@ -425,4 +428,31 @@ func TestMoreCommands(t *testing.T) {
 	_, _, code = run(t, db, "prune")
 	assert.Equal(t, 2, code, "prune needs --older-than")
 	assert.Equal(t, "0 pruned\n", ok(t, db, "prune", "--older-than", "1h"), "it failed just now")
+}
+
+// Tables escape the control characters of what they print: a target with
+// an escape sequence would retitle and clear the operator's terminal; a
+// newline in a target or an error would forge a row.
+func TestTablesEscapeControlCharacters(t *testing.T) {
+	db, c := newDB(t)
+	require.NoError(t, c.Task("fetch", runcue.Task{Retry: runcue.RetryPolicy{MaxAttempts: 1},
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			return nil, errors.New("boom\x1b[31m red\u202e")
+		}}))
+	evil := "\u001b]0;PWNED\u0007\u001b[2J\nu-2  fetch  completed  fake"
+	s, err := c.Submit(t.Context(), runcue.Submission{Task: "fetch", Target: evil})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(t.Context()))
+	_, err = c.Wait(t.Context(), s.ID)
+	require.NoError(t, err)
+	for _, args := range [][]string{{"list"}, {"show", s.ID}} {
+		out := ok(t, db, args...)
+		assert.NotContains(t, out, "\x1b", "%v", args)
+		assert.NotContains(t, out, "\a", "%v", args)
+		assert.NotContains(t, out, "\u202e", "%v", args)
+		assert.Contains(t, out, `\x1b]0;PWNED\x07\x1b[2J\nu-2  fetch  completed  fake`, "%v", args)
+		assert.Contains(t, out, `boom\x1b[31m red\u202e`, "%v", args)
+	}
+	// The JSON output keeps the values as they are (encoded).
+	assert.Contains(t, ok(t, db, "show", s.ID, "-o", "json"), `\u001b]0;PWNED\u0007`)
 }

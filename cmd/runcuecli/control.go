@@ -100,7 +100,7 @@ failed.`,
 					fmt.Fprintf(w, "%d new, %d duplicate, %d refused\n", v.New, v.Duplicate, v.Refused)
 					for _, it := range items {
 						if it.Status == "refused" {
-							fmt.Fprintf(w, "line %d\trefused\t%s\n", it.Line, it.Error)
+							fmt.Fprintf(w, "line %d\trefused\t%s\n", it.Line, cell(it.Error))
 						}
 					}
 				}); err != nil {
@@ -602,6 +602,7 @@ func (c *cli) tailCmd() *cobra.Command {
 				}
 				defer stop()
 				enc := json.NewEncoder(c.out)
+				out := terminalSafe{c.out}
 				for ev := range evs {
 					if c.output == "json" {
 						if err := enc.Encode(ev); err != nil {
@@ -609,8 +610,8 @@ func (c *cli) tailCmd() *cobra.Command {
 						}
 						continue
 					}
-					fmt.Fprintf(c.out, "%d %s %s %s %s %s\n", ev.Seq, ev.Time.UTC().Format(time.RFC3339Nano), ev.Type, orDash(ev.Task),
-						orDash(ev.WorkID), orDash(firstLine(ev.Error)))
+					fmt.Fprintf(out, "%d %s %s %s %s %s %s\n", ev.Seq, ev.Time.UTC().Format(time.RFC3339Nano), ev.Type, cell(ev.Task),
+						cell(ev.WorkID), cell(ev.Target), cell(firstLine(ev.Error)))
 				}
 				return nil
 			})
@@ -670,6 +671,10 @@ func (c *cli) runCmd() *cobra.Command {
 		Args:  args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				before, err := q.Stats(ctx)
+				if err != nil {
+					return err
+				}
 				if err := q.Start(ctx); err != nil {
 					return err
 				}
@@ -695,7 +700,10 @@ func (c *cli) runCmd() *cobra.Command {
 						}
 						stopCtx, cancel := context.WithTimeout(context.Background(), time.Minute)
 						defer cancel()
-						return q.Stop(stopCtx)
+						if err := q.Stop(stopCtx); err != nil {
+							return err
+						}
+						return c.runSummary(stopCtx, q, before, time.Since(start))
 					case <-tick.C:
 						s, err := q.Stats(ctx)
 						if err != nil {
@@ -715,4 +723,28 @@ func (c *cli) runCmd() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&drain, "drain", false, "return once no work is left")
 	return cmd
+}
+
+// runSummary prints what a run did (the units that ended meanwhile, by
+// state) and what is left, on a terminal or not.
+func (c *cli) runSummary(ctx context.Context, q *runcue.Cue, before runcue.Stats, took time.Duration) error {
+	after, err := q.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	delta := func(st runcue.State) int { return max(after.States[st]-before.States[st], 0) }
+	v := struct {
+		Seconds   float64 `json:"seconds"`
+		Completed int     `json:"completed"`
+		Failed    int     `json:"failed"`
+		Skipped   int     `json:"skipped"`
+		Cancelled int     `json:"cancelled"`
+		Queued    int     `json:"queued"`
+		Running   int     `json:"running"`
+	}{took.Seconds(), delta(runcue.StateCompleted), delta(runcue.StateFailed), delta(runcue.StateSkipped),
+		delta(runcue.StateCancelled), after.States[runcue.StateQueued], after.States[runcue.StateRunning]}
+	return c.emit(v, func(w *tabwriter.Writer) {
+		fmt.Fprintf(w, "ran %s: %d completed, %d failed, %d skipped, %d cancelled; %d queued, %d running\n",
+			took.Round(100*time.Millisecond), v.Completed, v.Failed, v.Skipped, v.Cancelled, v.Queued, v.Running)
+	})
 }

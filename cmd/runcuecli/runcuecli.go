@@ -57,7 +57,7 @@ func Main(o Options, args []string) int {
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	fmt.Fprintln(stderr, cmd.Name()+":", err)
+	fmt.Fprintln(terminalSafe{stderr}, cmd.Name()+":", err)
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
 		return 2
@@ -160,7 +160,7 @@ func (c *cli) emit(v any, table func(w *tabwriter.Writer)) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
-	w := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+	w := tabwriter.NewWriter(terminalSafe{c.out}, 0, 4, 2, ' ', 0)
 	table(w)
 	return w.Flush()
 }
@@ -171,13 +171,6 @@ func when(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format(time.RFC3339)
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 func firstLine(s string) string {
@@ -326,7 +319,7 @@ func (c *cli) listCmd() *cobra.Command {
 				return c.emit(page, func(w *tabwriter.Writer) {
 					fmt.Fprintln(w, "ID\tTASK\tSTATE\tTARGET\tRUNS\tERROR")
 					for _, u := range page.Units {
-						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", u.ID, u.Task, u.State, orDash(u.Target), u.Runs, orDash(firstLine(u.Error)))
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\n", cell(u.ID), u.Task, u.State, cell(u.Target), u.Runs, cell(firstLine(u.Error)))
 					}
 					if page.Next != "" {
 						fmt.Fprintf(w, "\nmore: --cursor %s\n", page.Next)
@@ -371,11 +364,11 @@ func (c *cli) showCmd() *cobra.Command {
 					Explain runcue.Explanation `json:"explain"`
 				}{wi, ex}
 				return c.emit(v, func(w *tabwriter.Writer) {
-					fmt.Fprintf(w, "id\t%s\ntask\t%s\ntarget\t%s\nstate\t%s\nruns\t%d (failures %d)\n", wi.ID, wi.Task, orDash(wi.Target),
+					fmt.Fprintf(w, "id\t%s\ntask\t%s\ntarget\t%s\nstate\t%s\nruns\t%d (failures %d)\n", cell(wi.ID), wi.Task, cell(wi.Target),
 						wi.State, wi.Runs, wi.Failures)
 					fmt.Fprintf(w, "submitted\t%s\nstarted\t%s\nfinished\t%s\n", when(wi.CreatedAt), when(wi.StartedAt), when(wi.FinishedAt))
 					if wi.Error != "" {
-						fmt.Fprintf(w, "error\t%s (%s)\n", firstLine(wi.Error), wi.ErrorKind)
+						fmt.Fprintf(w, "error\t%s (%s)\n", cell(firstLine(wi.Error)), wi.ErrorKind)
 					}
 					if len(wi.DependsOn) > 0 {
 						fmt.Fprintf(w, "depends on\t%s\n", strings.Join(wi.DependsOn, ", "))
@@ -383,7 +376,7 @@ func (c *cli) showCmd() *cobra.Command {
 					if len(wi.Attempts) > 0 {
 						fmt.Fprintln(w, "\nRUN\tSTART\tDURATION\tOUTCOME\tERROR")
 						for _, at := range wi.Attempts {
-							fmt.Fprintf(w, "%d\t%s\t%v\t%s\t%s\n", at.Run, when(at.Start), at.Duration(), at.Outcome, orDash(firstLine(at.Error)))
+							fmt.Fprintf(w, "%d\t%s\t%v\t%s\t%s\n", at.Run, when(at.Start), at.Duration(), at.Outcome, cell(firstLine(at.Error)))
 						}
 					}
 					fmt.Fprintln(w)
@@ -401,7 +394,7 @@ func explainTable(w *tabwriter.Writer, ex runcue.Explanation) {
 	}
 	fmt.Fprintf(w, "REASON\tSERVICE\tUNTIL\tDETAIL\t(from %s)\n", source)
 	for _, r := range ex.Reasons {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t\n", r.Kind, orDash(r.Service), when(r.Until), r.Detail)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t\n", r.Kind, cell(r.Service), when(r.Until), cell(r.Detail))
 	}
 }
 

@@ -22,7 +22,7 @@ const passwordEnv = "RUNCUE_PASSWORD"
 func (c *cli) serveCmd() *cobra.Command {
 	var addr, prefix, title, user string
 	var readOnly bool
-	var trusted []string
+	var trusted, ancestors []string
 	cmd := &cobra.Command{
 		Use:   "serve [--addr 127.0.0.1:8080]",
 		Short: "Serve the live dashboard of the database over HTTP until interrupted (the owner may run in another process)",
@@ -45,7 +45,8 @@ It prints the address it serves on, then one line per request that fails.`,
 				return usageError{fmt.Errorf("--user needs a password in $%s", passwordEnv)}
 			}
 			return c.with(func(ctx context.Context, q *runcue.Cue) error {
-				return c.serve(ctx, q, addr, prefix, user, password, dashboard.Options{Title: title, ReadOnly: readOnly, TrustedOrigins: trusted})
+				return c.serve(ctx, q, addr, prefix, user, password, dashboard.Options{Title: title, ReadOnly: readOnly, TrustedOrigins: trusted,
+					FrameAncestors: ancestors})
 			})
 		},
 	}
@@ -55,6 +56,7 @@ It prints the address it serves on, then one line per request that fails.`,
 	cmd.Flags().BoolVar(&readOnly, "read-only", false, "hide and refuse every action")
 	cmd.Flags().StringVar(&user, "user", "", "require basic authentication as this user (password in $"+passwordEnv+")")
 	cmd.Flags().StringSliceVar(&trusted, "trusted-origin", nil, "an origin (https://ops.example.com) allowed to post actions besides the request's own, behind a proxy that rewrites Host")
+	cmd.Flags().StringSliceVar(&ancestors, "frame-ancestor", nil, "a source allowed to show the pages in a frame ('self', https://portal.example.com); default none")
 	return cmd
 }
 

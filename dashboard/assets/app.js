@@ -57,7 +57,6 @@
     dirty = false; busy = true;
     var u = new URL(window.location.href);
     u.searchParams.set("partial", "1");
-    u.searchParams.delete("flash");
     fetch(u, { headers: { "Accept": "text/html" } }).then(function (r) {
       if (!r.ok) throw new Error(r.status);
       return r.text();
