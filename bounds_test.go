@@ -2,6 +2,7 @@ package runcue_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -108,4 +109,48 @@ func TestDrainRefusesUnknownSubscription(t *testing.T) {
 	err := e.c.Drain(e.ctx)
 	assert.ErrorIs(t, err, runcue.ErrUnknownSubscription)
 	g.release <- nil
+}
+
+// TestLogLevels: routine failures (one that will be retried, a 429) log at
+// Debug; a unit that fails for good at Warn. An outside trial's
+// application logs had a line at INFO for every 429 and failure.
+func TestLogLevels(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	require.NoError(t, e.c.Task("t", runcue.Task{Retry: runcue.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond, Jitter: runcue.JitterNone},
+		Handler: func(_ context.Context, w *runcue.Work) (any, error) {
+			switch {
+			case w.Target == "429" && w.Attempt == 1:
+				return nil, runcue.RetryAfter(time.Millisecond, errors.New("429 too many requests"))
+			case w.Target == "bad":
+				return nil, errors.New("500 internal error")
+			}
+			return nil, nil
+		}}))
+	e.start()
+	slow := e.submit("t", func(s *runcue.Submission) { s.Target = "429" })
+	bad := e.submit("t", func(s *runcue.Submission) { s.Target = "bad" })
+	e.settle()
+	e.clk.Advance(time.Second)
+	e.wait(slow)
+	e.wait(bad)
+	logs := e.logs.String()
+	lines := func(msg string) []string {
+		var out []string
+		for _, l := range strings.Split(logs, "\n") {
+			if strings.Contains(l, "msg="+msg+" ") {
+				out = append(out, l)
+			}
+		}
+		return out
+	}
+	deferred := lines("work_deferred")
+	require.Len(t, deferred, 1)
+	assert.Contains(t, deferred[0], "level=DEBUG")
+	failed := lines("work_failed")
+	require.Len(t, failed, 2)
+	assert.Contains(t, failed[0], "level=DEBUG")
+	assert.Contains(t, failed[0], "will_retry=true")
+	assert.Contains(t, failed[1], "level=WARN")
+	assert.Contains(t, failed[1], "will_retry=false")
+	assert.NotContains(t, logs, "level=INFO msg=work_", "no unit's routine event at Info")
 }

@@ -184,9 +184,12 @@ type Config struct {
 	// clock.Real().
 	Clock clock.Clock
 	// Logger receives structured logs: lifecycle transitions at Debug
-	// (work_started, work_completed), failures and circuit changes at Info
-	// and Warn, store failures at Error. Params and results are never logged.
-	// Default slog.Default().
+	// (work_started, work_completed, work_skipped), and so are failures
+	// that will be retried and deferrals by a Retry-After (429, 503); a
+	// unit that fails for good and a circuit that opens at Warn;
+	// cancellations, pauses and lifecycle of the Cue at Info; store
+	// failures at Error. Params and results are never logged. Default
+	// slog.Default().
 	Logger *slog.Logger
 	// MeterProvider receives runcue's metrics (see telemetry.go). Default
 	// otel.GetMeterProvider().

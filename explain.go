@@ -475,7 +475,7 @@ func (c *Cue) askOwner(ctx context.Context, q ownerQuestion, out any) bool {
 	defer stop()
 	q.Nonce = c.ids.New(c.clock.Now())
 	data, _ := json.Marshal(q)
-	if _, err := c.w.Do(ctx, &store.AppendEvent{Event: store.Event{Type: string(EventOwnerAsked), WorkID: q.ID,
+	if _, err := c.w.Do(ctx, &store.AppendEvent{Event: store.Event{Type: string(EventOwnerAsked),
 		Time: c.clock.Now(), Data: data}}); err != nil {
 		return false
 	}
@@ -525,5 +525,5 @@ func (d *dispatcher) answerOwnerQuestion(ev store.Event) {
 		q.Answer, _ = json.Marshal(answer)
 	}
 	data, _ := json.Marshal(q)
-	d.submit(&store.AppendEvent{Event: store.Event{Type: string(EventOwnerAnswered), WorkID: q.ID, Time: d.wall(), Data: data}})
+	d.submit(&store.AppendEvent{Event: store.Event{Type: string(EventOwnerAnswered), Time: d.wall(), Data: data}})
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/sqlite"
 )
 
 // The loop does not wait for the store: while the reads it asked for are
@@ -112,7 +114,7 @@ func TestWorkEvents(t *testing.T) {
 	types := func(evs []runcue.Event) []string {
 		var out []string
 		for _, ev := range evs {
-			assert.Equal(t, a, ev.WorkID)
+			assert.Contains(t, []string{a, "later"}, ev.WorkID)
 			out = append(out, string(ev.Type))
 		}
 		return out
@@ -133,6 +135,29 @@ func TestWorkEvents(t *testing.T) {
 	other, err := reader.WorkEvents(e.ctx, a, 0, 0)
 	require.NoError(t, err)
 	assert.Equal(t, types(evs), types(other), "from a second Cue on the file")
+
+	// The owner's answers about a unit, which a runcue before this one
+	// stored with the unit's ID (the dashboard's unit page listed them in
+	// red, raw), are not its events; a page is filled past them.
+	st, err := sqlite.Open(e.path, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	var asked []store.Op
+	for range 5 {
+		for _, typ := range []runcue.EventType{runcue.EventOwnerAsked, runcue.EventOwnerAnswered} {
+			asked = append(asked, &store.AppendEvent{Event: store.Event{Type: string(typ), WorkID: "later", Time: epoch, Data: []byte(`{}`)}})
+		}
+	}
+	_, err = st.Apply(e.ctx, asked)
+	require.NoError(t, err)
+	later := e.submit("t", func(s *runcue.Submission) { s.ID = "later" })
+	e.wait(later)
+	page, err = e.c.WorkEvents(e.ctx, later, 0, 1)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"work_queued"}, types(page), "the page of one skipped ten answers to find it")
+	evs, err = e.c.WorkEvents(e.ctx, later, 0, 0)
+	require.NoError(t, err)
+	assert.Len(t, evs, 3, "queued, started, completed")
 
 	none, err := e.c.WorkEvents(e.ctx, "no-such-unit", 0, 0)
 	require.NoError(t, err)

@@ -445,13 +445,20 @@ func (d *dispatcher) record(r *run, fin *store.Finish, err error, end time.Time)
 		}
 	case "skipped":
 		tel.skipped.Add(bg, 1, rt.attrs.add...)
-		log.Info("work_skipped", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no, "reason", fin.Error)
+		if log.Enabled(bg, slog.LevelDebug) {
+			log.Debug("work_skipped", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no, "reason", fin.Error)
+		}
 	case "failed", "timeout", "panic":
+		// A failure that will be retried is routine (Debug); a unit that
+		// fails for good is worth an operator's look (Warn).
 		tel.failed.Add(bg, 1, rt.outcomeAttrs(outcome).add...)
 		willRetry := fin.State == store.Queued
 		level := slog.LevelWarn
 		if willRetry {
-			level = slog.LevelInfo
+			level = slog.LevelDebug
+		}
+		if !log.Enabled(bg, level) {
+			break
 		}
 		errText := fin.Error
 		if outcome == "panic" {
@@ -459,7 +466,12 @@ func (d *dispatcher) record(r *run, fin *store.Finish, err error, end time.Time)
 		}
 		log.Log(bg, level, "work_failed", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no,
 			"error", errText, "error_kind", fin.ErrorKind, "will_retry", willRetry)
-	case "cancelled", "interrupted", "deferred":
+	case "deferred":
+		// A 429 or 503 with a Retry-After: the service asked, runcue waits.
+		if log.Enabled(bg, slog.LevelDebug) {
+			log.Debug("work_deferred", "work_unit_id", r.id, "task_type", r.task, "attempt", r.no, "error", fin.Error)
+		}
+	case "cancelled", "interrupted":
 		log.Info("work_"+outcome, "work_unit_id", r.id, "task_type", r.task, "attempt", r.no)
 	}
 	endSpan(r.span, outcome, err)

@@ -508,15 +508,25 @@ func (c *Cue) WorkEvents(ctx context.Context, id string, after int64, limit int)
 	case limit > 1000:
 		limit = 1000
 	}
-	evs, err := c.st.MatchingEvents(ctx, store.EventQuery{WorkID: id, After: after, Upto: math.MaxInt64, Limit: limit})
-	if err != nil {
-		return nil, c.readErr(err)
+	// The owner's answers about a unit (owner_asked, owner_answered: a
+	// runcue before this one stored them with the unit's ID) are not the
+	// unit's events: they are skipped, and the page filled from further on.
+	var out []Event
+	for {
+		evs, err := c.st.MatchingEvents(ctx, store.EventQuery{WorkID: id, After: after, Upto: math.MaxInt64, Limit: limit - len(out)})
+		if err != nil {
+			return nil, c.readErr(err)
+		}
+		for i := range evs {
+			if t := EventType(evs[i].Type); t != EventOwnerAsked && t != EventOwnerAnswered {
+				out = append(out, eventFrom(&evs[i]))
+			}
+		}
+		if len(evs) == 0 || len(out) == limit {
+			return out, nil
+		}
+		after = evs[len(evs)-1].Seq
 	}
-	out := make([]Event, len(evs))
-	for i := range evs {
-		out[i] = eventFrom(&evs[i])
-	}
-	return out, nil
 }
 
 // ListOptions select the units List returns.

@@ -270,7 +270,9 @@ func unitMetrics(r *Report, units []*unitRec, stored map[string]runcue.WorkInfo,
 			}
 		}
 		for _, iv := range waits(u, byID) {
-			wait = append(wait, ms(iv.start-iv.ready))
+			if iv.start != math.MaxInt64 { // a unit still waiting at the end has no wait yet
+				wait = append(wait, ms(iv.start-iv.ready))
+			}
 		}
 		if len(u.runs) > 0 {
 			ranUnits++

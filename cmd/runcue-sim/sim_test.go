@@ -299,3 +299,20 @@ func TestCircuitTestBursts(t *testing.T) {
 	require.NotEmpty(t, sm.Circuit)
 	assert.Equal(t, "closed", sm.Circuit[len(sm.Circuit)-1].State, "closed after the last burst")
 }
+
+// A run cut short with units still queued (Q in the TUI, a drain that
+// times out) reports the queue wait of the units that started: those
+// still waiting have none yet (their wait was once taken from the end of
+// time: p95 9223372013770 ms).
+func TestCutShortReportsSaneWaits(t *testing.T) {
+	cfg, err := scenario("burst")
+	require.NoError(t, err)
+	cfg.Duration, cfg.Drain, cfg.Seed = Duration(2*time.Minute), Duration(time.Millisecond), 3
+	cfg.Workload.BurstAt, cfg.Workload.BurstLength = Duration(30*time.Second), Duration(90*time.Second)
+	rep := runVirtual(t, cfg)
+	require.Equal(t, "drain time out", rep.EndReason)
+	require.Positive(t, rep.Units.Unfinished, "units were left waiting")
+	for name, p := range map[string]Percentiles{"queue wait": rep.Latency.QueueWait, "run": rep.Latency.Run, "end to end": rep.Latency.EndToEnd} {
+		assert.LessOrEqual(t, p.Max, rep.Ended.D().Seconds()*1000, "%s: no wait longer than the run", name)
+	}
+}
