@@ -476,10 +476,15 @@ func TestCircuitProbe(t *testing.T) {
 
 	mode.Store(2)
 	e.clk.Advance(10 * time.Second)
+	e.settle()
+	st, _ = e.c.ServiceStatus(e.ctx, "api")
+	assert.Equal(t, runcue.CircuitClosed, st.Circuit, "another unit's successful probe closed the circuit")
+	// The hung probe's unit spent no retry budget (MaxAttempts 1): it
+	// came back behind the other 99.
 	require.NoError(t, e.c.Drain(e.ctx))
 	st, _ = e.c.ServiceStatus(e.ctx, "api")
 	assert.Equal(t, runcue.CircuitClosed, st.Circuit, "a successful probe closes the circuit")
-	assert.Equal(t, int32(1+1+99), starts.Load(), "the first unit, the hung probe (failed), then the other 99")
+	assert.Equal(t, int32(1+1+99+1), starts.Load(), "the first unit, the hung probe (failed), the other 99, the hung probe's unit again")
 }
 
 // TestContention: 16 task types with random overlapping service sets, under
@@ -1039,4 +1044,81 @@ func TestCircuitFailureCountSurvivesRestart(t *testing.T) {
 	st, err = c.ServiceStatus(e.ctx, "api")
 	require.NoError(t, err)
 	assert.Equal(t, runcue.CircuitClosed, st.Circuit, "one failure since the success")
+}
+
+// TestFailedProbeSpendsNoBudget: the Hardening issue's outage: a host down
+// for 15 s, 50 units queued, three attempts each. A failed probe is the
+// service's failure: its unit comes back without spending its retry
+// budget, and the next probe is another unit. Before, the first unit was
+// the probe three times and ended failed ("3 runs: 503") while the other
+// 49 waited and completed. A unit that fails as the probe MaxFreeProbes
+// times in a row spends a run on its next failure, so a unit that fails
+// for its own reasons cannot hold the circuit open.
+func TestFailedProbeSpendsNoBudget(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	outageEnd := epoch.Add(15 * time.Second)
+	var mu sync.Mutex
+	var starts []string // unit IDs, in start order
+	require.NoError(t, e.c.Service("host", runcue.Service{MaxConcurrent: 1, CircuitThreshold: 1, CircuitTimeout: time.Second}))
+	require.NoError(t, e.c.Task("fetch", runcue.Task{Services: []string{"host"},
+		Retry: runcue.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second, Jitter: runcue.JitterNone},
+		Handler: func(_ context.Context, w *runcue.Work) (any, error) {
+			mu.Lock()
+			starts = append(starts, w.ID)
+			mu.Unlock()
+			if w.Target == "poison" || w.Started.Before(outageEnd) {
+				return nil, errors.New("503 unavailable")
+			}
+			return nil, nil
+		}}))
+	e.start()
+	var subs []runcue.Submission
+	for i := range 50 {
+		subs = append(subs, runcue.Submission{Task: "fetch", ID: fmt.Sprintf("u%02d", i)})
+	}
+	_, err := e.c.SubmitBatch(e.ctx, subs)
+	require.NoError(t, err)
+	for e.clk.Now().Before(outageEnd.Add(time.Minute)) {
+		e.settle()
+		e.clk.Advance(100 * time.Millisecond)
+	}
+	require.NoError(t, e.c.Drain(e.ctx))
+	for _, s := range subs {
+		wi := e.get(s.ID)
+		assert.Equal(t, runcue.StateCompleted, wi.State, "%s: %d runs, %s", s.ID, wi.Runs, wi.Error)
+		assert.LessOrEqual(t, wi.Failures, 1, "%s: only the run that opened the circuit spent budget", s.ID)
+	}
+	// The probes during the outage: one a second, each another unit.
+	mu.Lock()
+	probes := slices.Clone(starts[1:16])
+	mu.Unlock()
+	for i := 1; i < len(probes); i++ {
+		assert.NotEqual(t, probes[i-1], probes[i], "probe %d was the unit of probe %d again", i, i-1)
+	}
+
+	// A unit that fails for its own reasons: its free probes end, its
+	// failures spend runs, and it fails for good; the others complete.
+	poison := e.submit("fetch", func(s *runcue.Submission) { s.Target = "poison" })
+	var more []string
+	for range 5 {
+		more = append(more, e.submit("fetch"))
+	}
+	for range 600 {
+		if e.get(poison).State == runcue.StateFailed {
+			break
+		}
+		e.settle()
+		e.clk.Advance(100 * time.Millisecond)
+	}
+	wi := e.get(poison)
+	assert.Equal(t, runcue.StateFailed, wi.State, "poison: %d runs", wi.Runs)
+	assert.Equal(t, 3, wi.Failures)
+	assert.LessOrEqual(t, wi.Runs, 3+runcue.MaxFreeProbes*3, "its probes free at most MaxFreeProbes in a row")
+	for range 100 {
+		e.settle()
+		e.clk.Advance(100 * time.Millisecond)
+	}
+	for _, id := range more {
+		assert.Equal(t, runcue.StateCompleted, e.get(id).State)
+	}
 }

@@ -27,7 +27,20 @@ import (
 //
 // The state (and any Retry-After hold) is persisted on every change, so
 // an open circuit stays open across a restart; a half-open circuit whose
-// probe died with its owner is restored open, to probe again.
+// probe died with its owner is restored open, to probe again. A closed
+// circuit's count of consecutive failures is persisted too.
+//
+// A failed probe is the service's failure, not its unit's: the unit comes
+// back to the queue without spending its retry budget, eligible a tenth of
+// CircuitTimeout after the circuit may probe again, so that another queued
+// unit is the next probe. A unit whose probes failed MaxFreeProbes times
+// in a row (counted by the owner) spends a run on its next failed probe,
+// as on any failure: a unit that fails for its own reasons cannot hold a
+// circuit open.
+
+// MaxFreeProbes is how many failed probes in a row a unit may run without
+// spending its retry budget.
+const MaxFreeProbes = 3
 
 // CircuitState is a service's circuit breaker state. It is the broker's
 // own type, so the state the dispatcher acts on and the state users read

@@ -48,6 +48,10 @@ type runFacts struct {
 	services     []string
 	policy       RetryPolicy
 	maxDeferrals int
+	// probe: the run was a half-open circuit's probe; probeFails is the
+	// unit's failed probes in a row before this run.
+	probe      bool
+	probeFails int
 }
 
 // outcome is the decision about a run.
@@ -69,14 +73,21 @@ type outcome struct {
 	hold         time.Duration
 	holdServices []string
 	holdUnknown  string
-	// failures and deferrals are the unit's counts after the run.
-	failures, deferrals int
+	// failures and deferrals are the unit's counts after the run;
+	// probeFails its failed probes in a row.
+	failures, deferrals, probeFails int
+	// toBack: the unit, requeued, goes behind the units queued with it (a
+	// failed probe's, so that another unit probes next).
+	toBack bool
 }
 
 // decide returns the fate of a run that ended as e. jitter, in [0, 1),
 // draws the retry delay. It is pure: no clock, no I/O, no dispatcher.
 func decide(f runFacts, e ending, jitter float64) outcome {
 	o := outcome{failures: f.failures, deferrals: f.deferrals}
+	if f.probe {
+		o.probeFails = f.probeFails // else a run that was no probe ends a run of failed probes
+	}
 	fin := &o.fin
 	*fin = store.Finish{ID: f.id, Task: f.task, Owner: f.owner, Run: f.run, At: e.at,
 		Attempt: store.Attempt{Run: f.run, Start: f.start, End: e.at}}
@@ -164,6 +175,22 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		if kind == "error" {
 			fin.Attempt.Outcome = "failed"
 		}
+		if f.probe && o.verdict == verdictFailure && f.probeFails < MaxFreeProbes {
+			// The circuit's probe failed: the service is still down, not
+			// the unit. Its circuit reopens; the unit comes back at once,
+			// no retry budget spent, behind the units queued with it
+			// (toBack), so that another one is the next probe.
+			o.probeFails++
+			o.requeue, o.toBack = true, true
+			fin.State = store.Queued
+			fin.Events = []store.Event{
+				{Type: string(EventWorkFailed), Task: f.task, Attempt: f.run,
+					Data: eventData{Error: msg, ErrorKind: kind, WillRetry: true}.encode()},
+				{Type: string(EventWorkRetrying), Task: f.task, Attempt: f.run,
+					Data: eventData{Reason: "probe_failed"}.encode()},
+			}
+			break
+		}
 		fin.SpendBudget = true
 		o.failures++
 		if o.failures < f.policy.MaxAttempts && f.policy.retryable(e.err) {
@@ -246,9 +273,10 @@ func (d *dispatcher) facts(r *run) runFacts {
 		p.RetryOn = policy.RetryOn
 		policy = p.withDefaults()
 	}
-	return runFacts{id: u.id, task: u.task, target: u.target, owner: d.owner, run: r.no, start: r.start,
+	f := runFacts{id: u.id, task: u.task, target: u.target, owner: d.owner, run: r.no, start: r.start,
 		failures: int(u.failures), deferrals: int(u.deferrals), policy: policy, maxDeferrals: r.lane.task.def.maxDeferrals(),
-		services: r.lane.serviceNames()}
+		services: r.lane.serviceNames(), probe: len(r.probes) > 0, probeFails: int(u.probeFails)}
+	return f
 }
 
 // conclude ends r as e says: the run leaves the running set (its
@@ -270,12 +298,15 @@ func (d *dispatcher) conclude(r *run, e ending) {
 	}
 	o := decide(d.facts(r), e, d.rnd.Float64())
 	d.end(r, e.returned, o.verdict)
-	u.failures, u.deferrals = int32(o.failures), int32(o.deferrals)
+	u.failures, u.deferrals, u.probeFails = int32(o.failures), int32(o.deferrals), uint8(o.probeFails)
 	if o.hold > 0 {
 		d.blockServices(r.lane, o.holdServices, o.holdUnknown, o.hold)
 	}
 	if o.requeue {
 		u.why = whyNamed(o.why)
+		if o.toBack {
+			u.seq = d.backSeq()
+		}
 		d.requeueLocal(u, o.runAt)
 	} else {
 		d.forget(u)

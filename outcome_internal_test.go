@@ -24,6 +24,10 @@ func TestDecide(t *testing.T) {
 	exhausted.failures = 2
 	deferredOut := facts
 	deferredOut.deferrals = 2
+	probe := facts
+	probe.probe, probe.probeFails = true, MaxFreeProbes-1
+	poison := probe
+	poison.probeFails = MaxFreeProbes
 	transient := errors.New("503")
 	panicked := &panicError{value: "bug"}
 	for _, tc := range []struct {
@@ -73,6 +77,12 @@ func TestDecide(t *testing.T) {
 			store.Queued, "deferred", "retry_after", verdictNone, true, end.Add(30 * time.Second), []EventType{EventWorkRetrying}, false},
 		{"retry-after past MaxDeferrals", deferredOut, ending{returned: true, err: RetryAfter(30*time.Second, transient), at: end},
 			store.Queued, "failed", "error", verdictNone, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
+		{"failed probe", probe, ending{returned: true, err: transient, at: end},
+			store.Queued, "failed", "error", verdictFailure, true, time.Time{}, []EventType{EventWorkFailed, EventWorkRetrying}, false},
+		{"failed probe, free probes spent", poison, ending{returned: true, err: transient, at: end},
+			store.Queued, "failed", "error", verdictFailure, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
+		{"permanent failure of a probe", probe, ending{returned: true, err: Permanent(transient), at: end},
+			store.Failed, "failed", "error", verdictNone, false, time.Time{}, []EventType{EventWorkFailed}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := decide(tc.f, tc.e, 0)

@@ -37,6 +37,17 @@ type unitIndex struct {
 	// list mostly of units that left is compacted (see dropParamless).
 	noParams      fifo[*unit]
 	withoutParams int
+	// backSeqs counts the units sent to the back of their lanes (backSeq).
+	backSeqs int64
+}
+
+// backSeq returns an ordering key after every stored unit's: a unit given
+// it goes behind the units queued now (and the units submitted later go
+// before it, until they too are sent back). Stored sequence numbers stay
+// far below 1<<62.
+func (x *unitIndex) backSeq() int64 {
+	x.backSeqs++
+	return 1<<62 + x.backSeqs
 }
 
 // unit states inside the dispatcher.
@@ -72,8 +83,11 @@ type unit struct {
 	laneIdx   int32 // position in lane heap
 	timerGen  uint32
 	state     uint8
-	why       whyKind // why runAt is set
-	hasParams bool
+	// probeFails counts the unit's failed circuit probes in a row, which
+	// spend no retry budget up to MaxFreeProbes (in this owner).
+	probeFails uint8
+	why        whyKind // why runAt is set
+	hasParams  bool
 	// With a priority function: the score u holds (if scored) since
 	// scoredAt (scheduling timeline, Unix ns); scoreGen numbers u's lane
 	// stays and scores (see unitRef).
