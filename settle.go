@@ -48,6 +48,11 @@ func (s *settling) helperDone() {
 // on the simulation itself, which releases them one at a time in an order
 // of its own (as by finish time, then a key), settling after each; timers
 // of the fake clock that fire together wake their handlers in no set order.
+// A handler whose context runcue ended (a timeout, a cancellation) is
+// running until it returns: the simulation must not move the clock before
+// it has (its end is read from the clock). Config.CallbackTimeout is real
+// time: a simulation that must replay on a loaded machine sets it far
+// beyond any callback's time.
 // With the real clock Settle is only a barrier: timers keep firing
 // meanwhile. It returns
 // ctx's error if ctx ends first, and returns at once, with 0, when the Cue

@@ -6,6 +6,7 @@ import (
 	"hash/fnv"
 	"math/rand/v2"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -171,5 +172,59 @@ func TestSettleMakesVirtualRunsReplayable(t *testing.T) {
 	slices.Sort(starts)
 	for i := 5; i < len(starts); i++ {
 		assert.GreaterOrEqual(t, starts[i]-starts[i-5], time.Second, "6 starts within a second at %v", starts[i])
+	}
+}
+
+// cpuLoad keeps n goroutines spinning until the test ends: a loaded
+// machine, as when a test suite runs beside other work.
+func cpuLoad(t *testing.T, n int) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for i := range 10_000 {
+					x += i
+				}
+			}
+		}()
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+}
+
+// TestSettleArmsTheClock: once Settle returns, the fake clock's next
+// deadline is the dispatcher's earliest timer (here a run's timeout),
+// whatever the load: a simulation that advances to it fires it at its
+// instant, and the run ends then.
+func TestSettleArmsTheClock(t *testing.T) {
+	cpuLoad(t, 2*runtime.GOMAXPROCS(0))
+	e := newEnv(t, runcue.Config{PollInterval: 24 * time.Hour, QueueStatusInterval: -1})
+	require.NoError(t, e.c.Task("hang", runcue.Task{Timeout: 5 * time.Second, Retry: runcue.RetryPolicy{MaxAttempts: 1},
+		Handler: func(ctx context.Context, _ *runcue.Work) (any, error) {
+			<-ctx.Done()
+			return nil, context.Cause(ctx)
+		}}))
+	e.start()
+	e.settle()
+	for i := range 50 {
+		id := e.submit("hang")
+		running, err := e.c.Settle(e.ctx)
+		require.NoError(t, err)
+		require.Equal(t, 1, running)
+		next, ok := e.clk.NextDeadline()
+		require.True(t, ok, "round %d: no timer armed", i)
+		require.True(t, e.get(id).StartedAt.Add(5*time.Second).Equal(next), "round %d: the clock's next deadline %v is the run's timeout", i, next)
+		e.clk.Set(next)
+		wi := e.wait(id)
+		require.Equal(t, runcue.StateFailed, wi.State)
+		require.True(t, next.Equal(wi.FinishedAt), "round %d: the timeout fired at its instant, not %v", i, wi.FinishedAt)
 	}
 }

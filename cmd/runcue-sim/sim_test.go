@@ -6,7 +6,9 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -315,4 +317,94 @@ func TestCutShortReportsSaneWaits(t *testing.T) {
 	for name, p := range map[string]Percentiles{"queue wait": rep.Latency.QueueWait, "run": rep.Latency.Run, "end to end": rep.Latency.EndToEnd} {
 		assert.LessOrEqual(t, p.Max, rep.Ended.D().Seconds()*1000, "%s: no wait longer than the run", name)
 	}
+}
+
+// A seed gives one report on a loaded machine too: steady_load (whose
+// calls sometimes hang until runcue's timeout) run again and again while
+// other goroutines keep every CPU busy. Once in nine such runs a timeout
+// fired 526 ms of virtual time late (the dispatcher armed its clock's
+// timer after Settle returned), and the report differed.
+func TestSameSeedSameReportUnderLoad(t *testing.T) {
+	if testing.Short() {
+		t.Skip("repeats a simulation under load")
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range runtime.GOMAXPROCS(0) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			x := 0
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for i := range 10_000 {
+					x += i
+				}
+			}
+		}()
+	}
+	defer func() { close(stop); wg.Wait() }()
+	cfg := func() Config {
+		c, err := scenario("steady_load")
+		require.NoError(t, err)
+		c.Duration, c.Seed = Duration(2*time.Minute), 1
+		return c
+	}
+	encode := func(r *Report) string {
+		r.Wall = 0
+		b, err := json.Marshal(r)
+		require.NoError(t, err)
+		return string(b)
+	}
+	first := runVirtual(t, cfg())
+	require.Positive(t, first.Services["mock_api"].Checks.Answers["timeout"], "calls hung until runcue's timeout")
+	want := encode(first)
+	for i := range 4 {
+		got := encode(runVirtual(t, cfg()))
+		require.Equal(t, want, got, "run %d of the same seed", i+2)
+	}
+}
+
+// A parked handler whose context runcue ended (its timeout) is on its way
+// out: the driver neither counts it as parked nor releases it, so it
+// waits for the handler to read the clock and leave before moving the
+// clock on.
+func TestParkingSkipsEndedHandlers(t *testing.T) {
+	var p parking
+	p.moved = make(chan struct{}, 1)
+	live, ended := context.Background(), func() context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		return ctx
+	}()
+	hung := &parked{at: time.Unix(1<<40, 0), key: "hung#1", release: make(chan struct{}), ctx: ended}
+	soon := &parked{at: epoch.Add(time.Second), key: "soon#1", release: make(chan struct{}), ctx: live}
+	early := &parked{at: epoch, key: "early#1", release: make(chan struct{}), ctx: ended}
+	p.add(hung)
+	p.add(soon)
+	p.add(early)
+	f, n := p.first()
+	assert.Equal(t, 1, n, "the handlers whose contexts ended are not parked")
+	assert.Same(t, soon, f, "nor released")
+	p.remove(soon)
+	f, n = p.first()
+	assert.Nil(t, f)
+	assert.Zero(t, n)
+}
+
+// A virtual run's Cue gets a CallbackTimeout far beyond any pass: it is
+// real time, and a scoring pass that overran it on a loaded machine would
+// give its units the default score and another order of dispatch.
+func TestVirtualCallbackTimeout(t *testing.T) {
+	cfg, err := scenario("steady_load")
+	require.NoError(t, err)
+	e, err := newEngine(cfg, options{Virtual: true})
+	require.NoError(t, err)
+	defer e.cleanup()
+	defer e.cue.Close()
+	assert.GreaterOrEqual(t, e.cueConfig().CallbackTimeout, time.Hour)
 }
