@@ -1079,7 +1079,7 @@ func TestFailedProbeSpendsNoBudget(t *testing.T) {
 	_, err := e.c.SubmitBatch(e.ctx, subs)
 	require.NoError(t, err)
 	for e.clk.Now().Before(outageEnd.Add(time.Minute)) {
-		e.settle()
+		e.quiesce(e.c)
 		e.clk.Advance(100 * time.Millisecond)
 	}
 	require.NoError(t, e.c.Drain(e.ctx))
@@ -1107,7 +1107,7 @@ func TestFailedProbeSpendsNoBudget(t *testing.T) {
 		if e.get(poison).State == runcue.StateFailed {
 			break
 		}
-		e.settle()
+		e.quiesce(e.c)
 		e.clk.Advance(100 * time.Millisecond)
 	}
 	wi := e.get(poison)
@@ -1115,10 +1115,50 @@ func TestFailedProbeSpendsNoBudget(t *testing.T) {
 	assert.Equal(t, 3, wi.Failures)
 	assert.LessOrEqual(t, wi.Runs, 3+runcue.MaxFreeProbes*3, "its probes free at most MaxFreeProbes in a row")
 	for range 100 {
-		e.settle()
+		e.quiesce(e.c)
 		e.clk.Advance(100 * time.Millisecond)
 	}
 	for _, id := range more {
 		assert.Equal(t, runcue.StateCompleted, e.get(id).State)
+	}
+}
+
+// TestPacedService: Service.Pace spaces a backlog's starts RateWindow /
+// RateLimit apart instead of starting a window's worth at once; unpaced,
+// the same backlog starts four at the first instant.
+func TestPacedService(t *testing.T) {
+	for _, pace := range []bool{true, false} {
+		e := newEnv(t, runcue.Config{})
+		var rec startRecorder
+		require.NoError(t, e.c.Service("api", runcue.Service{RateLimit: 4, RateWindow: time.Second, Pace: pace}))
+		require.NoError(t, e.c.Task("t", runcue.Task{Services: []string{"api"}, Handler: rec.handler}))
+		e.start()
+		_, err := e.c.SubmitBatch(e.ctx, batchOf("t", 8))
+		require.NoError(t, err)
+		for range 40 {
+			e.quiesce(e.c)
+			e.clk.Advance(50 * time.Millisecond)
+		}
+		starts := rec.all()[:8]
+		require.Len(t, rec.all(), 8, "pace %v", pace)
+		checkWindows(t, "api", starts, 4, time.Second)
+		if pace {
+			// Once the window is empty, one unit starts at once and the
+			// next waits for its turn, and Explain says so.
+			e.clk.Advance(2 * time.Second)
+			e.submit("t")
+			last := e.submit("t")
+			e.quiesce(e.c)
+			ex, err := e.c.Explain(e.ctx, last)
+			require.NoError(t, err)
+			require.NotEmpty(t, ex.Reasons)
+			assert.Equal(t, runcue.ReasonRateLimited, ex.Reasons[0].Kind)
+			assert.Contains(t, ex.Reasons[0].Detail, "api is paced: one start every 250ms")
+			for i := 1; i < len(starts); i++ {
+				assert.GreaterOrEqual(t, starts[i].Sub(starts[i-1]), 250*time.Millisecond, "start %d", i)
+			}
+		} else {
+			assert.True(t, starts[3].Equal(starts[0]), "unpaced, a window's worth starts at once")
+		}
 	}
 }

@@ -341,6 +341,10 @@ func (d *dispatcher) resourceReason(r *resource, now time.Time) (Reason, bool) {
 		reason.Detail = fmt.Sprintf("%s has %d of %d slots in use", name, r.Active, r.Limit)
 	case ReasonRateLimited:
 		reason.Detail = fmt.Sprintf("%s's rate window is full (%d per %v)", name, r.Window.Limit(), r.Window.Length())
+		if r.Window.Paced() && r.Window.Used(now) < r.Window.Limit() {
+			reason.Detail = fmt.Sprintf("%s is paced: one start every %v (%d per %v)", name,
+				r.Window.Length()/time.Duration(r.Window.Limit()), r.Window.Limit(), r.Window.Length())
+		}
 	}
 	return reason, true
 }
