@@ -411,7 +411,7 @@ func TestRunTimeChangesSurviveKills(t *testing.T) {
 	dir := t.TempDir()
 	db, jpath := filepath.Join(dir, "runcue.db"), filepath.Join(dir, "journal")
 	// Noon on the children's clock: the test stays within one day.
-	off := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC).Sub(time.Now())
+	off := time.Until(time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC))
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	c, err := runcue.Open(db, runcue.Config{Logger: quietLogger, Clock: shiftedClock{off}, PollInterval: 20 * time.Millisecond})
