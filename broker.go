@@ -87,7 +87,7 @@ func (c *Cue) Services(ctx context.Context) ([]ServiceStatus, error) {
 		return nil, err
 	}
 	if d := c.disp.Load(); d != nil {
-		st, ok, err := askLoop(ctx, d, (*dispatcher).statusAll)
+		st, ok, err := d.services(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -96,7 +96,7 @@ func (c *Cue) Services(ctx context.Context) ([]ServiceStatus, error) {
 		}
 	} else {
 		var live []ServiceStats
-		if c.askOwner(ctx, ownerQuestion{Kind: "services"}, &live) {
+		if c.askOwner(ctx, store.OwnerQuestion{Kind: "services"}, &live) {
 			out := make([]ServiceStatus, len(live))
 			for i, s := range live {
 				out[i] = s.ServiceStatus
@@ -138,7 +138,7 @@ func (c *Cue) keyStatus(ctx context.Context, name string) (ServiceStatus, error)
 		return ServiceStatus{}, err
 	}
 	if d := c.disp.Load(); d != nil {
-		st, _, err := askLoop(ctx, d, func(d *dispatcher) *ServiceStatus { return d.liveKeyStatus(name) })
+		st, _, err := d.keyStatus(ctx, name)
 		if err != nil {
 			return ServiceStatus{}, err
 		}
@@ -147,22 +147,11 @@ func (c *Cue) keyStatus(ctx context.Context, name string) (ServiceStatus, error)
 		}
 	} else {
 		var st ServiceStatus
-		if c.askOwner(ctx, ownerQuestion{Kind: "service", Service: name}, &st) {
+		if c.askOwner(ctx, store.OwnerQuestion{Kind: "service", Service: name}, &st) {
 			return st, nil
 		}
 	}
 	return c.storedKeyStatus(ctx, name)
-}
-
-// liveKeyStatus reports keyed instance name if it is in memory, on the
-// dispatcher goroutine.
-func (t *resourceTable) liveKeyStatus(name string) *ServiceStatus {
-	r := t.keyed[name]
-	if r == nil {
-		return nil
-	}
-	st := t.statusOf(r, t.now())
-	return &st
 }
 
 // storedKeyStatus reports keyed instance name from the database: its
@@ -217,12 +206,12 @@ func (c *Cue) storedKeyStatus(ctx context.Context, name string) (ServiceStatus, 
 // storedCircuit sets st's circuit and Retry-After hold from a stored
 // circuit record, as of now.
 func storedCircuit(raw []byte, now time.Time, st *ServiceStatus) {
-	var cr circuitRecord
-	if len(raw) == 0 || json.Unmarshal(raw, &cr) != nil {
+	cr, ok := store.DecodeCircuitRecord(raw)
+	if !ok {
 		return
 	}
 	if cr.State != "" {
-		st.Circuit = cr.State
+		st.Circuit = CircuitState(cr.State)
 		if cr.Until != 0 {
 			st.CircuitOpenUntil = time.Unix(0, cr.Until)
 		}
@@ -308,8 +297,7 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 				st.PausedKeys++
 			}
 			if len(k.Circuit) > 0 {
-				var kc circuitRecord
-				if json.Unmarshal(k.Circuit, &kc) == nil && kc.State != "" && kc.State != "closed" {
+				if kc, ok := store.DecodeCircuitRecord(k.Circuit); ok && kc.State != "" && kc.State != string(CircuitClosed) {
 					st.OpenKeys++
 				}
 			}

@@ -1,14 +1,5 @@
 package runcue
 
-import (
-	"encoding/json"
-	"slices"
-	"time"
-
-	"github.com/runcue/runcue/internal/broker"
-	"github.com/runcue/runcue/store"
-)
-
 // Circuit breakers.
 //
 // A service with CircuitThreshold and CircuitTimeout has a circuit. It is
@@ -31,9 +22,8 @@ import (
 // circuit's count of consecutive failures is persisted too.
 //
 // A failed probe is the service's failure, not its unit's: the unit comes
-// back to the queue without spending its retry budget, eligible a tenth of
-// CircuitTimeout after the circuit may probe again, so that another queued
-// unit is the next probe. A unit whose probes failed MaxFreeProbes times
+// back to the queue, behind the units queued with it, without spending its
+// retry budget, so that another queued unit is the next probe. A unit whose probes failed MaxFreeProbes times
 // in a row (counted by the owner) spends a run on its next failed probe,
 // as on any failure: a unit that fails for its own reasons cannot hold a
 // circuit open.
@@ -42,123 +32,13 @@ import (
 // spending its retry budget.
 const MaxFreeProbes = 3
 
-// CircuitState is a service's circuit breaker state. It is the broker's
-// own type, so the state the dispatcher acts on and the state users read
-// are one type.
-type CircuitState = broker.CircuitState
+// CircuitState is a service's circuit breaker state. The strings are
+// stable.
+type CircuitState string
 
 // Circuit breaker states.
 const (
-	CircuitClosed   CircuitState = broker.Closed
-	CircuitOpen     CircuitState = broker.Open
-	CircuitHalfOpen CircuitState = broker.HalfOpen
+	CircuitClosed   CircuitState = "closed"
+	CircuitOpen     CircuitState = "open"
+	CircuitHalfOpen CircuitState = "half_open"
 )
-
-// verdict is what a run's end says about its services' health (see
-// broker.Verdict).
-type verdict = broker.Verdict
-
-const (
-	verdictNone    = broker.Neutral // says nothing: cancelled, interrupted, permanent input error, Retry-After
-	verdictSuccess = broker.Success // closes a half-open circuit, resets the failure count
-	verdictFailure = broker.Failure // counts toward opening the circuit
-)
-
-// judge passes a run's verdict to the circuits of its services. A closed
-// circuit's count of consecutive failures is persisted when it changes, so
-// that a new owner opens the circuit after the same failures.
-func (t *resourceTable) judge(r *run, v verdict) {
-	now := t.now()
-	for _, res := range r.lane.resources {
-		if res.Circuit == nil {
-			continue
-		}
-		failures := res.Circuit.Failures
-		if res.Judge(now, v, slices.Contains(r.probes, res)) {
-			t.noteCircuit(res)
-			t.wake(res)
-		} else if res.Circuit.Failures != failures && res.Circuit.State == broker.Closed {
-			t.persistBroker(res)
-		}
-	}
-}
-
-// noteCircuit acts on a circuit's change of state, if it changed: it logs,
-// persists and reports it, and arms a timer for an open circuit's end.
-func (t *resourceTable) noteCircuit(r *resource) {
-	from, to, changed := r.CircuitChange()
-	if !changed {
-		return
-	}
-	switch to {
-	case broker.Open:
-		t.log.Warn("circuit_opened", "service", r.name, "failures", r.Circuit.Threshold, "from", string(from),
-			"until", r.Circuit.Until)
-		t.resourceTimer(r, r.Circuit.Until)
-	default:
-		t.log.Info("circuit_"+string(to), "service", r.name, "from", string(from))
-	}
-	t.countOpenCircuits()
-	t.persistBroker(r)
-	t.markStatus(r)
-}
-
-// circuitRecord is the persisted broker state of a service: its circuit
-// and any Retry-After block. Times are wall-clock Unix nanoseconds.
-type circuitRecord struct {
-	State        broker.CircuitState `json:"state,omitempty"`
-	Failures     int                 `json:"failures,omitempty"`
-	Until        int64               `json:"until,omitempty"`
-	BlockedUntil int64               `json:"blocked_until,omitempty"`
-	// BlockedFor is the Retry-After hold's length (ns) when it was set.
-	BlockedFor int64 `json:"blocked_for,omitempty"`
-}
-
-// restore applies a stored record to r. The wall clock may have been set
-// since the record was written: a hold never lasts longer from now than it
-// did when it was set (an open circuit its CircuitTimeout, a Retry-After
-// its own length), so a clock set back does not stretch it.
-func (t *resourceTable) restore(cr circuitRecord, r *resource) {
-	wall := t.wall()
-	if r.Circuit != nil && cr.State != "" {
-		r.Circuit.State, r.Circuit.Failures = cr.State, cr.Failures
-		if cr.State == broker.HalfOpen {
-			r.Circuit.State = broker.Open // the probe died with the old owner: probe again
-		}
-		if cr.Until != 0 {
-			until := min(time.Unix(0, cr.Until).Sub(wall), r.Circuit.Timeout)
-			r.Circuit.Until = t.now().Add(until)
-		}
-	}
-	if cr.BlockedUntil != 0 {
-		left := time.Unix(0, cr.BlockedUntil).Sub(wall)
-		if cr.BlockedFor > 0 {
-			left = min(left, time.Duration(cr.BlockedFor))
-		}
-		if left > 0 {
-			r.BlockedUntil, r.BlockedFor = t.now().Add(left), time.Duration(cr.BlockedFor)
-		}
-	}
-}
-
-func (t *resourceTable) persistBroker(r *resource) {
-	var cr circuitRecord
-	switch {
-	case r.Circuit == nil:
-	case r.Circuit.State != broker.Closed:
-		cr.State, cr.Failures, cr.Until = r.Circuit.State, r.Circuit.Failures, ns(t.toWall(r.Circuit.Until))
-	case r.Circuit.Failures > 0:
-		cr.State, cr.Failures = broker.Closed, r.Circuit.Failures
-	}
-	if r.BlockedUntil.After(t.now()) {
-		cr.BlockedUntil, cr.BlockedFor = t.toWall(r.BlockedUntil).UnixNano(), int64(r.BlockedFor)
-	}
-	blob := []byte{} // empty: delete the row
-	if cr != (circuitRecord{}) {
-		blob, _ = json.Marshal(cr)
-	}
-	rec := t.stored[r.name]
-	rec.Name, rec.Circuit = r.name, blob
-	t.stored[r.name] = rec
-	t.persist(&store.PutService{Name: r.name, Circuit: blob})
-}

@@ -218,15 +218,6 @@ const (
 	ResubmitFailedDuplicates
 )
 
-// pruneInterval is how often the owner prunes finished units (a tenth of
-// Retention) and the service log, between a minute and an hour.
-func (cfg Config) pruneInterval() time.Duration {
-	if cfg.Retention == 0 {
-		return time.Minute
-	}
-	return min(max(cfg.Retention/10, time.Minute), time.Hour)
-}
-
 // DefaultMaxPayload is the default Config.MaxPayload: 16 MiB.
 const DefaultMaxPayload = 16 << 20
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -37,8 +36,8 @@ type Cue struct {
 	acked     broadcast      // notified by Ack; Drain waits on it
 	ids       ulid.Generator // safe for concurrent use
 
-	// mu guards the registrations and the lifecycle below; the dispatcher
-	// never takes it (it gets registration snapshots as msgRegistry).
+	// mu guards the registrations and the lifecycle below; the engine
+	// never takes it (it gets registration snapshots).
 	mu         sync.Mutex
 	tasks      map[string]*Task
 	services   map[string]Service
@@ -47,57 +46,12 @@ type Cue struct {
 	running    *dispatcher // the current or last run
 	stopAfter  func() bool // unregisters the Start ctx watcher
 
-	disp atomic.Pointer[dispatcher] // the running dispatcher, nil when stopped (any goroutine)
+	disp atomic.Pointer[dispatcher] // the running engine, nil when stopped (any goroutine)
 
-	// testHooks are set before Start and read-only after.
-	testHooks testHooks
-	// stats, cbErrs and tel are safe for concurrent use (atomics, their
-	// own lock, OpenTelemetry instruments).
-	stats  stats
-	cbErrs callbackErrors
-	tel    *telemetry
-	bg     sync.WaitGroup // the OnBackpressure caller
-}
-
-// stats are counters read by metrics and tests.
-type stats struct {
-	// callbackErrors counts priority and dependency callbacks that
-	// panicked or overran their timeout.
-	callbackErrors atomic.Int64
-	// priorityCalls counts calls of Config.Priority.
-	priorityCalls atomic.Int64
-	// dispatches counts runs started.
-	dispatches atomic.Int64
-}
-
-// testHooks are set by tests (see export_test.go).
-type testHooks struct {
-	// checkInvariants verifies the broker's bookkeeping after every loop
-	// iteration.
-	checkInvariants func(d *dispatcher)
-	// started is called on the dispatcher goroutine for every run started.
-	started func(r *run)
-	// concluded is called on the dispatcher goroutine for every run whose
-	// Finish it queued for the writer, after queuing it.
-	concluded func(r *run)
-	// iterated, when set, gets a (non-blocking) signal after every loop
-	// iteration of the dispatcher: tests wait on it instead of polling.
-	iterated chan struct{}
-	// checked, when set, gets the unit ID of every DependencySatisfied
-	// check the dispatcher received the answer of (buffered; a full
-	// buffer drops the signal).
-	checked chan string
-	// firstLoad and loadBatch, when set, replace the sizes of the parts
-	// of the start's streamed load (recovery.go); loadStep is called on
-	// the loading goroutine before each batch it hands to the loop, and
-	// before the load's end, with the context that ends when the
-	// dispatcher exits.
-	firstLoad, loadBatch int
-	loadStep             func(context.Context)
-	// paramBudget, when set, replaces maxParamBytes; paramRead is called
-	// for every read of params (params.go) with the units it reads.
-	paramBudget int
-	paramRead   func(units int)
+	// mach is what the engines share: telemetry, counters, test hooks
+	// (adapter.go).
+	mach machinery
+	bg   sync.WaitGroup // the OnBackpressure caller
 }
 
 // Open opens (creating if needed) the SQLite database at path and migrates
@@ -140,17 +94,10 @@ func New(st store.Store, cfg Config) (*Cue, error) {
 		cfg: cfg, st: st, clock: cfg.Clock, log: cfg.Logger,
 		tasks: make(map[string]*Task), services: make(map[string]Service), knownTasks: make(map[string]bool),
 	}
-	c.cbErrs.c = c
 	for name := range stored {
 		c.knownTasks[name] = true
 	}
-	c.tel, err = newTelemetry(cfg.MeterProvider, cfg.TracerProvider, func() (int64, bool) {
-		if d := c.disp.Load(); d != nil {
-			return d.queued.Load(), true
-		}
-		return 0, false // only the owner reports the queue
-	})
-	if err != nil {
+	if err := c.newMachinery(); err != nil {
 		return nil, fmt.Errorf("runcue: telemetry: %w", err)
 	}
 	c.hub = hub.New(st, cfg.EventBuffer, last)
@@ -176,17 +123,17 @@ func (c *Cue) publish(evs []store.Event, external bool) {
 	c.hub.Publish(evs)
 	if external {
 		if d := c.disp.Load(); d != nil {
-			d.in.Push(msgExternal{events: evs})
+			d.external(evs)
 		}
 	}
 }
 
 func (c *Cue) storeFailed(err error) {
 	c.log.Error("runcue: store failed; dispatching stopped", "error", err)
-	c.hub.Publish([]store.Event{{Type: string(EventStoreFailed), Time: c.clock.Now(),
-		Data: eventData{Error: err.Error(), ErrorKind: "store"}.encode()}})
+	c.hub.Publish([]store.Event{{Type: store.TypeStoreFailed, Time: c.clock.Now(),
+		Data: store.EventData{Error: err.Error(), ErrorKind: "store"}.Encode()}})
 	if d := c.disp.Load(); d != nil {
-		d.in.Push(msgStoreFailed{err: err})
+		d.storeFailed(err)
 	}
 }
 
@@ -206,34 +153,13 @@ func (c *Cue) inserted(units []*store.Unit, r store.Result) {
 	}
 	var ended []store.Event
 	for _, ev := range r.Events {
-		if ev.Type != store.EventWorkQueued {
+		if ev.Type != store.TypeWorkQueued {
 			ended = append(ended, ev)
 		}
 	}
 	if len(fresh) > 0 || len(ended) > 0 {
-		d.in.Push(msgInserted{units: fresh, ended: ended})
+		d.inserted(fresh, ended)
 	}
-}
-
-// notifyRegistry sends the running dispatcher a snapshot of the
-// registrations, so that it never takes c.mu itself. Snapshots only add
-// (refreshRegistry never removes), so their order does not matter.
-func (c *Cue) notifyRegistry() {
-	c.mu.Lock()
-	d := c.disp.Load()
-	var m msgRegistry
-	if d != nil {
-		m = c.registry()
-	}
-	c.mu.Unlock()
-	if d != nil {
-		d.in.Push(m)
-	}
-}
-
-// registry copies the registrations; the caller holds c.mu.
-func (c *Cue) registry() msgRegistry {
-	return msgRegistry{services: maps.Clone(c.services), tasks: maps.Clone(c.tasks)}
 }
 
 // readErr maps the failure of a store read made while the Cue was closing
@@ -291,7 +217,7 @@ func (c *Cue) Start(ctx context.Context) error {
 	}
 	// The snapshot and the dispatcher's publication happen under one lock
 	// hold, so a registration is in the snapshot or reaches d as a message.
-	d := newDispatcher(c, owner, own, stored, pauses, c.registry())
+	d := c.newEngine(owner, own, stored, pauses)
 	c.disp.Store(d) // from here on, commits and registrations reach d's inbox
 	c.mu.Unlock()
 	err = d.recover(ctx)
@@ -301,13 +227,12 @@ func (c *Cue) Start(ctx context.Context) error {
 		err = ErrClosed
 	}
 	if err != nil {
-		d.keys.stop()
 		c.disp.Store(nil)
 		own.Release()
 		return err
 	}
 	c.running = d
-	go d.run()
+	d.run()
 	c.stopAfter = context.AfterFunc(ctx, func() {
 		_ = c.StopAndCancel(context.Background())
 	})
@@ -325,9 +250,9 @@ func (c *Cue) startable() error {
 	}
 	if c.running != nil {
 		select {
-		case <-c.running.done:
+		case <-c.running.done():
 		default:
-			if c.running.stopReq.Load() {
+			if c.running.stopping() {
 				return ErrStopping
 			}
 		}
@@ -343,7 +268,7 @@ func (c *Cue) isRunning() bool {
 		return false
 	}
 	select {
-	case <-c.running.done:
+	case <-c.running.done():
 		return false
 	default:
 		return true
@@ -376,10 +301,9 @@ func (c *Cue) stop(ctx context.Context, cancel bool) error {
 	if d == nil {
 		return nil
 	}
-	d.stopReq.Store(true)
-	d.in.Push(msgStop{cancel: cancel})
+	d.stop(cancel)
 	select {
-	case <-d.done:
+	case <-d.done():
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -407,13 +331,13 @@ func (c *Cue) Close() error {
 	c.mu.Unlock()
 	if err != nil && d != nil {
 		// Handlers ignore their contexts: abandon them.
-		d.in.Push(msgAbandon{})
-		<-d.done
+		d.abandon()
+		<-d.done()
 	}
 	c.w.Close()
 	c.hub.Close()
 	c.bg.Wait()
-	c.tel.close()
+	c.mach.tel.Close()
 	var errs []error
 	if c.ownsStore {
 		errs = append(errs, c.st.Close())

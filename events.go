@@ -8,8 +8,6 @@ import (
 
 	"github.com/runcue/runcue/internal/hub"
 	"github.com/runcue/runcue/store"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/metric"
 )
 
 // EventType names an event. The strings are stable: UIs and logs key on
@@ -163,25 +161,18 @@ type QueueStatus struct {
 	Paused bool `json:"paused,omitempty"`
 }
 
-// eventData is the JSON payload of a stored event.
-type eventData struct {
-	Error        string `json:"error,omitempty"`
-	ErrorKind    string `json:"error_kind,omitempty"`
-	WillRetry    bool   `json:"will_retry,omitempty"`
-	NextAttempt  int64  `json:"next_attempt,omitempty"`
-	Reason       string `json:"reason,omitempty"`
-	Prerequisite string `json:"prerequisite,omitempty"`
-	// Services are the services a Retry-After held (work_retrying).
-	Services []string `json:"services,omitempty"`
+// budgetEventData is the data of a budget_exhausted event.
+type budgetEventData struct {
+	Service string       `json:"service"`
+	Class   string       `json:"class"`
+	Budget  BudgetStatus `json:"budget"`
 }
 
-func (d eventData) encode() []byte {
-	if d.Error == "" && d.ErrorKind == "" && !d.WillRetry && d.NextAttempt == 0 && d.Reason == "" && d.Prerequisite == "" &&
-		len(d.Services) == 0 {
-		return nil
-	}
-	b, _ := json.Marshal(d)
-	return b
+// backpressureData is the data of backpressure_active and
+// backpressure_cleared.
+type backpressureData struct {
+	Queued    int `json:"queued"`
+	MaxQueued int `json:"max_queued"`
 }
 
 func eventFrom(se *store.Event) Event {
@@ -235,12 +226,10 @@ func eventFrom(se *store.Event) Event {
 		return ev
 	}
 	if len(se.Data) > 0 {
-		var d eventData
-		if json.Unmarshal(se.Data, &d) == nil {
-			ev.Error, ev.ErrorKind, ev.WillRetry, ev.Reason, ev.Services = d.Error, d.ErrorKind, d.WillRetry, d.Reason, d.Services
-			if d.NextAttempt != 0 {
-				ev.NextAttempt = time.Unix(0, d.NextAttempt)
-			}
+		d := store.DecodeEventData(se.Data)
+		ev.Error, ev.ErrorKind, ev.WillRetry, ev.Reason, ev.Services = d.Error, d.ErrorKind, d.WillRetry, d.Reason, d.Services
+		if d.NextAttempt != 0 {
+			ev.NextAttempt = time.Unix(0, d.NextAttempt)
 		}
 	}
 	return ev
@@ -379,7 +368,7 @@ func (c *Cue) Subscribe(ctx context.Context, o SubscribeOptions) (<-chan Event, 
 	}
 	gap := func(after, first int64) store.Event {
 		if o.Name != "" {
-			c.tel.subscriptionGaps.Add(bg, 1, metric.WithAttributes(attribute.String("subscription", o.Name)))
+			c.mach.tel.CountGap(o.Name)
 			c.log.Warn("runcue: a durable subscription resumed after events retention deleted", "subscription", o.Name,
 				"missed_from", after+1, "missed_to", first-1)
 		}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/store"
 )
 
@@ -126,7 +125,7 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 		return Explanation{}, err
 	}
 	if d := c.disp.Load(); d != nil {
-		ex, ok, err := askLoop(ctx, d, func(d *dispatcher) Explanation { return d.explain(id) })
+		ex, ok, err := d.explain(ctx, id)
 		if err != nil {
 			return Explanation{}, err
 		}
@@ -139,7 +138,7 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 	}
 	if c.disp.Load() == nil {
 		var ex Explanation
-		if c.askOwner(ctx, ownerQuestion{Kind: "explain", ID: id}, &ex) {
+		if c.askOwner(ctx, store.OwnerQuestion{Kind: "explain", ID: id}, &ex) {
 			return ex, nil
 		}
 	}
@@ -198,14 +197,8 @@ func finishedDetail(u *store.Unit) string {
 	case u.State == store.Completed || u.ErrorKind == "":
 		return fmt.Sprintf("the unit is %s", u.State)
 	}
-	return fmt.Sprintf("the unit is %s (%s): %s", u.State, u.ErrorKind, firstLine(u.Error))
-}
-
-// skippedReason notes that the skipped dependencies deps count as
-// satisfied.
-func skippedReason(deps []string) Reason {
-	return Reason{Kind: ReasonDependenciesSkipped, Dependencies: deps,
-		Detail: "skipped, and counted as satisfied: " + strings.Join(deps, ", ")}
+	line, _, _ := strings.Cut(u.Error, "\n")
+	return fmt.Sprintf("the unit is %s (%s): %s", u.State, u.ErrorKind, line)
 }
 
 func whyOf(u *store.Unit) string {
@@ -216,137 +209,6 @@ func whyOf(u *store.Unit) string {
 		return "backoff"
 	}
 	return "run_at"
-}
-
-func timeReason(why string, at time.Time) Reason {
-	switch why {
-	case "retry_after":
-		return Reason{Kind: ReasonRetryAfter, Until: at, Detail: "deferred by a Retry-After until " + at.Format(time.RFC3339)}
-	case "backoff":
-		return Reason{Kind: ReasonBackoff, Until: at, Detail: "retrying after a failure at " + at.Format(time.RFC3339)}
-	}
-	return Reason{Kind: ReasonRunAt, Until: at, Detail: "submitted to run at " + at.Format(time.RFC3339)}
-}
-
-// explain runs on the dispatcher goroutine. It returns an empty Explanation
-// for a unit it does not hold.
-func (d *dispatcher) explain(id string) Explanation {
-	now := d.now()
-	u := d.units[id]
-	if u == nil {
-		for task, o := range d.orphans {
-			if ou := o[id]; ou != nil {
-				return Explanation{ID: id, Task: task, State: StateQueued, Reasons: []Reason{{Kind: ReasonTaskNotRegistered,
-					Detail: fmt.Sprintf("no handler for task type %q in the owning Cue", task)}}}
-			}
-		}
-		return Explanation{}
-	}
-	ex := Explanation{ID: id, Task: u.task, State: StateQueued}
-	add := func(r Reason) { ex.Reasons = append(ex.Reasons, r) }
-	if d.stopping || d.failed != nil {
-		add(Reason{Kind: ReasonStopping, Detail: "the owning Cue is stopping or its store failed: nothing is dispatched"})
-	}
-	if d.queuePaused && u.state != uRunning {
-		add(queuePausedReason())
-	}
-	switch u.state {
-	case uRunning:
-		ex.State = StateRunning
-		add(Reason{Kind: ReasonRunning, Detail: "running"})
-		return ex
-	case uBlocked:
-		var waiting []string
-		for _, dep := range u.deps() {
-			if d.waiting(u, dep) {
-				waiting = append(waiting, dep)
-			}
-		}
-		add(Reason{Kind: ReasonDependencies, Dependencies: waiting, Until: u.depsBy(),
-			Detail: fmt.Sprintf("waiting for %d of %d dependencies to complete", len(waiting), len(u.deps()))})
-	case uChecking:
-		r := Reason{Kind: ReasonDependencyCheck, Detail: "dependencies completed; DependencySatisfied has not said they are usable"}
-		for _, e := range d.timers.Items() {
-			if e.kind == tRecheck && e.u == u {
-				r.Until = d.toWall(e.at)
-			}
-		}
-		add(r)
-	case uWaiting:
-		add(timeReason(u.why.String(), u.runAt))
-	case uReady:
-		if d.inflight >= d.cfg.MaxConcurrent {
-			add(Reason{Kind: ReasonGlobalCap, Detail: fmt.Sprintf("%d units are running, the Cue's MaxConcurrent", d.inflight)})
-		}
-		if d.uncommitted >= d.cfg.MaxUncommitted {
-			add(Reason{Kind: ReasonCommitBacklog, Detail: fmt.Sprintf("%d ended runs wait for their outcomes to be committed, the Cue's MaxUncommitted", d.uncommitted)})
-		}
-		for _, r := range u.lane.resources {
-			if rs, ok := d.resourceReason(r, now); ok {
-				rs.Until = d.toWall(rs.Until)
-				if b := r.SpentBudget(now); rs.Kind == ReasonBudgetExhausted && b != nil {
-					rs.Until = b.End() // exact: the period ends on the wall clock
-				}
-				add(rs)
-			}
-		}
-		if len(ex.Reasons) == 0 {
-			add(Reason{Kind: ReasonEligible, Detail: "nothing holds it back; it runs when its turn comes"})
-		}
-	}
-	if len(u.skipped()) > 0 {
-		add(skippedReason(u.skipped()))
-	}
-	if d.bpActive {
-		add(Reason{Kind: ReasonBackpressure, Detail: fmt.Sprintf("the queue is over its high-water mark (%d queued, MaxQueued %d)",
-			d.queuedCount(), d.cfg.MaxQueued)})
-	}
-	return ex
-}
-
-// resourceReason says why r refuses a dispatch now, if it does: its
-// refusal, in words.
-func (d *dispatcher) resourceReason(r *resource, now time.Time) (Reason, bool) {
-	d.syncBudgets(r)
-	rf, refused := r.Refusal(now)
-	if refused && r.class == "" && rf.Kind == broker.RefusePaused {
-		return taskPausedReason(r.name[len("task "):]), true
-	}
-	if !refused || (r.class == "" && rf.Kind != broker.RefuseTaskCap) {
-		return Reason{}, false
-	}
-	name := r.name
-	reason := Reason{Kind: reasons[rf.Kind], Service: name, Until: rf.Until}
-	switch reason.Kind {
-	case ReasonTaskCap:
-		reason.Service, reason.Detail = "", fmt.Sprintf("%d units of the task are running, its MaxConcurrent", r.Active)
-	case ReasonPaused:
-		reason.Detail = name + " is paused"
-	case ReasonBudgetExhausted:
-		b := r.SpentBudget(now)
-		for i, rb := range r.Budgets {
-			if rb == b {
-				spec := r.budgetSpecs[i]
-				reason.Detail = fmt.Sprintf("%s's budget of %d requests per %s (%s) is spent until %s", name, spec.Requests,
-					spec.Per, spec.loc(), b.End().In(spec.loc()).Format(time.RFC3339))
-			}
-		}
-	case ReasonServiceRetryAfter:
-		reason.Detail = name + " asked to wait (Retry-After)"
-	case ReasonCircuitOpen:
-		reason.Detail = fmt.Sprintf("%s's circuit is open after %d consecutive failures", name, r.Circuit.Threshold)
-	case ReasonCircuitProbe:
-		reason.Detail = name + "'s circuit is half-open; its probe is running"
-	case ReasonServiceBusy:
-		reason.Detail = fmt.Sprintf("%s has %d of %d slots in use", name, r.Active, r.Limit)
-	case ReasonRateLimited:
-		reason.Detail = fmt.Sprintf("%s's rate window is full (%d per %v)", name, r.Window.Limit(), r.Window.Length())
-		if r.Window.Paced() && r.Window.Used(now) < r.Window.Limit() {
-			reason.Detail = fmt.Sprintf("%s is paced: one start every %v (%d per %v)", name,
-				r.Window.Length()/time.Duration(r.Window.Limit()), r.Window.Limit(), r.Window.Length())
-		}
-	}
-	return reason, true
 }
 
 // storedServiceReasons says, from the database, which of u's services
@@ -367,7 +229,7 @@ func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.
 	c.mu.Unlock()
 	if t != nil && t.ServiceKeys != nil {
 		w := &Work{ID: u.ID, Task: u.Task, Target: u.Target, Params: u.Params, Attempt: u.Runs + 1}
-		if keys, err := callKeys(t.ServiceKeys, w); err == nil {
+		if keys, err := serviceKeys(t, w); err == nil {
 			names = append(names, keys...)
 		}
 	}
@@ -410,7 +272,7 @@ func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.
 			out = append(out, Reason{Kind: ReasonServiceRetryAfter, Service: name, Until: st.BlockedUntil, Detail: name + " asked to wait (Retry-After)"})
 			continue
 		}
-		if st.Circuit == broker.Open && st.CircuitOpenUntil.After(now) {
+		if st.Circuit == CircuitOpen && st.CircuitOpenUntil.After(now) {
 			out = append(out, Reason{Kind: ReasonCircuitOpen, Service: name, Until: st.CircuitOpenUntil, Detail: name + "'s circuit is open"})
 			continue
 		}
@@ -443,19 +305,6 @@ func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.
 	return out, nil
 }
 
-// ownerQuestion is the data of owner_asked and owner_answered: what is
-// asked (Kind "explain" with ID, "services", or "service" with Service) and,
-// in the answer, the
-// answer (absent when the owner cannot answer it).
-type ownerQuestion struct {
-	Nonce string `json:"nonce"`
-	Kind  string `json:"kind"`
-	ID    string `json:"id,omitempty"`
-	// Service is the keyed instance of Kind "service".
-	Service string          `json:"service,omitempty"`
-	Answer  json.RawMessage `json:"answer,omitempty"`
-}
-
 // askOwner asks the owner, when it runs in another process, a question
 // about its live state, through the event log: an owner_asked event the
 // owner sees at its next poll, answered by an owner_answered event, whose
@@ -463,7 +312,7 @@ type ownerQuestion struct {
 // database instead) when no other process owns the database, the owner
 // cannot answer (it does not hold the unit), or no answer comes within two
 // of this Cue's poll intervals and a second.
-func (c *Cue) askOwner(ctx context.Context, q ownerQuestion, out any) bool {
+func (c *Cue) askOwner(ctx context.Context, q store.OwnerQuestion, out any) bool {
 	p, ok := c.st.(store.OwnerProber)
 	if !ok {
 		return false
@@ -491,7 +340,7 @@ func (c *Cue) askOwner(ctx context.Context, q ownerQuestion, out any) bool {
 			if !open {
 				return false
 			}
-			var a ownerQuestion
+			var a store.OwnerQuestion
 			if json.Unmarshal([]byte(ev.Reason), &a) != nil || a.Nonce != q.Nonce {
 				continue
 			}
@@ -502,32 +351,4 @@ func (c *Cue) askOwner(ctx context.Context, q ownerQuestion, out any) bool {
 			return false
 		}
 	}
-}
-
-// answerOwnerQuestion answers another process's owner_asked, on the
-// dispatcher goroutine, from the live state.
-func (d *dispatcher) answerOwnerQuestion(ev store.Event) {
-	var q ownerQuestion
-	if json.Unmarshal(ev.Data, &q) != nil || q.Nonce == "" {
-		return
-	}
-	var answer any
-	switch q.Kind {
-	case "explain":
-		if ex := d.explain(q.ID); ex.ID != "" {
-			ex.Live, ex.AsOf = true, d.wall()
-			answer = ex
-		}
-	case "services":
-		answer = d.serviceStats()
-	case "service":
-		if st := d.liveKeyStatus(q.Service); st != nil {
-			answer = st
-		}
-	}
-	if answer != nil {
-		q.Answer, _ = json.Marshal(answer)
-	}
-	data, _ := json.Marshal(q)
-	d.submit(&store.AppendEvent{Event: store.Event{Type: string(EventOwnerAnswered), Time: d.wall(), Data: data}})
 }

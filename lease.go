@@ -38,7 +38,7 @@ type Holder = store.Holder
 // Cue does not own the database.
 func (c *Cue) Owner() string {
 	if d := c.disp.Load(); d != nil {
-		return d.owner
+		return d.owner()
 	}
 	return ""
 }

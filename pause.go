@@ -44,7 +44,7 @@ func (c *Cue) setPause(ctx context.Context, task string, paused bool) error {
 		typ = EventTaskChanged
 	}
 	ev := &store.AppendEvent{Event: store.Event{Type: string(typ), Task: task, Time: c.clock.Now(),
-		Data: eventData{Reason: change}.encode()}}
+		Data: store.EventData{Reason: change}.Encode()}}
 	res, err := c.w.Do(ctx, &store.SetPause{Task: task, Paused: paused}, ev)
 	if err != nil {
 		return wrapStoreErr(err)
@@ -54,62 +54,9 @@ func (c *Cue) setPause(ctx context.Context, task string, paused bool) error {
 	}
 	// As for services: the owner applies it before this returns.
 	if d := c.disp.Load(); d != nil {
-		applied := make(chan struct{})
-		d.in.Push(msgPausesChanged{applied: applied})
-		select {
-		case <-applied:
-		case <-d.done:
-		case <-ctx.Done():
-		}
+		d.pausesChanged(ctx)
 	}
 	return nil
-}
-
-// reloadPauses re-reads the stored pauses on the reader goroutine, applies
-// them, and closes applied (if not nil).
-func (d *dispatcher) reloadPauses(applied chan struct{}) {
-	d.read(func(ctx context.Context) func(*dispatcher) {
-		p, err := d.st.Pauses(ctx)
-		return func(d *dispatcher) {
-			if applied != nil {
-				defer close(applied)
-			}
-			if err != nil {
-				d.log.Error("runcue: read pauses", "error", err)
-				return
-			}
-			d.applyPauses(p)
-		}
-	})
-}
-
-// applyPauses makes p the pauses in force: the queue's, and each task's
-// on its cap.
-func (t *resourceTable) applyPauses(p store.Pauses) {
-	if p.Queue != t.queuePaused {
-		t.queuePaused = p.Queue
-		t.log.Info("runcue: queue " + pauseWord(p.Queue))
-	}
-	t.pausedTasks = make(map[string]bool, len(p.Tasks))
-	for _, name := range p.Tasks {
-		t.pausedTasks[name] = true
-	}
-	for name, rt := range t.tasks {
-		paused := t.pausedTasks[name]
-		if rt.cap.Paused == paused {
-			continue
-		}
-		rt.cap.Paused = paused
-		t.log.Info("runcue: task "+pauseWord(paused), "task_type", name)
-		t.wakeAll(rt.cap)
-	}
-}
-
-func pauseWord(paused bool) string {
-	if paused {
-		return "paused"
-	}
-	return "resumed"
 }
 
 // storedPauseReasons says, from the database, whether the queue or task
@@ -127,12 +74,4 @@ func (c *Cue) storedPauseReasons(ctx context.Context, task string) ([]Reason, er
 		out = append(out, taskPausedReason(task))
 	}
 	return out, nil
-}
-
-func queuePausedReason() Reason {
-	return Reason{Kind: ReasonQueuePaused, Detail: "the queue is paused (PauseQueue)"}
-}
-
-func taskPausedReason(task string) Reason {
-	return Reason{Kind: ReasonTaskPaused, Detail: fmt.Sprintf("task type %q is paused (PauseTask)", task)}
 }

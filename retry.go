@@ -197,26 +197,20 @@ func skipOf(err error) (string, bool) {
 	return "", false
 }
 
-// retryJSON is the stored form of a per-submission RetryPolicy.
-type retryJSON struct {
-	MaxAttempts int           `json:"max_attempts,omitempty"`
-	Backoff     Backoff       `json:"backoff,omitempty"`
-	BaseDelay   time.Duration `json:"base_delay,omitempty"`
-	MaxDelay    time.Duration `json:"max_delay,omitempty"`
-	Jitter      Jitter        `json:"jitter,omitempty"`
-}
-
+// encodeRetry returns a per-submission policy's stored form (RetryOn is
+// not stored: the task's applies).
 func encodeRetry(p RetryPolicy) []byte {
-	b, _ := json.Marshal(retryJSON{p.MaxAttempts, p.Backoff, p.BaseDelay, p.MaxDelay, p.Jitter})
+	b, _ := json.Marshal(store.RetryDef{MaxAttempts: p.MaxAttempts, Backoff: uint8(p.Backoff), BaseDelay: p.BaseDelay,
+		MaxDelay: p.MaxDelay, Jitter: uint8(p.Jitter)})
 	return b
 }
 
 func decodeRetry(b []byte) (RetryPolicy, error) {
-	var r retryJSON
+	var r store.RetryDef
 	if err := json.Unmarshal(b, &r); err != nil {
 		return RetryPolicy{}, err
 	}
-	p := RetryPolicy{MaxAttempts: r.MaxAttempts, Backoff: r.Backoff, BaseDelay: r.BaseDelay, MaxDelay: r.MaxDelay, Jitter: r.Jitter}
+	p := RetryPolicy{MaxAttempts: r.MaxAttempts, Backoff: Backoff(r.Backoff), BaseDelay: r.BaseDelay, MaxDelay: r.MaxDelay, Jitter: Jitter(r.Jitter)}
 	return p, p.validate()
 }
 
@@ -269,7 +263,7 @@ func (c *Cue) RetryFailed(ctx context.Context, f RetryFilter) (int, error) {
 // them as it does units queued by other processes.
 func (c *Cue) requeued(r store.Result) {
 	if d := c.disp.Load(); d != nil && len(r.Events) > 0 {
-		d.in.Push(msgExternal{events: r.Events})
+		d.external(r.Events)
 	}
 }
 

@@ -117,30 +117,34 @@ func (s Service) validate() error {
 	return nil
 }
 
-// serviceDef is the persisted form of a Service.
-type serviceDef struct {
-	MaxConcurrent    int           `json:"max_concurrent,omitempty"`
-	RateLimit        int           `json:"rate_limit,omitempty"`
-	RateWindow       time.Duration `json:"rate_window,omitempty"`
-	CircuitThreshold int           `json:"circuit_threshold,omitempty"`
-	CircuitTimeout   time.Duration `json:"circuit_timeout,omitempty"`
-	Budgets          []Budget      `json:"budgets,omitempty"`
-	Margin           time.Duration `json:"margin,omitempty"`
-	Pace             bool          `json:"pace,omitempty"`
+// def is s's stored form.
+func (s Service) def() store.ServiceDef {
+	def := store.ServiceDef{MaxConcurrent: s.MaxConcurrent, RateLimit: s.RateLimit, RateWindow: s.RateWindow,
+		CircuitThreshold: s.CircuitThreshold, CircuitTimeout: s.CircuitTimeout, Margin: s.Margin, Pace: s.Pace}
+	for _, b := range s.Budgets {
+		def.Budgets = append(def.Budgets, b.def())
+	}
+	return def
 }
 
-func (s Service) def() serviceDef {
-	return serviceDef(s)
+// serviceFrom reads a stored definition.
+func serviceFrom(def store.ServiceDef) Service {
+	s := Service{MaxConcurrent: def.MaxConcurrent, RateLimit: def.RateLimit, RateWindow: def.RateWindow,
+		CircuitThreshold: def.CircuitThreshold, CircuitTimeout: def.CircuitTimeout, Margin: def.Margin, Pace: def.Pace}
+	for _, b := range def.Budgets {
+		s.Budgets = append(s.Budgets, budgetFrom(b))
+	}
+	return s
 }
 
 // decodeService reads a stored definition or override; ok is false for
 // an empty or unreadable one.
 func decodeService(raw []byte) (s Service, ok bool) {
-	var def serviceDef
-	if len(raw) == 0 || json.Unmarshal(raw, &def) != nil {
+	def, ok := store.DecodeServiceDef(raw)
+	if !ok {
 		return Service{}, false
 	}
-	return Service(def), true
+	return serviceFrom(def), true
 }
 
 // serviceJSON is Service's JSON form.
@@ -253,7 +257,7 @@ func (c *Cue) Service(name string, s Service) error {
 	}
 	c.services[name] = s
 	c.mu.Unlock()
-	def, _ := json.Marshal(s.def())
+	def := s.def().Encode()
 	if _, err := c.w.Do(context.Background(), &store.PutService{Name: name, Def: def}); err != nil {
 		c.mu.Lock()
 		delete(c.services, name)
@@ -278,7 +282,7 @@ func (c *Cue) SetService(ctx context.Context, name string, s Service) error {
 	if err := s.validate(); err != nil {
 		return fmt.Errorf("service %q: %w", name, err)
 	}
-	def, _ := json.Marshal(s.def())
+	def := s.def().Encode()
 	return c.changeService(ctx, name, &store.PutService{Name: name, Override: def}, "override")
 }
 
@@ -317,13 +321,7 @@ func (c *Cue) changeService(ctx context.Context, name string, op *store.PutServi
 	// read next shows it. (It is stored: if ctx ends first, the owner
 	// still applies it.)
 	if d := c.disp.Load(); d != nil {
-		applied := make(chan struct{})
-		d.in.Push(msgServiceChanged{service: name, applied: applied})
-		select {
-		case <-applied:
-		case <-d.done:
-		case <-ctx.Done():
-		}
+		d.serviceChanged(ctx, name)
 	}
 	return nil
 }

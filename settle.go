@@ -2,34 +2,7 @@ package runcue
 
 import (
 	"context"
-	"sync/atomic"
 )
-
-// settling counts what Settle waits for. Any goroutine updates it; every
-// change that can lead to more work is followed by a step of activity, so
-// that Settle notices it (see Settle).
-type settling struct {
-	// activity counts the dispatcher's handled messages (but syncs),
-	// fired timers, handler entries and returns and helper answers.
-	activity atomic.Uint64
-	// launching counts the handler goroutines started that have neither
-	// called their handler nor ended; inside those in their handler.
-	launching atomic.Int64
-	inside    atomic.Int64
-	// helpers counts the requests out on helper goroutines (scoring
-	// passes, params reads, dependency checks, Feed calls) not answered.
-	helpers atomic.Int64
-}
-
-// helperStart records a request sent to a helper goroutine.
-func (s *settling) helperStart() { s.helpers.Add(1) }
-
-// helperDone records a helper's answer, once it is pushed to the
-// dispatcher.
-func (s *settling) helperDone() {
-	s.activity.Add(1)
-	s.helpers.Add(-1)
-}
 
 // Settle blocks until the Cue has done everything it can at the current
 // instant of its clock: every message to its dispatcher is handled (with
@@ -58,35 +31,8 @@ func (s *settling) helperDone() {
 // ctx's error if ctx ends first, and returns at once, with 0, when the Cue
 // is not started.
 func (c *Cue) Settle(ctx context.Context) (running int, err error) {
-	for {
-		d := c.disp.Load()
-		if d == nil {
-			return 0, c.w.Sync(ctx)
-		}
-		s := &d.settling
-		a0 := s.activity.Load()
-		if err := d.sync(ctx); err != nil {
-			return 0, err
-		}
-		if err := c.w.Sync(ctx); err != nil {
-			return 0, err
-		}
-		if err := d.sync(ctx); err != nil {
-			return 0, err
-		}
-		// The counts are read before the activity: a goroutine that
-		// lowers one has pushed its message and stepped the activity
-		// first, so a lowered count with an unchanged activity means
-		// nothing happened during this round.
-		idle := s.launching.Load() == 0 && s.helpers.Load() == 0
-		running := int(s.inside.Load())
-		if idle && s.activity.Load() == a0 {
-			select {
-			case <-d.done:
-				return 0, nil
-			default:
-			}
-			return running, nil
-		}
+	if d := c.disp.Load(); d != nil {
+		return d.settle(ctx)
 	}
+	return 0, c.w.Sync(ctx)
 }

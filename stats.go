@@ -233,9 +233,7 @@ func (c *Cue) backpressureStats(ctx context.Context) (BackpressureStats, error) 
 		b = BackpressureStats{Active: e.Type == EventBackpressureActive, MaxQueued: e.MaxQueued, Queued: e.Queued, Since: e.Time}
 	}
 	if d := c.disp.Load(); d != nil {
-		live, ok, err := askLoop(ctx, d, func(d *dispatcher) BackpressureStats {
-			return BackpressureStats{Active: d.bpActive, MaxQueued: d.cfg.MaxQueued, Queued: d.queuedCount()}
-		})
+		live, ok, err := d.backpressure(ctx)
 		if err != nil {
 			return b, err
 		}
@@ -277,7 +275,7 @@ func queueWaitStats(h []int64) QueueWaitStats {
 // keyed instances' counted in their class) and busiest keys.
 func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferred map[string]int) ([]ServiceStats, bool, error) {
 	if d := c.disp.Load(); d != nil {
-		out, ok, err := askLoop(ctx, d, (*dispatcher).serviceStats)
+		out, ok, err := d.serviceStats(ctx)
 		if err != nil {
 			return nil, false, err
 		}
@@ -289,7 +287,7 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferred map[stri
 		}
 	} else {
 		var live []ServiceStats
-		if c.askOwner(ctx, ownerQuestion{Kind: "services"}, &live) {
+		if c.askOwner(ctx, store.OwnerQuestion{Kind: "services"}, &live) {
 			for i := range live {
 				live[i].Deferred = deferred[live[i].Name]
 			}
@@ -337,43 +335,11 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferred map[stri
 		for _, k := range keys {
 			out[i].Keys = append(out[i].Keys, *k)
 		}
-		out[i].Keys = busiest(out[i].Keys)
+		// The busiest by logged starts in the window, then by name.
+		slices.SortFunc(out[i].Keys, func(a, b ServiceStatus) int {
+			return cmp.Or(cmp.Compare(b.InWindow, a.InWindow), strings.Compare(a.Name, b.Name))
+		})
+		out[i].Keys = out[i].Keys[:min(len(out[i].Keys), StatsKeys)]
 	}
 	return out, false, nil
-}
-
-// serviceStats reports, on the dispatcher goroutine, every service with
-// its busiest keyed instances.
-func (t *resourceTable) serviceStats() []ServiceStats {
-	now := t.now()
-	all := t.statusAll()
-	// The instances by class, in one pass: those in memory, and those not
-	// in memory with a stored pause or override.
-	keys := make(map[string][]ServiceStatus)
-	for _, kr := range t.keyed {
-		keys[kr.class] = append(keys[kr.class], t.statusOf(kr, now))
-	}
-	for name, rec := range t.stored {
-		class, _, keyed := strings.Cut(name, ":")
-		if keyed && t.keyed[name] == nil && (rec.Paused || len(rec.Override) > 0) {
-			s, _ := t.limits(name, class)
-			keys[class] = append(keys[class], ServiceStatus{Name: name, Class: class, Limits: s, Circuit: CircuitClosed,
-				Paused: rec.Paused || t.stored[class].Paused, Overridden: len(rec.Override) > 0})
-		}
-	}
-	out := make([]ServiceStats, len(all))
-	for i, st := range all {
-		out[i] = ServiceStats{ServiceStatus: st, Keys: busiest(keys[st.Name])}
-	}
-	return out
-}
-
-// busiest orders keyed instances by units running, waiting, starts in the
-// window, then name, and keeps the first StatsKeys.
-func busiest(keys []ServiceStatus) []ServiceStatus {
-	slices.SortFunc(keys, func(a, b ServiceStatus) int {
-		return cmp.Or(cmp.Compare(b.Active, a.Active), cmp.Compare(b.Waiting, a.Waiting),
-			cmp.Compare(b.InWindow, a.InWindow), strings.Compare(a.Name, b.Name))
-	})
-	return keys[:min(len(keys), StatsKeys)]
 }

@@ -159,7 +159,7 @@ func (c *Cue) Subscriptions(ctx context.Context) ([]SubscriptionStatus, error) {
 	}
 	out := make([]SubscriptionStatus, len(subs))
 	for i, s := range subs {
-		pos, err := position(ctx, c.st, s, last)
+		pos, err := store.Position(ctx, c.st, s, last)
 		if err != nil {
 			return nil, c.readErr(err)
 		}
@@ -170,59 +170,6 @@ func (c *Cue) Subscriptions(ctx context.Context) ([]SubscriptionStatus, error) {
 		}
 	}
 	return out, nil
-}
-
-// position returns where sub stands once the events up to last are
-// committed: its acknowledgement, or for a filtered subscription the last
-// sequence number before the first event after it that the filter matches
-// (last if none does). Its consumer never receives the events the filter
-// skips, so they wait for no acknowledgement: once every match up to a
-// point is acknowledged, the subscription has passed the point.
-func position(ctx context.Context, st store.Store, sub store.Subscription, last int64) (int64, error) {
-	if (len(sub.Types) == 0 && len(sub.Tasks) == 0) || sub.Acked >= last {
-		return sub.Acked, nil
-	}
-	evs, err := st.MatchingEvents(ctx, store.EventQuery{After: sub.Acked, Upto: last, Types: sub.Types, Tasks: sub.Tasks, Limit: 1})
-	if err != nil {
-		return 0, err
-	}
-	if len(evs) == 0 {
-		return last, nil
-	}
-	return evs[0].Seq - 1, nil
-}
-
-// passedPositions returns, by filtered subscription, the position past
-// its acknowledgement that its filter lets it pass (for retention:
-// store.Prune.Passed).
-func passedPositions(ctx context.Context, st store.Store) (map[string]int64, error) {
-	subs, err := st.Subscriptions(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var last int64
-	var passed map[string]int64
-	for _, s := range subs {
-		if len(s.Types) == 0 && len(s.Tasks) == 0 {
-			continue
-		}
-		if last == 0 {
-			if last, err = st.LastSeq(ctx); err != nil {
-				return nil, err
-			}
-		}
-		pos, err := position(ctx, st, s, last)
-		if err != nil {
-			return nil, err
-		}
-		if pos > s.Acked {
-			if passed == nil {
-				passed = make(map[string]int64)
-			}
-			passed[s.Name] = pos
-		}
-	}
-	return passed, nil
 }
 
 // knownDrainSubscriptions refuses, at the start of Drain, a name of
@@ -272,7 +219,7 @@ func (c *Cue) waitAcked(ctx context.Context) (moved bool, err error) {
 			if i < 0 {
 				return false, fmt.Errorf("%w: %q (Config.DrainSubscriptions)", ErrUnknownSubscription, name)
 			}
-			pos, err := position(ctx, c.st, subs[i], last)
+			pos, err := store.Position(ctx, c.st, subs[i], last)
 			if err != nil {
 				return false, c.readErr(err)
 			}

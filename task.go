@@ -85,8 +85,14 @@ type Work struct {
 	// Priority).
 	Started time.Time
 
-	// run is the run this Work belongs to; nil outside a run.
-	run *run
+	// run reports the run's progress and heartbeats; nil outside a run.
+	run runHandle
+}
+
+// runHandle is what a Work reports to: its Runner's record of the run.
+type runHandle interface {
+	progress(b []byte)
+	heartbeat()
 }
 
 // Progress reports how far the handler has got: any JSON-encodable value
@@ -100,7 +106,7 @@ func (w *Work) Progress(v any) error {
 		return fmt.Errorf("runcue: progress: %w", err)
 	}
 	if w.run != nil {
-		w.run.d.reportProgress(w.run, b)
+		w.run.progress(b)
 	}
 	return nil
 }
@@ -114,7 +120,7 @@ func (w *Work) Progress(v any) error {
 // for UIs; it keeps leases meaningful for stores shared by several nodes.
 func (w *Work) Heartbeat() {
 	if w.run != nil {
-		w.run.d.heartbeat(w.run)
+		w.run.heartbeat()
 	}
 }
 

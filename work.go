@@ -801,7 +801,7 @@ func (c *Cue) Prune(ctx context.Context, olderThan time.Duration) (int, error) {
 	before := c.clock.Now().Add(-olderThan)
 	total := 0
 	for {
-		res, err := c.w.Do(ctx, &store.Prune{Before: before, Limit: pruneBatch})
+		res, err := c.w.Do(ctx, &store.Prune{Before: before, Limit: 1000})
 		if err != nil {
 			return total, wrapStoreErr(err)
 		}

@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"context"
@@ -26,10 +26,10 @@ type storeReader struct {
 
 // readJob reads on the reader goroutine and returns what the loop is to do
 // with the answer.
-type readJob func(ctx context.Context) func(*dispatcher)
+type readJob func(ctx context.Context) func(*Engine)
 
 // read has job run on the reader goroutine, starting it if need be.
-func (d *dispatcher) read(job readJob) {
+func (d *Engine) read(job readJob) {
 	if d.reads == nil {
 		d.reads = inbox.New[readJob]()
 		d.aux.Go(d.reader)
@@ -40,7 +40,7 @@ func (d *dispatcher) read(job readJob) {
 
 // reader runs read jobs until the dispatcher exits (auxCtx is cancelled
 // then, so a read in progress ends early).
-func (d *dispatcher) reader() {
+func (d *Engine) reader() {
 	d.reads.Serve(d.auxStop, func(jobs []readJob) {
 		for _, job := range jobs {
 			d.in.Push(msgRead{apply: job(d.auxCtx)})

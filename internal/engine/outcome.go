@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"errors"
@@ -8,7 +8,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/runcue/runcue/internal/writer"
 	"github.com/runcue/runcue/store"
 )
 
@@ -19,14 +18,21 @@ import (
 
 // ending is how a run ended.
 type ending struct {
-	// returned: the handler returned. Otherwise its deadline or its
-	// cancellation grace passed first, and err says which.
+	// returned: the handler returned (its Runner reported the end).
+	// Otherwise its deadline or its cancellation grace passed first, and
+	// err says which.
 	returned bool
 	// err is the handler's error (nil: success) or, when it did not
 	// return, why it was cut off (ErrTimeout after its timeout,
-	// ErrCancelled).
-	err    error
-	result []byte
+	// ErrCancelled); class, skipReason, delay and services are what its
+	// Runner made of it (see Ending).
+	err        error
+	class      Class
+	permanent  bool
+	skipReason string
+	delay      time.Duration
+	services   []string
+	result     []byte
 	// cancelled: a Cancel reached the run (its options).
 	cancelled *CancelOptions
 	// shutdown: StopAndCancel cut the run short.
@@ -45,8 +51,12 @@ type runFacts struct {
 	failures, deferrals int
 	// services are the names of the run's services (keyed instances
 	// included), for a Retry-After to hold.
-	services     []string
+	services []string
+	// policy says how many runs may fail and the wait after each (the
+	// unit's own, else its task's); retryable whether an error may be
+	// retried (its task's).
 	policy       RetryPolicy
+	retryable    func(error) bool
 	maxDeferrals int
 	// probe: the run was a half-open circuit's probe; probeFails is the
 	// unit's failed probes in a row before this run.
@@ -91,26 +101,26 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 	fin := &o.fin
 	*fin = store.Finish{ID: f.id, Task: f.task, Owner: f.owner, Run: f.run, At: e.at,
 		Attempt: store.Attempt{Run: f.run, Start: f.start, End: e.at}}
-	delay, services, isDeferral := retryAfterOf(e.err)
+	delay, services, isDeferral := e.delay, e.services, e.class == ClassRetryAfter
 	var errText string
 	if e.err != nil {
 		errText = boundedText(e.err.Error(), maxErrorText)
 	}
-	skipReason, isSkip := skipOf(e.err)
+	skipReason, isSkip := e.skipReason, e.class == ClassSkip
 	switch {
 	case e.returned && e.err == nil:
 		o.verdict = verdictSuccess
 		fin.State, fin.Result = store.Completed, e.result
 		fin.Attempt.Outcome = "completed"
-		fin.Events = []store.Event{{Type: string(EventWorkCompleted), Task: f.task, Attempt: f.run, Result: e.result}}
+		fin.Events = []store.Event{{Type: store.TypeWorkCompleted, Task: f.task, Attempt: f.run, Result: e.result}}
 	case e.returned && isSkip:
 		// The handler chose to skip: final like a success, whatever else
 		// happened meanwhile; no budget, no circuit verdict.
 		fin.State = store.Skipped
 		fin.Error, fin.ErrorKind = skipReason, "skipped"
 		fin.Attempt.Outcome, fin.Attempt.Error = "skipped", skipReason
-		fin.Events = []store.Event{{Type: string(EventWorkSkipped), Task: f.task, Attempt: f.run,
-			Data: eventData{Reason: skipReason}.encode()}}
+		fin.Events = []store.Event{{Type: store.TypeWorkSkipped, Task: f.task, Attempt: f.run,
+			Data: store.EventData{Reason: skipReason}.Encode()}}
 	case e.cancelled != nil:
 		// Cancelled and not a success: no budget spent.
 		reason := e.cancelled.Reason
@@ -124,24 +134,24 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 			fin.Attempt.Error = errText
 		}
 		fin.Propagate, fin.CascadeCancel = true, e.cancelled.Cascade
-		fin.Events = []store.Event{{Type: string(EventWorkCancelled), Task: f.task, Attempt: f.run,
-			Data: eventData{Reason: e.cancelled.Reason}.encode()}}
+		fin.Events = []store.Event{{Type: store.TypeWorkCancelled, Task: f.task, Attempt: f.run,
+			Data: store.EventData{Reason: e.cancelled.Reason}.Encode()}}
 	case e.returned && e.shutdown:
 		// Cut short by shutdown: back to the queue, no budget spent.
 		o.requeue = true
 		fin.State = store.Queued
 		fin.Error, fin.ErrorKind = errText, "interrupted"
 		fin.Attempt.Outcome, fin.Attempt.Error = "interrupted", errText
-		fin.Events = []store.Event{{Type: string(EventWorkRequeued), Task: f.task, Attempt: f.run,
-			Data: eventData{Reason: "shutdown"}.encode()}}
-	case e.returned && errors.Is(e.err, errLateStart):
+		fin.Events = []store.Event{{Type: store.TypeWorkRequeued, Task: f.task, Attempt: f.run,
+			Data: store.EventData{Reason: "shutdown"}.Encode()}}
+	case e.returned && e.class == ClassLateStart:
 		// Never started (see Config.MaxStartDelay): nothing ran.
 		o.requeue = true
 		fin.State = store.Queued
 		fin.Error, fin.ErrorKind = errText, "late_start"
 		fin.Attempt.Outcome, fin.Attempt.Error = "late_start", errText
-		fin.Events = []store.Event{{Type: string(EventWorkRequeued), Task: f.task, Attempt: f.run,
-			Data: eventData{Reason: "late_start"}.encode()}}
+		fin.Events = []store.Event{{Type: store.TypeWorkRequeued, Task: f.task, Attempt: f.run,
+			Data: store.EventData{Reason: "late_start"}.Encode()}}
 	case e.returned && isDeferral && f.deferrals < f.maxDeferrals:
 		// Retry-After: come back later, holding the services; no budget.
 		next := e.at.Add(delay)
@@ -152,21 +162,21 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		fin.State, fin.RunAt, fin.Deferral = store.Queued, next, true
 		fin.Error, fin.ErrorKind = errText, "retry_after"
 		fin.Attempt.Outcome, fin.Attempt.Error = "deferred", errText
-		fin.Events = []store.Event{{Type: string(EventWorkRetrying), Task: f.task, Attempt: f.run,
-			Data: eventData{NextAttempt: next.UnixNano(), Reason: "retry_after", Error: errText, Services: o.holdServices}.encode()}}
+		fin.Events = []store.Event{{Type: store.TypeWorkRetrying, Task: f.task, Attempt: f.run,
+			Data: store.EventData{NextAttempt: next.UnixNano(), Reason: "retry_after", Error: errText, Services: o.holdServices}.Encode()}}
 	default:
 		// A failure: retried while the policy allows.
 		kind := "error"
 		switch {
-		case !e.returned, errors.Is(e.err, ErrTimeout):
+		case !e.returned, e.class == ClassTimeout, errors.Is(e.err, ErrTimeout):
 			// Cut off at the deadline, or returned its context's cause
 			// (ErrTimeout) before the deadline was handled here.
 			kind = "timeout"
-		case errors.Is(e.err, ErrPanic):
+		case e.class == ClassPanic:
 			kind = "panic"
 		}
 		o.verdict = verdictFailure
-		if e.returned && (errors.Is(e.err, ErrPermanent) || isDeferral) {
+		if e.returned && (e.permanent || isDeferral) {
 			o.verdict = verdictNone // input errors and politeness never open a circuit
 		}
 		msg := errText
@@ -184,30 +194,30 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 			o.requeue, o.toBack = true, true
 			fin.State = store.Queued
 			fin.Events = []store.Event{
-				{Type: string(EventWorkFailed), Task: f.task, Attempt: f.run,
-					Data: eventData{Error: msg, ErrorKind: kind, WillRetry: true}.encode()},
-				{Type: string(EventWorkRetrying), Task: f.task, Attempt: f.run,
-					Data: eventData{Reason: "probe_failed"}.encode()},
+				{Type: store.TypeWorkFailed, Task: f.task, Attempt: f.run,
+					Data: store.EventData{Error: msg, ErrorKind: kind, WillRetry: true}.Encode()},
+				{Type: store.TypeWorkRetrying, Task: f.task, Attempt: f.run,
+					Data: store.EventData{Reason: "probe_failed"}.Encode()},
 			}
 			break
 		}
 		fin.SpendBudget = true
 		o.failures++
-		if o.failures < f.policy.MaxAttempts && f.policy.retryable(e.err) {
+		if o.failures < f.policy.Attempts() && !e.permanent && f.retryable(e.err) {
 			next := e.at.Add(f.policy.Delay(o.failures, jitter))
 			o.requeue, o.runAt, o.why = true, next, "backoff"
 			fin.State, fin.RunAt = store.Queued, next
 			fin.Events = []store.Event{
-				{Type: string(EventWorkFailed), Task: f.task, Attempt: f.run,
-					Data: eventData{Error: msg, ErrorKind: kind, WillRetry: true}.encode()},
-				{Type: string(EventWorkRetrying), Task: f.task, Attempt: f.run,
-					Data: eventData{NextAttempt: next.UnixNano()}.encode()},
+				{Type: store.TypeWorkFailed, Task: f.task, Attempt: f.run,
+					Data: store.EventData{Error: msg, ErrorKind: kind, WillRetry: true}.Encode()},
+				{Type: store.TypeWorkRetrying, Task: f.task, Attempt: f.run,
+					Data: store.EventData{NextAttempt: next.UnixNano()}.Encode()},
 			}
 			break
 		}
 		fin.State, fin.Propagate = store.Failed, true
-		fin.Events = []store.Event{{Type: string(EventWorkFailed), Task: f.task, Attempt: f.run,
-			Data: eventData{Error: msg, ErrorKind: kind}.encode()}}
+		fin.Events = []store.Event{{Type: store.TypeWorkFailed, Task: f.task, Attempt: f.run,
+			Data: store.EventData{Error: msg, ErrorKind: kind}.Encode()}}
 	}
 	for i := range fin.Events {
 		fin.Events[i].Target = f.target
@@ -265,76 +275,14 @@ func classOf(name string) string {
 }
 
 // facts gathers what decide needs of r.
-func (d *dispatcher) facts(r *run) runFacts {
+func (d *Engine) facts(r *run) runFacts {
 	u := r.u
-	policy := r.lane.task.retry
+	spec := r.lane.task.spec
+	policy := spec.Retry
 	if u.more != nil && u.more.retry != nil {
-		p := *u.more.retry
-		p.RetryOn = policy.RetryOn
-		policy = p.withDefaults()
+		policy = u.more.retry // its RetryOn is not stored: the task's applies
 	}
-	f := runFacts{id: u.id, task: u.task, target: u.target, owner: d.owner, run: r.no, start: r.start,
-		failures: int(u.failures), deferrals: int(u.deferrals), policy: policy, maxDeferrals: r.lane.task.def.maxDeferrals(),
-		services: r.lane.serviceNames(), probe: len(r.probes) > 0, probeFails: int(u.probeFails)}
-	return f
-}
-
-// conclude ends r as e says: the run leaves the running set (its
-// resources are released, unless it holds them until its handler
-// returns), the decision is applied to its unit, and its Finish is
-// submitted. It is the only place a run's Finish is submitted.
-func (d *dispatcher) conclude(r *run, e ending) {
-	u := r.u
-	if r.claimFailed {
-		// The store refused the claim (the unit was cancelled elsewhere,
-		// or the store failed): there is nothing to record.
-		d.end(r, e.returned, verdictNone)
-		d.forget(u)
-		endSpan(r.span, "abandoned", nil)
-		if e.returned {
-			r.cancel(nil)
-		}
-		return
-	}
-	o := decide(d.facts(r), e, d.rnd.Float64())
-	d.end(r, e.returned, o.verdict)
-	u.failures, u.deferrals, u.probeFails = int32(o.failures), int32(o.deferrals), uint8(o.probeFails)
-	if o.hold > 0 {
-		d.blockServices(r.lane, o.holdServices, o.holdUnknown, o.hold)
-	}
-	if o.requeue {
-		u.why = whyNamed(o.why)
-		if o.toBack {
-			u.seq = d.backSeq()
-		}
-		d.requeueLocal(u, o.runAt)
-	} else {
-		d.forget(u)
-	}
-	if o.fin.Attempt.Outcome == "late_start" {
-		d.log.Warn("runcue: a rate-limited run would have started too long after its dispatch was decided; requeued",
-			"work_unit_id", r.id, "task_type", r.task, "max_start_delay", d.cfg.MaxStartDelay)
-	}
-	recorded := e.err
-	if !e.returned && e.cancelled != nil {
-		recorded = ErrCancelled
-	}
-	r.mem.fin = o.fin
-	fin := &r.mem.fin
-	d.record(r, fin, recorded, e.at)
-	if e.returned {
-		r.cancel(nil)
-	}
-	r.mem.finOps[0] = fin
-	r.mem.finReq = writer.Request{Ops: r.mem.finOps[:], Sink: (*finishSink)(r)}
-	d.uncommitted++
-	d.enqueue(&r.mem.finReq)
-	if h := d.hooks.concluded; h != nil {
-		h(r)
-	}
-}
-
-// timeoutError is the failure recorded for a run cut off at its deadline.
-func timeoutError(r *run) error {
-	return fmt.Errorf("%w after %v", ErrTimeout, r.deadline.Sub(r.start))
+	return runFacts{id: u.id, task: u.task, target: u.target, owner: d.owner, run: r.no, start: r.start,
+		failures: int(u.failures), deferrals: int(u.deferrals), policy: policy, retryable: spec.Retryable,
+		maxDeferrals: spec.MaxDeferrals, services: r.lane.serviceNames(), probe: len(r.probes) > 0, probeFails: int(u.probeFails)}
 }

@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"github.com/runcue/runcue/internal/writer"
@@ -13,12 +13,12 @@ import (
 // that the unit's dependents are released only once its end is durable;
 // events the store derived for other units (dependents failed or cancelled
 // with it) come back too, and the dispatcher drops those units from memory.
-func (d *dispatcher) submit(ops ...store.Op) {
-	d.enqueue(&writer.Request{Ops: ops, Done: func(res []store.Result, err error) { d.committed(ops, res, err, false) }})
+func (d *Engine) submit(ops ...store.Op) {
+	d.enqueue(&writer.Request{Ops: ops, Done: func(res []store.Result, err error) { d.committed(ops, res, err) }})
 }
 
 // enqueue queues req for the writer (see submit).
-func (d *dispatcher) enqueue(req *writer.Request) {
+func (d *Engine) enqueue(req *writer.Request) {
 	for _, op := range req.Ops {
 		if id, _, _, ends := opEnds(op); ends {
 			d.finishing[id] = struct{}{}
@@ -30,9 +30,8 @@ func (d *dispatcher) enqueue(req *writer.Request) {
 }
 
 // committed reports the commit of ops (or its failure) back to the
-// dispatcher: see submit. run says ops are a run's Finish. It runs on the
-// writer goroutine.
-func (d *dispatcher) committed(ops []store.Op, res []store.Result, err error, run bool) {
+// dispatcher: see submit. It runs on the writer goroutine.
+func (d *Engine) committed(ops []store.Op, res []store.Result, err error) {
 	for i, op := range ops {
 		id, state, own, ends := opEnds(op)
 		if id == "" {
@@ -44,26 +43,13 @@ func (d *dispatcher) committed(ops []store.Op, res []store.Result, err error, ru
 			derived = res[i].Events[own:]
 		}
 		if ends {
-			d.in.Push(msgSettled{id: id, state: state, applied: applied, derived: derived, run: run})
+			d.in.Push(msgSettled{id: id, state: state, applied: applied, derived: derived})
 			continue
-		}
-		if run {
-			d.in.Push(msgRunCommitted{})
 		}
 		if len(derived) > 0 {
 			d.in.Push(msgApplied{events: derived})
 		}
 	}
-}
-
-// finishSink reports the commit of a run's Finish (run.mem.fin): the run
-// record is the request's Sink, so the request costs no allocation.
-type finishSink run
-
-// Committed implements writer.Sink.
-func (s *finishSink) Committed(res []store.Result, err error) {
-	r := (*run)(s)
-	r.d.committed(r.mem.finOps[:], res, err, true)
 }
 
 // opEnds describes an op that finishes or fails a unit: its ID, the state

@@ -1,7 +1,7 @@
-package runcue
+package engine
 
 import (
-	"encoding/json"
+	"cmp"
 	"slices"
 	"strings"
 	"time"
@@ -97,9 +97,7 @@ func (t *resourceTable) flushStatus() {
 		}
 		delete(t.dirty, r)
 		r.lastStatus, r.statusAt = k, now
-		st := t.statusOf(r, now)
-		data, _ := json.Marshal(st)
-		evs = append(evs, store.Event{Type: string(EventServiceStatus), Time: t.wall(), Data: data})
+		evs = append(evs, store.Event{Type: store.TypeServiceStatus, Time: t.wall(), Data: t.encode(t.statusOf(r, now))})
 	}
 	if len(evs) > 0 {
 		t.hub.Publish(evs)
@@ -112,12 +110,12 @@ func (t *resourceTable) statusOf(r *resource, now time.Time) ServiceStatus {
 	s, _ := t.limits(r.name, r.class)
 	overridden := len(t.stored[r.class].Override) > 0 || (r.keyed && len(t.stored[r.name].Override) > 0)
 	st := ServiceStatus{Name: r.name, Class: r.class, Limits: s, Overridden: overridden,
-		Active: r.Active, Paused: r.Paused, Circuit: CircuitClosed, Waiting: r.waiters.Len()}
+		Active: r.Active, Paused: r.Paused, Circuit: string(broker.Closed), Waiting: r.waiters.Len()}
 	if r.Window != nil {
 		st.InWindow = r.Window.Used(now)
 	}
 	if r.Circuit != nil {
-		st.Circuit = r.Circuit.State
+		st.Circuit = string(r.Circuit.State)
 		if r.Circuit.State == broker.Open {
 			st.CircuitOpenUntil = t.toWall(r.Circuit.Until)
 		}
@@ -214,4 +212,51 @@ func (t *resourceTable) countOpenCircuits() {
 		count(r)
 	}
 	t.tel.openCircuit.Store(&open)
+}
+
+// liveKeyStatus reports keyed instance name if it is in memory, on the
+// dispatcher goroutine.
+func (t *resourceTable) liveKeyStatus(name string) *ServiceStatus {
+	r := t.keyed[name]
+	if r == nil {
+		return nil
+	}
+	st := t.statusOf(r, t.now())
+	return &st
+}
+
+// serviceStats reports, on the dispatcher goroutine, every service with
+// its busiest keyed instances.
+func (t *resourceTable) serviceStats() []ServiceStats {
+	now := t.now()
+	all := t.statusAll()
+	// The instances by class, in one pass: those in memory, and those not
+	// in memory with a stored pause or override.
+	keys := make(map[string][]ServiceStatus)
+	for _, kr := range t.keyed {
+		keys[kr.class] = append(keys[kr.class], t.statusOf(kr, now))
+	}
+	for name, rec := range t.stored {
+		class, _, keyed := strings.Cut(name, ":")
+		if keyed && t.keyed[name] == nil && (rec.Paused || len(rec.Override) > 0) {
+			s, _ := t.limits(name, class)
+			keys[class] = append(keys[class], ServiceStatus{Name: name, Class: class, Limits: s, Circuit: string(broker.Closed),
+				Paused: rec.Paused || t.stored[class].Paused, Overridden: len(rec.Override) > 0})
+		}
+	}
+	out := make([]ServiceStats, len(all))
+	for i, st := range all {
+		out[i] = ServiceStats{ServiceStatus: st, Keys: busiest(keys[st.Name], t.cfg.StatsKeys)}
+	}
+	return out
+}
+
+// busiest orders keyed instances by units running, waiting, starts in the
+// window, then name, and keeps the first n.
+func busiest(keys []ServiceStatus, n int) []ServiceStatus {
+	slices.SortFunc(keys, func(a, b ServiceStatus) int {
+		return cmp.Or(cmp.Compare(b.Active, a.Active), cmp.Compare(b.Waiting, a.Waiting),
+			cmp.Compare(b.InWindow, a.InWindow), strings.Compare(a.Name, b.Name))
+	})
+	return keys[:min(len(keys), n)]
 }

@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"context"
@@ -47,7 +47,7 @@ import (
 
 const instrumentationName = "github.com/runcue/runcue"
 
-type telemetry struct {
+type Telemetry struct {
 	tracer trace.Tracer
 
 	completed, skipped, failed, requests, rateLimited metric.Int64Counter
@@ -71,14 +71,14 @@ var defaultTP = otel.GetTracerProvider()
 // tracing reports whether runs get spans: a provider was given, or the
 // global one was set. Without either a span would cost allocations per
 // run for nothing.
-func (t *telemetry) tracing() bool {
+func (t *Telemetry) tracing() bool {
 	return t.explicitTP || otel.GetTracerProvider() != defaultTP
 }
 
 var durationBuckets = metric.WithExplicitBucketBoundaries(
 	0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
-func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func() (int64, bool)) (*telemetry, error) {
+func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func() (int64, bool)) (*Telemetry, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -87,7 +87,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 		tp = otel.GetTracerProvider()
 	}
 	m := mp.Meter(instrumentationName)
-	t := &telemetry{tracer: tp.Tracer(instrumentationName), queued: queued, explicitTP: explicit}
+	t := &Telemetry{tracer: tp.Tracer(instrumentationName), queued: queued, explicitTP: explicit}
 	empty := map[string]int64{}
 	t.openCircuit.Store(&empty)
 	var err error
@@ -158,7 +158,7 @@ func newTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 	return t, err
 }
 
-func (t *telemetry) close() {
+func (t *Telemetry) Close() {
 	if t.reg != nil {
 		_ = t.reg.Unregister()
 	}
@@ -190,7 +190,7 @@ func seconds(d time.Duration) float64 { return d.Seconds() }
 
 // traceCarrier returns ctx's trace context, encoded for storing with a unit,
 // or nil if ctx carries no span.
-func traceCarrier(ctx context.Context) []byte {
+func TraceCarrier(ctx context.Context) []byte {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
 		return nil
 	}
@@ -202,7 +202,7 @@ func traceCarrier(ctx context.Context) []byte {
 
 // startSpan starts the span of a run, as a child of the submitter's span
 // when the unit carries one.
-func (t *telemetry) startSpan(ctx context.Context, stored []byte, task, id string, attempt int) (context.Context, trace.Span) {
+func (t *Telemetry) startSpan(ctx context.Context, stored []byte, task, id string, attempt int) (context.Context, trace.Span) {
 	if len(stored) > 0 {
 		var carrier propagation.MapCarrier
 		if json.Unmarshal(stored, &carrier) == nil {
@@ -228,4 +228,9 @@ func endSpan(span trace.Span, outcome string, err error) {
 		span.SetStatus(codes.Error, outcome)
 	}
 	span.End()
+}
+
+// CountGap counts a durable subscription that resumed past deleted events.
+func (t *Telemetry) CountGap(subscription string) {
+	t.subscriptionGaps.Add(bg, 1, metric.WithAttributes(attribute.String("subscription", subscription)))
 }

@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 // Time and timers of the dispatcher: its scheduling timeline (monotonic)
 // against the wall clock, and the timer heap that wakes it for due units,
@@ -75,6 +75,7 @@ const (
 	tUnitDue     timerKind = iota
 	tDeadline              // a run's timeout
 	tGrace                 // a cancelled run's grace period ends
+	tStartBy               // a rate-limited run's start is counted at the latest
 	tPrune                 // time for a retention pass
 	tResource              // a resource may have room again
 	tStatus                // a coalesced service_status is due
@@ -113,7 +114,7 @@ func (t *timeline) dropTimer(e *timerEntry) {
 
 // fireTimers handles the timers that are due. Timer entries are on the
 // monotonic timeline (d.now); what the handlers record is wall-clock time.
-func (d *dispatcher) fireTimers() {
+func (d *Engine) fireTimers() {
 	now, wall := d.now(), d.wall()
 	for d.timers.Len() > 0 && !d.timers.Peek().at.After(now) {
 		e := d.timers.Pop()
@@ -125,17 +126,17 @@ func (d *dispatcher) fireTimers() {
 				d.makeEligible(e.u)
 			}
 		case tDeadline:
-			switch r := e.r; {
-			case r.over():
-			case r.cancelled != nil:
-				d.conclude(r, ending{err: ErrCancelled, cancelled: r.cancelled, at: wall})
-			default:
-				// It fails at its deadline whether or not its handler
-				// ever returns.
-				r.cause = ErrTimeout
-				r.mem.ctx.expired.Store(true)
-				r.cancel(ErrTimeout)
-				d.conclude(r, ending{err: timeoutError(r), at: wall})
+			d.deadlinePassed(e.r, wall)
+		case tStartBy:
+			// Its Runner reported no start by then: it counts as started
+			// at startBy, the latest instant it can affect. A run still
+			// claiming was never handed to its Runner: it cannot have
+			// started, and will not (claimed).
+			if r := e.r; r.startByTimer == e {
+				r.startByTimer = nil
+				if r.state != runClaiming {
+					d.settleReservations(r, r.startBy, d.toWall(r.startBy))
+				}
 			}
 		case tGrace:
 			if r := e.r; !r.over() {

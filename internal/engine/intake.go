@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"encoding/json"
@@ -29,7 +29,7 @@ type intake struct {
 }
 
 // queuedCount is the number of queued units the dispatcher holds.
-func (d *dispatcher) queuedCount() int {
+func (d *Engine) queuedCount() int {
 	n := len(d.units) - len(d.runs)
 	for _, o := range d.orphans {
 		n += len(o)
@@ -38,7 +38,7 @@ func (d *dispatcher) queuedCount() int {
 }
 
 // backpressure reports the queue crossing the high and low water marks.
-func (d *dispatcher) backpressure() {
+func (d *Engine) backpressure() {
 	limit := d.cfg.MaxQueued
 	if limit <= 0 {
 		return
@@ -53,13 +53,13 @@ func (d *dispatcher) backpressure() {
 	default:
 		return
 	}
-	typ := EventBackpressureCleared
+	typ := store.TypeBackpressureCleared
 	if d.bpActive {
-		typ = EventBackpressureActive
+		typ = store.TypeBackpressureActive
 	}
-	d.log.Info("runcue: "+string(typ), "queued", q, "max_queued", limit)
+	d.log.Info("runcue: "+typ, "queued", q, "max_queued", limit)
 	data, _ := json.Marshal(backpressureData{Queued: q, MaxQueued: limit})
-	d.submit(&store.AppendEvent{Event: store.Event{Type: string(typ), Time: d.wall(), Data: data}})
+	d.submit(&store.AppendEvent{Event: store.Event{Type: typ, Time: d.wall(), Data: data}})
 }
 
 type backpressureData struct {
@@ -68,7 +68,7 @@ type backpressureData struct {
 }
 
 // maybeFeed asks the feed for work when the queue is low.
-func (d *dispatcher) maybeFeed() {
+func (d *Engine) maybeFeed() {
 	f := d.cfg.Feed
 	if f == nil || d.feeding || d.feedWait || d.exhausted || d.stopping || d.failed != nil {
 		return
@@ -83,20 +83,12 @@ func (d *dispatcher) maybeFeed() {
 	d.helperStart()
 	d.aux.Go(func() {
 		ctx := d.auxCtx // cancelled when the dispatcher exits
-		subs, err := f(ctx, want)
-		if err == nil && len(subs) > 0 {
-			_, err = d.submitBatch(ctx, subs)
-		} else if err == nil {
-			err = errFeedEmpty
-		}
-		d.in.Push(msgFed{err: err})
+		d.in.Push(msgFed{err: f(ctx, want)})
 		d.helperDone()
 	})
 }
 
-var errFeedEmpty = errors.New("runcue: feed returned nothing")
-
-func (d *dispatcher) fed(err error) {
+func (d *Engine) fed(err error) {
 	d.feeding = false
 	switch {
 	case err == nil:
@@ -104,7 +96,7 @@ func (d *dispatcher) fed(err error) {
 		d.exhausted = true
 		d.log.Info("runcue: feed exhausted")
 	default:
-		if !errors.Is(err, errFeedEmpty) {
+		if !errors.Is(err, ErrFeedEmpty) {
 			d.log.Warn("runcue: feed failed", "error", err)
 		}
 		d.feedWait = true

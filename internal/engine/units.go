@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"context"
@@ -106,7 +106,7 @@ type unit struct {
 // keyed services, a retry policy of its own, a trace context. Owned, like
 // unit, by the dispatcher goroutine.
 type unitMore struct {
-	retry    *RetryPolicy  // the submission's own policy, if any
+	retry    RetryPolicy   // the submission's own policy, if any
 	keys     []string      // keyed services, sorted
 	keyErr   error         // deriving keys failed: the run fails with it
 	deps     []string      // dependencies
@@ -203,7 +203,7 @@ func (u *unit) noteSkipped(dep string) {
 // belongs: waiting for its dependencies, on the timer heap, or in its lane.
 // Every unit is indexed before any unit's dependencies are looked at, so a
 // dependency later in the same batch is known as queued (see resolveDeps).
-func (d *dispatcher) addUnits(sus []*store.Unit) {
+func (d *Engine) addUnits(sus []*store.Unit) {
 	units := make([]*unit, 0, len(sus))
 	for _, su := range sus {
 		if u := d.index(su); u != nil {
@@ -215,7 +215,7 @@ func (d *dispatcher) addUnits(sus []*store.Unit) {
 
 // file sends newly indexed units on: to wait for their dependencies, or to
 // eligibility.
-func (d *dispatcher) file(units []*unit) {
+func (d *Engine) file(units []*unit) {
 	var withDeps []*unit
 	for _, u := range units {
 		if len(u.deps()) > 0 {
@@ -271,8 +271,8 @@ func (x *unitIndex) build(su *store.Unit) *unit {
 		}
 	}
 	if len(su.Retry) > 0 {
-		if p, err := decodeRetry(su.Retry); err == nil {
-			u.ext().retry = &p
+		if p, err := x.unitRetry(su.Retry); err == nil {
+			u.ext().retry = p
 		} else {
 			x.log.Warn("runcue: ignoring a unit's unreadable retry policy", "work_id", su.ID, "error", err)
 		}
@@ -402,17 +402,17 @@ func (x *unitIndex) forget(u *unit) {
 }
 
 // external applies changes committed by other processes.
-func (d *dispatcher) external(evs []store.Event) {
+func (d *Engine) external(evs []store.Event) {
 	var load []string
 	for _, ev := range evs {
 		switch ev.Type {
-		case string(EventWorkQueued):
+		case store.TypeWorkQueued:
 			if _, known := d.units[ev.WorkID]; !known {
 				load = append(load, ev.WorkID)
 			}
-		case string(EventWorkCancelled), string(EventWorkFailed):
+		case store.TypeWorkCancelled, store.TypeWorkFailed:
 			d.applyEnded([]store.Event{ev})
-		case store.EventWorkCancelRequested:
+		case store.TypeWorkCancelRequested:
 			if r := d.runs[ev.WorkID]; r != nil {
 				var data struct {
 					Cascade bool   `json:"cascade"`
@@ -421,11 +421,11 @@ func (d *dispatcher) external(evs []store.Event) {
 				_ = json.Unmarshal(ev.Data, &data)
 				d.cancelRun(r, CancelOptions{Cascade: data.Cascade, Reason: data.Reason})
 			}
-		case string(EventTaskChanged), string(EventQueueChanged):
+		case store.TypeTaskChanged, store.TypeQueueChanged:
 			d.reloadPauses(nil)
-		case string(EventOwnerAsked):
+		case store.TypeOwnerAsked:
 			d.answerOwnerQuestion(ev)
-		case string(EventServiceChanged):
+		case store.TypeServiceChanged:
 			var data struct {
 				Service string `json:"service"`
 			}
@@ -437,9 +437,9 @@ func (d *dispatcher) external(evs []store.Event) {
 	if len(load) == 0 {
 		return
 	}
-	d.read(func(ctx context.Context) func(*dispatcher) {
+	d.read(func(ctx context.Context) func(*Engine) {
 		units, err := d.st.ListUnits(ctx, store.ListFilter{IDs: load, States: []store.State{store.Queued}, Limit: len(load)})
-		return func(d *dispatcher) {
+		return func(d *Engine) {
 			if err != nil {
 				d.log.Error("runcue: load units submitted by another process", "units", len(load), "error", err)
 				return
@@ -455,16 +455,16 @@ func (d *dispatcher) external(evs []store.Event) {
 // applyEnded drops from memory the queued units that events report ended
 // (cancelled, or failed by the store because a dependency died). Events
 // about running units, or failures that will retry, are skipped.
-func (d *dispatcher) applyEnded(evs []store.Event) {
+func (d *Engine) applyEnded(evs []store.Event) {
 	for _, ev := range evs {
-		if ev.Type != string(EventWorkCancelled) && ev.Type != string(EventWorkFailed) {
+		if ev.Type != store.TypeWorkCancelled && ev.Type != store.TypeWorkFailed {
 			continue
 		}
-		if ev.Type == string(EventWorkFailed) && eventFrom(&ev).WillRetry {
+		if ev.Type == store.TypeWorkFailed && store.DecodeEventData(ev.Data).WillRetry {
 			continue
 		}
 		st := store.Cancelled
-		if ev.Type == string(EventWorkFailed) {
+		if ev.Type == store.TypeWorkFailed {
 			st = store.Failed
 		}
 		d.noteEnded(ev.WorkID, st)
@@ -482,7 +482,7 @@ func (d *dispatcher) applyEnded(evs []store.Event) {
 	}
 }
 
-func (d *dispatcher) requeueLocal(u *unit, at time.Time) {
+func (d *Engine) requeueLocal(u *unit, at time.Time) {
 	u.runAt = at
 	if d.stopping {
 		d.forget(u) // it stays queued in the store for the next run

@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"errors"
@@ -18,7 +18,7 @@ func TestDecide(t *testing.T) {
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	end := start.Add(2 * time.Second)
 	facts := runFacts{id: "u", task: "t", owner: "o", run: 3, start: start, failures: 1, deferrals: 0,
-		policy: RetryPolicy{MaxAttempts: 3, BaseDelay: time.Second, Jitter: JitterNone}.withDefaults(), maxDeferrals: 2,
+		policy: doubling{attempts: 3, base: time.Second}, retryable: always, maxDeferrals: 2,
 		services: []string{"api", "host:x.example", "llm"}}
 	exhausted := facts
 	exhausted.failures = 2
@@ -29,7 +29,10 @@ func TestDecide(t *testing.T) {
 	poison := probe
 	poison.probeFails = MaxFreeProbes
 	transient := errors.New("503")
-	panicked := &panicError{value: "bug"}
+	panicked := errors.New("panic: bug")
+	retryAfter := func(d time.Duration, services ...string) ending {
+		return ending{returned: true, err: transient, class: ClassRetryAfter, delay: d, services: services, at: end}
+	}
 	for _, tc := range []struct {
 		name    string
 		f       runFacts
@@ -40,49 +43,49 @@ func TestDecide(t *testing.T) {
 		verdict verdict
 		requeue bool
 		runAt   time.Time
-		events  []EventType
+		events  []string
 		budget  bool
 	}{
 		{"success", facts, ending{returned: true, result: []byte(`1`), at: end},
-			store.Completed, "completed", "", verdictSuccess, false, time.Time{}, []EventType{EventWorkCompleted}, false},
+			store.Completed, "completed", "", verdictSuccess, false, time.Time{}, []string{store.TypeWorkCompleted}, false},
 		{"failure retried", facts, ending{returned: true, err: transient, at: end},
-			store.Queued, "failed", "error", verdictFailure, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
+			store.Queued, "failed", "error", verdictFailure, true, end.Add(2 * time.Second), []string{store.TypeWorkFailed, store.TypeWorkRetrying}, true},
 		{"failure, budget spent", exhausted, ending{returned: true, err: transient, at: end},
-			store.Failed, "failed", "error", verdictFailure, false, time.Time{}, []EventType{EventWorkFailed}, true},
-		{"permanent", facts, ending{returned: true, err: Permanent(transient), at: end},
-			store.Failed, "failed", "error", verdictNone, false, time.Time{}, []EventType{EventWorkFailed}, true},
-		{"panic", facts, ending{returned: true, err: panicked, at: end},
-			store.Queued, "panic", "panic", verdictFailure, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
+			store.Failed, "failed", "error", verdictFailure, false, time.Time{}, []string{store.TypeWorkFailed}, true},
+		{"permanent", facts, ending{returned: true, err: transient, permanent: true, at: end},
+			store.Failed, "failed", "error", verdictNone, false, time.Time{}, []string{store.TypeWorkFailed}, true},
+		{"panic", facts, ending{returned: true, err: panicked, class: ClassPanic, at: end},
+			store.Queued, "panic", "panic", verdictFailure, true, end.Add(2 * time.Second), []string{store.TypeWorkFailed, store.TypeWorkRetrying}, true},
 		{"timeout", facts, ending{err: fmt.Errorf("%w after 2s", ErrTimeout), at: end},
-			store.Queued, "timeout", "timeout", verdictFailure, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
+			store.Queued, "timeout", "timeout", verdictFailure, true, end.Add(2 * time.Second), []string{store.TypeWorkFailed, store.TypeWorkRetrying}, true},
 		{"timeout, the handler returned its context's cause first", facts, ending{returned: true, err: fmt.Errorf("%w (worker killed)", ErrTimeout), at: end},
-			store.Queued, "timeout", "timeout", verdictFailure, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
+			store.Queued, "timeout", "timeout", verdictFailure, true, end.Add(2 * time.Second), []string{store.TypeWorkFailed, store.TypeWorkRetrying}, true},
 		{"cancelled, returned", facts, ending{returned: true, err: ErrCancelled, cancelled: &CancelOptions{Reason: "user"}, at: end},
-			store.Cancelled, "cancelled", "cancelled", verdictNone, false, time.Time{}, []EventType{EventWorkCancelled}, false},
+			store.Cancelled, "cancelled", "cancelled", verdictNone, false, time.Time{}, []string{store.TypeWorkCancelled}, false},
 		{"cancelled, grace passed", facts, ending{err: ErrCancelled, cancelled: &CancelOptions{}, at: end},
-			store.Cancelled, "cancelled", "cancelled", verdictNone, false, time.Time{}, []EventType{EventWorkCancelled}, false},
+			store.Cancelled, "cancelled", "cancelled", verdictNone, false, time.Time{}, []string{store.TypeWorkCancelled}, false},
 		{"cancelled but succeeded", facts, ending{returned: true, cancelled: &CancelOptions{}, at: end},
-			store.Completed, "completed", "", verdictSuccess, false, time.Time{}, []EventType{EventWorkCompleted}, false},
-		{"skip", exhausted, ending{returned: true, err: fmt.Errorf("fetch: %w", Skip("not modified")), at: end},
-			store.Skipped, "skipped", "skipped", verdictNone, false, time.Time{}, []EventType{EventWorkSkipped}, false},
-		{"skip while cancelled", facts, ending{returned: true, err: Skip("gone"), cancelled: &CancelOptions{}, at: end},
-			store.Skipped, "skipped", "skipped", verdictNone, false, time.Time{}, []EventType{EventWorkSkipped}, false},
-		{"skip at shutdown", facts, ending{returned: true, err: Skip("gone"), shutdown: true, at: end},
-			store.Skipped, "skipped", "skipped", verdictNone, false, time.Time{}, []EventType{EventWorkSkipped}, false},
+			store.Completed, "completed", "", verdictSuccess, false, time.Time{}, []string{store.TypeWorkCompleted}, false},
+		{"skip", exhausted, ending{returned: true, err: errors.New("skipped: not modified"), class: ClassSkip, skipReason: "not modified", at: end},
+			store.Skipped, "skipped", "skipped", verdictNone, false, time.Time{}, []string{store.TypeWorkSkipped}, false},
+		{"skip while cancelled", facts, ending{returned: true, err: errors.New("skipped: gone"), class: ClassSkip, skipReason: "gone", cancelled: &CancelOptions{}, at: end},
+			store.Skipped, "skipped", "skipped", verdictNone, false, time.Time{}, []string{store.TypeWorkSkipped}, false},
+		{"skip at shutdown", facts, ending{returned: true, err: errors.New("skipped: gone"), class: ClassSkip, skipReason: "gone", shutdown: true, at: end},
+			store.Skipped, "skipped", "skipped", verdictNone, false, time.Time{}, []string{store.TypeWorkSkipped}, false},
 		{"shutdown", facts, ending{returned: true, err: ErrShutdown, shutdown: true, at: end},
-			store.Queued, "interrupted", "interrupted", verdictNone, true, time.Time{}, []EventType{EventWorkRequeued}, false},
-		{"late start", facts, ending{returned: true, err: errLateStart, at: end},
-			store.Queued, "late_start", "late_start", verdictNone, true, time.Time{}, []EventType{EventWorkRequeued}, false},
-		{"retry-after", facts, ending{returned: true, err: RetryAfter(30*time.Second, transient, "api"), at: end},
-			store.Queued, "deferred", "retry_after", verdictNone, true, end.Add(30 * time.Second), []EventType{EventWorkRetrying}, false},
-		{"retry-after past MaxDeferrals", deferredOut, ending{returned: true, err: RetryAfter(30*time.Second, transient), at: end},
-			store.Queued, "failed", "error", verdictNone, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
+			store.Queued, "interrupted", "interrupted", verdictNone, true, time.Time{}, []string{store.TypeWorkRequeued}, false},
+		{"late start", facts, ending{returned: true, err: ErrLateStart, class: ClassLateStart, at: end},
+			store.Queued, "late_start", "late_start", verdictNone, true, time.Time{}, []string{store.TypeWorkRequeued}, false},
+		{"retry-after", facts, retryAfter(30*time.Second, "api"),
+			store.Queued, "deferred", "retry_after", verdictNone, true, end.Add(30 * time.Second), []string{store.TypeWorkRetrying}, false},
+		{"retry-after past MaxDeferrals", deferredOut, retryAfter(30 * time.Second),
+			store.Queued, "failed", "error", verdictNone, true, end.Add(2 * time.Second), []string{store.TypeWorkFailed, store.TypeWorkRetrying}, true},
 		{"failed probe", probe, ending{returned: true, err: transient, at: end},
-			store.Queued, "failed", "error", verdictFailure, true, time.Time{}, []EventType{EventWorkFailed, EventWorkRetrying}, false},
+			store.Queued, "failed", "error", verdictFailure, true, time.Time{}, []string{store.TypeWorkFailed, store.TypeWorkRetrying}, false},
 		{"failed probe, free probes spent", poison, ending{returned: true, err: transient, at: end},
-			store.Queued, "failed", "error", verdictFailure, true, end.Add(2 * time.Second), []EventType{EventWorkFailed, EventWorkRetrying}, true},
-		{"permanent failure of a probe", probe, ending{returned: true, err: Permanent(transient), at: end},
-			store.Failed, "failed", "error", verdictNone, false, time.Time{}, []EventType{EventWorkFailed}, true},
+			store.Queued, "failed", "error", verdictFailure, true, end.Add(2 * time.Second), []string{store.TypeWorkFailed, store.TypeWorkRetrying}, true},
+		{"permanent failure of a probe", probe, ending{returned: true, err: transient, permanent: true, at: end},
+			store.Failed, "failed", "error", verdictNone, false, time.Time{}, []string{store.TypeWorkFailed}, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := decide(tc.f, tc.e, 0)
@@ -96,9 +99,9 @@ func TestDecide(t *testing.T) {
 			if fin.SpendBudget != tc.budget {
 				t.Fatalf("budget %v", fin.SpendBudget)
 			}
-			var types []EventType
+			var types []string
 			for _, ev := range fin.Events {
-				types = append(types, EventType(ev.Type))
+				types = append(types, ev.Type)
 			}
 			if fmt.Sprint(types) != fmt.Sprint(tc.events) {
 				t.Fatalf("events %v, want %v", types, tc.events)
@@ -131,11 +134,11 @@ func TestDecide(t *testing.T) {
 		{[]string{"host:x.example", "llm"}, "[host:x.example llm]", ""},
 		{[]string{"ap1"}, "[api host:x.example llm]", "ap1"},
 	} {
-		o := decide(facts, ending{returned: true, err: RetryAfter(time.Minute, transient, tc.named...), at: end}, 0)
+		o := decide(facts, retryAfter(time.Minute, tc.named...), 0)
 		if o.hold != time.Minute || fmt.Sprint(o.holdServices) != tc.held || o.holdUnknown != tc.unknown || o.deferrals != 1 {
 			t.Fatalf("%v: hold %v %v unknown %q deferrals %d", tc.named, o.hold, o.holdServices, o.holdUnknown, o.deferrals)
 		}
-		if got := eventFrom(&o.fin.Events[0]).Services; fmt.Sprint(got) != tc.held {
+		if got := store.DecodeEventData(o.fin.Events[0].Data).Services; fmt.Sprint(got) != tc.held {
 			t.Fatalf("%v: the event says %v", tc.named, got)
 		}
 	}
@@ -144,7 +147,7 @@ func TestDecide(t *testing.T) {
 // A handler's error of any size is recorded cut to maxErrorText, at a
 // character's start, saying how much was cut.
 func TestDecideBoundsErrorText(t *testing.T) {
-	facts := runFacts{id: "u", task: "t", run: 1, policy: RetryPolicy{MaxAttempts: 1}.withDefaults()}
+	facts := runFacts{id: "u", task: "t", run: 1, policy: doubling{attempts: 1, base: time.Second}, retryable: always}
 	huge := errors.New(strings.Repeat("é", 1<<20))
 	o := decide(facts, ending{returned: true, err: huge, at: time.Unix(1, 0)}, 0)
 	if len(o.fin.Error) > maxErrorText || !utf8.ValidString(o.fin.Error) || !strings.HasSuffix(o.fin.Error, "bytes cut)") {
@@ -157,3 +160,17 @@ func TestDecideBoundsErrorText(t *testing.T) {
 		t.Fatalf("a small error is kept whole: %q", small.fin.Error)
 	}
 }
+
+// doubling is a retry policy of attempts runs, waiting base, then twice as
+// long after each failure.
+type doubling struct {
+	attempts int
+	base     time.Duration
+}
+
+func (p doubling) Attempts() int { return p.attempts }
+func (p doubling) Delay(failures int, _ float64) time.Duration {
+	return p.base << (failures - 1)
+}
+
+func always(error) bool { return true }

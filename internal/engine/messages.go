@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"context"
@@ -26,24 +26,18 @@ type msgInserted struct {
 // one), to apply.
 type msgExternal struct{ events []store.Event }
 
-// msgDone: a handler goroutine ended (or a run that never launched its
-// handler is being finished). end is the wall-clock end; notStarted marks
-// a handler that was never called.
-type msgDone struct {
-	run        *run
-	result     []byte
-	err        error
-	end        time.Time
-	notStarted bool
-}
+// msgDone: a run's Runner reported its end (Run.Done), in run.end. (One
+// pointer: pushing it allocates nothing.)
+type msgDone struct{ run *run }
 
-// msgClaimFailed: a write-behind claim did not apply.
-type msgClaimFailed struct{ run *run }
-
-// msgClaimed: a write-ahead claim committed (applied) or not.
-type msgClaimed struct {
+// msgRunWritten: a run's claim (claim) or Finish committed (applied) or
+// not; derived are the events the store added for other units with a
+// Finish (dependents failed or cancelled with its unit).
+type msgRunWritten struct {
 	run     *run
+	claim   bool
 	applied bool
+	derived []store.Event
 }
 
 // msgStop: stop dispatching; cancel also cancels running handlers.
@@ -54,10 +48,7 @@ type msgAbandon struct{}
 
 // msgRegistry: tasks or services were registered in the Cue; a snapshot of
 // its registrations.
-type msgRegistry struct {
-	services map[string]Service
-	tasks    map[string]*Task
-}
+type msgRegistry struct{ reg Registry }
 
 // msgStoreFailed: the store failed; nothing more is dispatched.
 type msgStoreFailed struct{ err error }
@@ -68,11 +59,11 @@ type msgDrain struct{ reply chan drainReply }
 // msgSync: reply after one full loop iteration (tests and Settle).
 type msgSync struct{ reply chan struct{} }
 
-// msgCancel: Cancel from this Cue; the outcome goes to errc.
+// msgCancel: Cancel from this Cue; the outcome goes to reply.
 type msgCancel struct {
-	id   string
-	opts CancelOptions
-	errc chan error
+	id    string
+	opts  CancelOptions
+	reply chan CancelReply
 }
 
 // msgHeartbeat: a handler reported liveness.
@@ -99,13 +90,13 @@ type msgPausesChanged struct {
 
 // msgCall runs f on the dispatcher goroutine: queries (service status,
 // Explain) and test inspection. f must not block.
-type msgCall struct{ f func(*dispatcher) }
+type msgCall struct{ f func(*Engine) }
 
-// askLoop runs f on d's goroutine (a msgCall) and returns its answer. ok
+// ask runs f on d's goroutine (a msgCall) and returns its answer. ok
 // is false when d ended before answering; err is ctx's when it ended first.
-func askLoop[T any](ctx context.Context, d *dispatcher, f func(*dispatcher) T) (v T, ok bool, err error) {
+func ask[T any](ctx context.Context, d *Engine, f func(*Engine) T) (v T, ok bool, err error) {
 	ch := make(chan T, 1)
-	d.in.Push(msgCall{f: func(d *dispatcher) { ch <- f(d) }})
+	d.in.Push(msgCall{f: func(d *Engine) { ch <- f(d) }})
 	select {
 	case v = <-ch:
 		return v, true, nil
@@ -116,25 +107,19 @@ func askLoop[T any](ctx context.Context, d *dispatcher, f func(*dispatcher) T) (
 	}
 }
 
-// msgSettled: an op that ends unit id committed (applied) or not, leaving
-// it in state; derived are the events the store added for other units
-// (dependents failed or cancelled with it).
+// msgSettled: an op (not a run's Finish) that ends unit id committed
+// (applied) or not, leaving it in state; derived are the events the store
+// added for other units (dependents failed or cancelled with it).
 type msgSettled struct {
 	id      string
 	state   store.State
 	applied bool
 	derived []store.Event
-	// run: the op is a run's Finish (see runTable.uncommitted).
-	run bool
 }
-
-// msgRunCommitted: a run's Finish that does not end its unit (a retry, a
-// deferral, a requeue) committed or failed.
-type msgRunCommitted struct{}
 
 // msgRead: a read of the store the loop asked for finished; apply uses
 // its answer (see reads.go).
-type msgRead struct{ apply func(*dispatcher) }
+type msgRead struct{ apply func(*Engine) }
 
 // msgChecked: a DependencySatisfied check of unit id finished.
 type msgChecked struct {
@@ -181,8 +166,7 @@ type msgStarted struct {
 func (msgInserted) isMessage()       {}
 func (msgExternal) isMessage()       {}
 func (msgDone) isMessage()           {}
-func (msgClaimFailed) isMessage()    {}
-func (msgClaimed) isMessage()        {}
+func (msgRunWritten) isMessage()     {}
 func (msgStop) isMessage()           {}
 func (msgAbandon) isMessage()        {}
 func (msgRegistry) isMessage()       {}
@@ -196,7 +180,6 @@ func (msgApplied) isMessage()        {}
 func (msgServiceChanged) isMessage() {}
 func (msgCall) isMessage()           {}
 func (msgSettled) isMessage()        {}
-func (msgRunCommitted) isMessage()   {}
 func (msgChecked) isMessage()        {}
 func (msgRead) isMessage()           {}
 func (msgScores) isMessage()         {}

@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"context"
@@ -38,17 +38,17 @@ var errLoadedEnough = errors.New("runcue: first part of the load done")
 // while the dispatcher runs (see loaded), so that dispatch starts before a
 // deep queue is loaded. With a priority function, the first scoring
 // passes see only the units loaded so far.
-func (d *dispatcher) recover(ctx context.Context) error {
+func (d *Engine) recover(ctx context.Context) error {
 	res, err := d.w.Do(ctx, &store.Recover{At: d.wall()})
 	if err != nil {
-		return wrapStoreErr(err)
+		return err
 	}
 	if n := len(res[0].IDs); n > 0 {
 		d.log.Info("runcue: requeued units left running by the previous owner", "units", n)
 	}
 	first := firstLoad
-	if d.hooks.firstLoad > 0 {
-		first = d.hooks.firstLoad
+	if d.hooks.FirstLoad > 0 {
+		first = d.hooks.FirstLoad
 	}
 	var loaded []*unit
 	var last int64
@@ -89,15 +89,15 @@ func (d *dispatcher) recover(ctx context.Context) error {
 // ends the load. It counts as a pending read, which keeps the record of
 // units that ended (noteEnded), so that a unit cancelled after it was read
 // is not indexed. It stops early when the dispatcher exits.
-func (d *dispatcher) streamLoad(after int64) {
+func (d *Engine) streamLoad(after int64) {
 	d.pending++
 	size := loadBatch
-	if d.hooks.loadBatch > 0 {
-		size = d.hooks.loadBatch
+	if d.hooks.LoadBatch > 0 {
+		size = d.hooks.LoadBatch
 	}
 	step := func() {
-		if d.hooks.loadStep != nil {
-			d.hooks.loadStep(d.auxCtx)
+		if d.hooks.LoadStep != nil {
+			d.hooks.LoadStep(d.auxCtx)
 		}
 	}
 	d.aux.Go(func() {
@@ -116,7 +116,7 @@ func (d *dispatcher) streamLoad(after int64) {
 			return nil
 		})
 		step()
-		d.in.Push(msgRead{apply: func(d *dispatcher) {
+		d.in.Push(msgRead{apply: func(d *Engine) {
 			if err != nil && ctx.Err() == nil {
 				d.log.Error("runcue: load queued units; the units not loaded stay queued for the next owner", "error", err)
 			}
@@ -133,7 +133,7 @@ func (d *dispatcher) streamLoad(after int64) {
 // loaded indexes a batch of the streamed load (built on the loading
 // goroutine): units without dependencies are filed now, the others when
 // the load ends.
-func (d *dispatcher) loaded(built []*unit) {
+func (d *Engine) loaded(built []*unit) {
 	units := built[:0]
 	for _, u := range built {
 		if _, gone := d.ended[u.id]; gone {
@@ -148,7 +148,7 @@ func (d *dispatcher) loaded(built []*unit) {
 
 // fileLoaded files the loaded units without dependencies and defers the
 // others to the end of the load.
-func (d *dispatcher) fileLoaded(units []*unit) {
+func (d *Engine) fileLoaded(units []*unit) {
 	for _, u := range units {
 		if len(u.deps()) > 0 {
 			u.state = uBlocked

@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"context"
@@ -16,7 +16,7 @@ import (
 // failure (a panic, a malformed key, an unknown class) is kept: the unit
 // then fails permanently when it runs, without its handler.
 func (x *unitIndex) deriveKeys(u *unit, rt *taskRT) {
-	if rt.def.ServiceKeys == nil {
+	if rt.spec.Keys == nil {
 		return
 	}
 	if !u.hasParams {
@@ -27,7 +27,7 @@ func (x *unitIndex) deriveKeys(u *unit, rt *taskRT) {
 		}
 		u.params, u.hasParams = su.Params, true
 	}
-	keys, err := x.keys.call(rt.def.ServiceKeys, &Work{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: int(u.runs) + 1},
+	keys, err := x.keys.call(rt.spec.Keys, UnitView{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: int(u.runs) + 1},
 		x.cfg.CallbackTimeout)
 	if err == nil {
 		err = x.checkKeys(keys)
@@ -63,8 +63,8 @@ type keysCaller struct {
 }
 
 type keysCall struct {
-	f   func(*Work) []string
-	w   *Work
+	f   func(UnitView) ([]string, error)
+	w   UnitView
 	out chan keysResult
 }
 
@@ -76,12 +76,12 @@ type keysResult struct {
 // errCallbackTimeout marks a callback that did not answer in time.
 var errCallbackTimeout = errors.New("timeout")
 
-func (kc *keysCaller) call(f func(*Work) []string, w *Work, timeout time.Duration) ([]string, error) {
+func (kc *keysCaller) call(f func(UnitView) ([]string, error), w UnitView, timeout time.Duration) ([]string, error) {
 	if kc.ch == nil {
 		kc.ch = make(chan keysCall, 1)
 		go func(ch chan keysCall) {
 			for c := range ch {
-				keys, err := callKeys(c.f, c.w)
+				keys, err := CallKeys(c.f, c.w)
 				c.out <- keysResult{keys, err}
 			}
 		}(kc.ch)
@@ -115,13 +115,13 @@ func (kc *keysCaller) stop() {
 	}
 }
 
-func callKeys(f func(*Work) []string, w *Work) (keys []string, err error) {
+func CallKeys(f func(UnitView) ([]string, error), w UnitView) (keys []string, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			err = fmt.Errorf("%w: %v", errCallbackPanic, v)
 		}
 	}()
-	return f(w), nil
+	return f(w)
 }
 
 func (t *resourceTable) checkKeys(keys []string) error {
@@ -129,9 +129,6 @@ func (t *resourceTable) checkKeys(keys []string) error {
 		i := strings.IndexByte(k, ':')
 		if i <= 0 || i == len(k)-1 {
 			return fmt.Errorf("key %q is not of the form class:key", k)
-		}
-		if err := validKey(k, k[i+1:]); err != nil {
-			return err
 		}
 		if _, ok := t.services[k[:i]]; !ok {
 			return fmt.Errorf("key %q: %w %q", k, ErrUnknownService, k[:i])

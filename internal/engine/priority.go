@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"context"
@@ -63,7 +63,7 @@ const defaultScore = 0.5
 // score runs f for one unit, clamping its result to [0, 1] and mapping a
 // panic or NaN to the default. A failure says why (reason: panic, nan,
 // out_of_range) and what (detail).
-func score(f PriorityFunc, pc PriorityContext) (s float64, reason, detail string) {
+func score(f func(PriorityInput) float64, pc PriorityInput) (s float64, reason, detail string) {
 	defer func() {
 		if v := recover(); v != nil {
 			s, reason, detail = defaultScore, "panic", fmt.Sprint(v)
@@ -128,7 +128,7 @@ func (t *resourceTable) noteFresh(l *lane) {
 // lanes, then held scores older than PriorityTTL. While a pass that overran
 // has not returned, new units take the default score instead (the
 // priority function may never return).
-func (d *dispatcher) scorePasses(now time.Time) {
+func (d *Engine) scorePasses(now time.Time) {
 	if d.scoring && !d.overran {
 		return
 	}
@@ -195,13 +195,13 @@ func (d *dispatcher) scorePasses(now time.Time) {
 // startPass scores refs on a helper goroutine. Its answer comes back as
 // msgScores; if it takes longer than CallbackTimeout, msgScoreOverrun comes
 // first.
-func (d *dispatcher) startPass(refs []unitRef) {
+func (d *Engine) startPass(refs []unitRef) {
 	queued := d.queuedCount()
 	wall := d.wall()
 	jobs := make([]scoreJob, len(refs))
 	for i, r := range refs {
 		u := r.u
-		j := scoreJob{w: &Work{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: int(u.runs) + 1},
+		j := scoreJob{w: &UnitView{ID: u.id, Task: u.task, Target: u.target, Params: u.params, Attempt: int(u.runs) + 1},
 			load: !u.hasParams, wait: max(0, wall.Sub(time.Unix(0, u.createdAt)))}
 		for _, res := range u.lane.resources {
 			if res.class == "" {
@@ -227,7 +227,7 @@ func (d *dispatcher) startPass(refs []unitRef) {
 }
 
 type scoreJob struct {
-	w        *Work
+	w        *UnitView
 	load     bool
 	wait     time.Duration
 	pressure map[string]float64
@@ -237,14 +237,14 @@ type scoreJob struct {
 // that do not hold them (in batches), calls the priority function for each
 // job and sends the scores, in the jobs' order. A function that never
 // returns keeps this goroutine; nothing waits for it.
-func (d *dispatcher) scorePass(id uint64, jobs []scoreJob, queued int) {
+func (d *Engine) scorePass(id uint64, jobs []scoreJob, queued int) {
 	d.loadParams(jobs)
 	out := make([]float64, len(jobs))
 	for i, j := range jobs {
 		t0 := time.Now()
-		s, reason, detail := score(d.cfg.Priority, PriorityContext{Work: j.w, QueueDepth: queued, ServicePressure: j.pressure, WaitTime: j.wait})
+		s, reason, detail := score(d.cfg.Priority, PriorityInput{Unit: *j.w, QueueDepth: queued, ServicePressure: j.pressure, WaitTime: j.wait})
 		d.tel.callbackDur.Record(bg, time.Since(t0).Seconds(), metric.WithAttributes(attribute.String("outcome", "priority")))
-		d.stats.priorityCalls.Add(1)
+		d.stats.PriorityCalls.Add(1)
 		if reason != "" {
 			d.cbErrs.report("priority", reason, detail, "work_id", j.w.ID, "task_type", j.w.Task, "score_used", s)
 		}
@@ -256,10 +256,10 @@ func (d *dispatcher) scorePass(id uint64, jobs []scoreJob, queued int) {
 
 // loadParams reads, in batches, the params of the jobs whose units do not
 // hold them in memory. A unit that cannot be read is scored without them.
-func (d *dispatcher) loadParams(jobs []scoreJob) {
+func (d *Engine) loadParams(jobs []scoreJob) {
 	const batch = 500
 	var ids []string
-	at := make(map[string]*Work)
+	at := make(map[string]*UnitView)
 	flush := func() {
 		if len(ids) == 0 {
 			return
@@ -292,7 +292,7 @@ func (d *dispatcher) loadParams(jobs []scoreJob) {
 // scored applies a pass's answer: each unit still in the lane stay it was
 // scored for holds its score from now on. A pass that overran already gave
 // its units the default score; its late answer replaces it.
-func (d *dispatcher) scored(m msgScores) {
+func (d *Engine) scored(m msgScores) {
 	if m.pass != d.passID || !d.scoring {
 		return
 	}
@@ -311,7 +311,7 @@ func (d *dispatcher) scored(m msgScores) {
 }
 
 // releaseLanes lets the lanes that awaited the pass in flight dispatch.
-func (d *dispatcher) releaseLanes() {
+func (d *Engine) releaseLanes() {
 	for _, l := range d.passLanes {
 		if l.awaitPass == d.passID {
 			l.awaiting, l.awaitPass = false, 0
@@ -322,7 +322,7 @@ func (d *dispatcher) releaseLanes() {
 
 // scoreOverrun handles a pass that took longer than CallbackTimeout: the
 // units it has not scored hold the default score.
-func (d *dispatcher) scoreOverrun(m msgScoreOverrun) {
+func (d *Engine) scoreOverrun(m msgScoreOverrun) {
 	if m.pass != d.passID || !d.scoring || d.overran {
 		return
 	}

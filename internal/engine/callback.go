@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"errors"
@@ -25,8 +25,10 @@ const callbackLogEvery = 10 * time.Second
 // simultaneous use: the scorer, the dependency checker and the dispatcher
 // report to it.
 type callbackErrors struct {
-	c  *Cue
-	mu sync.Mutex
+	log   *slog.Logger
+	stats *Stats
+	tel   *Telemetry
+	mu    sync.Mutex
 	// last and suppressed are per callback and reason: when a line was last
 	// logged, and how many failures happened since without one.
 	last       map[[2]string]time.Time
@@ -38,9 +40,8 @@ type callbackErrors struct {
 // with detail (the panic value, the returned value) and attributes for the
 // log line.
 func (ce *callbackErrors) report(callback, reason, detail string, args ...any) {
-	c := ce.c
-	c.stats.callbackErrors.Add(1)
-	c.tel.callbackErrs.Add(bg, 1, metric.WithAttributes(attribute.String("callback", callback), attribute.String("reason", reason)))
+	ce.stats.CallbackErrors.Add(1)
+	ce.tel.callbackErrs.Add(bg, 1, metric.WithAttributes(attribute.String("callback", callback), attribute.String("reason", reason)))
 	k := [2]string{callback, reason}
 	now := time.Now() // real time: log throttling, not scheduling
 	ce.mu.Lock()
@@ -56,7 +57,7 @@ func (ce *callbackErrors) report(callback, reason, detail string, args ...any) {
 	ce.last[k], ce.suppressed[k] = now, 0
 	ce.mu.Unlock()
 	args = append(args, "callback", callback, "reason", reason, "detail", detail, "failures", n)
-	c.log.Log(bg, slog.LevelWarn, "runcue: a "+callback+" callback failed; using the default (further failures in the next "+
+	ce.log.Log(bg, slog.LevelWarn, "runcue: a "+callback+" callback failed; using the default (further failures in the next "+
 		callbackLogEvery.String()+" are counted in runcue.callback.errors, not logged)", args...)
 }
 

@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"context"
@@ -25,14 +25,14 @@ const pruneBatch = 1000
 // counts behind Stats are kept.
 const ActivityRetention = 24 * time.Hour
 
-func (d *dispatcher) schedulePrune(at time.Time) {
+func (d *Engine) schedulePrune(at time.Time) {
 	d.pushTimer(&timerEntry{at: at, kind: tPrune})
 }
 
 // prune deletes, in one batch, finished units past Config.Retention, events
 // past Config.EventRetention, and the service log entries that no rate
 // window needs any more.
-func (d *dispatcher) prune(now time.Time) {
+func (d *Engine) prune(now time.Time) {
 	if d.pruning || d.stopping {
 		return
 	}
@@ -44,9 +44,9 @@ func (d *dispatcher) prune(now time.Time) {
 	d.pruning = true
 	// Filtered durable subscriptions may have passed events they will
 	// never receive: read how far, off the loop, then prune.
-	d.read(func(ctx context.Context) func(*dispatcher) {
-		passed, err := passedPositions(ctx, d.st)
-		return func(d *dispatcher) {
+	d.read(func(ctx context.Context) func(*Engine) {
+		passed, err := store.PassedPositions(ctx, d.st)
+		return func(d *Engine) {
 			if err != nil {
 				d.log.Error("runcue: read the positions of filtered subscriptions; retention keeps their events", "error", err)
 			}

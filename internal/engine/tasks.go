@@ -1,4 +1,6 @@
-package runcue
+package engine
+
+import "github.com/runcue/runcue/store"
 
 // Task registrations as the dispatcher sees them: per task its cap, its
 // services, its base lane and its metric attributes, refreshed from the
@@ -7,7 +9,7 @@ package runcue
 // taskTable is the registry as the dispatcher holds it.
 type taskTable struct {
 	tasks map[string]*taskRT
-	regs  map[string]Service // registered limits, from the last msgRegistry
+	regs  map[string]store.ServiceDef // registered limits, from the last msgRegistry
 	// pausedTasks and queuePaused are the stored pauses in force (see
 	// applyPauses); a paused task's cap refuses every dispatch.
 	pausedTasks map[string]bool
@@ -16,11 +18,10 @@ type taskTable struct {
 
 type taskRT struct {
 	name     string
-	def      *Task
+	spec     *TaskSpec
 	cap      *resource
 	services []*resource
 	base     *lane // the lane of units without keyed services
-	retry    RetryPolicy
 	// attrs and byOutcome are the task's metric attributes, built once.
 	attrs     metricOpts
 	byOutcome map[string]metricOpts
@@ -37,8 +38,8 @@ func (rt *taskRT) outcomeAttrs(outcome string) metricOpts {
 
 // refreshRegistry brings the dispatcher's view of tasks and services up to
 // date with the Cue's registrations, and adopts orphans whose task type is
-// now registered. The caller holds c.mu.
-func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[string]*Task) {
+// now registered.
+func (d *Engine) refreshRegistry(services map[string]store.ServiceDef, tasks map[string]*TaskSpec) {
 	now := d.now()
 	for name, s := range services {
 		d.regs[name] = s
@@ -52,7 +53,7 @@ func (d *dispatcher) refreshRegistry(services map[string]Service, tasks map[stri
 		if _, ok := d.tasks[name]; ok {
 			continue
 		}
-		rt := &taskRT{name: name, def: t, cap: d.newResource("task "+name, "", t.MaxConcurrent), retry: t.Retry.withDefaults(),
+		rt := &taskRT{name: name, spec: t, cap: d.newResource("task "+name, "", t.MaxConcurrent),
 			attrs: taskAttr(name), byOutcome: map[string]metricOpts{}}
 		rt.cap.Paused = d.pausedTasks[name]
 		for _, s := range t.Services {

@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"context"
@@ -71,9 +71,9 @@ type resource struct {
 	name  string
 	class string // the service whose limits apply; "" for a task cap
 	// budgetSpecs are the Budgets that Resource.Budgets count, in order.
-	budgetSpecs []Budget
+	budgetSpecs []store.BudgetDef
 	// byPeriod are its metric attributes per budget period, built once.
-	byPeriod map[Period]metric.MeasurementOption
+	byPeriod map[broker.Period]metric.MeasurementOption
 	keyed    bool
 	waiters  *heaps.Heap[*lane]
 	// timerAt is the pending wake-up timer, if any.
@@ -95,11 +95,11 @@ func (r *resource) attrs() metric.MeasurementOption {
 	return r.svcAttrs
 }
 
-func (r *resource) periodAttrs(p Period) metric.MeasurementOption {
+func (r *resource) periodAttrs(p broker.Period) metric.MeasurementOption {
 	o, ok := r.byPeriod[p]
 	if !ok {
 		if r.byPeriod == nil {
-			r.byPeriod = make(map[Period]metric.MeasurementOption)
+			r.byPeriod = make(map[broker.Period]metric.MeasurementOption)
 		}
 		o = metric.WithAttributes(attribute.String("service", r.class), attribute.String("period", p.String()))
 		r.byPeriod[p] = o
@@ -164,8 +164,8 @@ func (t *resourceTable) unitLess() func(a, b *unit) bool {
 
 // effective returns the limits in force for service name: its override if
 // one is stored, else its registration.
-func (t *resourceTable) effective(name string) (Service, bool) {
-	if s, ok := decodeService(t.stored[name].Override); ok {
+func (t *resourceTable) effective(name string) (store.ServiceDef, bool) {
+	if s, ok := store.DecodeServiceDef(t.stored[name].Override); ok {
 		return s, true
 	}
 	s, ok := t.regs[name]
@@ -174,8 +174,8 @@ func (t *resourceTable) effective(name string) (Service, bool) {
 
 // limits returns the limits in force for resource name of class: a keyed
 // instance's own override, else the class's (see effective).
-func (t *resourceTable) limits(name, class string) (Service, bool) {
-	if s, ok := decodeService(t.stored[name].Override); ok && name != class {
+func (t *resourceTable) limits(name, class string) (store.ServiceDef, bool) {
+	if s, ok := store.DecodeServiceDef(t.stored[name].Override); ok && name != class {
 		return s, true
 	}
 	return t.effective(class)
@@ -190,7 +190,7 @@ func (t *resourceTable) pausedOf(name, class string) bool {
 // newServiceResource makes the resource of a service or keyed instance,
 // with its persisted pause, circuit and Retry-After state, and its rate
 // window rebuilt from the service log.
-func (t *resourceTable) newServiceResource(name, class string, reg Service, now time.Time) *resource {
+func (t *resourceTable) newServiceResource(name, class string, reg store.ServiceDef, now time.Time) *resource {
 	s := reg
 	if eff, ok := t.limits(name, class); ok {
 		s = eff
@@ -226,7 +226,7 @@ func (t *resourceTable) newServiceResource(name, class string, reg Service, now 
 // have had. That also clamps entries stamped in the future by a wall clock
 // that was set back since. For keyed instances one query per class serves
 // every key: it is read on the first key's creation.
-func (t *resourceTable) priorLog(name, class string, s Service, now time.Time) []time.Time {
+func (t *resourceTable) priorLog(name, class string, s store.ServiceDef, now time.Time) []time.Time {
 	lag := t.cfg.MaxStartDelay
 	since := t.priorSince(s, now)
 	if since.IsZero() {
@@ -249,7 +249,7 @@ func (t *resourceTable) priorLog(name, class string, s Service, now time.Time) [
 			}
 			for key, rec := range t.stored {
 				if len(key) > len(class) && key[len(class)] == ':' && key[:len(class)] == class {
-					if o, ok := decodeService(rec.Override); ok {
+					if o, ok := store.DecodeServiceDef(rec.Override); ok {
 						since = earliest(since, t.priorSince(o, now))
 					}
 				}
@@ -278,13 +278,13 @@ func (t *resourceTable) priorLog(name, class string, s Service, now time.Time) [
 // priorSince returns the earliest wall instant whose logged starts may
 // still count in s's window or budgets at now (see priorLog), or zero if
 // no start of a previous owner can.
-func (t *resourceTable) priorSince(s Service, now time.Time) time.Time {
+func (t *resourceTable) priorSince(s store.ServiceDef, now time.Time) time.Time {
 	lag := t.cfg.MaxStartDelay
 	var since time.Time
-	if s.RateLimit > 0 && now.Sub(t.startMono) < s.hold()+lag {
-		since = t.started.Add(-s.hold() - lag)
+	if s.RateLimit > 0 && now.Sub(t.startMono) < hold(s)+lag {
+		since = t.started.Add(-hold(s) - lag)
 	}
-	if b := budgetsSince(s, t.wall(), lag+s.margin()); !b.IsZero() && b.Before(t.started) {
+	if b := budgetsSince(s, t.wall(), lag+margin(s)); !b.IsZero() && b.Before(t.started) {
 		since = earliest(since, b) // a current period began before this owner took over
 	}
 	return since
@@ -301,8 +301,8 @@ func earliest(a, b time.Time) time.Time {
 // restoreWindow adds to r's window the starts of prior (see priorLog) that
 // still hold a place in it at now (for RateWindow plus Margin), placed on
 // the scheduling timeline.
-func (t *resourceTable) restoreWindow(r *resource, s Service, prior []time.Time, now time.Time) {
-	cut := now.Add(-s.hold())
+func (t *resourceTable) restoreWindow(r *resource, s store.ServiceDef, prior []time.Time, now time.Time) {
+	cut := now.Add(-hold(s))
 	var in []time.Time
 	for _, latest := range prior {
 		if at := t.startMono.Add(latest.Sub(t.started)); at.After(cut) {
@@ -316,8 +316,8 @@ func (t *resourceTable) restoreWindow(r *resource, s Service, prior []time.Time,
 
 // applyLimits sets r's limits from s, keeping its window's entries and its
 // circuit's state.
-func (t *resourceTable) applyLimits(r *resource, s Service) {
-	r.SetLimits(broker.Limits{Concurrency: s.MaxConcurrent, Rate: s.RateLimit, Window: s.RateWindow, Margin: s.margin(), Pace: s.Pace,
+func (t *resourceTable) applyLimits(r *resource, s store.ServiceDef) {
+	r.SetLimits(broker.Limits{Concurrency: s.MaxConcurrent, Rate: s.RateLimit, Window: s.RateWindow, Margin: margin(s), Pace: s.Pace,
 		Threshold: s.CircuitThreshold, Timeout: s.CircuitTimeout})
 	t.applyBudgets(r, s)
 }
@@ -624,12 +624,12 @@ func (t *resourceTable) logCutoffs(now time.Time) map[string]time.Time {
 // window and margin, at a restart (see priorLog), and as long as the
 // current period of a budget (its margin and MaxStartDelay before it
 // included). Zero if s has neither.
-func (t *resourceTable) logCut(s Service, now time.Time) time.Time {
+func (t *resourceTable) logCut(s store.ServiceDef, now time.Time) time.Time {
 	var cut time.Time
 	if s.RateLimit > 0 {
-		cut = now.Add(-s.hold() - t.cfg.MaxStartDelay)
+		cut = now.Add(-hold(s) - t.cfg.MaxStartDelay)
 	}
-	if b := budgetsSince(s, now, t.cfg.MaxStartDelay+s.margin()); !b.IsZero() && (cut.IsZero() || b.Before(cut)) {
+	if b := budgetsSince(s, now, t.cfg.MaxStartDelay+margin(s)); !b.IsZero() && (cut.IsZero() || b.Before(cut)) {
 		cut = b
 	}
 	return cut
@@ -639,10 +639,10 @@ func (t *resourceTable) logCut(s Service, now time.Time) time.Time {
 // changed), on the reader goroutine, applies it, and closes applied (if
 // not nil). Reads are answered in order, so a change is never overtaken
 // by an older read.
-func (d *dispatcher) reloadService(name string, applied chan struct{}) {
-	d.read(func(ctx context.Context) func(*dispatcher) {
+func (d *Engine) reloadService(name string, applied chan struct{}) {
+	d.read(func(ctx context.Context) func(*Engine) {
 		svcs, err := d.st.Services(ctx)
-		return func(d *dispatcher) {
+		return func(d *Engine) {
 			if applied != nil {
 				defer close(applied)
 			}

@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"context"
@@ -36,7 +36,7 @@ type depGraph struct {
 // panic or an error counts as not satisfied. The call runs on its own
 // goroutine so that a callback that ignores its context cannot hold the
 // caller past the timeout; such a goroutine ends when the callback returns.
-func checkDependency(f DependencyFunc, dep Dependency, timeout time.Duration) (ok bool, err error) {
+func checkDependency(f func(context.Context, Dependency) (bool, error), dep Dependency, timeout time.Duration) (ok bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	type answer struct {
@@ -74,7 +74,7 @@ func checkDependency(f DependencyFunc, dep Dependency, timeout time.Duration) (o
 // unknown dependencies at once, on the reader goroutine; meanwhile the
 // units are blocked, and the ends the loop sees are noted (noteEnded) so
 // that the answer, read before them, is not taken for the present.
-func (d *dispatcher) resolveDeps(units []*unit) {
+func (d *Engine) resolveDeps(units []*unit) {
 	if len(units) == 0 {
 		return
 	}
@@ -97,9 +97,9 @@ func (d *dispatcher) resolveDeps(units []*unit) {
 	for _, u := range units {
 		u.state = uBlocked // until the answer
 	}
-	d.read(func(ctx context.Context) func(*dispatcher) {
+	d.read(func(ctx context.Context) func(*Engine) {
 		states, err := d.st.UnitStates(ctx, unknown)
-		return func(d *dispatcher) {
+		return func(d *Engine) {
 			if err != nil {
 				// Without an answer nothing may start: treat them as
 				// pending. A unit so blocked waits until the next owner's
@@ -132,7 +132,7 @@ func (d *dispatcher) resolveDeps(units []*unit) {
 // Cue does not hold, and the ends seen while it was read. A dependency
 // neither held nor in states is complete: it ended before u was filed, and
 // was not failed, cancelled or skipped (those are in states).
-func (d *dispatcher) waitDeps(u *unit, states map[string]store.State) {
+func (d *Engine) waitDeps(u *unit, states map[string]store.State) {
 	m := u.ext()
 	m.pending = 0
 	var dead string
@@ -196,7 +196,7 @@ func (g *depGraph) failDependent(u *unit, dep string, st store.State) {
 	}
 	msg := fmt.Sprintf("dependency %s is %s", dep, st)
 	g.persist(&store.FailQueued{ID: u.id, At: g.wall(), Error: msg, ErrorKind: kind,
-		Events: []store.Event{{Type: string(EventWorkFailed), Task: u.task, Target: u.target, Data: eventData{Error: msg, ErrorKind: kind}.encode()}}})
+		Events: []store.Event{{Type: store.TypeWorkFailed, Task: u.task, Target: u.target, Data: store.EventData{Error: msg, ErrorKind: kind}.Encode()}}})
 }
 
 // holds reports whether this Cue holds unit id: queued, waiting or running
@@ -222,7 +222,7 @@ func (g *depGraph) waiting(u *unit, dep string) bool {
 }
 
 // depsDone is called when u's dependencies have all completed.
-func (d *dispatcher) depsDone(u *unit) {
+func (d *Engine) depsDone(u *unit) {
 	if d.cfg.DependencySatisfied == nil {
 		d.makeEligible(u)
 		return
@@ -232,7 +232,7 @@ func (d *dispatcher) depsDone(u *unit) {
 }
 
 // settled handles the commit of a unit's terminal outcome.
-func (d *dispatcher) settled(id string, state store.State, applied bool) {
+func (d *Engine) settled(id string, state store.State, applied bool) {
 	delete(d.finishing, id)
 	if applied {
 		d.noteEnded(id, state)
@@ -264,7 +264,7 @@ func (d *dispatcher) settled(id string, state store.State, applied bool) {
 // (its task's FailOnSkippedDependency).
 func (g *depGraph) failsOnSkip(u *unit) bool {
 	t := g.tasks[u.task]
-	return t != nil && t.def.FailOnSkippedDependency
+	return t != nil && t.spec.FailOnSkippedDependency
 }
 
 type checkJob struct {
@@ -274,7 +274,7 @@ type checkJob struct {
 
 // requestCheck asks DependencySatisfied about u's dependencies, on the
 // checker goroutine.
-func (d *dispatcher) requestCheck(u *unit) {
+func (d *Engine) requestCheck(u *unit) {
 	if d.checks == nil {
 		d.checks = inbox.New[checkJob]()
 		d.aux.Go(d.checker)
@@ -286,7 +286,7 @@ func (d *dispatcher) requestCheck(u *unit) {
 }
 
 // checker runs dependency checks until the dispatcher exits.
-func (d *dispatcher) checker() {
+func (d *Engine) checker() {
 	d.checks.Serve(d.auxStop, func(jobs []checkJob) {
 		// The callback sees each dependency's task and target: read them,
 		// once for the batch (a dependency no longer stored is passed with
@@ -314,7 +314,7 @@ func (d *dispatcher) checker() {
 
 // askDependencies asks DependencySatisfied about each of job's dependencies, in
 // order, until one is not satisfied; deps holds what is known of them.
-func (d *dispatcher) askDependencies(job checkJob, deps map[string]Dependency) bool {
+func (d *Engine) askDependencies(job checkJob, deps map[string]Dependency) bool {
 	f, timeout := d.cfg.DependencySatisfied, d.cfg.CallbackTimeout
 	for _, id := range job.deps {
 		dep, found := deps[id]
@@ -341,7 +341,7 @@ func (d *dispatcher) askDependencies(job checkJob, deps map[string]Dependency) b
 	return true
 }
 
-func (d *dispatcher) checked(id string, ok bool) {
+func (d *Engine) checked(id string, ok bool) {
 	u := d.units[id]
 	if u == nil || u.state != uChecking {
 		return
@@ -366,6 +366,6 @@ func (g *depGraph) dependencyTimeout(u *unit, now time.Time) {
 	g.removeQueued(u)
 	msg := "dependencies not satisfied within the dependency timeout"
 	g.persist(&store.FailQueued{ID: u.id, At: now, Error: msg, ErrorKind: "dependency_timeout",
-		Events: []store.Event{{Type: string(EventWorkFailed), Task: u.task, Target: u.target,
-			Data: eventData{Error: msg, ErrorKind: "dependency_timeout"}.encode()}}})
+		Events: []store.Event{{Type: store.TypeWorkFailed, Task: u.task, Target: u.target,
+			Data: store.EventData{Error: msg, ErrorKind: "dependency_timeout"}.Encode()}}})
 }

@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"fmt"
@@ -26,8 +26,8 @@ const paramBatchSize = 512
 
 // paramBudget is maxParamBytes, or the tests' budget.
 func (x *unitIndex) paramBudget() int {
-	if x.hooks.paramBudget > 0 {
-		return x.hooks.paramBudget
+	if x.hooks.ParamBudget > 0 {
+		return x.hooks.ParamBudget
 	}
 	return maxParamBytes
 }
@@ -46,7 +46,7 @@ type paramBatch struct {
 // paramsOf returns the paramBatch that will hold u's params, starting a
 // read of u's and of up to paramBatchSize-1 more units indexed without
 // params (the oldest first: the next to run without a priority function).
-func (d *dispatcher) paramsOf(u *unit) *paramBatch {
+func (d *Engine) paramsOf(u *unit) *paramBatch {
 	if u.pbatch != nil {
 		return u.pbatch
 	}
@@ -65,8 +65,8 @@ func (d *dispatcher) paramsOf(u *unit) *paramBatch {
 	for i, o := range units {
 		ids[i] = o.id
 	}
-	if d.hooks.paramRead != nil {
-		d.hooks.paramRead(len(ids))
+	if d.hooks.ParamRead != nil {
+		d.hooks.ParamRead(len(ids))
 	}
 	d.helperStart()
 	d.aux.Go(func() {
@@ -88,7 +88,7 @@ func (d *dispatcher) paramsOf(u *unit) *paramBatch {
 // paramsRead keeps the params a batch read for the units still queued
 // without them (they are about to run; the budget may be passed by at
 // most one batch).
-func (d *dispatcher) paramsRead(m msgParams) {
+func (d *Engine) paramsRead(m msgParams) {
 	for _, u := range m.units {
 		if u.pbatch != m.batch {
 			continue

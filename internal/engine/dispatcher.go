@@ -1,4 +1,4 @@
-package runcue
+package engine
 
 import (
 	"context"
@@ -30,24 +30,25 @@ import (
 // env is what the dispatcher needs of its Cue, fixed for its life: the
 // configuration, the collaborators (store, writer, hub, telemetry, log),
 // the counters it reports to, and the few Cue operations it calls. It
-// holds none of the Cue's mutable state: the dispatcher never takes
-// Cue.mu.
+// holds none of the Cue's mutable state.
 type env struct {
 	cfg    Config
 	log    *slog.Logger
 	st     store.Store
 	w      *writer.Writer
 	hub    *hub.Hub
-	tel    *telemetry
-	stats  *stats
+	tel    *Telemetry
+	stats  *Stats
 	cbErrs *callbackErrors
-	hooks  testHooks
-	// submitBatch stores what Config.Feed returns; reportOrphans logs the
-	// units no registered task can run; detach tells the Cue this
-	// dispatcher has exited.
-	submitBatch   func(context.Context, []Submission) ([]Submitted, error)
+	hooks  Hooks
+	// unitRetry reads a unit's stored retry policy; encode turns what the
+	// engine reports into runcue's JSON; reportOrphans logs the units no
+	// registered task can run; detach tells the Cue this engine has
+	// exited.
+	unitRetry     func([]byte) (RetryPolicy, error)
+	encode        func(any) []byte
 	reportOrphans func(map[string]int)
-	detach        func(*dispatcher)
+	detach        func(*Engine)
 }
 
 // dispatcher is the loop and the flows that cross its parts. Each part
@@ -60,13 +61,13 @@ type env struct {
 //	unitIndex                               units and orphans (embeds resourceTable, scorer)
 //	depGraph                                who waits for whom (embeds unitIndex)
 //
-// The dispatcher embeds every part, so a flow (a method on *dispatcher)
+// The dispatcher embeds every part, so a flow (a method on *Engine)
 // reads d.units or d.runs directly: its receiver is what marks it as
 // crossing parts. Flows are in dispatcher.go (the loop, handle, dispatch)
 // and in the file of the part they start from. Everything here, parts
 // included, is owned by the dispatcher goroutine unless its comment says
 // otherwise.
-type dispatcher struct {
+type Engine struct {
 	env
 	owner string
 	own   store.Ownership
@@ -110,20 +111,30 @@ type dispatcher struct {
 	rnd    *rand.Rand // retry jitter
 }
 
-func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.ServiceRecord, pauses store.Pauses, reg msgRegistry) *dispatcher {
-	d := &dispatcher{
-		env: env{cfg: c.cfg, log: c.log, st: c.st, w: c.w, hub: c.hub, tel: c.tel, stats: &c.stats, cbErrs: &c.cbErrs,
-			hooks: c.testHooks, submitBatch: c.SubmitBatch, reportOrphans: c.reportOrphans,
-			detach: func(d *dispatcher) { c.disp.CompareAndSwap(d, nil) }},
+// Registry is a snapshot of the Cue's registrations: limits by service
+// name, tasks by name. Snapshots only add.
+type Registry struct {
+	Services map[string]store.ServiceDef
+	Tasks    map[string]*TaskSpec
+}
+
+// New returns the engine of an owner that took ownership (own) of the
+// store: stored are the services' stored records, pauses the stored
+// pauses, reg the registrations so far. Recover, then Run.
+func New(cfg Config, deps Deps, owner string, own store.Ownership, stored []store.ServiceRecord, pauses store.Pauses, reg Registry) *Engine {
+	d := &Engine{
+		env: env{cfg: cfg, log: cfg.Log, st: deps.Store, w: deps.Writer, hub: deps.Hub, tel: deps.Tel, stats: deps.Stats,
+			cbErrs: &callbackErrors{log: cfg.Log, stats: deps.Stats, tel: deps.Tel}, hooks: deps.Hooks, unitRetry: deps.UnitRetry,
+			encode: deps.Encode, reportOrphans: deps.ReportOrphans, detach: deps.Detach},
 		owner: owner, own: own, in: inbox.New[message](), done: make(chan struct{}),
-		timeline:    newTimeline(c.clock),
-		taskTable:   taskTable{tasks: make(map[string]*taskRT), regs: make(map[string]Service)},
+		timeline:    newTimeline(cfg.Clock),
+		taskTable:   taskTable{tasks: make(map[string]*taskRT), regs: make(map[string]store.ServiceDef)},
 		unitIndex:   unitIndex{units: make(map[string]*unit), orphans: make(map[string]map[string]*unit)},
 		runTable:    runTable{runs: make(map[string]*run), held: make(map[*run]struct{})},
 		depGraph:    depGraph{dependents: make(map[string][]*unit), finishing: make(map[string]struct{})},
 		statusBoard: statusBoard{dirty: make(map[*resource]struct{})},
 		auxStop:     make(chan struct{}),
-		rnd:         newRand(c.cfg.Rand),
+		rnd:         newRand(cfg.Rand),
 	}
 	d.resourceTable = newResourceTable(&d.env, &d.timeline, &d.statusBoard, &d.taskTable, d.submit, stored)
 	d.unitIndex = unitIndex{resourceTable: &d.resourceTable, scorer: &d.scorer,
@@ -134,11 +145,12 @@ func newDispatcher(c *Cue, owner string, own store.Ownership, stored []store.Ser
 	for _, name := range pauses.Tasks {
 		d.pausedTasks[name] = true
 	}
-	d.refreshRegistry(reg.services, reg.tasks)
+	d.refreshRegistry(reg.Services, reg.Tasks)
 	return d
 }
 
-func (d *dispatcher) run() {
+// Run is the dispatcher goroutine: it returns when the engine exits.
+func (d *Engine) Run() {
 	for {
 		for _, m := range d.in.Take() {
 			d.handle(m)
@@ -150,8 +162,10 @@ func (d *dispatcher) run() {
 		d.backpressure()
 		d.maybeFeed()
 		d.flushStatus()
-		if d.hooks.checkInvariants != nil {
-			d.hooks.checkInvariants(d)
+		if h := d.hooks.CheckInvariants; h != nil {
+			if err := d.verify(); err != nil {
+				h(err)
+			}
 		}
 		if len(d.drains) > 0 && (d.idle() || d.onlyBudgetHeld()) {
 			orphans := make(map[string]int)
@@ -171,7 +185,7 @@ func (d *dispatcher) run() {
 			}
 			d.syncs = d.syncs[:0]
 		}
-		if ch := d.hooks.iterated; ch != nil {
+		if ch := d.hooks.Iterated; ch != nil {
 			select {
 			case ch <- struct{}{}:
 			default:
@@ -191,11 +205,11 @@ func (d *dispatcher) run() {
 
 // idle reports that no work of registered task types is queued, waiting or
 // running, and the feed (if any) has no more.
-func (d *dispatcher) idle() bool {
+func (d *Engine) idle() bool {
 	return len(d.units) == 0 && len(d.finishing) == 0 && d.pending == 0 && !d.loading && (d.cfg.Feed == nil || (d.exhausted && !d.feeding))
 }
 
-func (d *dispatcher) exit() {
+func (d *Engine) exit() {
 	// No handler starts from here on: ownership is about to be released,
 	// and a new owner counts only the starts it can bound.
 	d.closeStarts()
@@ -222,7 +236,7 @@ func (d *dispatcher) exit() {
 }
 
 // handle applies one message. The message types are in messages.go.
-func (d *dispatcher) handle(m message) {
+func (d *Engine) handle(m message) {
 	if _, ok := m.(msgSync); !ok {
 		d.activity.Add(1)
 	}
@@ -234,17 +248,9 @@ func (d *dispatcher) handle(m message) {
 		d.external(m.events)
 	case msgDone:
 		d.live--
-		d.finished(m)
-	case msgClaimFailed:
-		r := m.run
-		r.claimFailed = true
-		if !r.over() {
-			r.cause = ErrCancelled
-			r.cancel(ErrCancelled)
-		}
-	case msgClaimed:
-		d.claims--
-		d.claimed(m.run, m.applied)
+		d.finished(m.run, m.run.end)
+	case msgRunWritten:
+		d.runWritten(m)
 	case msgStop:
 		if !d.stopping {
 			d.stopping = true
@@ -252,16 +258,13 @@ func (d *dispatcher) handle(m message) {
 		}
 		if m.cancel {
 			for _, r := range d.runs {
-				if r.cause == nil {
-					r.cause = ErrShutdown
-				}
-				r.cancel(ErrShutdown)
+				d.stopRun(r, ErrShutdown)
 			}
 		}
 	case msgAbandon:
 		d.abandon = true
 	case msgRegistry:
-		d.refreshRegistry(m.services, m.tasks)
+		d.refreshRegistry(m.reg.Services, m.reg.Tasks)
 	case msgStoreFailed:
 		d.failed = m.err
 	case msgDrain:
@@ -269,13 +272,9 @@ func (d *dispatcher) handle(m message) {
 	case msgSync:
 		d.syncs = append(d.syncs, m.reply)
 	case msgCancel:
-		d.cancelUnit(m.id, m.opts, m.errc)
+		d.cancelUnit(m.id, m.opts, m.reply)
 	case msgHeartbeat:
-		if r := d.runs[m.run.id]; r != nil && r == m.run {
-			now := d.wall()
-			d.submit(&store.Heartbeat{ID: r.u.id, Owner: d.owner, Run: r.no, At: now,
-				LeaseExpires: now.Add(d.cfg.LeaseBuffer)})
-		}
+		d.heartbeat(m.run)
 	case msgPruned:
 		d.pruning = false
 		next := d.cfg.pruneInterval()
@@ -292,16 +291,11 @@ func (d *dispatcher) handle(m message) {
 	case msgCall:
 		m.f(d)
 	case msgSettled:
-		if m.run {
-			d.uncommitted--
-		}
 		d.settled(m.id, m.state, m.applied)
 		d.applyEnded(m.derived)
-	case msgRunCommitted:
-		d.uncommitted--
 	case msgChecked:
 		d.checked(m.id, m.ok)
-		if ch := d.hooks.checked; ch != nil {
+		if ch := d.hooks.Checked; ch != nil {
 			select {
 			case ch <- m.id:
 			default:
@@ -337,7 +331,7 @@ func (d *dispatcher) handle(m message) {
 }
 
 // dispatch starts as many units as the caps and services allow.
-func (d *dispatcher) dispatch() {
+func (d *Engine) dispatch() {
 	if d.stopping || d.failed != nil || d.queuePaused {
 		return
 	}
@@ -385,7 +379,7 @@ func (d *dispatcher) dispatch() {
 }
 
 // drain waits until the dispatcher holds no work of registered task types.
-func (d *dispatcher) drain(ctx context.Context) error {
+func (d *Engine) drain(ctx context.Context) error {
 	ch := make(chan drainReply, 1)
 	d.in.Push(msgDrain{reply: ch})
 	select {
@@ -408,7 +402,7 @@ type drainReply struct {
 // sync returns after the dispatcher has handled every message sent before
 // the call, the store reads they caused are answered, and it completed one
 // loop iteration. Tests use it.
-func (d *dispatcher) sync(ctx context.Context) error {
+func (d *Engine) sync(ctx context.Context) error {
 	ch := make(chan struct{})
 	d.in.Push(msgSync{reply: ch})
 	select {

@@ -1,0 +1,336 @@
+package runcue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/internal/engine"
+	"github.com/runcue/runcue/store"
+)
+
+// The adapter: with runner.go, the only files of this package that know
+// internal/engine. They turn the user's vocabulary (Config, Task, Service,
+// the callbacks) into the engine's, start the engine, and turn what it
+// reports back into this package's types.
+
+// machinery is the part of a Cue that serves its engines: telemetry, the
+// counters and the test hooks. Set by New (hooks: by tests, before Start)
+// and read-only after; the counters and instruments are safe for
+// concurrent use.
+type machinery struct {
+	tel   *engine.Telemetry
+	stats engine.Stats
+	hooks engine.Hooks
+}
+
+// newMachinery makes c's telemetry; only the owner reports the queue.
+func (c *Cue) newMachinery() error {
+	var err error
+	c.mach.tel, err = engine.NewTelemetry(c.cfg.MeterProvider, c.cfg.TracerProvider, func() (int64, bool) {
+		if d := c.disp.Load(); d != nil {
+			return d.e.Queued(), true
+		}
+		return 0, false
+	})
+	return err
+}
+
+// dispatcher is a running engine, as the Cue's methods see it. Every
+// method is safe for concurrent use; a question's ok is false when the
+// engine exited before answering.
+type dispatcher struct {
+	e *engine.Engine
+}
+
+// startEngine makes the engine of an owner that took ownership (own):
+// stored are the services' stored records, pauses the stored pauses. The
+// caller holds c.mu (the registration snapshot and the publication of the
+// engine are one step) and then calls recover.
+func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.ServiceRecord, pauses store.Pauses) *dispatcher {
+	cfg := c.cfg
+	ecfg := engine.Config{
+		MaxConcurrent: cfg.MaxConcurrent, MaxUncommitted: cfg.MaxUncommitted, MaxPayload: cfg.MaxPayload,
+		MaxQueued: cfg.MaxQueued, FeedLowWater: cfg.FeedLowWater,
+		DefaultTimeout: cfg.DefaultTimeout, LeaseBuffer: cfg.LeaseBuffer, MaxStartDelay: cfg.MaxStartDelay,
+		EventRetention: cfg.EventRetention, SubscriptionRetention: cfg.SubscriptionRetention,
+		QueueStatusInterval: cfg.QueueStatusInterval, CancelGrace: cfg.CancelGrace, Retention: cfg.Retention,
+		DependencyRecheck: cfg.DependencyRecheck, PriorityTTL: cfg.PriorityTTL, CallbackTimeout: cfg.CallbackTimeout,
+		FeedInterval: cfg.FeedInterval, StatsKeys: StatsKeys, DrainOnSpentBudget: cfg.DrainOnSpentBudget,
+		Rand: cfg.Rand, Clock: cfg.Clock, Log: cfg.Logger,
+	}
+	if f := cfg.Priority; f != nil {
+		ecfg.Priority = func(in engine.PriorityInput) float64 {
+			return f(PriorityContext{Work: workOf(in.Unit), QueueDepth: in.QueueDepth, ServicePressure: in.ServicePressure, WaitTime: in.WaitTime})
+		}
+	}
+	if f := cfg.DependencySatisfied; f != nil {
+		ecfg.DependencySatisfied = func(ctx context.Context, dep engine.Dependency) (bool, error) {
+			return f(ctx, Dependency(dep))
+		}
+	}
+	if f := cfg.Feed; f != nil {
+		ecfg.Feed = func(ctx context.Context, want int) error {
+			subs, err := f(ctx, want)
+			switch {
+			case errors.Is(err, ErrFeedExhausted):
+				return engine.ErrFeedExhausted
+			case err != nil:
+				return err
+			case len(subs) == 0:
+				return engine.ErrFeedEmpty
+			}
+			_, err = c.SubmitBatch(ctx, subs)
+			return err
+		}
+	}
+	d := &dispatcher{}
+	d.e = engine.New(ecfg, engine.Deps{
+		Store: c.st, Writer: c.w, Hub: c.hub, Tel: c.mach.tel, Stats: &c.mach.stats, Hooks: c.mach.hooks,
+		UnitRetry: func(raw []byte) (engine.RetryPolicy, error) {
+			p, err := decodeRetry(raw)
+			return retryOf(p), err
+		},
+		Encode:        encodeReport,
+		ReportOrphans: c.reportOrphans,
+		Detach:        func(*engine.Engine) { c.disp.CompareAndSwap(d, nil) },
+	}, owner, own, stored, pauses, c.registry())
+	return d
+}
+
+// registry copies the registrations for the engine; the caller holds c.mu.
+func (c *Cue) registry() engine.Registry {
+	reg := engine.Registry{Services: make(map[string]store.ServiceDef, len(c.services)), Tasks: make(map[string]*engine.TaskSpec, len(c.tasks))}
+	for name, s := range c.services {
+		reg.Services[name] = s.def()
+	}
+	for name, t := range c.tasks {
+		reg.Tasks[name] = c.taskSpec(name, t)
+	}
+	return reg
+}
+
+// notifyRegistry sends the running engine a snapshot of the
+// registrations, so that it never takes c.mu itself. Snapshots only add,
+// so their order does not matter.
+func (c *Cue) notifyRegistry() {
+	c.mu.Lock()
+	d := c.disp.Load()
+	var reg engine.Registry
+	if d != nil {
+		reg = c.registry()
+	}
+	c.mu.Unlock()
+	if d != nil {
+		d.e.SetRegistry(reg)
+	}
+}
+
+// taskSpec is task t as the engine runs it.
+func (c *Cue) taskSpec(name string, t *Task) *engine.TaskSpec {
+	policy := t.Retry.withDefaults()
+	spec := &engine.TaskSpec{
+		Name: name, Services: t.Services, Timeout: t.Timeout, MaxConcurrent: t.MaxConcurrent,
+		Retry: retryOf(policy), Retryable: policy.retryable, MaxDeferrals: t.maxDeferrals(),
+		HoldSlotsUntilReturn: t.HoldSlotsUntilReturn, FailOnSkippedDependency: t.FailOnSkippedDependency,
+		Runner: &localRunner{h: t.Handler, maxPayload: c.cfg.MaxPayload, clock: c.clock, showDeadline: clock.IsReal(c.clock)},
+	}
+	if f := t.ServiceKeys; f != nil {
+		spec.Keys = func(v engine.UnitView) ([]string, error) {
+			keys := f(workOf(v))
+			for _, k := range keys {
+				if i := strings.IndexByte(k, ':'); i > 0 {
+					if err := validKey(k, k[i+1:]); err != nil {
+						return nil, err
+					}
+				}
+			}
+			return keys, nil
+		}
+	}
+	return spec
+}
+
+// serviceKeys derives a unit's keyed services with t's ServiceKeys (nil
+// when it has none), reporting a panic as an error.
+func serviceKeys(t *Task, w *Work) ([]string, error) {
+	if t.ServiceKeys == nil {
+		return nil, nil
+	}
+	return engine.CallKeys(func(engine.UnitView) ([]string, error) { return t.ServiceKeys(w), nil }, engine.UnitView{})
+}
+
+// traceCarrier is the trace context of ctx's span, stored with a unit so
+// that its runs' spans join the submitter's trace.
+func traceCarrier(ctx context.Context) []byte { return engine.TraceCarrier(ctx) }
+
+// workOf is a unit as a callback sees it.
+func workOf(v engine.UnitView) *Work {
+	return &Work{ID: v.ID, Task: v.Task, Target: v.Target, Params: v.Params, Attempt: v.Attempt}
+}
+
+// retryPolicy is a RetryPolicy as the engine uses it.
+type retryPolicy struct{ p RetryPolicy }
+
+func retryOf(p RetryPolicy) engine.RetryPolicy { return retryPolicy{p.withDefaults()} }
+
+func (r retryPolicy) Attempts() int                               { return r.p.MaxAttempts }
+func (r retryPolicy) Delay(failures int, x float64) time.Duration { return r.p.Delay(failures, x) }
+
+// recover requeues what the previous owner left and loads the queue.
+func (d *dispatcher) recover(ctx context.Context) error {
+	if err := d.e.Recover(ctx); err != nil {
+		d.e.Discard()
+		return wrapStoreErr(err)
+	}
+	return nil
+}
+
+func (d *dispatcher) run()                  { go d.e.Run() }
+func (d *dispatcher) done() <-chan struct{} { return d.e.Done() }
+func (d *dispatcher) owner() string         { return d.e.Owner() }
+func (d *dispatcher) stopping() bool        { return d.e.Stopping() }
+func (d *dispatcher) stop(cancel bool)      { d.e.Stop(cancel) }
+func (d *dispatcher) abandon()              { d.e.Abandon() }
+func (d *dispatcher) storeFailed(err error) { d.e.StoreFailed(err) }
+
+// inserted tells the engine of units this Cue committed and of the units
+// the insert ended.
+func (d *dispatcher) inserted(units []*store.Unit, ended []store.Event) { d.e.Inserted(units, ended) }
+
+// external hands the engine events committed elsewhere (or requeues).
+func (d *dispatcher) external(evs []store.Event) { d.e.External(evs) }
+
+// serviceChanged and pausesChanged return once the engine applied a
+// stored change (or exited, or ctx ended).
+func (d *dispatcher) serviceChanged(ctx context.Context, name string) { d.e.ServiceChanged(ctx, name) }
+func (d *dispatcher) pausesChanged(ctx context.Context)               { d.e.PausesChanged(ctx) }
+
+func (d *dispatcher) drain(ctx context.Context) error { return d.e.Drain(ctx) }
+
+func (d *dispatcher) settle(ctx context.Context) (int, error) { return d.e.Settle(ctx) }
+
+// cancel cancels unit id as the owner; ok is false when the engine exited
+// first.
+func (d *dispatcher) cancel(ctx context.Context, id string, opts CancelOptions) (ok bool, err error) {
+	rep, ok, err := d.e.Cancel(ctx, id, engine.CancelOptions(opts))
+	switch {
+	case err != nil || !ok:
+		return ok, err
+	case rep.Running:
+		return true, nil
+	case rep.Err != nil:
+		return true, wrapStoreErr(rep.Err)
+	}
+	return true, cancelResult(id, rep.Result)
+}
+
+func (d *dispatcher) explain(ctx context.Context, id string) (Explanation, bool, error) {
+	ex, ok, err := d.e.Explain(ctx, id)
+	return explanationOf(ex), ok, err
+}
+
+func (d *dispatcher) services(ctx context.Context) ([]ServiceStatus, bool, error) {
+	st, ok, err := d.e.Services(ctx)
+	out := make([]ServiceStatus, len(st))
+	for i, s := range st {
+		out[i] = serviceStatusOf(s)
+	}
+	return out, ok, err
+}
+
+func (d *dispatcher) keyStatus(ctx context.Context, name string) (*ServiceStatus, bool, error) {
+	st, ok, err := d.e.KeyStatus(ctx, name)
+	if st == nil {
+		return nil, ok, err
+	}
+	s := serviceStatusOf(*st)
+	return &s, ok, err
+}
+
+func (d *dispatcher) serviceStats(ctx context.Context) ([]ServiceStats, bool, error) {
+	st, ok, err := d.e.ServiceStats(ctx)
+	return serviceStatsOf(st), ok, err
+}
+
+func (d *dispatcher) backpressure(ctx context.Context) (BackpressureStats, bool, error) {
+	b, ok, err := d.e.Backpressure(ctx)
+	return BackpressureStats(b), ok, err
+}
+
+// encodeReport is the JSON of what the engine reports, in this package's
+// types: service_status, queue_status and budget_exhausted events, and
+// the answers to another process's owner_asked.
+func encodeReport(v any) []byte {
+	var out any
+	switch v := v.(type) {
+	case engine.ServiceStatus:
+		out = serviceStatusOf(v)
+	case *engine.ServiceStatus:
+		out = serviceStatusOf(*v)
+	case engine.QueueStatus:
+		out = QueueStatus(v)
+	case engine.BudgetEvent:
+		out = budgetEventData{Service: v.Service, Class: v.Class, Budget: budgetStatusOf(v.Budget)}
+	case engine.Explanation:
+		ex := explanationOf(v)
+		ex.Live = true
+		out = ex
+	case []engine.ServiceStats:
+		out = serviceStatsOf(v)
+	default:
+		panic(fmt.Sprintf("runcue: encodeReport: unexpected %T", v))
+	}
+	b, _ := json.Marshal(out)
+	return b
+}
+
+func serviceStatusOf(s engine.ServiceStatus) ServiceStatus {
+	st := ServiceStatus{Name: s.Name, Class: s.Class, Limits: serviceFrom(s.Limits), Overridden: s.Overridden,
+		Active: s.Active, Waiting: s.Waiting, InWindow: s.InWindow, Circuit: CircuitState(s.Circuit),
+		CircuitOpenUntil: s.CircuitOpenUntil, Paused: s.Paused, BlockedUntil: s.BlockedUntil, NextCapacity: s.NextCapacity,
+		Keys: s.Keys, KeysActive: s.KeysActive, KeysWaiting: s.KeysWaiting, OpenKeys: s.OpenKeys, BlockedKeys: s.BlockedKeys,
+		PausedKeys: s.PausedKeys}
+	for _, b := range s.Budgets {
+		st.Budgets = append(st.Budgets, budgetStatusOf(b))
+	}
+	return st
+}
+
+func serviceStatsOf(st []engine.ServiceStats) []ServiceStats {
+	out := make([]ServiceStats, len(st))
+	for i, s := range st {
+		out[i].ServiceStatus = serviceStatusOf(s.ServiceStatus)
+		for _, k := range s.Keys {
+			out[i].Keys = append(out[i].Keys, serviceStatusOf(k))
+		}
+	}
+	return out
+}
+
+func budgetStatusOf(b engine.BudgetStatus) BudgetStatus {
+	return BudgetStatus{Budget: budgetFrom(b.Budget), Used: b.Used, PeriodStart: b.PeriodStart, Resets: b.Resets, Exhausted: b.Exhausted}
+}
+
+func explanationOf(ex engine.Explanation) Explanation {
+	out := Explanation{ID: ex.ID, Task: ex.Task, State: ex.State, AsOf: ex.AsOf}
+	for _, r := range ex.Reasons {
+		out.Reasons = append(out.Reasons, reasonOf(r))
+	}
+	return out
+}
+
+func reasonOf(r engine.Reason) Reason {
+	return Reason{Kind: ReasonKind(r.Kind), Service: r.Service, Until: r.Until, Dependencies: r.Dependencies, Detail: r.Detail}
+}
+
+// The reasons Explain gives from the database, worded as the engine words
+// them from its live state.
+func queuePausedReason() Reason                  { return reasonOf(engine.QueuePausedReason()) }
+func taskPausedReason(task string) Reason        { return reasonOf(engine.TaskPausedReason(task)) }
+func skippedReason(deps []string) Reason         { return reasonOf(engine.SkippedReason(deps)) }
+func timeReason(why string, at time.Time) Reason { return reasonOf(engine.TimeReason(why, at)) }

@@ -1,0 +1,59 @@
+package engine
+
+import (
+	"github.com/runcue/runcue/internal/writer"
+	"github.com/runcue/runcue/store"
+)
+
+// CancelReply is the outcome of a Cancel the engine handled: Running when
+// it cancelled a run it holds; else the store's Result of the Cancel op,
+// or the error that kept it from being stored.
+type CancelReply struct {
+	Running bool
+	Result  store.Result
+	Err     error
+}
+
+// cancelUnit handles Cancel for a unit this Cue owns.
+func (d *Engine) cancelUnit(id string, opts CancelOptions, reply chan CancelReply) {
+	if r := d.runs[id]; r != nil {
+		d.cancelRun(r, opts)
+		reply <- CancelReply{Running: true}
+		return
+	}
+	u := d.units[id]
+	if u == nil {
+		for _, o := range d.orphans {
+			if u = o[id]; u != nil {
+				break
+			}
+		}
+	}
+	op := &store.Cancel{ID: id, At: d.wall(), Reason: opts.Reason, Cascade: opts.Cascade}
+	if u != nil {
+		// It cannot be dispatched while the cancel commits, and its
+		// dependents wait for the commit, as for a Finish.
+		d.removeQueued(u)
+		d.finishing[id] = struct{}{}
+		op.Events = []store.Event{{Type: store.TypeWorkCancelled, Task: u.task, Target: u.target, Data: store.EventData{Reason: opts.Reason}.Encode()}}
+	}
+	err := d.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+		var evs []store.Event
+		if err == nil {
+			evs = res[0].Events
+		}
+		if u != nil {
+			d.in.Push(msgSettled{id: id, state: store.Cancelled, applied: err == nil && res[0].Applied, derived: evs})
+		} else if len(evs) > 0 {
+			d.in.Push(msgApplied{events: evs})
+		}
+		if err != nil {
+			reply <- CancelReply{Err: err}
+			return
+		}
+		reply <- CancelReply{Result: res[0]}
+	}})
+	if err != nil {
+		reply <- CancelReply{Err: err}
+	}
+}

@@ -1,0 +1,159 @@
+package engine
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/runcue/runcue/internal/broker"
+	"github.com/runcue/runcue/store"
+)
+
+// explain runs on the dispatcher goroutine. It returns an empty Explanation
+// for a unit it does not hold.
+func (d *Engine) explain(id string) Explanation {
+	now := d.now()
+	u := d.units[id]
+	if u == nil {
+		for task, o := range d.orphans {
+			if ou := o[id]; ou != nil {
+				return Explanation{ID: id, Task: task, State: store.Queued, Reasons: []Reason{{Kind: ReasonTaskNotRegistered,
+					Detail: fmt.Sprintf("no handler for task type %q in the owning Cue", task)}}}
+			}
+		}
+		return Explanation{}
+	}
+	ex := Explanation{ID: id, Task: u.task, State: store.Queued}
+	add := func(r Reason) { ex.Reasons = append(ex.Reasons, r) }
+	if d.stopping || d.failed != nil {
+		add(Reason{Kind: ReasonStopping, Detail: "the owning Cue is stopping or its store failed: nothing is dispatched"})
+	}
+	if d.queuePaused && u.state != uRunning {
+		add(QueuePausedReason())
+	}
+	switch u.state {
+	case uRunning:
+		ex.State = store.Running
+		add(Reason{Kind: ReasonRunning, Detail: "running"})
+		return ex
+	case uBlocked:
+		var waiting []string
+		for _, dep := range u.deps() {
+			if d.waiting(u, dep) {
+				waiting = append(waiting, dep)
+			}
+		}
+		add(Reason{Kind: ReasonDependencies, Dependencies: waiting, Until: u.depsBy(),
+			Detail: fmt.Sprintf("waiting for %d of %d dependencies to complete", len(waiting), len(u.deps()))})
+	case uChecking:
+		r := Reason{Kind: ReasonDependencyCheck, Detail: "dependencies completed; DependencySatisfied has not said they are usable"}
+		for _, e := range d.timers.Items() {
+			if e.kind == tRecheck && e.u == u {
+				r.Until = d.toWall(e.at)
+			}
+		}
+		add(r)
+	case uWaiting:
+		add(TimeReason(u.why.String(), u.runAt))
+	case uReady:
+		if d.inflight >= d.cfg.MaxConcurrent {
+			add(Reason{Kind: ReasonGlobalCap, Detail: fmt.Sprintf("%d units are running, the Cue's MaxConcurrent", d.inflight)})
+		}
+		if d.uncommitted >= d.cfg.MaxUncommitted {
+			add(Reason{Kind: ReasonCommitBacklog, Detail: fmt.Sprintf("%d ended runs wait for their outcomes to be committed, the Cue's MaxUncommitted", d.uncommitted)})
+		}
+		for _, r := range u.lane.resources {
+			if rs, ok := d.resourceReason(r, now); ok {
+				rs.Until = d.toWall(rs.Until)
+				if b := r.SpentBudget(now); rs.Kind == ReasonBudgetExhausted && b != nil {
+					rs.Until = b.End() // exact: the period ends on the wall clock
+				}
+				add(rs)
+			}
+		}
+		if len(ex.Reasons) == 0 {
+			add(Reason{Kind: ReasonEligible, Detail: "nothing holds it back; it runs when its turn comes"})
+		}
+	}
+	if len(u.skipped()) > 0 {
+		add(SkippedReason(u.skipped()))
+	}
+	if d.bpActive {
+		add(Reason{Kind: ReasonBackpressure, Detail: fmt.Sprintf("the queue is over its high-water mark (%d queued, MaxQueued %d)",
+			d.queuedCount(), d.cfg.MaxQueued)})
+	}
+	return ex
+}
+
+// resourceReason says why r refuses a dispatch now, if it does: its
+// refusal, in words.
+func (d *Engine) resourceReason(r *resource, now time.Time) (Reason, bool) {
+	d.syncBudgets(r)
+	rf, refused := r.Refusal(now)
+	if refused && r.class == "" && rf.Kind == broker.RefusePaused {
+		return TaskPausedReason(r.name[len("task "):]), true
+	}
+	if !refused || (r.class == "" && rf.Kind != broker.RefuseTaskCap) {
+		return Reason{}, false
+	}
+	name := r.name
+	reason := Reason{Kind: reasons[rf.Kind], Service: name, Until: rf.Until}
+	switch reason.Kind {
+	case ReasonTaskCap:
+		reason.Service, reason.Detail = "", fmt.Sprintf("%d units of the task are running, its MaxConcurrent", r.Active)
+	case ReasonPaused:
+		reason.Detail = name + " is paused"
+	case ReasonBudgetExhausted:
+		b := r.SpentBudget(now)
+		for i, rb := range r.Budgets {
+			if rb == b {
+				spec := r.budgetSpecs[i]
+				reason.Detail = fmt.Sprintf("%s's budget of %d requests per %s (%s) is spent until %s", name, spec.Requests,
+					spec.Per, location(spec), b.End().In(location(spec)).Format(time.RFC3339))
+			}
+		}
+	case ReasonServiceRetryAfter:
+		reason.Detail = name + " asked to wait (Retry-After)"
+	case ReasonCircuitOpen:
+		reason.Detail = fmt.Sprintf("%s's circuit is open after %d consecutive failures", name, r.Circuit.Threshold)
+	case ReasonCircuitProbe:
+		reason.Detail = name + "'s circuit is half-open; its probe is running"
+	case ReasonServiceBusy:
+		reason.Detail = fmt.Sprintf("%s has %d of %d slots in use", name, r.Active, r.Limit)
+	case ReasonRateLimited:
+		reason.Detail = fmt.Sprintf("%s's rate window is full (%d per %v)", name, r.Window.Limit(), r.Window.Length())
+		if r.Window.Paced() && r.Window.Used(now) < r.Window.Limit() {
+			reason.Detail = fmt.Sprintf("%s is paced: one start every %v (%d per %v)", name,
+				r.Window.Length()/time.Duration(r.Window.Limit()), r.Window.Limit(), r.Window.Length())
+		}
+	}
+	return reason, true
+}
+
+// answerOwnerQuestion answers another process's owner_asked, on the
+// dispatcher goroutine, from the live state.
+func (d *Engine) answerOwnerQuestion(ev store.Event) {
+	var q store.OwnerQuestion
+	if json.Unmarshal(ev.Data, &q) != nil || q.Nonce == "" {
+		return
+	}
+	var answer any
+	switch q.Kind {
+	case "explain":
+		if ex := d.explain(q.ID); ex.ID != "" {
+			ex.AsOf = d.wall()
+			answer = ex
+		}
+	case "services":
+		answer = d.serviceStats()
+	case "service":
+		if st := d.liveKeyStatus(q.Service); st != nil {
+			answer = st
+		}
+	}
+	if answer != nil {
+		q.Answer = d.encode(answer)
+	}
+	data, _ := json.Marshal(q)
+	d.submit(&store.AppendEvent{Event: store.Event{Type: store.TypeOwnerAnswered, Time: d.wall(), Data: data}})
+}

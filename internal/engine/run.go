@@ -1,0 +1,723 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runcue/runcue/internal/broker"
+	"github.com/runcue/runcue/internal/writer"
+	"github.com/runcue/runcue/store"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// A run's life, in one place: from its dispatch (start: the claim is
+// written) through its Runner (launch; the start is reported by Begin or
+// Started; progress and heartbeats) to its end (Done, its deadline or its
+// cancellation grace; conclude decides and writes the Finish) and the
+// commit of that Finish (runWritten). Claim and Finish take one write path
+// (write, runWritten). The dispatcher goroutine owns a run's fields but
+// those its comments give to its Runner's goroutines.
+
+// runTable holds the runs whose outcome is not decided (runs, by unit ID)
+// and those that ended but hold their slots until their handlers return
+// (held), with the counts the loop's exit and the caps read.
+type runTable struct {
+	runs map[string]*run
+	held map[*run]struct{}
+	// inflight counts the runs whose slots are taken (in runs or held),
+	// live the runs launched whose Runner has not reported their end,
+	// claims the write-ahead claims not yet committed, uncommitted the
+	// runs whose Finish is queued for the writer and not yet reported
+	// committed (Config.MaxUncommitted).
+	inflight    int
+	live        int
+	claims      int
+	uncommitted int
+	// startMu guards noStarts, set at exit: once it is set Begin refuses
+	// every start, so that none starts after ownership is released (an
+	// abandoned handler goroutine that had not yet started, say). Runner
+	// goroutines read it; the dispatcher goroutine sets it.
+	startMu  sync.RWMutex
+	noStarts bool
+}
+
+// closeStarts makes every later Begin refuse.
+func (t *runTable) closeStarts() {
+	t.startMu.Lock()
+	t.noStarts = true
+	t.startMu.Unlock()
+}
+
+// runState is where a run is in its life. A run starts claiming, or
+// launched when its claim need not commit first; it ends (its outcome
+// decided by its end, its deadline or its cancellation grace) from either,
+// and an ended run whose task holds its slots until its handler returns
+// holds them until then:
+//
+//	runClaiming ──claim committed──▶ runLaunched ──end──▶ runEnded
+//	     │                                │                  ▲
+//	     └──────────end─────────▶ runEnded└──end──▶ runHolding ─┘ handler returned
+type runState uint8
+
+const (
+	// runClaiming: dispatched; it launches only once its claim (and its
+	// service log entry) is committed.
+	runClaiming runState = iota
+	// runLaunched: handed to its Runner, which reports whether the handler
+	// started (Begin or Started, or Done with NotStarted) and how it ended.
+	runLaunched
+	// runHolding: ended before its handler returned; it holds its slots
+	// until the handler returns (Task.HoldSlotsUntilReturn).
+	runHolding
+	// runEnded: its outcome is decided and its slots are released.
+	runEnded
+)
+
+// over reports whether r's outcome is decided.
+func (r *run) over() bool { return r.state >= runHolding }
+
+type run struct {
+	d *Engine
+	// pub is what its Runner sees.
+	pub  Run
+	u    *unit
+	lane *lane
+	no   int
+	// start and deadline are the dispatch and the timeout, on the wall
+	// clock.
+	start, deadline time.Time
+	// pbatch, when set, is the read that brings the unit's params (they
+	// were not in memory); the Runner waits for it (Run.Params).
+	pbatch *paramBatch
+	params []byte
+	// probes are the resources whose half-open circuit this run probes.
+	probes []*resource
+	// cause is why the engine stopped the run (ErrShutdown, ErrTimeout,
+	// ErrCancelled), nil if it did not.
+	cause error
+	// state is where the run is in its life (see runState).
+	state runState
+	// claimFailed: the store refused the run's claim, or could not take it.
+	// ahead: its claim is written ahead of its start (it logs a start in
+	// the service log), so it launches once the claim commits.
+	claimFailed bool
+	ahead       bool
+	// entered: its start was reported (Begin or Started); set on the
+	// Runner's goroutine, read when it reports the end.
+	entered atomic.Bool
+	// endReported: its Runner reported its end (any goroutine), end; the
+	// Runner's goroutine writes end before it pushes msgDone, the
+	// dispatcher reads it after.
+	endReported atomic.Bool
+	end         Ending
+	// decided is when the dispatch was decided, on the timeline; startBy
+	// the latest start it allows (decided + MaxStartDelay). A run of a
+	// rate-limited or budgeted lane holds a reservation in each of its
+	// windows (reserved) and budgets (budgets) from its decision until its
+	// start is counted in them (msgStarted, or at startBy if its Runner is
+	// silent) or it is known never to start.
+	decided, startBy time.Time
+	reserved         []*broker.Window
+	budgets          []*broker.Budget
+	// cancelled holds the options of a Cancel that reached the run.
+	cancelled *CancelOptions
+	// lastBeat is the time of the last heartbeat written (Unix ns).
+	lastBeat atomic.Int64
+	// span is the run's trace span.
+	span trace.Span
+	// progress is the latest value the handler reported, throttled.
+	progress progress
+	// deadlineTimer, graceTimer, progressTimer and startByTimer are r's
+	// entries on the timer heap, removed when r ends so that no timer
+	// keeps a finished run (its unit, contexts and span) reachable until it
+	// would have fired.
+	deadlineTimer, graceTimer, progressTimer, startByTimer *timerEntry
+	// mem holds what start makes for every run, allocated with it: its
+	// timer entries, its claim and its Finish and the requests that write
+	// them.
+	mem struct {
+		deadline, startBy timerEntry
+		claim             store.Claim
+		started           [1]store.Event
+		claimReq          writer.Request
+		claimOps          [1]store.Op
+		fin               store.Finish
+		finReq            writer.Request
+		finOps            [1]store.Op
+	}
+}
+
+type progress struct {
+	mu       sync.Mutex
+	latest   []byte
+	lastEmit time.Time
+	pending  bool // an emission is scheduled
+}
+
+// start runs u on l, whose resources acquire took at now; spent are the
+// budget_exhausted events of that dispatch, stored with its claim.
+func (d *Engine) start(u *unit, l *lane, now time.Time, probes []*resource, spent []store.Event) {
+	for i := range spent {
+		spent[i].Task, spent[i].Target = u.task, u.target
+	}
+	t := l.task
+	var timeout time.Duration
+	if u.more != nil {
+		timeout = u.more.timeout
+	}
+	if timeout <= 0 {
+		timeout = t.spec.Timeout
+	}
+	if timeout <= 0 {
+		timeout = d.cfg.DefaultTimeout
+	}
+	u.runs++
+	u.state = uRunning
+	wall := d.wall()
+	r := &run{d: d, u: u, lane: l, no: int(u.runs), start: wall, deadline: wall.Add(timeout), params: u.params, probes: probes}
+	if !u.hasParams {
+		r.pbatch = d.paramsOf(u)
+	}
+	ctx, span := d.tel.startSpan(context.Background(), u.traceCtx(), u.task, u.id, r.no)
+	r.span = span
+	r.pub = Run{ID: u.id, Task: u.task, Target: u.target, Attempt: r.no, Deadline: r.deadline, Ctx: ctx, r: r}
+	tel := d.tel
+	tel.queueWait.Record(bg, seconds(now.Sub(time.Unix(0, u.readyAt))), t.attrs.rec...)
+	for _, res := range l.resources {
+		if res.class != "" {
+			tel.requests.Add(bg, 1, res.attrs())
+		}
+	}
+	if d.log.Enabled(bg, slog.LevelDebug) {
+		d.log.Debug("work_started", "work_unit_id", u.id, "task_type", u.task, "attempt", r.no)
+	}
+	r.decided, r.startBy = now, now.Add(d.cfg.MaxStartDelay)
+	for _, res := range l.resources {
+		if res.Window != nil {
+			r.reserved = append(r.reserved, res.Window) // reserved by acquire
+		}
+		r.budgets = append(r.budgets, res.Budgets...) // reserved by acquire
+	}
+	if len(r.reserved) > 0 || len(r.budgets) > 0 {
+		// A start not reported by then counts at startBy.
+		r.pub.StartBy = r.startBy
+		r.mem.startBy = timerEntry{at: r.startBy, kind: tStartBy, r: r}
+		r.startByTimer = &r.mem.startBy
+		d.pushTimer(r.startByTimer)
+	}
+	d.runs[u.id] = r
+	if h := d.hooks.Started; h != nil {
+		h(&r.pub)
+	}
+	d.inflight++
+	d.stats.Dispatches.Add(1)
+	r.mem.deadline = timerEntry{at: now.Add(timeout), kind: tDeadline, r: r}
+	r.deadlineTimer = &r.mem.deadline
+	d.pushTimer(r.deadlineTimer)
+	r.mem.started[0] = store.Event{Type: store.TypeWorkStarted, Task: u.task, Target: u.target, Attempt: r.no}
+	events := r.mem.started[:]
+	if len(spent) > 0 {
+		events = append(events[:1:1], spent...)
+	}
+	logged := d.loggedOf(l)
+	r.mem.claim = store.Claim{ID: u.id, Task: u.task, Owner: d.owner, Run: r.no, At: wall, LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer),
+		ServiceLog: logged, Events: events, Wait: now.Sub(time.Unix(0, u.readyAt))}
+	// A dispatch counted in a rate window is logged before the handler
+	// starts, so that a crash cannot forget a request the service saw.
+	// Other claims are written behind the handler's start: a crash before
+	// the commit leaves the unit queued, and it runs again.
+	ahead := len(logged) > 0
+	r.ahead = ahead
+	if ahead {
+		d.claims++
+	}
+	if err := d.write(r, &r.mem.claim); err != nil {
+		// The writer is closed or failed: the run cannot be recorded.
+		d.failed = err
+		r.claimFailed = true
+		if ahead {
+			d.claims--
+			d.claimed(r, false)
+			return
+		}
+	}
+	if !ahead {
+		d.launch(r)
+	}
+}
+
+// write hands r's claim or Finish to the writer; runWritten hears of its
+// commit. The one write path of a run.
+func (d *Engine) write(r *run, op store.Op) error {
+	var req *writer.Request
+	switch op := op.(type) {
+	case *store.Claim:
+		r.mem.claimOps[0] = op
+		r.mem.claimReq = writer.Request{Ops: r.mem.claimOps[:], Sink: (*claimSink)(r)}
+		req = &r.mem.claimReq
+	case *store.Finish:
+		r.mem.finOps[0] = op
+		r.mem.finReq = writer.Request{Ops: r.mem.finOps[:], Sink: (*finishSink)(r)}
+		req = &r.mem.finReq
+		d.uncommitted++
+		if op.State.Terminal() {
+			d.finishing[op.ID] = struct{}{} // its dependents wait for the commit
+		}
+	}
+	return d.w.Submit(req)
+}
+
+// claimSink and finishSink report the commit of a run's claim and Finish
+// (the run record is the request's Sink, so a write costs no allocation).
+// They run on the writer goroutine.
+type (
+	claimSink  run
+	finishSink run
+)
+
+// Committed implements writer.Sink.
+func (s *claimSink) Committed(res []store.Result, err error) {
+	r := (*run)(s)
+	r.d.in.Push(msgRunWritten{run: r, claim: true, applied: err == nil && res[0].Applied})
+}
+
+// Committed implements writer.Sink.
+func (s *finishSink) Committed(res []store.Result, err error) {
+	r := (*run)(s)
+	m := msgRunWritten{run: r, applied: err == nil && res[0].Applied}
+	if m.applied && len(res[0].Events) > len(r.mem.fin.Events) {
+		m.derived = res[0].Events[len(r.mem.fin.Events):] // the dependents the store ended with it
+	}
+	r.d.in.Push(m)
+}
+
+// runWritten continues a run whose claim or Finish the writer committed
+// (applied) or not.
+func (d *Engine) runWritten(m msgRunWritten) {
+	r := m.run
+	switch {
+	case m.claim && r.ahead:
+		d.claims--
+		d.claimed(r, m.applied)
+	case m.claim:
+		// Written behind the start: only a refusal matters.
+		if !m.applied {
+			r.claimFailed = true
+			if !r.over() {
+				d.stopRun(r, ErrCancelled)
+			}
+		}
+	default:
+		d.uncommitted--
+		if fin := &r.mem.fin; fin.State.Terminal() {
+			d.settled(fin.ID, fin.State, m.applied)
+		}
+		d.applyEnded(m.derived)
+	}
+}
+
+// claimed continues a run whose write-ahead claim has committed.
+func (d *Engine) claimed(r *run, applied bool) {
+	switch {
+	case !applied:
+		r.claimFailed = true
+		if !r.over() {
+			d.end(r, true, verdictNone)
+			d.forget(r.u)
+			endSpan(r.span, "abandoned", nil)
+		}
+	case r.over():
+		// Its deadline passed first; nothing to run.
+	case r.cause != nil:
+		// Shutdown or cancellation came first: do not start the handler.
+		d.finished(r, Ending{Err: r.cause, NotStarted: true, At: d.wall()})
+	case !r.pub.StartBy.IsZero() && d.now().After(r.startBy):
+		// Committed too late for its handler to start within
+		// MaxStartDelay of the decision: it is requeued, nothing ran.
+		d.finished(r, Ending{Err: ErrLateStart, Class: ClassLateStart, NotStarted: true, At: d.wall()})
+	default:
+		d.launch(r)
+	}
+}
+
+// launch hands r to its task's Runner.
+func (d *Engine) launch(r *run) {
+	r.state = runLaunched
+	d.live++
+	d.launching.Add(1)
+	d.activity.Add(1)
+	if err := r.lane.keyErr; err != nil {
+		// Its keyed services could not be derived: it fails permanently,
+		// its handler never called.
+		d.reportEnd(&r.pub, Ending{Err: err, Permanent: true, NotStarted: true, At: d.wall()})
+		return
+	}
+	r.lane.task.spec.Runner.Launch(&r.pub)
+}
+
+// stopRun asks r's Runner to stop its handler, for cause (the first cause
+// given is kept). A run not launched yet is not launched (claimed).
+func (d *Engine) stopRun(r *run, cause error) {
+	if r.cause == nil {
+		r.cause = cause
+	}
+	if r.state == runLaunched {
+		r.lane.task.spec.Runner.Cancel(&r.pub, cause)
+	}
+}
+
+// gate is the start gate of an in-process Runner, called on the goroutine
+// that is about to call r's handler: it reads the start instant (the one
+// rate windows and budgets count), reports it, and returns it on the wall
+// clock. It refuses the start, with the reason, when the engine has exited
+// (ErrShutdown: no handler starts after ownership is released) and when a
+// rate-limited run would start after its StartBy (ErrLateStart: the run is
+// requeued, nothing ran); the Runner then reports Done with NotStarted.
+// The Runner checks its own cancellation first.
+func (d *Engine) gate(p *Run) (time.Time, error) {
+	r := p.r
+	d.startMu.RLock()
+	defer d.startMu.RUnlock()
+	if d.noStarts {
+		return time.Time{}, ErrShutdown
+	}
+	now := d.now()
+	wall := d.wall()
+	if !p.StartBy.IsZero() {
+		if now.After(r.startBy) {
+			return time.Time{}, ErrLateStart
+		}
+		d.in.Push(msgStarted{run: r, start: now, wall: wall})
+	}
+	d.entered(r)
+	return wall, nil
+}
+
+// ErrLateStart is why a rate-limited run whose handler would have started
+// after its StartBy (Config.MaxStartDelay after its dispatch was decided)
+// did not start.
+var ErrLateStart = errors.New("runcue: the handler would have started more than MaxStartDelay after its dispatch was decided")
+
+// reportStart reports that r's handler started at at, on the engine's timeline
+// (Now), for a Runner that does not ask Begin: one whose handlers run
+// elsewhere, or that reports late or out of order. A start reported
+// outside [decision, StartBy] counts at StartBy, the latest instant it can
+// affect; a start never reported counts there too.
+func (d *Engine) reportStart(p *Run, at time.Time) {
+	r := p.r
+	if !p.StartBy.IsZero() {
+		d.in.Push(msgStarted{run: r, start: at, wall: d.toWall(at)})
+	}
+	d.entered(r)
+}
+
+// entered records that r's handler started, for Settle's counts.
+func (d *Engine) entered(r *run) {
+	if r.entered.Swap(true) {
+		return
+	}
+	d.activity.Add(1)
+	d.inside.Add(1)
+	d.launching.Add(-1)
+}
+
+// reportEnd reports how r ended. A Runner calls it once per run it launched,
+// after the handler returned, or with NotStarted when it never called it.
+func (d *Engine) reportEnd(p *Run, e Ending) {
+	r := p.r
+	if r.endReported.Swap(true) {
+		return // a Runner that reports twice: the first report stands
+	}
+	r.end = e
+	d.in.Push(msgDone{run: r})
+	// After the message is pushed (see settling).
+	d.activity.Add(1)
+	if r.entered.Load() {
+		d.inside.Add(-1)
+	} else {
+		d.launching.Add(-1)
+	}
+}
+
+// reportProgress reports a value the handler gave (any JSON), published as a
+// work_progress event at most once a second, the latest value winning.
+// Only the first report of a throttling window reaches the dispatcher;
+// later ones replace the value it will emit.
+func (d *Engine) reportProgress(p *Run, b []byte) {
+	r := p.r
+	pr := &r.progress
+	pr.mu.Lock()
+	pr.latest = b
+	if pr.pending {
+		pr.mu.Unlock()
+		return
+	}
+	pr.pending = true
+	due := pr.lastEmit.Add(progressEvery)
+	pr.mu.Unlock()
+	d.in.Push(msgProgress{run: r, due: due})
+}
+
+// progressEvery is the least time between two work_progress events of a run.
+const progressEvery = time.Second
+
+func (d *Engine) emitProgress(r *run) {
+	now := d.now()
+	p := &r.progress
+	p.mu.Lock()
+	val := p.latest
+	p.lastEmit, p.pending = now, false
+	p.mu.Unlock()
+	if r.over() {
+		return // the unit has moved on; its outcome says more than this
+	}
+	d.hub.Publish([]store.Event{{Type: store.TypeWorkProgress, Time: d.wall(), WorkID: r.u.id, Task: r.u.task, Target: r.pub.Target,
+		Attempt: r.no, Data: val}})
+}
+
+// reportHeartbeat reports that r's handler is alive: its lease is extended,
+// with at most one write a second.
+func (d *Engine) reportHeartbeat(p *Run) {
+	r := p.r
+	now := d.now().UnixNano()
+	last := r.lastBeat.Load()
+	if now-last < int64(time.Second) || !r.lastBeat.CompareAndSwap(last, now) {
+		return
+	}
+	d.in.Push(msgHeartbeat{run: r})
+}
+
+// heartbeat writes r's heartbeat, if r still runs.
+func (d *Engine) heartbeat(r *run) {
+	if d.runs[r.u.id] != r {
+		return
+	}
+	now := d.wall()
+	d.submit(&store.Heartbeat{ID: r.u.id, Owner: d.owner, Run: r.no, At: now, LeaseExpires: now.Add(d.cfg.LeaseBuffer)})
+}
+
+// settleReservations counts r's window and budget reservations at its
+// handler's start (start on the timeline, wall on the wall clock), or gives
+// them back (start zero) if the handler never started. A start outside
+// [decision, startBy] counts at startBy.
+func (d *Engine) settleReservations(r *run, start, wall time.Time) {
+	if len(r.reserved) == 0 && len(r.budgets) == 0 {
+		return
+	}
+	d.dropTimer(r.startByTimer)
+	r.startByTimer = nil
+	if !start.IsZero() && (start.Before(r.decided) || start.After(r.startBy)) {
+		start, wall = r.startBy, d.toWall(r.startBy)
+	}
+	for _, w := range r.reserved {
+		if start.IsZero() {
+			w.Release()
+		} else {
+			w.Commit(start)
+		}
+	}
+	for _, b := range r.budgets {
+		if start.IsZero() {
+			b.Release()
+		} else {
+			b.Commit(wall, start)
+		}
+	}
+	r.reserved, r.budgets = nil, nil
+	for _, res := range r.lane.resources {
+		if res.Window != nil || len(res.Budgets) > 0 {
+			d.markStatus(res)
+			d.wake(res) // a place freed, or its time is known now
+		}
+	}
+}
+
+// deadlinePassed ends r at its deadline: it fails (timeout) whether or not
+// its handler ever returns, or, cancelled, is recorded cancelled.
+func (d *Engine) deadlinePassed(r *run, wall time.Time) {
+	switch {
+	case r.over():
+	case r.cancelled != nil:
+		d.conclude(r, ending{err: ErrCancelled, cancelled: r.cancelled, at: wall})
+	default:
+		r.cause = ErrTimeout
+		if r.state == runLaunched {
+			r.lane.task.spec.Runner.Cancel(&r.pub, ErrTimeout)
+		}
+		d.conclude(r, ending{err: timeoutError(r), at: wall})
+	}
+}
+
+// timeoutError is the failure recorded for a run cut off at its deadline.
+func timeoutError(r *run) error {
+	return fmt.Errorf("%w after %v", ErrTimeout, r.deadline.Sub(r.start))
+}
+
+// cancelRun cancels a running handler and starts its grace.
+func (d *Engine) cancelRun(r *run, opts CancelOptions) {
+	if r.cancelled != nil || r.over() {
+		return
+	}
+	r.cancelled = &opts
+	r.cause = ErrCancelled
+	if r.state == runLaunched {
+		r.lane.task.spec.Runner.Cancel(&r.pub, ErrCancelled)
+	}
+	r.graceTimer = &timerEntry{at: d.now().Add(d.cfg.CancelGrace), kind: tGrace, r: r}
+	d.pushTimer(r.graceTimer)
+}
+
+// end decides that r is over and its unit leaves the running set. The
+// verdict goes to the circuits of the run's services. Its resources are
+// released now, unless its handler has not returned and its task holds
+// slots until then.
+func (d *Engine) end(r *run, returned bool, v verdict) {
+	if r.state == runClaiming {
+		d.settleReservations(r, time.Time{}, time.Time{}) // it never starts
+	}
+	r.state = runEnded
+	delete(d.runs, r.u.id)
+	d.dropTimer(r.deadlineTimer)
+	d.dropTimer(r.graceTimer)
+	r.deadlineTimer, r.graceTimer = nil, nil
+	d.judge(r, v)
+	if !returned && r.lane.task.spec.HoldSlotsUntilReturn {
+		r.state = runHolding
+		d.held[r] = struct{}{}
+		return
+	}
+	d.inflight--
+	d.release(r.lane)
+}
+
+// finished handles a run's end as its Runner reported it (or a run that
+// never launched because shutdown or cancellation came first).
+func (d *Engine) finished(r *run, e Ending) {
+	if e.NotStarted {
+		d.settleReservations(r, time.Time{}, time.Time{})
+	}
+	if r.over() {
+		// Decided at its deadline or grace: a late result is discarded.
+		if r.state == runHolding {
+			r.state = runEnded
+			delete(d.held, r)
+			d.inflight--
+			d.release(r.lane)
+		}
+		return
+	}
+	d.conclude(r, ending{returned: true, err: e.Err, class: e.Class, permanent: e.Permanent, skipReason: e.SkipReason, delay: e.Delay, services: e.Services,
+		result: e.Result, cancelled: r.cancelled, shutdown: errors.Is(r.cause, ErrShutdown), at: e.At})
+}
+
+// conclude ends r as e says: the run leaves the running set (its
+// resources are released, unless it holds them until its handler
+// returns), the decision is applied to its unit, and its Finish is
+// written. It is the only place a run's Finish is made.
+func (d *Engine) conclude(r *run, e ending) {
+	u := r.u
+	if r.claimFailed {
+		// The store refused the claim (the unit was cancelled elsewhere,
+		// or the store failed): there is nothing to record.
+		d.end(r, e.returned, verdictNone)
+		d.forget(u)
+		endSpan(r.span, "abandoned", nil)
+		return
+	}
+	o := decide(d.facts(r), e, d.rnd.Float64())
+	d.end(r, e.returned, o.verdict)
+	u.failures, u.deferrals, u.probeFails = int32(o.failures), int32(o.deferrals), uint8(o.probeFails)
+	if o.hold > 0 {
+		d.blockServices(r.lane, o.holdServices, o.holdUnknown, o.hold)
+	}
+	if o.requeue {
+		u.why = whyNamed(o.why)
+		if o.toBack {
+			u.seq = d.backSeq()
+		}
+		d.requeueLocal(u, o.runAt)
+	} else {
+		d.forget(u)
+	}
+	if o.fin.Attempt.Outcome == "late_start" {
+		d.log.Warn("runcue: a rate-limited run would have started too long after its dispatch was decided; requeued",
+			"work_unit_id", u.id, "task_type", u.task, "max_start_delay", d.cfg.MaxStartDelay)
+	}
+	recorded := e.err
+	if !e.returned && e.cancelled != nil {
+		recorded = ErrCancelled
+	}
+	r.mem.fin = o.fin
+	fin := &r.mem.fin
+	d.record(r, fin, recorded, e.at)
+	if err := d.write(r, fin); err != nil && d.failed == nil {
+		d.failed = err
+	}
+	if h := d.hooks.Concluded; h != nil {
+		h(&r.pub)
+	}
+}
+
+// record reports a run's outcome to metrics, its span and the log.
+func (d *Engine) record(r *run, fin *store.Finish, err error, end time.Time) {
+	outcome := fin.Attempt.Outcome
+	if outcome == "" {
+		outcome = "abandoned" // the claim was refused: nothing ran for the record
+	}
+	tel, log := d.tel, d.log
+	rt := r.lane.task
+	id, task := r.u.id, r.u.task
+	tel.runDuration.Record(bg, seconds(end.Sub(r.start)), rt.outcomeAttrs(outcome).rec...)
+	switch outcome {
+	case "completed":
+		tel.completed.Add(bg, 1, rt.attrs.add...)
+		if log.Enabled(bg, slog.LevelDebug) {
+			log.Debug("work_completed", "work_unit_id", id, "task_type", task, "attempt", r.no, "duration", end.Sub(r.start))
+		}
+	case "skipped":
+		tel.skipped.Add(bg, 1, rt.attrs.add...)
+		if log.Enabled(bg, slog.LevelDebug) {
+			log.Debug("work_skipped", "work_unit_id", id, "task_type", task, "attempt", r.no, "reason", fin.Error)
+		}
+	case "failed", "timeout", "panic":
+		// A failure that will be retried is routine (Debug); a unit that
+		// fails for good is worth an operator's look (Warn).
+		tel.failed.Add(bg, 1, rt.outcomeAttrs(outcome).add...)
+		willRetry := fin.State == store.Queued
+		level := slog.LevelWarn
+		if willRetry {
+			level = slog.LevelDebug
+		}
+		if !log.Enabled(bg, level) {
+			break
+		}
+		errText := fin.Error
+		if outcome == "panic" {
+			errText = firstLine(errText) // the stack is in the unit's history
+		}
+		log.Log(bg, level, "work_failed", "work_unit_id", id, "task_type", task, "attempt", r.no,
+			"error", errText, "error_kind", fin.ErrorKind, "will_retry", willRetry)
+	case "deferred":
+		// A 429 or 503 with a Retry-After: the service asked, runcue waits.
+		if log.Enabled(bg, slog.LevelDebug) {
+			log.Debug("work_deferred", "work_unit_id", id, "task_type", task, "attempt", r.no, "error", fin.Error)
+		}
+	case "cancelled", "interrupted":
+		log.Info("work_"+outcome, "work_unit_id", id, "task_type", task, "attempt", r.no)
+	}
+	endSpan(r.span, outcome, err)
+}
+
+func firstLine(s string) string {
+	for i := range len(s) {
+		if s[i] == '\n' {
+			return s[:i]
+		}
+	}
+	return s
+}

@@ -1,0 +1,132 @@
+package engine
+
+import (
+	"context"
+	"time"
+)
+
+// The Runner port: the engine starts a run through its task's Runner, and
+// the Runner reports what happened to it through the Run (Begin or Started,
+// Progress, Heartbeat, Done). runcue's in-process goroutines are one Runner; handlers
+// on other hosts will be another. The engine's promises hold for any
+// Runner: a start reported late, out of order or never counts at the latest
+// instant it can affect (StartBy), and a run whose Runner never reports its
+// end ends at its deadline.
+
+// Runner starts runs and stops them when asked.
+type Runner interface {
+	// Launch starts r: it calls r's handler (after r.Begin agrees, or
+	// reporting r.Started) no later than r.StartBy when that is set, and
+	// reports its end with r.Done. It must not block.
+	Launch(r *Run)
+	// Cancel asks r's handler to stop, for cause (ErrShutdown, ErrTimeout,
+	// ErrCancelled). Its end is still reported with Done.
+	Cancel(r *Run, cause error)
+}
+
+// Run is one dispatch of a unit, as its Runner sees it. The engine owns
+// it; a Runner reads its fields, keeps its own state in Handle, and passes
+// the Run back when it reports.
+type Run struct {
+	ID, Task, Target string
+	// Attempt is the run number, from 1.
+	Attempt int
+	// Deadline is the run's timeout, on the wall clock.
+	Deadline time.Time
+	// StartBy, when set, bounds the start of a rate-limited or budgeted
+	// run, on the engine's timeline (Run.Now): a handler that would
+	// start later must not (Done with NotStarted, ClassLateStart).
+	StartBy time.Time
+	// Ctx carries the run's trace span (and the submitter's trace).
+	Ctx context.Context
+	// Handle is the Runner's own.
+	Handle any
+
+	r *run
+}
+
+// Params returns the unit's params, waiting for them if they were not in
+// memory when the run was dispatched (they are read in batches).
+func (p *Run) Params() ([]byte, error) {
+	r := p.r
+	if r.pbatch == nil {
+		return r.params, nil
+	}
+	return paramsFrom(r.pbatch, p.ID)
+}
+
+// Begin is the start gate of an in-process Runner, called on the
+// goroutine that is about to call the handler, after the Runner checked
+// its own cancellation: it reads the start instant (the one rate windows
+// and budgets count), reports it, and returns it on the wall clock. It
+// refuses the start when the engine has exited (ErrShutdown: no handler
+// starts after ownership is released) and when a rate-limited run would
+// start after StartBy (ErrLateStart: the run is requeued, nothing ran);
+// the Runner then reports Done with NotStarted (and ClassLateStart).
+func (p *Run) Begin() (time.Time, error) { return p.r.d.gate(p) }
+
+// Started reports that the handler started at at, on the engine's
+// timeline (Now), for a Runner that does not call Begin: one whose
+// handlers run elsewhere, or that reports late or out of order. A start
+// reported outside [decision, StartBy] counts at StartBy, the latest
+// instant it can affect; a start never reported counts there too.
+func (p *Run) Started(at time.Time) { p.r.d.reportStart(p, at) }
+
+// Now returns the current instant on the engine's timeline (monotonic,
+// reading as the wall clock when the engine started).
+func (p *Run) Now() time.Time { return p.r.d.now() }
+
+// Done reports how the run ended. A Runner calls it once per run it
+// launched, after the handler returned, or with NotStarted when it never
+// called it; later calls are ignored.
+func (p *Run) Done(e Ending) { p.r.d.reportEnd(p, e) }
+
+// Progress reports a value the handler gave (JSON), published as a
+// work_progress event at most once a second, the latest value winning.
+func (p *Run) Progress(b []byte) { p.r.d.reportProgress(p, b) }
+
+// Heartbeat reports that the handler is alive: its lease is extended,
+// with at most one write a second.
+func (p *Run) Heartbeat() { p.r.d.reportHeartbeat(p) }
+
+// Ending is how a run ended, as its Runner reports it.
+type Ending struct {
+	// Err is the handler's error, nil when it succeeded; Result its
+	// result's JSON.
+	Err    error
+	Result []byte
+	// Class is what Err means to the engine; Permanent marks an error
+	// that is never retried and says nothing about the service's health
+	// (bad input).
+	Class     Class
+	Permanent bool
+	// SkipReason is ClassSkip's reason; Delay and Services a
+	// ClassRetryAfter's wait and the services it names.
+	SkipReason string
+	Delay      time.Duration
+	Services   []string
+	// At is when it ended, on the wall clock.
+	At time.Time
+	// NotStarted: the handler was never called (its start was refused, or
+	// the run failed before it).
+	NotStarted bool
+}
+
+// Class is what a run's error means to the engine.
+type Class uint8
+
+const (
+	// ClassError is a failure (or, with Err nil, a success).
+	ClassError Class = iota
+	// ClassSkip ends the unit skipped.
+	ClassSkip
+	// ClassRetryAfter defers the unit and holds services.
+	ClassRetryAfter
+	// ClassPanic is a failure of kind panic.
+	ClassPanic
+	// ClassLateStart: the start was refused past StartBy; nothing ran.
+	ClassLateStart
+	// ClassTimeout is a failure of kind timeout: the handler returned its
+	// context's cause (the deadline) before the engine ended the run.
+	ClassTimeout
+)

@@ -1,0 +1,155 @@
+package store
+
+import (
+	"encoding/json"
+	"time"
+)
+
+// The persisted vocabulary: the event types and the shape of the JSON a
+// runcue stores in an event's Data, a service's Def and Override and a
+// unit's Retry. A backend keeps them as opaque strings and bytes; runcue's
+// engine writes them and its public API reads them, so they are defined
+// once, here.
+
+// Event types. The strings are stable: logs, UIs and stored events key on
+// them.
+const (
+	TypeWorkQueued          = "work_queued"
+	TypeWorkStarted         = "work_started"
+	TypeWorkCompleted       = "work_completed"
+	TypeWorkSkipped         = "work_skipped"
+	TypeWorkFailed          = "work_failed"
+	TypeWorkRetrying        = "work_retrying"
+	TypeWorkCancelled       = "work_cancelled"
+	TypeWorkCancelRequested = "work_cancel_requested"
+	TypeWorkRecovered       = "work_recovered"
+	TypeWorkRequeued        = "work_requeued"
+	TypeWorkProgress        = "work_progress"
+	TypeStoreFailed         = "store_failed"
+	TypeServiceStatus       = "service_status"
+	TypeQueueStatus         = "queue_status"
+	TypeGap                 = "gap"
+	TypeBackpressureActive  = "backpressure_active"
+	TypeBackpressureCleared = "backpressure_cleared"
+	TypeBudgetExhausted     = "budget_exhausted"
+	TypeTaskChanged         = "task_changed"
+	TypeQueueChanged        = "queue_changed"
+	TypeOwnerAsked          = "owner_asked"
+	TypeOwnerAnswered       = "owner_answered"
+	TypeServiceChanged      = "service_changed"
+)
+
+// EventData is the Data of a work event: why it failed, whether it will
+// run again and when, why it was skipped, cancelled or requeued. Fields
+// left zero are omitted.
+type EventData struct {
+	Error        string `json:"error,omitempty"`
+	ErrorKind    string `json:"error_kind,omitempty"`
+	WillRetry    bool   `json:"will_retry,omitempty"`
+	NextAttempt  int64  `json:"next_attempt,omitempty"` // Unix ns
+	Reason       string `json:"reason,omitempty"`
+	Prerequisite string `json:"prerequisite,omitempty"`
+	// Services are the services a Retry-After held (work_retrying).
+	Services []string `json:"services,omitempty"`
+}
+
+// Encode returns d's JSON, or nil when every field is zero.
+func (d EventData) Encode() []byte {
+	if d.Error == "" && d.ErrorKind == "" && !d.WillRetry && d.NextAttempt == 0 && d.Reason == "" && d.Prerequisite == "" &&
+		len(d.Services) == 0 {
+		return nil
+	}
+	b, _ := json.Marshal(d)
+	return b
+}
+
+// ServiceDef is a service's limits as stored (ServiceRecord.Def and
+// Override): durations in nanoseconds. Its zero values mean unlimited (a
+// Margin of zero the default, a negative one none).
+type ServiceDef struct {
+	MaxConcurrent    int           `json:"max_concurrent,omitempty"`
+	RateLimit        int           `json:"rate_limit,omitempty"`
+	RateWindow       time.Duration `json:"rate_window,omitempty"`
+	CircuitThreshold int           `json:"circuit_threshold,omitempty"`
+	CircuitTimeout   time.Duration `json:"circuit_timeout,omitempty"`
+	Budgets          []BudgetDef   `json:"budgets,omitempty"`
+	Margin           time.Duration `json:"margin,omitempty"`
+	Pace             bool          `json:"pace,omitempty"`
+}
+
+// BudgetDef is a calendar budget as stored: Requests per Per ("day" or
+// "month") of the time zone named Location ("" or "UTC" for UTC).
+type BudgetDef struct {
+	Requests int    `json:"requests"`
+	Per      string `json:"per"`
+	Location string `json:"location"`
+}
+
+// DecodeServiceDef reads a stored definition or override; ok is false for
+// an empty or unreadable one.
+func DecodeServiceDef(raw []byte) (def ServiceDef, ok bool) {
+	if len(raw) == 0 || json.Unmarshal(raw, &def) != nil {
+		return ServiceDef{}, false
+	}
+	return def, true
+}
+
+// Encode returns def's JSON.
+func (def ServiceDef) Encode() []byte {
+	b, _ := json.Marshal(def)
+	return b
+}
+
+// RetryDef is a unit's own retry policy as stored (Unit.Retry): Backoff
+// and Jitter are the public API's enumeration values.
+type RetryDef struct {
+	MaxAttempts int           `json:"max_attempts,omitempty"`
+	Backoff     uint8         `json:"backoff,omitempty"`
+	BaseDelay   time.Duration `json:"base_delay,omitempty"`
+	MaxDelay    time.Duration `json:"max_delay,omitempty"`
+	Jitter      uint8         `json:"jitter,omitempty"`
+}
+
+// CircuitRecord is a service's persisted broker state
+// (ServiceRecord.Circuit): its circuit, and any Retry-After hold. Times are
+// wall-clock Unix nanoseconds.
+type CircuitRecord struct {
+	State        string `json:"state,omitempty"`
+	Failures     int    `json:"failures,omitempty"`
+	Until        int64  `json:"until,omitempty"`
+	BlockedUntil int64  `json:"blocked_until,omitempty"`
+	// BlockedFor is the Retry-After hold's length (ns) when it was set.
+	BlockedFor int64 `json:"blocked_for,omitempty"`
+}
+
+// DecodeCircuitRecord reads a stored circuit record; ok is false for an
+// empty or unreadable one.
+func DecodeCircuitRecord(raw []byte) (cr CircuitRecord, ok bool) {
+	if len(raw) == 0 || json.Unmarshal(raw, &cr) != nil {
+		return CircuitRecord{}, false
+	}
+	return cr, true
+}
+
+// OwnerQuestion is the Data of owner_asked and owner_answered: a question
+// another process asks the owner about its live state, and (answered) the
+// owner's answer as JSON. Nonce pairs an answer with its question.
+type OwnerQuestion struct {
+	Nonce string `json:"nonce"`
+	// Kind is "explain" (of unit ID), "services" (every service's live
+	// statistics) or "service" (the keyed instance Service).
+	Kind    string          `json:"kind"`
+	ID      string          `json:"id,omitempty"`
+	Service string          `json:"service,omitempty"`
+	Answer  json.RawMessage `json:"answer,omitempty"`
+}
+
+// DecodeEventData reads a work event's Data; unreadable or empty data
+// reads as zero.
+func DecodeEventData(raw []byte) EventData {
+	var d EventData
+	if len(raw) > 0 && json.Unmarshal(raw, &d) != nil {
+		return EventData{}
+	}
+	return d
+}
