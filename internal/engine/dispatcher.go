@@ -81,7 +81,7 @@ type Engine struct {
 	timeline      // timers.go: the scheduling clock and the timer heap
 	taskTable     // tasks.go: registered tasks and service limits
 	unitIndex     // units.go: queued, waiting and running units
-	runTable      // runs.go: runs from dispatch to their handlers' return
+	runTable      // run.go: runs from dispatch to their handlers' return
 	resourceTable // resources.go: services, keyed instances and lanes
 	depGraph      // deps.go: who waits for whom, and the checker
 	scorer        // priority.go: the priority scores

@@ -152,13 +152,6 @@ type run struct {
 	}
 }
 
-type progress struct {
-	mu       sync.Mutex
-	latest   []byte
-	lastEmit time.Time
-	pending  bool // an emission is scheduled
-}
-
 // start runs u on l, whose resources acquire took at now; spent are the
 // budget_exhausted events of that dispatch, stored with its claim.
 func (d *Engine) start(u *unit, l *lane, now time.Time, probes []*resource, spent []store.Event) {
@@ -444,63 +437,6 @@ func (d *Engine) reportEnd(p *Run, e Ending) {
 	}
 }
 
-// reportProgress reports a value the handler gave (any JSON), published as a
-// work_progress event at most once a second, the latest value winning.
-// Only the first report of a throttling window reaches the dispatcher;
-// later ones replace the value it will emit.
-func (d *Engine) reportProgress(p *Run, b []byte) {
-	r := p.r
-	pr := &r.progress
-	pr.mu.Lock()
-	pr.latest = b
-	if pr.pending {
-		pr.mu.Unlock()
-		return
-	}
-	pr.pending = true
-	due := pr.lastEmit.Add(progressEvery)
-	pr.mu.Unlock()
-	d.in.Push(msgProgress{run: r, due: due})
-}
-
-// progressEvery is the least time between two work_progress events of a run.
-const progressEvery = time.Second
-
-func (d *Engine) emitProgress(r *run) {
-	now := d.now()
-	p := &r.progress
-	p.mu.Lock()
-	val := p.latest
-	p.lastEmit, p.pending = now, false
-	p.mu.Unlock()
-	if r.over() {
-		return // the unit has moved on; its outcome says more than this
-	}
-	d.hub.Publish([]store.Event{{Type: store.TypeWorkProgress, Time: d.wall(), WorkID: r.u.id, Task: r.u.task, Target: r.pub.Target,
-		Attempt: r.no, Data: val}})
-}
-
-// reportHeartbeat reports that r's handler is alive: its lease is extended,
-// with at most one write a second.
-func (d *Engine) reportHeartbeat(p *Run) {
-	r := p.r
-	now := d.now().UnixNano()
-	last := r.lastBeat.Load()
-	if now-last < int64(time.Second) || !r.lastBeat.CompareAndSwap(last, now) {
-		return
-	}
-	d.in.Push(msgHeartbeat{run: r})
-}
-
-// heartbeat writes r's heartbeat, if r still runs.
-func (d *Engine) heartbeat(r *run) {
-	if d.runs[r.u.id] != r {
-		return
-	}
-	now := d.wall()
-	d.submit(&store.Heartbeat{ID: r.u.id, Owner: d.owner, Run: r.no, At: now, LeaseExpires: now.Add(d.cfg.LeaseBuffer)})
-}
-
 // settleReservations counts r's window and budget reservations at its
 // handler's start (start on the timeline, wall on the wall clock), or gives
 // them back (start zero) if the handler never started. A start outside
@@ -661,63 +597,4 @@ func (d *Engine) conclude(r *run, e ending) {
 	if h := d.hooks.Concluded; h != nil {
 		h(&r.pub)
 	}
-}
-
-// record reports a run's outcome to metrics, its span and the log.
-func (d *Engine) record(r *run, fin *store.Finish, err error, end time.Time) {
-	outcome := fin.Attempt.Outcome
-	if outcome == "" {
-		outcome = "abandoned" // the claim was refused: nothing ran for the record
-	}
-	tel, log := d.tel, d.log
-	rt := r.lane.task
-	id, task := r.u.id, r.u.task
-	tel.runDuration.Record(bg, seconds(end.Sub(r.start)), rt.outcomeAttrs(outcome).rec...)
-	switch outcome {
-	case "completed":
-		tel.completed.Add(bg, 1, rt.attrs.add...)
-		if log.Enabled(bg, slog.LevelDebug) {
-			log.Debug("work_completed", "work_unit_id", id, "task_type", task, "attempt", r.no, "duration", end.Sub(r.start))
-		}
-	case "skipped":
-		tel.skipped.Add(bg, 1, rt.attrs.add...)
-		if log.Enabled(bg, slog.LevelDebug) {
-			log.Debug("work_skipped", "work_unit_id", id, "task_type", task, "attempt", r.no, "reason", fin.Error)
-		}
-	case "failed", "timeout", "panic":
-		// A failure that will be retried is routine (Debug); a unit that
-		// fails for good is worth an operator's look (Warn).
-		tel.failed.Add(bg, 1, rt.outcomeAttrs(outcome).add...)
-		willRetry := fin.State == store.Queued
-		level := slog.LevelWarn
-		if willRetry {
-			level = slog.LevelDebug
-		}
-		if !log.Enabled(bg, level) {
-			break
-		}
-		errText := fin.Error
-		if outcome == "panic" {
-			errText = firstLine(errText) // the stack is in the unit's history
-		}
-		log.Log(bg, level, "work_failed", "work_unit_id", id, "task_type", task, "attempt", r.no,
-			"error", errText, "error_kind", fin.ErrorKind, "will_retry", willRetry)
-	case "deferred":
-		// A 429 or 503 with a Retry-After: the service asked, runcue waits.
-		if log.Enabled(bg, slog.LevelDebug) {
-			log.Debug("work_deferred", "work_unit_id", id, "task_type", task, "attempt", r.no, "error", fin.Error)
-		}
-	case "cancelled", "interrupted":
-		log.Info("work_"+outcome, "work_unit_id", id, "task_type", task, "attempt", r.no)
-	}
-	endSpan(r.span, outcome, err)
-}
-
-func firstLine(s string) string {
-	for i := range len(s) {
-		if s[i] == '\n' {
-			return s[:i]
-		}
-	}
-	return s
 }

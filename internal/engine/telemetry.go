@@ -3,9 +3,11 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"log/slog"
 	"sync/atomic"
 	"time"
 
+	"github.com/runcue/runcue/store"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -233,4 +235,63 @@ func endSpan(span trace.Span, outcome string, err error) {
 // CountGap counts a durable subscription that resumed past deleted events.
 func (t *Telemetry) CountGap(subscription string) {
 	t.subscriptionGaps.Add(bg, 1, metric.WithAttributes(attribute.String("subscription", subscription)))
+}
+
+// record reports a run's outcome to metrics, its span and the log.
+func (d *Engine) record(r *run, fin *store.Finish, err error, end time.Time) {
+	outcome := fin.Attempt.Outcome
+	if outcome == "" {
+		outcome = "abandoned" // the claim was refused: nothing ran for the record
+	}
+	tel, log := d.tel, d.log
+	rt := r.lane.task
+	id, task := r.u.id, r.u.task
+	tel.runDuration.Record(bg, seconds(end.Sub(r.start)), rt.outcomeAttrs(outcome).rec...)
+	switch outcome {
+	case "completed":
+		tel.completed.Add(bg, 1, rt.attrs.add...)
+		if log.Enabled(bg, slog.LevelDebug) {
+			log.Debug("work_completed", "work_unit_id", id, "task_type", task, "attempt", r.no, "duration", end.Sub(r.start))
+		}
+	case "skipped":
+		tel.skipped.Add(bg, 1, rt.attrs.add...)
+		if log.Enabled(bg, slog.LevelDebug) {
+			log.Debug("work_skipped", "work_unit_id", id, "task_type", task, "attempt", r.no, "reason", fin.Error)
+		}
+	case "failed", "timeout", "panic":
+		// A failure that will be retried is routine (Debug); a unit that
+		// fails for good is worth an operator's look (Warn).
+		tel.failed.Add(bg, 1, rt.outcomeAttrs(outcome).add...)
+		willRetry := fin.State == store.Queued
+		level := slog.LevelWarn
+		if willRetry {
+			level = slog.LevelDebug
+		}
+		if !log.Enabled(bg, level) {
+			break
+		}
+		errText := fin.Error
+		if outcome == "panic" {
+			errText = firstLine(errText) // the stack is in the unit's history
+		}
+		log.Log(bg, level, "work_failed", "work_unit_id", id, "task_type", task, "attempt", r.no,
+			"error", errText, "error_kind", fin.ErrorKind, "will_retry", willRetry)
+	case "deferred":
+		// A 429 or 503 with a Retry-After: the service asked, runcue waits.
+		if log.Enabled(bg, slog.LevelDebug) {
+			log.Debug("work_deferred", "work_unit_id", id, "task_type", task, "attempt", r.no, "error", fin.Error)
+		}
+	case "cancelled", "interrupted":
+		log.Info("work_"+outcome, "work_unit_id", id, "task_type", task, "attempt", r.no)
+	}
+	endSpan(r.span, outcome, err)
+}
+
+func firstLine(s string) string {
+	for i := range len(s) {
+		if s[i] == '\n' {
+			return s[:i]
+		}
+	}
+	return s
 }
