@@ -187,7 +187,7 @@ func (c *Cue) storedKeyStatus(ctx context.Context, name string) (ServiceStatus, 
 	}
 	now := c.clock.Now()
 	if st.Limits.RateLimit > 0 {
-		log, err := c.st.ServiceLog(ctx, name, now.Add(-st.Limits.hold()).Add(1))
+		log, err := c.requestLog(ctx, name, now.Add(-st.Limits.hold()).Add(1))
 		if err != nil {
 			return ServiceStatus{}, c.readErr(err)
 		}
@@ -199,8 +199,33 @@ func (c *Cue) storedKeyStatus(ctx context.Context, name string) (ServiceStatus, 
 	if st.Budgets, err = c.storedBudgets(ctx, name, st.Limits); err != nil {
 		return ServiceStatus{}, c.readErr(err)
 	}
-	storedCircuit(keyRec.Circuit, now, &st)
+	storedCircuit(keyRec.Meters[store.MeterCircuit], now, &st)
 	return st, nil
+}
+
+// requestLog returns the request starts of service logged at or after
+// since, oldest first.
+func (c *Cue) requestLog(ctx context.Context, service string, since time.Time) ([]time.Time, error) {
+	logged, err := c.st.ServiceLog(ctx, service, since)
+	if err != nil {
+		return nil, err
+	}
+	return requestTimes(logged), nil
+}
+
+// requestTimes returns the request starts of a service log, one per
+// request.
+func requestTimes(logged []store.Logged) []time.Time {
+	var out []time.Time
+	for _, l := range logged {
+		if l.Meter != store.MeterRequests {
+			continue
+		}
+		for range max(l.Amount, 1) {
+			out = append(out, l.At)
+		}
+	}
+	return out
 }
 
 // storedCircuit sets st's circuit and Retry-After hold from a stored
@@ -265,7 +290,7 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 			st.Limits, st.Overridden = ov, true
 		}
 		if st.Limits.RateLimit > 0 {
-			log, err := c.st.ServiceLog(ctx, r.Name, now.Add(-st.Limits.hold()).Add(1))
+			log, err := c.requestLog(ctx, r.Name, now.Add(-st.Limits.hold()).Add(1))
 			if err != nil {
 				return nil, c.readErr(err)
 			}
@@ -274,7 +299,7 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 		if st.Budgets, err = c.storedBudgets(ctx, r.Name, st.Limits); err != nil {
 			return nil, c.readErr(err)
 		}
-		storedCircuit(r.Circuit, now, &st)
+		storedCircuit(r.Meters[store.MeterCircuit], now, &st)
 		// The instances: those that started in the window (a minute
 		// without one) and those with a stored state.
 		window := time.Minute
@@ -290,14 +315,15 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 			if !strings.HasPrefix(k.Name, r.Name+":") {
 				continue
 			}
-			if _, logged := logs[k.Name]; !logged && (k.Paused || len(k.Circuit) > 0 || len(k.Override) > 0) {
+			circuit := k.Meters[store.MeterCircuit]
+			if _, logged := logs[k.Name]; !logged && (k.Paused || len(circuit) > 0 || len(k.Override) > 0) {
 				st.Keys++
 			}
 			if k.Paused && !st.Paused {
 				st.PausedKeys++
 			}
-			if len(k.Circuit) > 0 {
-				if kc, ok := store.DecodeCircuitRecord(k.Circuit); ok && kc.State != "" && kc.State != string(CircuitClosed) {
+			if len(circuit) > 0 {
+				if kc, ok := store.DecodeCircuitRecord(circuit); ok && kc.State != "" && kc.State != string(CircuitClosed) {
 					st.OpenKeys++
 				}
 			}

@@ -211,9 +211,9 @@ func (b *logBook) flush(t *testing.T, services []string, now time.Time) {
 		}
 		log, err := st.ServiceLog(context.Background(), svc, since)
 		require.NoError(t, err)
-		for _, at := range log {
-			if !at.After(now) {
-				b.times[svc] = append(b.times[svc], at)
+		for _, l := range log {
+			if !l.At.After(now) {
+				b.times[svc] = append(b.times[svc], l.At)
 			}
 		}
 	}

@@ -188,7 +188,7 @@ func (c *Cue) storedBudgets(ctx context.Context, name string, s Service) ([]Budg
 			since = at
 		}
 	}
-	log, err := c.st.ServiceLog(ctx, name, since)
+	log, err := c.requestLog(ctx, name, since)
 	if err != nil {
 		return nil, err
 	}

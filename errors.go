@@ -21,6 +21,12 @@ var (
 	// ErrLocked: another Cue owns the database. The error is a *LockedError
 	// naming the holder.
 	ErrLocked = store.ErrLocked
+	// ErrNotOwner: another Cue took ownership of the database from this
+	// one (the owner epoch moved on). None of this Cue's owner writes is
+	// stored from then on: it stops dispatching, cancels its handlers
+	// (their contexts' cause) and says so (Drain, and a store_failed event
+	// of kind not_owner on its own event stream).
+	ErrNotOwner = store.ErrNotOwner
 	// ErrSchemaTooNew: the database was written by a newer runcue.
 	ErrSchemaTooNew = store.ErrSchemaTooNew
 	// ErrDuplicateID: a submission's caller-chosen ID is taken.

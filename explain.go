@@ -267,7 +267,7 @@ func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.
 			continue
 		}
 		var st ServiceStatus
-		storedCircuit(byName[name].Circuit, now, &st)
+		storedCircuit(byName[name].Meters[store.MeterCircuit], now, &st)
 		if !st.BlockedUntil.IsZero() {
 			out = append(out, Reason{Kind: ReasonServiceRetryAfter, Service: name, Until: st.BlockedUntil, Detail: name + " asked to wait (Retry-After)"})
 			continue
@@ -278,7 +278,7 @@ func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.
 		}
 		s := limitsOf(name, class)
 		if s.RateLimit > 0 {
-			log, err := c.st.ServiceLog(ctx, name, now.Add(-s.hold()).Add(1))
+			log, err := c.requestLog(ctx, name, now.Add(-s.hold()).Add(1))
 			if err != nil {
 				return nil, c.readErr(err)
 			}

@@ -315,10 +315,10 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferred map[stri
 		}
 		keys := map[string]*ServiceStatus{}
 		for name, times := range logs {
-			keys[name] = &ServiceStatus{Name: name, Class: st.Name, Limits: st.Limits, InWindow: len(times), Circuit: CircuitClosed}
+			keys[name] = &ServiceStatus{Name: name, Class: st.Name, Limits: st.Limits, InWindow: len(requestTimes(times)), Circuit: CircuitClosed}
 		}
 		for _, r := range recs {
-			if !strings.HasPrefix(r.Name, st.Name+":") || (!r.Paused && len(r.Circuit) == 0 && len(r.Override) == 0) {
+			if !strings.HasPrefix(r.Name, st.Name+":") || (!r.Paused && len(r.Meters[store.MeterCircuit]) == 0 && len(r.Override) == 0) {
 				continue
 			}
 			k := keys[r.Name]
@@ -330,7 +330,7 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferred map[stri
 			if ov, ok := decodeService(r.Override); ok {
 				k.Limits = ov
 			}
-			storedCircuit(r.Circuit, now, k)
+			storedCircuit(r.Meters[store.MeterCircuit], now, k)
 		}
 		for _, k := range keys {
 			out[i].Keys = append(out[i].Keys, *k)

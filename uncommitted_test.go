@@ -23,12 +23,12 @@ type finishGate struct {
 	once sync.Once
 }
 
-func (g *finishGate) Apply(ctx context.Context, ops []store.Op) ([]store.Result, error) {
+func (g *finishGate) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) {
 	if slices.ContainsFunc(ops, func(op store.Op) bool { _, ok := op.(*store.Finish); return ok }) {
 		select {
 		case <-g.open:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return store.Batch{}, ctx.Err()
 		}
 	}
 	return g.Store.Apply(ctx, ops)

@@ -10,6 +10,22 @@ import "time"
 // it appends nothing for an op that does not apply.
 type Op interface{ isOp() }
 
+// OwnerOp is an op that only the owner makes: it carries the owner's epoch,
+// and fails with ErrNotOwner, in its own transaction, when the stored epoch
+// has moved on. A zero epoch marks an op made outside ownership (an
+// operator's Prune, say), which is not checked.
+type OwnerOp interface {
+	Op
+	OwnerEpoch() int64
+}
+
+// LogEntry is what a Claim logs for one meter of one service: the
+// amount the start charges it.
+type LogEntry struct {
+	Service, Meter string
+	Amount         int64
+}
+
 // DuplicatePolicy says what Insert does with an idempotency key held by a
 // failed or cancelled unit.
 type DuplicatePolicy uint8
@@ -54,6 +70,7 @@ type Insert struct {
 // not complete in time, say), propagating to its dependents. Result.Applied
 // reports whether the unit was queued.
 type FailQueued struct {
+	Epoch     int64
 	ID        string
 	At        time.Time
 	Error     string
@@ -75,9 +92,11 @@ type InsertedUnit struct {
 
 // Claim moves a queued unit to running for Owner, as run number Run.
 // It applies only if the unit is queued and no cancellation was requested.
-// Each service in ServiceLog gets a dispatch entry at At.
+// Each entry of Log is logged at At (the service log): the amount the start
+// charges that meter of that service.
 type Claim struct {
-	ID string
+	Epoch int64
+	ID    string
 	// Task is the unit's task type, if the caller knows it: the store
 	// keeps its counts by task without reading it back. Empty: the store
 	// reads it.
@@ -86,7 +105,7 @@ type Claim struct {
 	Run          int
 	At           time.Time
 	LeaseExpires time.Time
-	ServiceLog   []string
+	Log          []LogEntry
 	Events       []Event
 	// Wait is how long the unit waited, from becoming eligible to this
 	// dispatch; the store keeps its histogram per minute (QueueWaits).
@@ -99,7 +118,8 @@ type Claim struct {
 // State is the unit's next state: Completed, Failed, Cancelled, or Queued to
 // run again at RunAt (a retry, a deferral, or an interrupted run).
 type Finish struct {
-	ID string
+	Epoch int64
+	ID    string
 	// Task is the unit's task type, if known (see Claim.Task).
 	Task  string
 	Owner string
@@ -123,10 +143,18 @@ type Finish struct {
 	Events        []Event
 }
 
-// Recover returns every running unit to queued (its owner is gone), with a
-// work_recovered event and an "abandoned" attempt each. Result.IDs lists them.
+// Recover is a new owner's (Epoch's) look at what earlier owners left
+// running (see ApplyRecover): a run whose owner is gone (PreviousDead) or
+// whose lease expired by At returns to queued with a work_recovered event
+// and an "abandoned" attempt, or, with its cancellation requested, is
+// cancelled; the others are left running for now. Result.IDs lists the
+// units requeued, Result.Held those left running. Only names the units to
+// look at (all when empty).
 type Recover struct {
-	At time.Time
+	Epoch        int64
+	At           time.Time
+	PreviousDead bool
+	Only         []string
 }
 
 // Cancel cancels a unit. A queued unit becomes cancelled at once (Applied),
@@ -158,6 +186,7 @@ type Requeue struct {
 // its handler was alive at At, and extends its lease to at least
 // LeaseExpires (a lease never shrinks).
 type Heartbeat struct {
+	Epoch        int64
 	ID           string
 	Owner        string
 	Run          int
@@ -198,17 +227,38 @@ type SetPause struct {
 
 // PutService stores a service's definition. Override, when non-nil, replaces
 // the stored override (an empty slice clears it); Paused, when non-nil, sets
-// the paused flag; Circuit, when non-nil, replaces the circuit state.
+// the paused flag.
 type PutService struct {
 	Name     string
 	Def      []byte
 	Override []byte
 	Paused   *bool
-	Circuit  []byte
 }
 
-// AppendEvent appends an event not tied to a unit transition.
+// PutMeterState replaces the persisted state of a meter of a service (an
+// empty State deletes it). Owner op.
+type PutMeterState struct {
+	Epoch          int64
+	Service, Meter string
+	State          []byte
+}
+
+// Reconcile replaces the amount a run's start charged a meter (its log
+// entry: service, meter, unit, and the Claim's At) with the actual amount,
+// once: Result.Applied is false when the entry is gone or was already
+// reconciled. Owner op.
+type Reconcile struct {
+	Epoch          int64
+	Service, Meter string
+	WorkID         string
+	At             time.Time
+	Amount         int64
+}
+
+// AppendEvent appends an event not tied to a unit transition. Epoch is the
+// owner's for an owner's event (zero for anyone else's).
 type AppendEvent struct {
+	Epoch int64
 	Event Event
 }
 
@@ -220,6 +270,9 @@ type AppendEvent struct {
 // each kind go per op (zero means no limit). Result.Count is the number of
 // units deleted; Result.IDs is empty.
 type Prune struct {
+	// Epoch is the owner's for its retention passes, zero for a Prune
+	// made outside ownership.
+	Epoch        int64
 	Before       time.Time
 	EventsBefore time.Time
 	LogBefore    map[string]time.Time
@@ -246,8 +299,10 @@ type Result struct {
 	State State
 	// Units are Insert's outcomes, one per unit in order.
 	Units []InsertedUnit
-	// IDs are the units Recover or Requeue moved.
-	IDs []string
+	// IDs are the units Recover or Requeue moved; Held the running units
+	// Recover left running (their leases hold).
+	IDs  []string
+	Held []string
 	// Count is the number of units Prune deleted; More reports that some
 	// part of a Prune stopped at its Limit, so there is more to delete.
 	Count int
@@ -258,17 +313,38 @@ type Result struct {
 	Err error
 }
 
-func (*Insert) isOp()      {}
-func (*SetPause) isOp()    {}
-func (*Ack) isOp()         {}
-func (*Claim) isOp()       {}
-func (*Finish) isOp()      {}
-func (*Recover) isOp()     {}
-func (*Cancel) isOp()      {}
-func (*Requeue) isOp()     {}
-func (*Heartbeat) isOp()   {}
-func (*PutTask) isOp()     {}
-func (*PutService) isOp()  {}
-func (*AppendEvent) isOp() {}
-func (*Prune) isOp()       {}
-func (*FailQueued) isOp()  {}
+func (*Insert) isOp()        {}
+func (*SetPause) isOp()      {}
+func (*Ack) isOp()           {}
+func (*Claim) isOp()         {}
+func (*Finish) isOp()        {}
+func (*Recover) isOp()       {}
+func (*Cancel) isOp()        {}
+func (*Requeue) isOp()       {}
+func (*Heartbeat) isOp()     {}
+func (*PutTask) isOp()       {}
+func (*PutService) isOp()    {}
+func (*AppendEvent) isOp()   {}
+func (*Prune) isOp()         {}
+func (*FailQueued) isOp()    {}
+func (*PutMeterState) isOp() {}
+func (*Reconcile) isOp()     {}
+
+// Batch is the outcome of Apply: one Result per op, and Follows: every
+// event with a Seq up to Follows was committed before the batch's events
+// (by any writer), and none of the batch's events has a lower Seq. It is
+// set when the batch appended events.
+type Batch struct {
+	Results []Result
+	Follows int64
+}
+
+func (o *Claim) OwnerEpoch() int64         { return o.Epoch }
+func (o *Finish) OwnerEpoch() int64        { return o.Epoch }
+func (o *Recover) OwnerEpoch() int64       { return o.Epoch }
+func (o *Heartbeat) OwnerEpoch() int64     { return o.Epoch }
+func (o *FailQueued) OwnerEpoch() int64    { return o.Epoch }
+func (o *PutMeterState) OwnerEpoch() int64 { return o.Epoch }
+func (o *Reconcile) OwnerEpoch() int64     { return o.Epoch }
+func (o *AppendEvent) OwnerEpoch() int64   { return o.Epoch }
+func (o *Prune) OwnerEpoch() int64         { return o.Epoch }

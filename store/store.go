@@ -19,13 +19,32 @@
 //     was stored. Every rule an op states (idempotency, dependency failure
 //     propagation, the queued count, MaxQueued) holds inside the op's
 //     transaction, so it holds across processes.
-//   - Event sequence numbers are assigned at commit, strictly increasing
-//     and contiguous in commit order, and never reused for the database's
-//     whole life (pruning deletes old events; it never renumbers). A gap in
-//     what EventsAfter returns therefore means retention deleted events.
+//   - Event sequence numbers are strictly increasing and never reused for
+//     the database's whole life (pruning deletes old events; it never
+//     renumbers), and events become visible in Seq order: once a reader
+//     sees an event, every event with a lower Seq that will ever be
+//     committed is visible too. A reader that follows the log with
+//     EventsAfter therefore misses nothing, whatever the writers' commit
+//     order. Numbers may have gaps (a backend may burn a number in a
+//     transaction that rolls back); nobody infers anything from a gap: Apply
+//     says which events preceded a batch's (Batch.Follows), and FirstSeq
+//     which were deleted. Each backend provides this its own way (SQLite's
+//     single writer; a lock held from a transaction's first append to its
+//     commit on a database with concurrent writers).
 //   - Ownership: Acquire succeeds for one holder at a time, across
-//     processes, and ownership ends when released or when its process dies
-//     (a new holder may then requeue what the old one left running).
+//     processes, and moves the owner epoch on (Ownership.Epoch). Every op
+//     an owner makes carries its epoch (OwnerOp) and fails, in its own
+//     transaction, with ErrNotOwner once the stored epoch has moved on: a
+//     deposed owner (a paused VM, a partitioned host) can no longer write.
+//     Ownership ends when released or when its process dies; a new holder
+//     requeues what an older epoch left running once its lease has expired
+//     or the backend proves that owner's process dead
+//     (Ownership.PreviousDead).
+//   - Isolation: the shared rules (txn.go) read and then write inside one
+//     transaction. A backend gives them either serializable transactions
+//     (SQLite's single writer) or READ COMMITTED with the locks each Tx
+//     method documents; the conformance suite runs every rule with two
+//     writers at once.
 //   - Concurrency: Apply and Changed are called by one goroutine at a time
 //     (the Cue's writer); every other method may be called by any number of
 //     goroutines at once, in this process and in others, while Apply runs.
@@ -123,6 +142,11 @@ type Unit struct {
 	DependencyDeadline time.Time
 	// Retry is an opaque per-submission retry policy; the store keeps it.
 	Retry []byte
+	// Costs are the unit's costs by meter name (nil: one request), stored
+	// at submit so that every process and every owner sees the same.
+	Costs map[string]int64
+	// Epoch is the owner epoch of a running unit's run (Claim.Epoch).
+	Epoch int64
 	// Trace is an opaque propagation carrier for the submitter's trace.
 	Trace []byte
 	// CancelRequested is set when a running unit was asked to stop by a
@@ -141,8 +165,9 @@ type Attempt struct {
 	Error   string    `json:"error,omitempty"`
 }
 
-// Event is one entry of the durable event log. Seq is assigned by the store
-// in commit order; it increases strictly and is never reused.
+// Event is one entry of the durable event log. Seq is assigned by the store;
+// it increases strictly and is never reused, and events become visible in
+// Seq order.
 type Event struct {
 	Seq    int64
 	Type   string
@@ -157,6 +182,11 @@ type Event struct {
 	// Result is a completed unit's result. The store does not keep it twice:
 	// EventsAfter fills it in from the unit, if the unit is still stored.
 	Result []byte
+	// Detail is Data's typed form, for the work events runcue makes
+	// (failures, retries, deferrals, skips): when it is set and Data is
+	// not, the store writes Data as Detail.Encode(). The rules read Detail
+	// (ActivityOf), never Data's JSON. Events read back have it nil.
+	Detail *EventData
 }
 
 // Event types the store itself writes (for transitions it derives, such as
@@ -181,6 +211,9 @@ var (
 	ErrSchemaTooNew      = errors.New("runcue: database schema is newer than this version of runcue")
 	ErrLocked            = errors.New("runcue: database is owned by another Cue")
 	ErrBackpressure      = errors.New("runcue: queue is full")
+	// ErrNotOwner: the op was made by an owner whose epoch is no longer
+	// the stored one (another holder took ownership since).
+	ErrNotOwner = errors.New("runcue: this Cue no longer owns the database")
 	// ErrDependencyRefused: a unit of a batch depends on a unit of the same
 	// batch that was refused, so it is refused too.
 	ErrDependencyRefused = errors.New("runcue: a dependency in the same batch was refused")
@@ -225,6 +258,14 @@ func (e *CycleError) Is(target error) bool { return target == ErrCycle }
 
 // Ownership is held by the one Cue that dispatches a database's work.
 type Ownership interface {
+	// Epoch is the owner epoch this holder took: one more than the
+	// previous holder's. Every op it makes carries it.
+	Epoch() int64
+	// PreviousDead reports that the backend proves every earlier holder's
+	// process dead (SQLite: the operating system's lock was free), so
+	// that what they left running may be requeued at once; otherwise
+	// their runs wait for their leases to expire.
+	PreviousDead() bool
 	// Release gives ownership up. It is safe to call more than once.
 	Release() error
 }
@@ -279,7 +320,9 @@ type Store interface {
 	// dependency) is rolled back alone and reports Result.Err; the others
 	// stand. A non-nil error means the transaction as a whole failed and
 	// nothing in it was stored.
-	Apply(ctx context.Context, ops []Op) ([]Result, error)
+	// An OwnerOp whose epoch is no longer the stored one fails alone with
+	// ErrNotOwner.
+	Apply(ctx context.Context, ops []Op) (Batch, error)
 	// Changed reports whether another connection or process has committed
 	// since the previous call.
 	Changed(ctx context.Context) (bool, error)
@@ -315,9 +358,12 @@ type Store interface {
 	// highest Seq, and false if none is retained. It reads only what can
 	// hold one (not the whole log).
 	LastOfTypes(ctx context.Context, types []string) (Event, bool, error)
-	// LastSeq returns the highest event Seq ever assigned.
+	// LastSeq returns the highest event Seq visible (see the Seq
+	// guarantee): every event up to it that will ever be visible is.
 	LastSeq(ctx context.Context) (int64, error)
-	// FirstSeq returns the lowest event Seq still stored, 0 if none.
+	// FirstSeq returns the retention floor: every event with a lower Seq
+	// was deleted by Prune (or never existed), none at or above it was. 0
+	// when no event is stored.
 	FirstSeq(ctx context.Context) (int64, error)
 
 	// Tasks and Services return the stored definitions by name.
@@ -343,19 +389,36 @@ type Store interface {
 	// dispatches whose Claim.Wait fell in each bucket of QueueWaitBounds
 	// (one more count than bounds: the last is beyond the last bound).
 	QueueWaits(ctx context.Context, since time.Time) ([]int64, error)
-	// ServiceLog returns the dispatch times logged for service at or after
-	// since, oldest first.
-	ServiceLog(ctx context.Context, service string, since time.Time) ([]time.Time, error)
+	// ServiceLog returns the starts logged for service at or after since,
+	// every meter's, oldest first (ties in log order).
+	ServiceLog(ctx context.Context, service string, since time.Time) ([]Logged, error)
 	// ServiceLogPrefix returns, for every service whose name starts with
-	// prefix, the dispatch times logged at or after since, oldest first.
-	ServiceLogPrefix(ctx context.Context, prefix string, since time.Time) (map[string][]time.Time, error)
+	// prefix, the starts logged at or after since, oldest first.
+	ServiceLogPrefix(ctx context.Context, prefix string, since time.Time) (map[string][]Logged, error)
 
-	// Acquire takes ownership of the database for h. If another holder has
-	// it, Acquire returns a *LockedError at once. Ownership ends when
-	// released or when the holding process dies.
+	// Acquire takes ownership of the database for h, moving the owner
+	// epoch on. If another holder has it, Acquire returns a *LockedError at
+	// once. Ownership ends when released or when the holding process
+	// dies.
 	Acquire(ctx context.Context, h Holder) (Ownership, error)
 
 	Close() error
+}
+
+// Watcher is implemented by stores that push change notifications (a
+// database's LISTEN/NOTIFY): the Cue then reads the log when Watch's
+// channel receives, as well as every PollInterval. Without it, the Cue
+// polls Changed every PollInterval (SQLite's way: its data_version).
+type Watcher interface {
+	// Watch returns a channel that receives (coalesced) after another
+	// connection commits, until ctx ends.
+	Watch(ctx context.Context) (<-chan struct{}, error)
+}
+
+// Backuper is implemented by stores that can copy themselves while in
+// use (SQLite: VACUUM INTO). path must not exist.
+type Backuper interface {
+	Backup(ctx context.Context, path string) error
 }
 
 // OwnerProber is implemented by stores that can tell, without taking
@@ -433,6 +496,26 @@ type ServiceRecord struct {
 	Def      []byte
 	Override []byte
 	Paused   bool
-	// Circuit is the persisted circuit breaker state (opaque), nil if none.
-	Circuit []byte
+	// Meters holds the persisted state of the service's meters that keep
+	// one (opaque to the store), by meter name: MeterCircuit's is the
+	// circuit breaker and any Retry-After hold (CircuitRecord). Nil when
+	// none is stored.
+	Meters map[string][]byte
 }
+
+// Logged is a start in the service log: when, which meter of the service
+// it charged, and how much (Claim.Log). Reconciled reports that Amount was
+// replaced by the actual charge (Reconcile), which may happen once.
+type Logged struct {
+	At         time.Time
+	Meter      string
+	Amount     int64
+	Reconciled bool
+}
+
+// The meters runcue's engine names: a service's requests (its rate window
+// and calendar budgets count them) and its circuit breaker's state.
+const (
+	MeterRequests = "requests"
+	MeterCircuit  = "circuit"
+)

@@ -11,21 +11,45 @@ import (
 // here against Tx and called by every backend from inside its transaction:
 // inserting a batch (idempotency keys, dependencies dead or alive, the
 // queue bound with drop-oldest), cancelling, failing a queued unit,
-// requeueing failed units, and the propagation of a failure or cancellation
-// to queued dependents. A backend implements Tx (storage) and calls these;
-// the same-transaction guarantees follow from the backend running them, and
-// the events they append, inside the one transaction of the op.
+// requeueing failed units, the propagation of a failure or cancellation
+// to queued dependents, a new owner's recovery, and retention. A backend
+// implements Tx (storage) and calls these; the same-transaction guarantees
+// follow from the backend running them, and the events they append, inside
+// the one transaction of the op.
 //
 // Like the rest of the package, Tx is unstable for outside implementers.
 
 // Tx is a backend's open transaction as the shared rules use it. Every
 // method reads or writes inside that transaction, seeing its earlier
 // writes. Errors are fatal to the batch unless wrapped in an *OpError.
+//
+// Isolation. The rules read, then write on what they read. A backend runs
+// them either serializably (SQLite: one writer at a time), or at READ
+// COMMITTED with the locks the methods below name, held to the end of the
+// transaction, so that what a rule read stays true until it commits:
+//
+//   - a unit's row: UnitState, DeadDependencies and FailedByPrerequisite
+//     share-lock the rows they read (a dependency that is alive when a
+//     dependent is inserted cannot end, and miss that dependent in its
+//     QueuedDependents, before the insert commits); CancelTarget,
+//     RunningUnits and the methods that move a unit (EndQueued,
+//     RequeueFailed, EndRunning) lock the row for update;
+//   - an idempotency key: UnitByKey locks the key itself, found or not
+//     (an advisory lock on it, say), so that two inserts of one key take
+//     turns;
+//   - the queue's count: QueuedCount locks the count, so that two inserts
+//     under one MaxQueued count one after the other;
+//   - the event log: AppendEvent holds the log's append lock from a
+//     transaction's first append to its commit, so that events become
+//     visible in Seq order (see Store).
+//
+// The conformance suite runs every rule with two writers at once
+// (storetest's TwoWriters).
 type Tx interface {
 	// UnitState returns the state of unit id; found is false if no unit
-	// has that ID.
+	// has that ID. Share-locks the row.
 	UnitState(id string) (st State, found bool, err error)
-	// UnitByKey returns the unit holding an idempotency key.
+	// UnitByKey returns the unit holding an idempotency key. Locks the key.
 	UnitByKey(key string) (id string, st State, seq int64, found bool, err error)
 	// ReleaseKey clears the idempotency key of unit id, so that a new unit
 	// may take it.
@@ -42,12 +66,12 @@ type Tx interface {
 	// the order their dependencies were stored.
 	QueuedDependents(id string) ([]UnitRef, error)
 	// QueuedCount is the number of queued units, this transaction's
-	// changes included.
+	// changes included. Locks the count.
 	QueuedCount() (int, error)
 	// OldestQueued lists up to n queued units by Seq, oldest first.
 	OldestQueued(n int) ([]UnitRef, error)
 	// CancelTarget returns unit id's state, its task and target, and
-	// whether its cancellation was already requested.
+	// whether its cancellation was already requested. Locks the row.
 	CancelTarget(id string) (st State, ref UnitRef, requested, found bool, err error)
 	// RequestCancel records that cancellation of running unit id is
 	// requested (cascading or not).
@@ -62,11 +86,52 @@ type Tx interface {
 	// whose error kind is prerequisite_failed or prerequisite_cancelled.
 	FailedByPrerequisite(id string) ([]string, error)
 	// DeadDependencies counts unit id's dependencies that are failed or
-	// cancelled.
+	// cancelled. Share-locks them.
 	DeadDependencies(id string) (int, error)
 	// AppendEvent stores ev, setting its Seq, and its Time from at when
-	// zero.
+	// zero (and its Data from its Detail). Holds the log's append lock.
 	AppendEvent(ev *Event, at time.Time) error
+
+	// RunningUnits lists the running units (those of ids; all when ids is
+	// empty), by Seq. Locks their rows.
+	RunningUnits(ids []string) ([]RunningRef, error)
+	// EndRunning moves running unit id, on run runs, to st (Queued, or
+	// Cancelled with the error and kind, finished at at), clearing its
+	// lease and appending attempt to its history; it reports whether the
+	// unit was running on that run.
+	EndRunning(id string, runs int, st State, at time.Time, attempt Attempt, errMsg, errKind string) (bool, error)
+
+	// PruneFinished deletes up to limit units (all when limit is 0) that
+	// finished before before, with their history and dependency edges,
+	// oldest first; n is how many.
+	PruneFinished(before time.Time, limit int) (n int, err error)
+	// FirstEventAt returns the Seq of the first event at or after t, or
+	// one past the last event's when none is (the transaction's own
+	// appends included).
+	FirstEventAt(t time.Time) (int64, error)
+	// SubscriptionPositions returns the named subscriptions' acknowledged
+	// positions.
+	SubscriptionPositions() (map[string]int64, error)
+	// PruneEvents deletes up to limit events with a Seq below below (and
+	// what indexes only them); more reports that the limit stopped it.
+	PruneEvents(below int64, limit int) (more bool, err error)
+	// PruneActivity deletes the per-minute counts of minutes before
+	// before.
+	PruneActivity(before time.Time) error
+	// PruneLog deletes up to limit service log entries of service (of
+	// every service named with the prefix, when service ends in ":")
+	// logged before before.
+	PruneLog(service string, before time.Time, limit int) (more bool, err error)
+}
+
+// RunningRef is a running unit as recovery sees it.
+type RunningRef struct {
+	UnitRef
+	Runs            int
+	Started         time.Time
+	Epoch           int64
+	LeaseExpires    time.Time
+	CancelRequested bool
 }
 
 // UnitRef names a unit, its task and its target.

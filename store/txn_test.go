@@ -16,10 +16,12 @@ import (
 // check by eye: the shared rules must give it the same outcomes the
 // conformance suite checks on SQLite.
 type memTx struct {
-	units  map[string]*memUnit
-	order  []string    // by Seq
-	deps   [][2]string // (unit, depends on), in insertion order
-	events []store.Event
+	units      map[string]*memUnit
+	order      []string    // by Seq
+	deps       [][2]string // (unit, depends on), in insertion order
+	events     []store.Event
+	subs       map[string]int64
+	pruneBelow int64
 }
 
 type memUnit struct {
@@ -238,4 +240,142 @@ func TestSharedRulesQueueBound(t *testing.T) {
 	assert.Equal(t, "prerequisite_cancelled", m.units["kid"].u.ErrorKind)
 	assert.Equal(t, store.Queued, m.state("mid"))
 	assert.Equal(t, store.Queued, m.state("new"))
+}
+
+func (m *memTx) RunningUnits(ids []string) ([]store.RunningRef, error) {
+	var out []store.RunningRef
+	for _, id := range m.order {
+		x := m.units[id]
+		if x.u.State != store.Running || (len(ids) > 0 && !slices.Contains(ids, id)) {
+			continue
+		}
+		out = append(out, store.RunningRef{UnitRef: store.UnitRef{ID: id, Task: x.u.Task, Target: x.u.Target}, Runs: x.u.Runs,
+			Started: x.u.StartedAt, Epoch: x.u.Epoch, LeaseExpires: x.u.LeaseExpiresAt, CancelRequested: x.requested})
+	}
+	return out, nil
+}
+
+func (m *memTx) EndRunning(id string, runs int, st store.State, at time.Time, a store.Attempt, msg, kind string) (bool, error) {
+	x := m.units[id]
+	if x == nil || x.u.State != store.Running || x.u.Runs != runs {
+		return false, nil
+	}
+	x.u.State, x.u.LeasedBy, x.u.LeaseExpiresAt, x.requested = st, "", time.Time{}, false
+	if st.Terminal() {
+		x.u.FinishedAt, x.u.Error, x.u.ErrorKind = at, msg, kind
+	}
+	x.u.Attempts = append(x.u.Attempts, a)
+	return true, nil
+}
+
+func (m *memTx) PruneFinished(before time.Time, limit int) (int, error) { return 0, nil }
+func (m *memTx) FirstEventAt(t time.Time) (int64, error) {
+	for _, e := range m.events {
+		if !e.Time.Before(t) {
+			return e.Seq, nil
+		}
+	}
+	return int64(len(m.events) + 1), nil
+}
+func (m *memTx) SubscriptionPositions() (map[string]int64, error) { return m.subs, nil }
+func (m *memTx) PruneEvents(below int64, limit int) (bool, error) {
+	m.pruneBelow = below
+	return false, nil
+}
+func (m *memTx) PruneActivity(before time.Time) error { return nil }
+func (m *memTx) PruneLog(service string, before time.Time, limit int) (bool, error) {
+	return false, nil
+}
+
+// A new owner (epoch 3) requeues the runs of a dead owner at once, and
+// those of an owner not proven dead only once their leases have expired;
+// a run whose cancellation was requested is cancelled with its dependents
+// instead; its own runs are not touched.
+func TestRecoverRule(t *testing.T) {
+	at := time.Unix(1700000000, 0)
+	run := func(m *memTx, id string, epoch int64, lease time.Time, cancel bool) {
+		m.insert(t, &store.Insert{At: at, Units: []*store.Unit{{ID: id, Task: "t"}}})
+		x := m.units[id]
+		x.u.State, x.u.Runs, x.u.Epoch, x.u.LeaseExpiresAt, x.u.StartedAt, x.requested = store.Running, 1, epoch, lease, at, cancel
+	}
+	setup := func() *memTx {
+		m := newMemTx()
+		run(m, "leased", 2, at.Add(time.Minute), false)
+		run(m, "expired", 2, at.Add(-time.Second), false)
+		run(m, "cancel", 1, at.Add(-time.Second), true)
+		run(m, "mine", 3, at.Add(time.Minute), false)
+		m.insert(t, &store.Insert{At: at, Units: []*store.Unit{{ID: "dep", Task: "t", DependsOn: []string{"cancel"}}}})
+		return m
+	}
+	m := setup()
+	var r store.Result
+	require.NoError(t, store.ApplyRecover(m, &store.Recover{Epoch: 3, At: at}, &r))
+	assert.Equal(t, []string{"expired"}, r.IDs)
+	assert.Equal(t, []string{"leased"}, r.Held, "its lease holds: its owner may be alive")
+	assert.Equal(t, store.Queued, m.state("expired"))
+	assert.Equal(t, "abandoned", m.units["expired"].u.Attempts[0].Outcome)
+	assert.Equal(t, store.Cancelled, m.state("cancel"))
+	assert.Equal(t, store.Failed, m.state("dep"), "the cancelled run's dependent fails with it")
+	assert.Equal(t, store.Running, m.state("leased"))
+	assert.Equal(t, store.Running, m.state("mine"))
+
+	m = setup()
+	r = store.Result{}
+	require.NoError(t, store.ApplyRecover(m, &store.Recover{Epoch: 3, At: at, PreviousDead: true}, &r))
+	assert.Equal(t, []string{"leased", "expired"}, r.IDs, "a dead owner's runs go back at once")
+	assert.Empty(t, r.Held)
+
+	m = setup()
+	r = store.Result{}
+	require.NoError(t, store.ApplyRecover(m, &store.Recover{Epoch: 3, At: at.Add(2 * time.Minute), Only: []string{"leased"}}, &r))
+	assert.Equal(t, []string{"leased"}, r.IDs, "Only names the runs looked at")
+	assert.Equal(t, store.Running, m.state("expired"))
+}
+
+// The retention cut: events before EventsBefore, but not past a named
+// subscription's position (its acknowledgement or what Passed allows)
+// unless older than EventsHardBefore.
+func TestPruneCut(t *testing.T) {
+	at := time.Unix(1700000000, 0)
+	m := newMemTx()
+	for i := range 10 {
+		require.NoError(t, m.AppendEvent(&store.Event{Type: "x", Time: at.Add(time.Duration(i) * time.Minute)}, at))
+	}
+	var r store.Result
+	require.NoError(t, store.ApplyPrune(m, &store.Prune{EventsBefore: at.Add(8 * time.Minute)}, &r))
+	assert.Equal(t, int64(9), m.pruneBelow, "events 1-8 are before the cut")
+	m.subs = map[string]int64{"slow": 3, "fast": 9}
+	require.NoError(t, store.ApplyPrune(m, &store.Prune{EventsBefore: at.Add(8 * time.Minute), EventsHardBefore: at.Add(2 * time.Minute)}, &r))
+	assert.Equal(t, int64(4), m.pruneBelow, "slow still needs event 4")
+	require.NoError(t, store.ApplyPrune(m, &store.Prune{EventsBefore: at.Add(8 * time.Minute), EventsHardBefore: at.Add(6 * time.Minute)}, &r))
+	assert.Equal(t, int64(7), m.pruneBelow, "older than EventsHardBefore goes anyway")
+	require.NoError(t, store.ApplyPrune(m, &store.Prune{EventsBefore: at.Add(8 * time.Minute), EventsHardBefore: at.Add(2 * time.Minute),
+		Passed: map[string]int64{"slow": 6}}, &r))
+	assert.Equal(t, int64(7), m.pruneBelow, "slow may pass up to 6")
+	assert.Equal(t, int64(1<<62), store.SubscriptionFloor(nil, nil))
+}
+
+// ActivityOf reads the typed detail, never the JSON.
+func TestActivityOf(t *testing.T) {
+	for _, tc := range []struct {
+		ev      store.Event
+		kind    string
+		classes []string
+		ok      bool
+	}{
+		{store.Event{Type: store.TypeWorkCompleted}, store.TypeWorkCompleted, nil, true},
+		{store.Event{Type: store.TypeWorkFailed, Detail: &store.EventData{WillRetry: true}}, "work_failed_retry", nil, true},
+		{store.Event{Type: store.TypeWorkFailed, Data: []byte(`{"will_retry":true}`)}, store.TypeWorkFailed, nil, true},
+		{store.Event{Type: store.TypeWorkRetrying, Detail: &store.EventData{NextAttempt: 5}}, "", nil, false},
+		{store.Event{Type: store.TypeWorkRetrying, Detail: &store.EventData{Reason: "retry_after",
+			Services: []string{"host:a", "api", "host:b"}}}, "work_deferred", []string{"host", "api"}, true},
+		{store.Event{Type: store.TypeQueueStatus}, "", nil, false},
+	} {
+		kind, classes, ok := store.ActivityOf(&tc.ev)
+		assert.Equal(t, tc.kind, kind, tc.ev.Type)
+		assert.Equal(t, tc.classes, classes, tc.ev.Type)
+		assert.Equal(t, tc.ok, ok, tc.ev.Type)
+	}
+	a := store.Attempt{Run: 2, Start: time.Unix(1, 0), End: time.Unix(2, 0), Outcome: "failed", Error: "a \"quote\""}
+	assert.Equal(t, `{"run":2,"start":1000000000,"end":2000000000,"outcome":"failed","error":"a \"quote\""}`, store.AttemptJSON(a))
 }

@@ -195,7 +195,7 @@ func TestWindowReservations(t *testing.T) {
 		t.Fatalf("last %v", last.Sub(t0))
 	}
 	w.Reserve(t0)
-	w.Release()
+	w.Release(1)
 	if !w.Allow(at(1100)) {
 		t.Fatal("a released reservation frees its place")
 	}

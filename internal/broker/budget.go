@@ -115,11 +115,11 @@ func (b *Budget) Sync(wall, mono time.Time) {
 	b.endMono = mono.Add(b.end.Sub(wall))
 }
 
-// Start and End return the current period, on the wall clock; EndMono its
-// end on the scheduling timeline as of the last Sync.
-func (b *Budget) Start() time.Time   { return b.start }
-func (b *Budget) End() time.Time     { return b.end }
-func (b *Budget) EndMono() time.Time { return b.endMono }
+// PeriodStart and PeriodEnd return the current period, on the wall clock;
+// EndMono its end on the scheduling timeline as of the last Sync.
+func (b *Budget) PeriodStart() time.Time { return b.start }
+func (b *Budget) PeriodEnd() time.Time   { return b.end }
+func (b *Budget) EndMono() time.Time     { return b.endMono }
 
 // Used returns the starts counted in the current period plus the
 // reservations, as of now on the scheduling timeline: once the period's
@@ -139,8 +139,8 @@ func (b *Budget) Allow(now time.Time) bool { return b.Used(now) < b.Limit }
 // first).
 func (b *Budget) Reserve() { b.pending++ }
 
-// Release gives back a reservation whose dispatch never started.
-func (b *Budget) Release() {
+// releaseOne gives back a reservation.
+func (b *Budget) releaseOne() {
 	if b.pending > 0 {
 		b.pending--
 	}
@@ -148,7 +148,7 @@ func (b *Budget) Release() {
 
 // Commit turns a reservation into a start at wall, read with mono.
 func (b *Budget) Commit(wall, mono time.Time) {
-	b.Release()
+	b.releaseOne()
 	b.Add(wall, mono)
 }
 

@@ -81,7 +81,7 @@ func TestBudgetPeriods(t *testing.T) {
 	assert.False(t, ok, "once per period")
 
 	b.Commit(at(61 * time.Minute))
-	assert.True(t, b.Start().Equal(time.Date(2026, 3, 8, 0, 0, 0, 0, ny)))
+	assert.True(t, b.PeriodStart().Equal(time.Date(2026, 3, 8, 0, 0, 0, 0, ny)))
 	assert.Equal(t, 1, b.Used(mono.Add(61*time.Minute)), "the late start counts in the new day")
 	assert.True(t, b.Allow(mono.Add(61*time.Minute)))
 	b.Reserve()
@@ -96,7 +96,7 @@ func TestBudgetPeriods(t *testing.T) {
 	w, m := at(time.Hour + 23*time.Hour)
 	assert.True(t, b.Allow(m), "the timeline reaches the end: no longer refused")
 	b.Sync(w, m)
-	assert.True(t, b.Start().Equal(time.Date(2026, 3, 9, 0, 0, 0, 0, ny)))
+	assert.True(t, b.PeriodStart().Equal(time.Date(2026, 3, 9, 0, 0, 0, 0, ny)))
 	assert.Zero(t, b.Used(m))
 }
 
@@ -121,7 +121,7 @@ func TestBudgetFollowsWallClockSteps(t *testing.T) {
 	// Set back to the 10th: still the 11th's budget, spent; its end is now
 	// 23 hours away on the timeline.
 	b.Sync(wall.Add(time.Hour), t0.Add(2*time.Minute))
-	assert.True(t, b.Start().Equal(time.Date(2026, 6, 11, 0, 0, 0, 0, ny)))
+	assert.True(t, b.PeriodStart().Equal(time.Date(2026, 6, 11, 0, 0, 0, 0, ny)))
 	assert.False(t, b.Allow(t0.Add(2*time.Minute)))
 	assert.True(t, b.EndMono().Equal(t0.Add(2*time.Minute+35*time.Hour)))
 	// A start dated in the past period is not counted again.
@@ -138,13 +138,13 @@ func TestResourceBudget(t *testing.T) {
 	r := &Resource{}
 	r.SetLimits(Limits{Rate: 10, Window: time.Second})
 	r.Budgets = []*Budget{NewBudget(1, Day, ny, wall, t0), NewBudget(100, Month, ny, wall, t0)}
-	ok, _, _ := r.Admit(t0)
+	ok, _, _ := r.Admit(t0, nil)
 	require.True(t, ok)
-	r.Take(t0, false)
-	rf, refused := r.Refusal(t0)
+	r.Take(t0, false, nil)
+	rf, refused := r.Refusal(t0, nil)
 	require.True(t, refused)
 	assert.Equal(t, Refusal{Kind: RefuseBudget, Until: t0.Add(12 * time.Hour)}, rf)
-	r.Return()
+	r.Return(nil)
 	r.Window.Commit(t0)
 	for _, b := range r.Budgets {
 		b.Commit(wall, t0)
@@ -153,7 +153,7 @@ func TestResourceBudget(t *testing.T) {
 	assert.False(t, quiet)
 	assert.True(t, recheck.Equal(t0.Add((20*24+12)*time.Hour)), "until the month's end: %v", recheck.Sub(t0))
 	r.Paused = true
-	rf, _ = r.Refusal(t0)
+	rf, _ = r.Refusal(t0, nil)
 	assert.Equal(t, RefusePaused, rf.Kind)
 }
 
@@ -175,7 +175,7 @@ func TestBudgetMargin(t *testing.T) {
 	assert.Equal(t, 2, b.Used(mono(late)), "both count on the 10th")
 	assert.Equal(t, 1, b.Used(mono(midnight)), "the one within the margin counts on the 11th too")
 	b.Sync(midnight, mono(midnight))
-	assert.True(t, b.Start().Equal(midnight))
+	assert.True(t, b.PeriodStart().Equal(midnight))
 	assert.Equal(t, 1, b.Used(mono(midnight)))
 	// A start dated before the period whose margin reaches it counts.
 	b.Reserve()

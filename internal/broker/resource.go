@@ -3,11 +3,16 @@ package broker
 import "time"
 
 // Resource is the admission state of one thing a dispatch needs room in: a
-// task's concurrency cap, a service, or a keyed instance of one. It states
-// the one refusal rule (Refusal) that dispatch, Explain and status all
-// read. It does no I/O and reads no clock: every method that depends on
-// time takes it. A circuit change it makes is left for the caller to act
-// on (CircuitChange), not acted on here. A Resource is not safe for
+// task's concurrency cap, a service, or a keyed instance of one. Its limits
+// are meters (see Meter): the concurrency cap, the rate window, the
+// calendar budgets and the circuit breaker are built in and kept in typed
+// fields for status, and Extra holds any others; every admission,
+// charge and release goes through all of them alike. Two gates stand before
+// the meters: a pause, and a Retry-After hold. It states the one refusal
+// rule (Refusal) that dispatch, Explain and status all read. It does no I/O
+// and reads no clock: every method that depends on time takes it. A
+// circuit change it makes is left for the caller to act on
+// (CircuitChange), not acted on here. A Resource is not safe for
 // concurrent use.
 type Resource struct {
 	// Cap marks a task's cap, as opposed to a service.
@@ -23,6 +28,8 @@ type Resource struct {
 	// Budgets are the calendar budgets, if any. The caller Syncs them
 	// with the wall clock before asking Admit.
 	Budgets []*Budget
+	// Extra are meters beyond the built-in ones.
+	Extra []Meter
 	// Paused refuses every dispatch (PauseService).
 	Paused bool
 	// BlockedUntil is a Retry-After hold's end; BlockedFor its length when
@@ -30,6 +37,8 @@ type Resource struct {
 	BlockedUntil time.Time
 	BlockedFor   time.Duration
 
+	// meters is Meters' list, rebuilt from the fields at each call.
+	meters []Meter
 	// reported is the circuit state CircuitChange last returned.
 	reported CircuitState
 }
@@ -37,7 +46,8 @@ type Resource struct {
 // RefusalKind is why a resource refuses a dispatch.
 type RefusalKind uint8
 
-// The refusals, in the order Refusal checks them.
+// The refusals, most fundamental first: when several hold, Refusal reports
+// the first of them (and of one kind, the one that frees latest).
 const (
 	RefusePaused       RefusalKind = iota + 1 // the service is paused
 	RefuseBudget                              // a calendar budget is spent for its period
@@ -47,44 +57,78 @@ const (
 	RefuseTaskCap                             // the task's cap is reached
 	RefuseBusy                                // the service's concurrency is reached
 	RefuseRateLimited                         // the rate window is full
+	RefuseMeter                               // another meter (Extra) is full
 )
 
 // Refusal is why a resource refuses a dispatch, and until when (zero: until
-// something happens, such as a run ending, a resume or a start).
+// something happens, such as a run ending, a resume or a start). Meter
+// names the amount an Extra meter counts, for RefuseMeter.
 type Refusal struct {
 	Kind  RefusalKind
 	Until time.Time
+	Meter string
 }
 
-// Refusal says whether r refuses a dispatch at now, and why. It changes
-// nothing: an expired window entry or an open circuit whose time is over is
-// read as such, without being moved on.
-func (r *Resource) Refusal(now time.Time) (Refusal, bool) {
-	c := r.Circuit
-	switch {
-	case r.Paused:
-		return Refusal{Kind: RefusePaused}, true
-	case r.spentBudget(now) != nil:
-		return Refusal{Kind: RefuseBudget, Until: r.spentBudget(now).EndMono()}, true
-	case r.BlockedUntil.After(now):
-		return Refusal{Kind: RefuseRetryAfter, Until: r.BlockedUntil}, true
-	case c != nil && c.State == Open && now.Before(c.Until):
-		return Refusal{Kind: RefuseCircuitOpen, Until: c.Until}, true
-	case c != nil && c.Probing && (c.State == HalfOpen || c.State == Open):
-		return Refusal{Kind: RefuseCircuitProbe}, true
-	case r.Limit > 0 && r.Active >= r.Limit:
-		if r.Cap {
-			return Refusal{Kind: RefuseTaskCap}, true
-		}
-		return Refusal{Kind: RefuseBusy}, true
-	case r.Window != nil && !r.Window.Allow(now):
-		return Refusal{Kind: RefuseRateLimited, Until: r.Window.NextFree(now)}, true
+// rebuild lists the meters in the order Refusal reads them.
+func (r *Resource) rebuild() {
+	r.meters = r.meters[:0]
+	for _, b := range r.Budgets {
+		r.meters = append(r.meters, b)
 	}
-	return Refusal{}, false
+	if r.Circuit != nil {
+		r.meters = append(r.meters, r.Circuit)
+	}
+	r.meters = append(r.meters, concurrency{r})
+	if r.Window != nil {
+		r.meters = append(r.meters, r.Window)
+	}
+	r.meters = append(r.meters, r.Extra...)
 }
 
-// spentBudget returns r's spent budget that frees latest, or nil.
-func (r *Resource) spentBudget(now time.Time) *Budget {
+// Meters returns every meter of r, built in and extra, in the order
+// Refusal reads them. The slice is r's own, valid until the next call.
+func (r *Resource) Meters() []Meter {
+	r.rebuild() // from the fields as they are now: a few appends, no allocation
+	return r.meters
+}
+
+// Refusal says whether r refuses a dispatch of a unit of costs at now,
+// and why: the most fundamental refusal that holds (see RefusalKind), and
+// of one kind the one that frees latest. It changes nothing: an expired
+// window entry or an open circuit whose time is over is read as such,
+// without being moved on.
+func (r *Resource) Refusal(now time.Time, costs Costs) (Refusal, bool) {
+	if r.Paused {
+		return Refusal{Kind: RefusePaused}, true
+	}
+	var best Refusal
+	found := false
+	better := func(rf Refusal) {
+		if !found || rf.Kind < best.Kind || (rf.Kind == best.Kind && !best.Until.IsZero() && (rf.Until.IsZero() || rf.Until.After(best.Until))) {
+			best, found = rf, true
+		}
+	}
+	if r.BlockedUntil.After(now) {
+		better(Refusal{Kind: RefuseRetryAfter, Until: r.BlockedUntil})
+	}
+	for _, m := range r.Meters() {
+		if rf, refused := m.Refusal(now, costs.Of(amountOf(m))); refused {
+			if rf.Kind == 0 {
+				rf.Kind, rf.Meter = RefuseMeter, m.Counts()
+			}
+			better(rf)
+		}
+	}
+	return best, found
+}
+
+// amountOf is the amount m counts, for its cost: a meter that counts
+// nothing costs one.
+func amountOf(m Meter) string { return m.Counts() }
+
+// SpentBudget returns the budget that refuses r at now and frees latest,
+// or nil if none does.
+func (r *Resource) SpentBudget(now time.Time) *Budget {
 	var spent *Budget
 	for _, b := range r.Budgets {
 		if !b.Allow(now) && (spent == nil || b.EndMono().After(spent.EndMono())) {
@@ -94,20 +138,16 @@ func (r *Resource) spentBudget(now time.Time) *Budget {
 	return spent
 }
 
-// SpentBudget returns the budget that refuses r at now and frees latest,
-// or nil if none does.
-func (r *Resource) SpentBudget(now time.Time) *Budget { return r.spentBudget(now) }
-
-// Admit decides whether a dispatch may take r at now: the refusal rule,
-// after which an open circuit whose time is over turns half-open and the
-// dispatch is its probe. When it may not, until is when to ask again (zero:
-// when something happens). Admit forgets window entries older than now's
-// window.
-func (r *Resource) Admit(now time.Time) (ok bool, until time.Time, probe bool) {
+// Admit decides whether a dispatch of a unit of costs may take r at now:
+// the refusal rule, after which an open circuit whose time is over turns
+// half-open and the dispatch is its probe. When it may not, until is when
+// to ask again (zero: when something happens). Admit forgets window
+// entries older than now's window.
+func (r *Resource) Admit(now time.Time, costs Costs) (ok bool, until time.Time, probe bool) {
 	if r.Window != nil {
 		r.Window.Expire(now)
 	}
-	if rf, refused := r.Refusal(now); refused {
+	if rf, refused := r.Refusal(now, costs); refused {
 		return false, rf.Until, false
 	}
 	if r.Circuit != nil {
@@ -116,24 +156,80 @@ func (r *Resource) Admit(now time.Time) (ok bool, until time.Time, probe bool) {
 	return true, time.Time{}, false
 }
 
-// Take records that a dispatch admitted at now took r: its slot, a
-// reservation in its window (committed at the handler's start), and its
-// probe.
-func (r *Resource) Take(now time.Time, probe bool) {
-	r.Active++
-	if r.Window != nil {
-		r.Window.Reserve(now)
-	}
-	for _, b := range r.Budgets {
-		b.Reserve()
+// Take records that a dispatch of a unit of costs, admitted at now, took
+// r: every meter holds its charge (a slot, a place in each window and
+// budget), and its probe starts.
+func (r *Resource) Take(now time.Time, probe bool, costs Costs) {
+	for _, m := range r.Meters() {
+		m.Take(now, costs.Of(amountOf(m)))
 	}
 	if probe && r.Circuit != nil {
 		r.Circuit.Started(true)
 	}
 }
 
-// Return gives back the slot of a dispatch that ended.
-func (r *Resource) Return() { r.Active-- }
+// Start counts the charges of a dispatch that started at start (timeline)
+// and wall (wall clock).
+func (r *Resource) Start(start, wall time.Time, costs Costs) {
+	for _, m := range r.Meters() {
+		m.Start(start, wall, costs.Of(amountOf(m)))
+	}
+}
+
+// Release gives back the charges of a dispatch that never started.
+func (r *Resource) Release(costs Costs) {
+	for _, m := range r.Meters() {
+		m.Release(costs.Of(amountOf(m)))
+	}
+}
+
+// Return frees what a dispatch that ended held (its slot).
+func (r *Resource) Return(costs Costs) {
+	for _, m := range r.Meters() {
+		m.End(costs.Of(amountOf(m)))
+	}
+}
+
+// Counted reports whether r has a meter that counts starts (whose charge
+// waits for the start: a window, a budget, an extra meter with an
+// amount).
+func (r *Resource) Counted() bool {
+	for _, m := range r.Meters() {
+		if m.Counts() != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// Logs returns the amounts r's starts are logged under, each once.
+func (r *Resource) Logs(out []string) []string {
+	for _, m := range r.Meters() {
+		if a := m.Counts(); a != "" && !contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func contains(s []string, x string) bool {
+	for _, v := range s {
+		if v == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Restore counts, in each meter of an amount, the starts earlier owners
+// logged of it (by amount), as of now.
+func (r *Resource) Restore(starts map[string][]Logged, now time.Time) {
+	for _, m := range r.Meters() {
+		if a := m.Counts(); a != "" && len(starts[a]) > 0 {
+			m.Restore(starts[a], now)
+		}
+	}
+}
 
 // Verdict is what a run's end says about a service's health.
 type Verdict uint8
@@ -220,21 +316,24 @@ func (r *Resource) SetLimits(l Limits) {
 }
 
 // Quiet reports whether r holds no state that outlives its users at now: no
-// slot taken, no Retry-After hold, a closed circuit, an empty window and
-// budgets that count nothing. If only the window or budgets keep it,
-// recheck is when they empty.
+// Retry-After hold, and every meter quiet (no slot taken, a closed circuit,
+// an empty window and budgets that count nothing). If only meters that
+// empty with time keep it, recheck is when the last of them does.
 func (r *Resource) Quiet(now time.Time) (quiet bool, recheck time.Time) {
-	if r.Active > 0 || r.BlockedUntil.After(now) || (r.Circuit != nil && r.Circuit.State != Closed) {
+	if r.BlockedUntil.After(now) {
 		return false, time.Time{}
 	}
 	var until time.Time
-	if r.Window != nil && r.Window.Count(now) > 0 {
-		last, _ := r.Window.Last()
-		until = last.Add(r.Window.Hold())
-	}
-	for _, b := range r.Budgets {
-		if !b.Idle(now) && b.EndMono().After(until) {
-			until = b.EndMono()
+	for _, m := range r.Meters() {
+		q, u := m.Quiet(now)
+		if q {
+			continue
+		}
+		if u.IsZero() {
+			return false, time.Time{}
+		}
+		if u.After(until) {
+			until = u
 		}
 	}
 	if !until.IsZero() {

@@ -167,14 +167,12 @@ func (w *Window) Reserve(now time.Time) {
 
 // Commit turns a reservation into an entry at t, the dispatch's start.
 func (w *Window) Commit(t time.Time) {
-	if w.pending > 0 {
-		w.pending--
-	}
+	w.releaseOne()
 	w.Add(t)
 }
 
-// Release gives back a reservation whose dispatch never started.
-func (w *Window) Release() {
+// releaseOne gives back a reservation.
+func (w *Window) releaseOne() {
 	if w.pending > 0 {
 		w.pending--
 	}

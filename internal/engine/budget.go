@@ -9,7 +9,7 @@ import (
 
 // budgetStatus reports b at now (timeline).
 func budgetStatus(spec store.BudgetDef, b *broker.Budget, now time.Time) BudgetStatus {
-	return BudgetStatus{Budget: spec, Used: b.Used(now), PeriodStart: b.Start(), Resets: b.End(), Exhausted: !b.Allow(now)}
+	return BudgetStatus{Budget: spec, Used: b.Used(now), PeriodStart: b.PeriodStart(), Resets: b.PeriodEnd(), Exhausted: !b.Allow(now)}
 }
 
 // syncBudgets brings r's budgets to the wall clock's period.
@@ -68,21 +68,6 @@ func (t *resourceTable) applyBudgets(r *resource, s store.ServiceDef) {
 		b.Margin = margin(s)
 		r.Budgets = append(r.Budgets, b)
 		r.budgetSpecs = append(r.budgetSpecs, spec)
-	}
-}
-
-// restoreBudgets counts in r's budgets the starts previous owners logged
-// (prior: their latest possible wall instants) that can reach the current
-// periods: started in them, or within the margin before them.
-func (t *resourceTable) restoreBudgets(r *resource, prior []time.Time) {
-	wall, mono := t.wall(), t.now()
-	for _, b := range r.Budgets {
-		b.Sync(wall, mono)
-		for _, at := range prior {
-			if at.Before(b.End()) {
-				b.Add(at, mono.Add(at.Sub(wall))) // counted if at+Margin reaches the period
-			}
-		}
 	}
 }
 

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"encoding/json"
+	"maps"
 	"slices"
 	"time"
 
@@ -65,26 +66,15 @@ func (t *resourceTable) noteCircuit(r *resource) {
 	t.markStatus(r)
 }
 
-// circuitRecord is the persisted broker state of a service: its circuit
-// and any Retry-After block. Times are wall-clock Unix nanoseconds.
-type circuitRecord struct {
-	State        broker.CircuitState `json:"state,omitempty"`
-	Failures     int                 `json:"failures,omitempty"`
-	Until        int64               `json:"until,omitempty"`
-	BlockedUntil int64               `json:"blocked_until,omitempty"`
-	// BlockedFor is the Retry-After hold's length (ns) when it was set.
-	BlockedFor int64 `json:"blocked_for,omitempty"`
-}
-
 // restore applies a stored record to r. The wall clock may have been set
 // since the record was written: a hold never lasts longer from now than it
 // did when it was set (an open circuit its CircuitTimeout, a Retry-After
 // its own length), so a clock set back does not stretch it.
-func (t *resourceTable) restore(cr circuitRecord, r *resource) {
+func (t *resourceTable) restore(cr store.CircuitRecord, r *resource) {
 	wall := t.wall()
 	if r.Circuit != nil && cr.State != "" {
-		r.Circuit.State, r.Circuit.Failures = cr.State, cr.Failures
-		if cr.State == broker.HalfOpen {
+		r.Circuit.State, r.Circuit.Failures = broker.CircuitState(cr.State), cr.Failures
+		if cr.State == string(broker.HalfOpen) {
 			r.Circuit.State = broker.Open // the probe died with the old owner: probe again
 		}
 		if cr.Until != 0 {
@@ -103,24 +93,31 @@ func (t *resourceTable) restore(cr circuitRecord, r *resource) {
 	}
 }
 
+// persistBroker stores r's circuit and Retry-After hold (the circuit
+// meter's state, store.MeterCircuit).
 func (t *resourceTable) persistBroker(r *resource) {
-	var cr circuitRecord
+	var cr store.CircuitRecord
 	switch {
 	case r.Circuit == nil:
 	case r.Circuit.State != broker.Closed:
-		cr.State, cr.Failures, cr.Until = r.Circuit.State, r.Circuit.Failures, ns(t.toWall(r.Circuit.Until))
+		cr.State, cr.Failures, cr.Until = string(r.Circuit.State), r.Circuit.Failures, ns(t.toWall(r.Circuit.Until))
 	case r.Circuit.Failures > 0:
-		cr.State, cr.Failures = broker.Closed, r.Circuit.Failures
+		cr.State, cr.Failures = string(broker.Closed), r.Circuit.Failures
 	}
 	if r.BlockedUntil.After(t.now()) {
 		cr.BlockedUntil, cr.BlockedFor = t.toWall(r.BlockedUntil).UnixNano(), int64(r.BlockedFor)
 	}
 	blob := []byte{} // empty: delete the row
-	if cr != (circuitRecord{}) {
+	if cr != (store.CircuitRecord{}) {
 		blob, _ = json.Marshal(cr)
 	}
 	rec := t.stored[r.name]
-	rec.Name, rec.Circuit = r.name, blob
+	rec.Name = r.name
+	rec.Meters = maps.Clone(rec.Meters)
+	if rec.Meters == nil {
+		rec.Meters = make(map[string][]byte, 1)
+	}
+	rec.Meters[store.MeterCircuit] = blob
 	t.stored[r.name] = rec
-	t.persist(&store.PutService{Name: r.name, Circuit: blob})
+	t.persist(&store.PutMeterState{Epoch: t.epoch, Service: r.name, Meter: store.MeterCircuit, State: blob})
 }

@@ -32,6 +32,9 @@ func (d *Engine) enqueue(req *writer.Request) {
 // committed reports the commit of ops (or its failure) back to the
 // dispatcher: see submit. It runs on the writer goroutine.
 func (d *Engine) committed(ops []store.Op, res []store.Result, err error) {
+	if err == nil {
+		d.noteResults(res)
+	}
 	for i, op := range ops {
 		id, state, own, ends := opEnds(op)
 		if id == "" {

@@ -195,7 +195,7 @@ func (g *depGraph) failDependent(u *unit, dep string, st store.State) {
 		kind = "prerequisite_skipped"
 	}
 	msg := fmt.Sprintf("dependency %s is %s", dep, st)
-	g.persist(&store.FailQueued{ID: u.id, At: g.wall(), Error: msg, ErrorKind: kind,
+	g.persist(&store.FailQueued{Epoch: g.epoch, ID: u.id, At: g.wall(), Error: msg, ErrorKind: kind,
 		Events: []store.Event{{Type: store.TypeWorkFailed, Task: u.task, Target: u.target, Data: store.EventData{Error: msg, ErrorKind: kind}.Encode()}}})
 }
 
@@ -365,7 +365,7 @@ func (g *depGraph) dependencyTimeout(u *unit, now time.Time) {
 	}
 	g.removeQueued(u)
 	msg := "dependencies not satisfied within the dependency timeout"
-	g.persist(&store.FailQueued{ID: u.id, At: now, Error: msg, ErrorKind: "dependency_timeout",
+	g.persist(&store.FailQueued{Epoch: g.epoch, ID: u.id, At: now, Error: msg, ErrorKind: "dependency_timeout",
 		Events: []store.Event{{Type: store.TypeWorkFailed, Task: u.task, Target: u.target,
 			Data: store.EventData{Error: msg, ErrorKind: "dependency_timeout"}.Encode()}}})
 }

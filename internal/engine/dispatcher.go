@@ -32,7 +32,10 @@ import (
 // the counters it reports to, and the few Cue operations it calls. It
 // holds none of the Cue's mutable state.
 type env struct {
-	cfg    Config
+	cfg Config
+	// epoch is the owner epoch this engine took ownership at: every owner
+	// op it makes carries it.
+	epoch  int64
 	log    *slog.Logger
 	st     store.Store
 	w      *writer.Writer
@@ -74,9 +77,10 @@ type Engine struct {
 	in    *inbox.Inbox[message] // any goroutine pushes; the dispatcher takes
 	// done is closed when the dispatcher has exited.
 	done chan struct{}
-	// stopReq is set once Stop or StopAndCancel has been called (any
-	// goroutine).
+	// stopReq is set once Stop or StopAndCancel has been called; deposed
+	// once a write failed with store.ErrNotOwner (fence.go). Any goroutine.
 	stopReq atomic.Bool
+	deposed atomic.Bool
 
 	timeline      // timers.go: the scheduling clock and the timer heap
 	taskTable     // tasks.go: registered tasks and service limits
@@ -91,6 +95,7 @@ type Engine struct {
 	storeReader   // reads.go: store reads on the reader goroutine
 	loader        // recovery.go: the streamed load of the queued units
 	settling      // settle.go: what Settle waits for
+	ghostTable    // ghosts.go: runs an earlier owner left, held until their leases end
 
 	// aux counts the helper goroutines (the dependency checker, Feed
 	// calls, the streamed load); auxStop and auxCtx stop them at exit.
@@ -125,7 +130,7 @@ func New(cfg Config, deps Deps, owner string, own store.Ownership, stored []stor
 	d := &Engine{
 		env: env{cfg: cfg, log: cfg.Log, st: deps.Store, w: deps.Writer, hub: deps.Hub, tel: deps.Tel, stats: deps.Stats,
 			cbErrs: &callbackErrors{log: cfg.Log, stats: deps.Stats, tel: deps.Tel}, hooks: deps.Hooks, unitRetry: deps.UnitRetry,
-			encode: deps.Encode, reportOrphans: deps.ReportOrphans, detach: deps.Detach},
+			encode: deps.Encode, reportOrphans: deps.ReportOrphans, detach: deps.Detach, epoch: own.Epoch()},
 		owner: owner, own: own, in: inbox.New[message](), done: make(chan struct{}),
 		timeline:    newTimeline(cfg.Clock),
 		taskTable:   taskTable{tasks: make(map[string]*taskRT), regs: make(map[string]store.ServiceDef)},
@@ -206,7 +211,8 @@ func (d *Engine) Run() {
 // idle reports that no work of registered task types is queued, waiting or
 // running, and the feed (if any) has no more.
 func (d *Engine) idle() bool {
-	return len(d.units) == 0 && len(d.finishing) == 0 && d.pending == 0 && !d.loading && (d.cfg.Feed == nil || (d.exhausted && !d.feeding))
+	return len(d.units) == 0 && len(d.finishing) == 0 && d.pending == 0 && !d.loading && len(d.ghosts) == 0 &&
+		(d.cfg.Feed == nil || (d.exhausted && !d.feeding))
 }
 
 func (d *Engine) exit() {
@@ -317,6 +323,10 @@ func (d *Engine) handle(m message) {
 		d.paramsRead(m)
 	case msgFed:
 		d.fed(m.err)
+	case msgGhost:
+		d.exorcised(m)
+	case msgFenced:
+		d.lostOwnership()
 	case msgStarted:
 		d.settleReservations(m.run, m.start, m.wall)
 	case msgProgress:
@@ -357,13 +367,14 @@ func (d *Engine) dispatch() {
 			continue
 		}
 		now := d.now()
-		blocker, until, probes := d.admit(l, now)
+		costs := l.units.Peek().costs()
+		blocker, until, probes := d.admit(l, now, costs)
 		if blocker != nil {
 			d.park(l, blocker, until)
 			continue
 		}
 		u := l.units.Pop()
-		spent := d.acquire(l, now, probes)
+		spent := d.acquire(l, now, probes, costs)
 		if l.units.Len() > 0 {
 			l.inReady = true
 			d.ready.Push(l)

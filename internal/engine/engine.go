@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/internal/hub"
 	"github.com/runcue/runcue/internal/writer"
 	"github.com/runcue/runcue/store"
@@ -186,4 +187,7 @@ type Hooks struct {
 	// read of params with the units it reads.
 	ParamBudget int
 	ParamRead   func(units int)
+	// Meters are extra meters by service: every resource of the service
+	// (and of each of its keyed instances) gets one of each.
+	Meters map[string][]func() broker.Meter
 }

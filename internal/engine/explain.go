@@ -66,7 +66,7 @@ func (d *Engine) explain(id string) Explanation {
 			if rs, ok := d.resourceReason(r, now); ok {
 				rs.Until = d.toWall(rs.Until)
 				if b := r.SpentBudget(now); rs.Kind == ReasonBudgetExhausted && b != nil {
-					rs.Until = b.End() // exact: the period ends on the wall clock
+					rs.Until = b.PeriodEnd() // exact: the period ends on the wall clock
 				}
 				add(rs)
 			}
@@ -89,7 +89,7 @@ func (d *Engine) explain(id string) Explanation {
 // refusal, in words.
 func (d *Engine) resourceReason(r *resource, now time.Time) (Reason, bool) {
 	d.syncBudgets(r)
-	rf, refused := r.Refusal(now)
+	rf, refused := r.Refusal(now, nil)
 	if refused && r.class == "" && rf.Kind == broker.RefusePaused {
 		return TaskPausedReason(r.name[len("task "):]), true
 	}
@@ -109,7 +109,7 @@ func (d *Engine) resourceReason(r *resource, now time.Time) (Reason, bool) {
 			if rb == b {
 				spec := r.budgetSpecs[i]
 				reason.Detail = fmt.Sprintf("%s's budget of %d requests per %s (%s) is spent until %s", name, spec.Requests,
-					spec.Per, location(spec), b.End().In(location(spec)).Format(time.RFC3339))
+					spec.Per, location(spec), b.PeriodEnd().In(location(spec)).Format(time.RFC3339))
 			}
 		}
 	case ReasonServiceRetryAfter:
@@ -155,5 +155,5 @@ func (d *Engine) answerOwnerQuestion(ev store.Event) {
 		q.Answer = d.encode(answer)
 	}
 	data, _ := json.Marshal(q)
-	d.submit(&store.AppendEvent{Event: store.Event{Type: store.TypeOwnerAnswered, Time: d.wall(), Data: data}})
+	d.submit(&store.AppendEvent{Epoch: d.epoch, Event: store.Event{Type: store.TypeOwnerAnswered, Time: d.wall(), Data: data}})
 }

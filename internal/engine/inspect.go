@@ -58,6 +58,13 @@ func (d *Engine) verify() error {
 			holders[res]++
 		}
 	}
+	for _, g := range d.ghosts {
+		if g.lane != nil {
+			for _, res := range g.lane.resources {
+				holders[res]++
+			}
+		}
+	}
 	check := func(res *resource) error {
 		if res.Active != holders[res] {
 			return fmt.Errorf("%s: active %d, but %d running or holding units hold it", res.name, res.Active, holders[res])

@@ -59,7 +59,7 @@ func (d *Engine) backpressure() {
 	}
 	d.log.Info("runcue: "+typ, "queued", q, "max_queued", limit)
 	data, _ := json.Marshal(backpressureData{Queued: q, MaxQueued: limit})
-	d.submit(&store.AppendEvent{Event: store.Event{Type: typ, Time: d.wall(), Data: data}})
+	d.submit(&store.AppendEvent{Epoch: d.epoch, Event: store.Event{Type: typ, Time: d.wall(), Data: data}})
 }
 
 type backpressureData struct {

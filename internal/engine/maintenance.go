@@ -36,7 +36,7 @@ func (d *Engine) prune(now time.Time) {
 	if d.pruning || d.stopping {
 		return
 	}
-	op := &store.Prune{Limit: pruneBatch, LogBefore: d.logCutoffs(now), EventsBefore: now.Add(-d.cfg.EventRetention),
+	op := &store.Prune{Epoch: d.epoch, Limit: pruneBatch, LogBefore: d.logCutoffs(now), EventsBefore: now.Add(-d.cfg.EventRetention),
 		EventsHardBefore: now.Add(-d.cfg.SubscriptionRetention), ActivityBefore: now.Add(-ActivityRetention)}
 	if d.cfg.Retention > 0 {
 		op.Before = now.Add(-d.cfg.Retention)

@@ -88,6 +88,17 @@ type msgPausesChanged struct {
 	applied chan struct{}
 }
 
+// msgGhost: the store answered the Recover of ghost g (its lease ended).
+type msgGhost struct {
+	g   *ghost
+	res store.Result
+	err error
+}
+
+// msgFenced: a write of this owner failed with store.ErrNotOwner: another
+// Cue took ownership.
+type msgFenced struct{}
+
 // msgCall runs f on the dispatcher goroutine: queries (service status,
 // Explain) and test inspection. f must not block.
 type msgCall struct{ f func(*Engine) }
@@ -166,6 +177,8 @@ type msgStarted struct {
 func (msgInserted) isMessage()       {}
 func (msgExternal) isMessage()       {}
 func (msgDone) isMessage()           {}
+func (msgGhost) isMessage()          {}
+func (msgFenced) isMessage()         {}
 func (msgRunWritten) isMessage()     {}
 func (msgStop) isMessage()           {}
 func (msgAbandon) isMessage()        {}

@@ -120,7 +120,7 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		fin.Error, fin.ErrorKind = skipReason, "skipped"
 		fin.Attempt.Outcome, fin.Attempt.Error = "skipped", skipReason
 		fin.Events = []store.Event{{Type: store.TypeWorkSkipped, Task: f.task, Attempt: f.run,
-			Data: store.EventData{Reason: skipReason}.Encode()}}
+			Detail: &store.EventData{Reason: skipReason}}}
 	case e.cancelled != nil:
 		// Cancelled and not a success: no budget spent.
 		reason := e.cancelled.Reason
@@ -135,7 +135,7 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		}
 		fin.Propagate, fin.CascadeCancel = true, e.cancelled.Cascade
 		fin.Events = []store.Event{{Type: store.TypeWorkCancelled, Task: f.task, Attempt: f.run,
-			Data: store.EventData{Reason: e.cancelled.Reason}.Encode()}}
+			Detail: &store.EventData{Reason: e.cancelled.Reason}}}
 	case e.returned && e.shutdown:
 		// Cut short by shutdown: back to the queue, no budget spent.
 		o.requeue = true
@@ -143,7 +143,7 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		fin.Error, fin.ErrorKind = errText, "interrupted"
 		fin.Attempt.Outcome, fin.Attempt.Error = "interrupted", errText
 		fin.Events = []store.Event{{Type: store.TypeWorkRequeued, Task: f.task, Attempt: f.run,
-			Data: store.EventData{Reason: "shutdown"}.Encode()}}
+			Detail: &store.EventData{Reason: "shutdown"}}}
 	case e.returned && e.class == ClassLateStart:
 		// Never started (see Config.MaxStartDelay): nothing ran.
 		o.requeue = true
@@ -151,7 +151,7 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		fin.Error, fin.ErrorKind = errText, "late_start"
 		fin.Attempt.Outcome, fin.Attempt.Error = "late_start", errText
 		fin.Events = []store.Event{{Type: store.TypeWorkRequeued, Task: f.task, Attempt: f.run,
-			Data: store.EventData{Reason: "late_start"}.Encode()}}
+			Detail: &store.EventData{Reason: "late_start"}}}
 	case e.returned && isDeferral && f.deferrals < f.maxDeferrals:
 		// Retry-After: come back later, holding the services; no budget.
 		next := e.at.Add(delay)
@@ -163,7 +163,7 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		fin.Error, fin.ErrorKind = errText, "retry_after"
 		fin.Attempt.Outcome, fin.Attempt.Error = "deferred", errText
 		fin.Events = []store.Event{{Type: store.TypeWorkRetrying, Task: f.task, Attempt: f.run,
-			Data: store.EventData{NextAttempt: next.UnixNano(), Reason: "retry_after", Error: errText, Services: o.holdServices}.Encode()}}
+			Detail: &store.EventData{NextAttempt: next.UnixNano(), Reason: "retry_after", Error: errText, Services: o.holdServices}}}
 	default:
 		// A failure: retried while the policy allows.
 		kind := "error"
@@ -195,9 +195,9 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 			fin.State = store.Queued
 			fin.Events = []store.Event{
 				{Type: store.TypeWorkFailed, Task: f.task, Attempt: f.run,
-					Data: store.EventData{Error: msg, ErrorKind: kind, WillRetry: true}.Encode()},
+					Detail: &store.EventData{Error: msg, ErrorKind: kind, WillRetry: true}},
 				{Type: store.TypeWorkRetrying, Task: f.task, Attempt: f.run,
-					Data: store.EventData{Reason: "probe_failed"}.Encode()},
+					Detail: &store.EventData{Reason: "probe_failed"}},
 			}
 			break
 		}
@@ -209,15 +209,15 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 			fin.State, fin.RunAt = store.Queued, next
 			fin.Events = []store.Event{
 				{Type: store.TypeWorkFailed, Task: f.task, Attempt: f.run,
-					Data: store.EventData{Error: msg, ErrorKind: kind, WillRetry: true}.Encode()},
+					Detail: &store.EventData{Error: msg, ErrorKind: kind, WillRetry: true}},
 				{Type: store.TypeWorkRetrying, Task: f.task, Attempt: f.run,
-					Data: store.EventData{NextAttempt: next.UnixNano()}.Encode()},
+					Detail: &store.EventData{NextAttempt: next.UnixNano()}},
 			}
 			break
 		}
 		fin.State, fin.Propagate = store.Failed, true
 		fin.Events = []store.Event{{Type: store.TypeWorkFailed, Task: f.task, Attempt: f.run,
-			Data: store.EventData{Error: msg, ErrorKind: kind}.Encode()}}
+			Detail: &store.EventData{Error: msg, ErrorKind: kind}}}
 	}
 	for i := range fin.Events {
 		fin.Events[i].Target = f.target

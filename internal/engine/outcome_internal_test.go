@@ -138,7 +138,7 @@ func TestDecide(t *testing.T) {
 		if o.hold != time.Minute || fmt.Sprint(o.holdServices) != tc.held || o.holdUnknown != tc.unknown || o.deferrals != 1 {
 			t.Fatalf("%v: hold %v %v unknown %q deferrals %d", tc.named, o.hold, o.holdServices, o.holdUnknown, o.deferrals)
 		}
-		if got := store.DecodeEventData(o.fin.Events[0].Data).Services; fmt.Sprint(got) != tc.held {
+		if got := o.fin.Events[0].Detail.Services; fmt.Sprint(got) != tc.held {
 			t.Fatalf("%v: the event says %v", tc.named, got)
 		}
 	}
@@ -153,7 +153,7 @@ func TestDecideBoundsErrorText(t *testing.T) {
 	if len(o.fin.Error) > maxErrorText || !utf8.ValidString(o.fin.Error) || !strings.HasSuffix(o.fin.Error, "bytes cut)") {
 		t.Fatalf("recorded %d bytes, valid UTF-8 %v, ends %q", len(o.fin.Error), utf8.ValidString(o.fin.Error), o.fin.Error[len(o.fin.Error)-30:])
 	}
-	if o.fin.Attempt.Error != o.fin.Error || !strings.Contains(string(o.fin.Events[0].Data), "bytes cut") {
+	if o.fin.Attempt.Error != o.fin.Error || !strings.Contains(o.fin.Events[0].Detail.Error, "bytes cut") {
 		t.Fatal("the attempt and the event record the same cut text")
 	}
 	if small := decide(facts, ending{returned: true, err: errors.New("503"), at: time.Unix(1, 0)}, 0); small.fin.Error != "503" {

@@ -98,5 +98,5 @@ func (d *Engine) heartbeat(r *run) {
 		return
 	}
 	now := d.wall()
-	d.submit(&store.Heartbeat{ID: r.u.id, Owner: d.owner, Run: r.no, At: now, LeaseExpires: now.Add(d.cfg.LeaseBuffer)})
+	d.submit(&store.Heartbeat{Epoch: d.epoch, ID: r.u.id, Owner: d.owner, Run: r.no, At: now, LeaseExpires: now.Add(d.cfg.LeaseBuffer)})
 }

@@ -39,12 +39,28 @@ var errLoadedEnough = errors.New("runcue: first part of the load done")
 // deep queue is loaded. With a priority function, the first scoring
 // passes see only the units loaded so far.
 func (d *Engine) recover(ctx context.Context) error {
-	res, err := d.w.Do(ctx, &store.Recover{At: d.wall()})
+	res, err := d.w.Do(ctx, &store.Recover{Epoch: d.epoch, At: d.wall(), PreviousDead: d.own.PreviousDead()})
+	if err == nil {
+		err = res[0].Err // ErrNotOwner: another Cue took over meanwhile
+	}
 	if err != nil {
 		return err
 	}
 	if n := len(res[0].IDs); n > 0 {
 		d.log.Info("runcue: requeued units left running by the previous owner", "units", n)
+	}
+	if held := res[0].Held; len(held) > 0 {
+		// Runs of an owner that may be alive: they hold their services
+		// until their leases end (ghosts.go).
+		units, err := d.st.ListUnits(ctx, store.ListFilter{IDs: held, States: []store.State{store.Running}, Limit: len(held)})
+		if err != nil {
+			return err
+		}
+		for _, su := range units {
+			d.haunt(su)
+		}
+		d.log.Warn("runcue: units left running by an earlier owner that may still be alive wait for their leases to end",
+			"units", len(units))
 	}
 	first := firstLoad
 	if d.hooks.FirstLoad > 0 {

@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"slices"
 	"strings"
@@ -45,7 +44,7 @@ type resourceTable struct {
 	// name. classLogs caches, per class of keyed services, the log entries
 	// of the previous owner (see priorLog).
 	stored    map[string]store.ServiceRecord
-	classLogs map[string]map[string][]time.Time
+	classLogs map[string]map[string][]store.Logged
 	// limitsGen counts the changes of limits applied at run time: a lane
 	// whose loggedGen differs lists its logged resources again.
 	limitsGen uint64
@@ -55,7 +54,7 @@ func newResourceTable(env *env, tl *timeline, board *statusBoard, tasks *taskTab
 	stored []store.ServiceRecord) resourceTable {
 	t := resourceTable{env: env, timeline: tl, statusBoard: board, taskTable: tasks, persist: persist, services: make(map[string]*resource), keyed: make(map[string]*resource),
 		lanes: make(map[string]*lane), stored: make(map[string]store.ServiceRecord),
-		classLogs: make(map[string]map[string][]time.Time)}
+		classLogs: make(map[string]map[string][]store.Logged)}
 	for _, rec := range stored {
 		t.stored[rec.Name] = rec
 	}
@@ -119,9 +118,10 @@ type lane struct {
 	key       string
 	task      *taskRT
 	resources []*resource // the task cap, then services by name
-	// logged names the resources with a rate window or a budget, as of
+	// logged are the service log entries of a start at cost one: one per
+	// service and amount its meters count (rate windows, budgets), as of
 	// limitsGen loggedGen (see loggedOf).
-	logged    []string
+	logged    []store.LogEntry
 	loggedGen uint64
 	// services names its services (serviceNames).
 	services []string
@@ -199,16 +199,14 @@ func (t *resourceTable) newServiceResource(name, class string, reg store.Service
 	r.keyed = name != class
 	r.Paused = t.pausedOf(name, class)
 	t.applyLimits(r, s)
-	if r.Window != nil || len(r.Budgets) > 0 {
-		prior := t.priorLog(name, class, s, now)
-		if r.Window != nil {
-			t.restoreWindow(r, s, prior, now)
-		}
-		t.restoreBudgets(r, prior)
+	for _, f := range t.hooks.Meters[class] {
+		r.Extra = append(r.Extra, f())
 	}
-	if rec, ok := t.stored[name]; ok && len(rec.Circuit) > 0 {
-		var cs circuitRecord
-		if json.Unmarshal(rec.Circuit, &cs) == nil {
+	if r.Counted() {
+		t.restoreMeters(r, t.priorLog(name, class, s, extraHorizon(r), now), now)
+	}
+	if rec, ok := t.stored[name]; ok {
+		if cs, ok := store.DecodeCircuitRecord(rec.Meters[store.MeterCircuit]); ok {
 			t.restore(cs, r)
 		}
 	}
@@ -226,13 +224,16 @@ func (t *resourceTable) newServiceResource(name, class string, reg store.Service
 // have had. That also clamps entries stamped in the future by a wall clock
 // that was set back since. For keyed instances one query per class serves
 // every key: it is read on the first key's creation.
-func (t *resourceTable) priorLog(name, class string, s store.ServiceDef, now time.Time) []time.Time {
+func (t *resourceTable) priorLog(name, class string, s store.ServiceDef, horizon time.Duration, now time.Time) []store.Logged {
 	lag := t.cfg.MaxStartDelay
 	since := t.priorSince(s, now)
+	if horizon > 0 && now.Sub(t.startMono) < horizon+lag {
+		since = earliest(since, t.started.Add(-horizon-lag))
+	}
 	if since.IsZero() {
 		return nil // everything a previous owner started has left the window and periods
 	}
-	var times []time.Time
+	var times []store.Logged
 	if name == class {
 		var err error
 		times, err = t.st.ServiceLog(context.Background(), name, since)
@@ -264,15 +265,39 @@ func (t *resourceTable) priorLog(name, class string, s store.ServiceDef, now tim
 		times = logs[name]
 		delete(logs, name)
 	}
-	out := make([]time.Time, 0, len(times))
-	for _, logged := range times {
-		latest := logged.Add(lag)
+	return times
+}
+
+// extraHorizon is how far back r's extra meters need the log.
+func extraHorizon(r *resource) time.Duration {
+	var h time.Duration
+	for _, m := range r.Extra {
+		if hm, ok := m.(broker.Horizoned); ok {
+			h = max(h, hm.Horizon())
+		}
+	}
+	return h
+}
+
+// restoreMeters counts prior (the service log of previous owners, see
+// priorLog) in r's meters, by amount. Each entry at t counts as a start at
+// min(t+MaxStartDelay, this owner's start), the latest instant it can
+// have had, placed on the scheduling timeline.
+func (t *resourceTable) restoreMeters(r *resource, prior []store.Logged, now time.Time) {
+	if len(prior) == 0 {
+		return
+	}
+	starts := make(map[string][]broker.Logged, 1)
+	for _, e := range prior {
+		latest := e.At.Add(t.cfg.MaxStartDelay)
 		if latest.After(t.started) {
 			latest = t.started
 		}
-		out = append(out, latest)
+		starts[e.Meter] = append(starts[e.Meter], broker.Logged{At: t.startMono.Add(latest.Sub(t.started)), Wall: latest, Amount: e.Amount})
 	}
-	return out
+	t.syncBudgets(r)
+	r.Restore(starts, now)
+	t.syncBudgets(r)
 }
 
 // priorSince returns the earliest wall instant whose logged starts may
@@ -296,22 +321,6 @@ func earliest(a, b time.Time) time.Time {
 		return b
 	}
 	return a
-}
-
-// restoreWindow adds to r's window the starts of prior (see priorLog) that
-// still hold a place in it at now (for RateWindow plus Margin), placed on
-// the scheduling timeline.
-func (t *resourceTable) restoreWindow(r *resource, s store.ServiceDef, prior []time.Time, now time.Time) {
-	cut := now.Add(-hold(s))
-	var in []time.Time
-	for _, latest := range prior {
-		if at := t.startMono.Add(latest.Sub(t.started)); at.After(cut) {
-			in = append(in, at)
-		}
-	}
-	for _, at := range in[max(0, len(in)-s.RateLimit):] {
-		r.Window.Add(at)
-	}
 }
 
 // applyLimits sets r's limits from s, keeping its window's entries and its
@@ -373,22 +382,30 @@ func (l *lane) serviceNames() []string {
 	return l.services
 }
 
-// loggedOf returns the names of l's resources whose starts are logged in
-// the service log: those with a rate window or a budget now. A limit added
-// at run time (SetService, ResetService back to a registered window, a
-// keyed instance's override) is logged from the first claim decided after
-// the owner applied it, so that a new owner counts those starts.
-func (t *resourceTable) loggedOf(l *lane) []string {
-	if l.loggedGen == t.limitsGen {
-		return l.logged
-	}
-	l.logged, l.loggedGen = nil, t.limitsGen
-	for _, r := range l.resources {
-		if r.class != "" && (r.Window != nil || len(r.Budgets) > 0) {
-			l.logged = append(l.logged, r.name)
+// loggedOf returns what a start of a unit of costs on l logs: an entry
+// per amount each of its services' meters count, with the unit's cost. A
+// lane's entries at cost one are computed once per change of limits.
+func (t *resourceTable) loggedOf(l *lane, costs broker.Costs) []store.LogEntry {
+	if l.loggedGen != t.limitsGen {
+		l.logged, l.loggedGen = nil, t.limitsGen
+		var amounts []string
+		for _, r := range l.resources {
+			if r.class == "" {
+				continue
+			}
+			for _, a := range r.Logs(amounts[:0]) {
+				l.logged = append(l.logged, store.LogEntry{Service: r.name, Meter: a, Amount: 1})
+			}
 		}
 	}
-	return l.logged
+	if costs == nil {
+		return l.logged
+	}
+	out := slices.Clone(l.logged)
+	for i := range out {
+		out[i].Amount = costs.Of(out[i].Meter)
+	}
+	return out
 }
 
 // maybeDropLane deletes an idle keyed lane, releasing its keyed services.
@@ -422,11 +439,11 @@ func (t *resourceTable) maybeEvict(r *resource) {
 	delete(t.dirty, r)
 }
 
-// check reports whether r admits a dispatch at now (see
+// check reports whether r admits a dispatch of a unit of costs at now (see
 // broker.Resource.Admit), and reports a circuit that turned half-open.
-func (t *resourceTable) check(r *resource, now time.Time) (ok bool, until time.Time, probe bool) {
+func (t *resourceTable) check(r *resource, now time.Time, costs broker.Costs) (ok bool, until time.Time, probe bool) {
 	t.syncBudgets(r)
-	ok, until, probe = r.Admit(now)
+	ok, until, probe = r.Admit(now, costs)
 	t.noteCircuit(r)
 	return ok, until, probe
 }
@@ -442,12 +459,14 @@ var reasons = [...]ReasonKind{
 	broker.RefuseTaskCap:      ReasonTaskCap,
 	broker.RefuseBusy:         ReasonServiceBusy,
 	broker.RefuseRateLimited:  ReasonRateLimited,
+	broker.RefuseMeter:        ReasonRateLimited,
 }
 
-// admit checks every resource of l; it returns the first that refuses.
-func (t *resourceTable) admit(l *lane, now time.Time) (blocker *resource, until time.Time, probes []*resource) {
+// admit checks every resource of l for a unit of costs; it returns the
+// first that refuses.
+func (t *resourceTable) admit(l *lane, now time.Time, costs broker.Costs) (blocker *resource, until time.Time, probes []*resource) {
 	for _, r := range l.resources {
-		ok, u, probe := t.check(r, now)
+		ok, u, probe := t.check(r, now, costs)
 		if !ok {
 			return r, u, nil
 		}
@@ -458,13 +477,13 @@ func (t *resourceTable) admit(l *lane, now time.Time) (blocker *resource, until 
 	return nil, time.Time{}, probes
 }
 
-// acquire takes l's resources for a dispatch decided at now. It returns
-// the budget_exhausted events of the budgets this dispatch spent: the
-// dispatch's claim stores them, in its transaction.
-func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource) (spent []store.Event) {
+// acquire takes l's resources for a dispatch of a unit of costs decided at
+// now. It returns the budget_exhausted events of the budgets this dispatch
+// spent: the dispatch's claim stores them, in its transaction.
+func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource, costs broker.Costs) (spent []store.Event) {
 	l.running++
 	for _, r := range l.resources {
-		r.Take(now, slices.Contains(probes, r)) // a window reservation is committed at the handler's start
+		r.Take(now, slices.Contains(probes, r), costs) // a window's or budget's charge counts at the handler's start
 		t.markStatus(r)
 		if len(r.Budgets) > 0 {
 			spent = append(spent, t.announceBudgets(r, now)...)
@@ -473,10 +492,12 @@ func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource) (spe
 	return spent
 }
 
-func (t *resourceTable) release(l *lane) {
+// release gives back l's resources held by a dispatch of a unit of costs
+// that ended.
+func (t *resourceTable) release(l *lane, costs broker.Costs) {
 	l.running--
 	for _, r := range l.resources {
-		r.Return()
+		r.Return(costs)
 		t.markStatus(r)
 		t.wake(r)
 	}
@@ -515,7 +536,7 @@ func (t *resourceTable) wake(r *resource) {
 	if r.waiters.Len() == 0 {
 		return
 	}
-	if ok, until, _ := t.check(r, t.now()); !ok {
+	if ok, until, _ := t.check(r, t.now(), nil); !ok {
 		if !until.IsZero() {
 			t.resourceTimer(r, t.budgetRecheck(r, until))
 		}
@@ -661,7 +682,7 @@ func (t *resourceTable) applyService(name string, svcs []store.ServiceRecord) {
 	for _, rec := range svcs {
 		if rec.Name == name {
 			cur := t.stored[name]
-			rec.Circuit = cur.Circuit // the owner's own state wins
+			rec.Meters = cur.Meters // the owner's own state wins
 			t.stored[name] = rec
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/internal/writer"
 	"github.com/runcue/runcue/store"
 	"go.opentelemetry.io/otel/trace"
@@ -117,13 +116,12 @@ type run struct {
 	end         Ending
 	// decided is when the dispatch was decided, on the timeline; startBy
 	// the latest start it allows (decided + MaxStartDelay). A run of a
-	// rate-limited or budgeted lane holds a reservation in each of its
-	// windows (reserved) and budgets (budgets) from its decision until its
-	// start is counted in them (msgStarted, or at startBy if its Runner is
-	// silent) or it is known never to start.
+	// lane whose meters count starts (rate windows, budgets) holds its
+	// charge in them from its decision until its start is counted
+	// (msgStarted, or at startBy if its Runner is silent) or it is known
+	// never to start: counted is set until then.
 	decided, startBy time.Time
-	reserved         []*broker.Window
-	budgets          []*broker.Budget
+	counted          bool
 	// cancelled holds the options of a Cancel that reached the run.
 	cancelled *CancelOptions
 	// lastBeat is the time of the last heartbeat written (Unix ns).
@@ -191,12 +189,9 @@ func (d *Engine) start(u *unit, l *lane, now time.Time, probes []*resource, spen
 	}
 	r.decided, r.startBy = now, now.Add(d.cfg.MaxStartDelay)
 	for _, res := range l.resources {
-		if res.Window != nil {
-			r.reserved = append(r.reserved, res.Window) // reserved by acquire
-		}
-		r.budgets = append(r.budgets, res.Budgets...) // reserved by acquire
+		r.counted = r.counted || res.Counted() // charged by acquire, counted at the start
 	}
-	if len(r.reserved) > 0 || len(r.budgets) > 0 {
+	if r.counted {
 		// A start not reported by then counts at startBy.
 		r.pub.StartBy = r.startBy
 		r.mem.startBy = timerEntry{at: r.startBy, kind: tStartBy, r: r}
@@ -217,9 +212,9 @@ func (d *Engine) start(u *unit, l *lane, now time.Time, probes []*resource, spen
 	if len(spent) > 0 {
 		events = append(events[:1:1], spent...)
 	}
-	logged := d.loggedOf(l)
-	r.mem.claim = store.Claim{ID: u.id, Task: u.task, Owner: d.owner, Run: r.no, At: wall, LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer),
-		ServiceLog: logged, Events: events, Wait: now.Sub(time.Unix(0, u.readyAt))}
+	logged := d.loggedOf(l, u.costs())
+	r.mem.claim = store.Claim{Epoch: d.epoch, ID: u.id, Task: u.task, Owner: d.owner, Run: r.no, At: wall,
+		LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer), Log: logged, Events: events, Wait: now.Sub(time.Unix(0, u.readyAt))}
 	// A dispatch counted in a rate window is logged before the handler
 	// starts, so that a crash cannot forget a request the service saw.
 	// Other claims are written behind the handler's start: a crash before
@@ -276,12 +271,18 @@ type (
 // Committed implements writer.Sink.
 func (s *claimSink) Committed(res []store.Result, err error) {
 	r := (*run)(s)
+	if err == nil {
+		r.d.noteResults(res)
+	}
 	r.d.in.Push(msgRunWritten{run: r, claim: true, applied: err == nil && res[0].Applied})
 }
 
 // Committed implements writer.Sink.
 func (s *finishSink) Committed(res []store.Result, err error) {
 	r := (*run)(s)
+	if err == nil {
+		r.d.noteResults(res)
+	}
 	m := msgRunWritten{run: r, applied: err == nil && res[0].Applied}
 	if m.applied && len(res[0].Events) > len(r.mem.fin.Events) {
 		m.derived = res[0].Events[len(r.mem.fin.Events):] // the dependents the store ended with it
@@ -437,39 +438,33 @@ func (d *Engine) reportEnd(p *Run, e Ending) {
 	}
 }
 
-// settleReservations counts r's window and budget reservations at its
-// handler's start (start on the timeline, wall on the wall clock), or gives
-// them back (start zero) if the handler never started. A start outside
-// [decision, startBy] counts at startBy.
+// settleReservations counts r's charges in the meters that count starts
+// (windows, budgets, any meter of an amount) at its handler's start (start
+// on the timeline, wall on the wall clock), or gives them back (start
+// zero) if the handler never started. A start outside [decision, startBy]
+// counts at startBy.
 func (d *Engine) settleReservations(r *run, start, wall time.Time) {
-	if len(r.reserved) == 0 && len(r.budgets) == 0 {
+	if !r.counted {
 		return
 	}
+	r.counted = false
 	d.dropTimer(r.startByTimer)
 	r.startByTimer = nil
 	if !start.IsZero() && (start.Before(r.decided) || start.After(r.startBy)) {
 		start, wall = r.startBy, d.toWall(r.startBy)
 	}
-	for _, w := range r.reserved {
-		if start.IsZero() {
-			w.Release()
-		} else {
-			w.Commit(start)
-		}
-	}
-	for _, b := range r.budgets {
-		if start.IsZero() {
-			b.Release()
-		} else {
-			b.Commit(wall, start)
-		}
-	}
-	r.reserved, r.budgets = nil, nil
+	costs := r.u.costs()
 	for _, res := range r.lane.resources {
-		if res.Window != nil || len(res.Budgets) > 0 {
-			d.markStatus(res)
-			d.wake(res) // a place freed, or its time is known now
+		if !res.Counted() {
+			continue
 		}
+		if start.IsZero() {
+			res.Release(costs)
+		} else {
+			res.Start(start, wall, costs)
+		}
+		d.markStatus(res)
+		d.wake(res) // a place freed, or its time is known now
 	}
 }
 
@@ -528,7 +523,7 @@ func (d *Engine) end(r *run, returned bool, v verdict) {
 		return
 	}
 	d.inflight--
-	d.release(r.lane)
+	d.release(r.lane, r.u.costs())
 }
 
 // finished handles a run's end as its Runner reported it (or a run that
@@ -543,7 +538,7 @@ func (d *Engine) finished(r *run, e Ending) {
 			r.state = runEnded
 			delete(d.held, r)
 			d.inflight--
-			d.release(r.lane)
+			d.release(r.lane, r.u.costs())
 		}
 		return
 	}
@@ -590,6 +585,7 @@ func (d *Engine) conclude(r *run, e ending) {
 	}
 	r.mem.fin = o.fin
 	fin := &r.mem.fin
+	fin.Epoch = d.epoch
 	d.record(r, fin, recorded, e.at)
 	if err := d.write(r, fin); err != nil && d.failed == nil {
 		d.failed = err

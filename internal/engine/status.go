@@ -137,7 +137,7 @@ func (t *resourceTable) nextCapacity(r *resource, now time.Time) time.Time {
 	// holds; the first instant none holds is the answer.
 	next := now
 	for range 8 {
-		rf, refused := r.Refusal(next)
+		rf, refused := r.Refusal(next, nil)
 		switch {
 		case !refused:
 			return next

@@ -76,6 +76,7 @@ const (
 	tDeadline              // a run's timeout
 	tGrace                 // a cancelled run's grace period ends
 	tStartBy               // a rate-limited run's start is counted at the latest
+	tGhost                 // an earlier owner's run's lease ends
 	tPrune                 // time for a retention pass
 	tResource              // a resource may have room again
 	tStatus                // a coalesced service_status is due
@@ -89,14 +90,15 @@ const (
 )
 
 type timerEntry struct {
-	at   time.Time
-	n    uint64 // tie-break: insertion order
-	kind timerKind
-	u    *unit
-	gen  uint32
-	r    *run
-	res  *resource
-	idx  int
+	at    time.Time
+	n     uint64 // tie-break: insertion order
+	kind  timerKind
+	u     *unit
+	gen   uint32
+	r     *run
+	res   *resource
+	ghost *ghost
+	idx   int
 }
 
 func (t *timeline) pushTimer(e *timerEntry) {
@@ -137,6 +139,10 @@ func (d *Engine) fireTimers() {
 				if r.state != runClaiming {
 					d.settleReservations(r, r.startBy, d.toWall(r.startBy))
 				}
+			}
+		case tGhost:
+			if g := e.ghost; d.ghosts[g.id] == g && g.timer == e {
+				d.leaseExpired(g)
 			}
 		case tGrace:
 			if r := e.r; !r.over() {

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/store"
 )
 
@@ -116,10 +117,19 @@ type unitMore struct {
 	checking bool          // a DependencySatisfied check is in flight
 	trace    []byte        // the submitter's trace context
 	timeout  time.Duration // the submission's own timeout
+	costs    broker.Costs  // its costs by amount (stored at submit)
 	// due, depTimer and recheck are u's entries on the timer heap (its
 	// runAt, its DependencyDeadline, its next DependencySatisfied check),
 	// removed when u is forgotten so that no timer keeps it reachable.
 	due, depTimer, recheck *timerEntry
+}
+
+// costs returns u's costs by amount (nil: one of each).
+func (u *unit) costs() broker.Costs {
+	if u.more == nil {
+		return nil
+	}
+	return u.more.costs
 }
 
 // whyKind says why a unit's runAt is set.
@@ -269,6 +279,9 @@ func (x *unitIndex) build(su *store.Unit) *unit {
 		if bound := x.wall().Add(su.RunAt.Sub(su.StartedAt)); u.runAt.After(bound) {
 			u.runAt = bound
 		}
+	}
+	if len(su.Costs) > 0 {
+		u.ext().costs = broker.Costs(su.Costs)
 	}
 	if len(su.Retry) > 0 {
 		if p, err := x.unitRetry(su.Retry); err == nil {

@@ -27,10 +27,10 @@ func (f *FailStore) Fail() { f.failing.Store(true) }
 func (f *FailStore) Applies() int64 { return f.applies.Load() }
 
 // Apply fails once Fail has been called.
-func (f *FailStore) Apply(ctx context.Context, ops []store.Op) ([]store.Result, error) {
+func (f *FailStore) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) {
 	f.applies.Add(1)
 	if f.failing.Load() {
-		return nil, ErrInjected
+		return store.Batch{}, ErrInjected
 	}
 	return f.Store.Apply(ctx, ops)
 }

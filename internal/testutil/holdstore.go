@@ -39,7 +39,7 @@ func (s *HoldStore) Hold(match func([]store.Op) bool) *Hold {
 }
 
 // Apply blocks while a hold it matches is not released.
-func (s *HoldStore) Apply(ctx context.Context, ops []store.Op) ([]store.Result, error) {
+func (s *HoldStore) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) {
 	s.mu.Lock()
 	var hit *Hold
 	for i, h := range s.holds {
@@ -55,7 +55,7 @@ func (s *HoldStore) Apply(ctx context.Context, ops []store.Op) ([]store.Result, 
 		select {
 		case <-hit.release:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return store.Batch{}, ctx.Err()
 		}
 	}
 	return s.Store.Apply(ctx, ops)

@@ -219,11 +219,12 @@ func (w *Writer) commit(reqs []*Request) {
 			ops = append(ops, r.Ops...)
 		}
 	}
-	var results []store.Result
+	var batch store.Batch
 	var err error
 	if len(ops) > 0 {
-		results, err = w.cfg.Store.Apply(context.Background(), ops)
+		batch, err = w.cfg.Store.Apply(context.Background(), ops)
 	}
+	results := batch.Results
 	if err != nil {
 		w.failWith(err)
 		for _, r := range reqs {
@@ -241,9 +242,10 @@ func (w *Writer) commit(reqs []*Request) {
 		evs = append(evs, results[i].Events...)
 	}
 	if len(evs) > 0 {
-		if first := evs[0].Seq; first > w.lastSeq+1 {
-			// Other processes committed in between: publish theirs first.
-			w.catchUp(first - 1)
+		if batch.Follows > w.lastSeq {
+			// Other processes committed before this batch: publish
+			// theirs first, so that the hub sees the log in order.
+			w.catchUp(batch.Follows)
 		}
 		w.lastSeq = evs[len(evs)-1].Seq
 		w.cfg.Hooks.Publish(evs, false)

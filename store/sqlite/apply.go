@@ -40,6 +40,11 @@ type txn struct {
 	// applied, added at commit (flushActivity); a savepoint rolled back
 	// truncates it.
 	activity []activityKey
+	// follows is the last sequence number committed before this
+	// transaction's events (read with the first of them); epoch the stored
+	// owner epoch (read at the first owner op, -1 until then).
+	follows int64
+	epoch   int64
 }
 
 type rangeKey struct{ task, typ string }
@@ -161,10 +166,11 @@ func asStr(v driver.Value) string {
 }
 
 // Apply runs ops in one transaction. See store.Store.
-func (s *Store) Apply(ctx context.Context, ops []store.Op) ([]store.Result, error) {
+func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) {
 	results := make([]store.Result, len(ops))
+	var follows int64
 	err := s.wconn.Raw(func(dc any) error {
-		t := &txn{s: s, ctx: ctx, dc: dc.(driverConn), pairs: mergeClaims(ops)}
+		t := &txn{s: s, ctx: ctx, dc: dc.(driverConn), pairs: mergeClaims(ops), epoch: -1}
 		clear(s.pending)
 		s.pending = s.pending[:0] // a failed transaction's, if any
 		if len(t.pairs) > 0 {
@@ -180,6 +186,13 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) ([]store.Result, erro
 		for i, op := range ops {
 			r := &results[i]
 			r.Events = arena[len(arena):len(arena):cap(arena)]
+			if fenced, err := t.fenced(op); err != nil {
+				tx.Rollback()
+				return err
+			} else if fenced {
+				*r = store.Result{Err: store.ErrNotOwner}
+				continue
+			}
 			if err := t.apply(op, r); err != nil {
 				tx.Rollback()
 				return err
@@ -217,12 +230,31 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) ([]store.Result, erro
 			tx.Rollback()
 			return err
 		}
+		follows = t.follows
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return store.Batch{}, err
 	}
-	return results, nil
+	return store.Batch{Results: results, Follows: follows}, nil
+}
+
+// fenced reports whether op is an owner's op whose epoch is no longer the
+// stored one. The epoch is read once per transaction: the transaction
+// holds SQLite's write lock, so no Acquire moves it meanwhile.
+func (t *txn) fenced(op store.Op) (bool, error) {
+	o, ok := op.(store.OwnerOp)
+	if !ok || o.OwnerEpoch() == 0 {
+		return false, nil
+	}
+	if t.epoch < 0 {
+		row, _, err := t.one(`SELECT epoch FROM owner_epoch WHERE id = 1`)
+		if err != nil {
+			return false, err
+		}
+		t.epoch = asInt(row[0])
+	}
+	return o.OwnerEpoch() != t.epoch, nil
 }
 
 func (t *txn) apply(op store.Op, r *store.Result) error {
@@ -251,7 +283,7 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 		}
 		return t.finish(op, r)
 	case *store.Recover:
-		return t.recover(op, r)
+		return store.ApplyRecover(t, op, r)
 	case *store.Cancel:
 		return t.savepoint(r, func() error { return store.ApplyCancel(t, op, r) })
 	case *store.Requeue:
@@ -268,6 +300,14 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 		return err
 	case *store.PutService:
 		return t.putService(op, r)
+	case *store.PutMeterState:
+		return t.putMeterState(op, r)
+	case *store.Reconcile:
+		ok, err := t.changed(`UPDATE service_log SET amount=?, reconciled=1
+			WHERE service=? AND meter=? AND work_id=? AND started_at=? AND reconciled=0`,
+			op.Amount, op.Service, op.Meter, op.WorkID, ns(op.At))
+		r.Applied = ok
+		return err
 	case *store.SetPause:
 		return t.setPause(op, r)
 	case *store.Ack:
@@ -281,7 +321,12 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 		r.Events = append(r.Events, ev)
 		return nil
 	case *store.Prune:
-		return t.prune(op, r)
+		// The log's end is read (FirstEventAt): the events this
+		// transaction appended so far are written first.
+		if err := t.flushEvents(); err != nil {
+			return err
+		}
+		return store.ApplyPrune(t, op, r)
 	case *store.FailQueued:
 		return store.ApplyFailQueued(t, op, r)
 	}
@@ -316,10 +361,15 @@ func (t *txn) savepoint(r *store.Result, f func() error) error {
 // written at commit (flushEvents), with the other events of the
 // transaction: its sequence number is assigned here, the next after the
 // last one the events table ever used (sqlite_sequence), so that
-// numbers stay strictly increasing over the database's life.
+// numbers stay strictly increasing over the database's life. SQLite has
+// one writer at a time: every lower number is committed (Batch.Follows),
+// and the numbers are contiguous.
 func (t *txn) event(ev *store.Event, at time.Time) error {
 	if ev.Time.IsZero() {
 		ev.Time = at
+	}
+	if ev.Data == nil && ev.Detail != nil {
+		ev.Data = ev.Detail.Encode()
 	}
 	if t.nextSeq == 0 {
 		rows, err := t.all(`SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`)
@@ -327,7 +377,7 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 			return err
 		}
 		last, _ := rows[0][0].(int64)
-		t.nextSeq = last + 1
+		t.nextSeq, t.follows = last+1, last
 	}
 	ev.Seq = t.nextSeq
 	t.nextSeq++

@@ -1,9 +1,7 @@
 package sqlite
 
 import (
-	"encoding/json"
-	"strconv"
-	"unsafe"
+	"time"
 
 	"github.com/runcue/runcue/store"
 )
@@ -12,9 +10,10 @@ import (
 // into one update), Recover; the attempt history they append.
 
 func (t *txn) claim(op *store.Claim, r *store.Result) error {
-	task, ok, err := t.update(op.Task, `UPDATE work_units SET state='running', runs=?, started_at=?, leased_by=?, lease_expires_at=?, heartbeat_at=0
+	task, ok, err := t.update(op.Task, `UPDATE work_units SET state='running', runs=?, started_at=?, leased_by=?, lease_expires_at=?, heartbeat_at=0,
+			epoch=?
 		WHERE id=? AND state='queued' AND cancel_requested=0`,
-		op.Run, ns(op.At), t.box(op.Owner), ns(op.LeaseExpires), op.ID)
+		op.Run, ns(op.At), t.box(op.Owner), ns(op.LeaseExpires), op.Epoch, op.ID)
 	if err != nil || !ok {
 		return err
 	}
@@ -22,49 +21,18 @@ func (t *txn) claim(op *store.Claim, r *store.Result) error {
 	return t.claimed(op, r)
 }
 
-// claimed records an applied Claim: one service_log row per service the
-// unit holds, and the Claim's events.
+// claimed records an applied Claim: one service_log row per entry of its
+// Log, and the Claim's events.
 func (t *txn) claimed(op *store.Claim, r *store.Result) error {
 	r.Applied = true
 	t.noteWait(op.At, op.Wait)
-	for _, svc := range op.ServiceLog {
-		if _, err := t.exec(`INSERT INTO service_log(service, started_at, work_id) VALUES(?,?,?)`, t.box(svc), ns(op.At), op.ID); err != nil {
+	for _, e := range op.Log {
+		if _, err := t.exec(`INSERT INTO service_log(service, meter, amount, started_at, work_id) VALUES(?,?,?,?,?)`,
+			t.box(e.Service), t.box(e.Meter), e.Amount, ns(op.At), op.ID); err != nil {
 			return err
 		}
 	}
 	return store.AppendEvents(t, r, op.Events, op.ID, "", op.At)
-}
-
-// attemptJSON formats an attempt as its history entry:
-// {"run":N,"start":ns,"end":ns,"outcome":"...","error":"..."}.
-func attemptJSON(a store.Attempt) string {
-	b := make([]byte, 0, 96+len(a.Error))
-	b = append(b, `{"run":`...)
-	b = strconv.AppendInt(b, int64(a.Run), 10)
-	b = append(b, `,"start":`...)
-	b = strconv.AppendInt(b, ns(a.Start), 10)
-	b = append(b, `,"end":`...)
-	b = strconv.AppendInt(b, ns(a.End), 10)
-	b = append(b, `,"outcome":`...)
-	b = appendJSONString(b, a.Outcome)
-	if a.Error != "" {
-		b = append(b, `,"error":`...)
-		b = appendJSONString(b, a.Error)
-	}
-	b = append(b, '}')
-	return unsafe.String(unsafe.SliceData(b), len(b)) // b is not used again
-}
-
-func appendJSONString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c == '"' || c == '\\' || c >= 0x7f {
-			q, _ := json.Marshal(s)
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
 }
 
 // finishArgs appends to args the values a Finish writes: state,
@@ -86,7 +54,7 @@ func (t *txn) finishArgs(args []any, f *store.Finish) []any {
 	if f.Deferral {
 		deferral = 1
 	}
-	return append(args, t.box(string(f.State)), finished, result, nullStr(f.Error), t.nullBox(f.ErrorKind), ns(f.RunAt), spend, deferral, attemptJSON(f.Attempt))
+	return append(args, t.box(string(f.State)), finished, result, nullStr(f.Error), t.nullBox(f.ErrorKind), ns(f.RunAt), spend, deferral, store.AttemptJSON(f.Attempt))
 }
 
 func (t *txn) finish(op *store.Finish, r *store.Result) error {
@@ -101,58 +69,6 @@ func (t *txn) finish(op *store.Finish, r *store.Result) error {
 	}
 	t.moved(task, store.Running, op.State)
 	return store.FinishApplied(t, op, r)
-}
-
-func (t *txn) recover(op *store.Recover, r *store.Result) error {
-	rows, err := t.all(runningQuery)
-	if err != nil {
-		return err
-	}
-	type run struct {
-		id, task  string
-		target    string
-		runs      int
-		started   int64
-		cancelReq bool
-	}
-	var runs []run
-	for _, row := range rows {
-		runs = append(runs, run{asStr(row[0]), asStr(row[1]), asStr(row[5]), int(asInt(row[2])), asInt(row[3]), asInt(row[4]) != 0})
-	}
-	for _, x := range runs {
-		att := attemptJSON(store.Attempt{Run: x.runs, Start: tm(x.started), End: op.At, Outcome: "abandoned",
-			Error: "owner stopped before the run finished"})
-		if x.cancelReq {
-			if _, err := t.exec(`UPDATE work_units SET state='cancelled', finished_at=?, error='cancelled', error_kind='cancelled',
-					leased_by=NULL, lease_expires_at=0, cancel_requested=0, attempts=`+appendAttempt+`
-				WHERE id=?`, ns(op.At), att, x.id); err != nil {
-				return err
-			}
-			t.moved(x.task, store.Running, store.Cancelled)
-			ev := store.Event{Type: store.EventWorkCancelled, WorkID: x.id, Task: x.task, Target: x.target, Attempt: x.runs}
-			if err := t.event(&ev, op.At); err != nil {
-				return err
-			}
-			r.Events = append(r.Events, ev)
-			if err := store.Propagate(t, x.id, store.Cancelled, false, op.At, r); err != nil {
-				return err
-			}
-			continue
-		}
-		if _, err := t.exec(`UPDATE work_units SET state='queued', leased_by=NULL, lease_expires_at=0,
-				attempts=`+appendAttempt+` WHERE id=?`, att, x.id); err != nil {
-			return err
-		}
-		t.moved(x.task, store.Running, store.Queued)
-		ev := store.Event{Type: store.EventWorkRecovered, WorkID: x.id, Task: x.task, Target: x.target, Attempt: x.runs}
-		if err := t.event(&ev, op.At); err != nil {
-			return err
-		}
-		r.Events = append(r.Events, ev)
-		r.IDs = append(r.IDs, x.id)
-	}
-	r.Applied = len(runs) > 0
-	return nil
 }
 
 // mergeClaims finds each Claim followed in the same batch by the Finish of
@@ -196,8 +112,8 @@ func mergeClaims(ops []store.Op) map[*store.Claim]*store.Finish {
 // claimFinish applies a Claim and its later Finish as one update, with the
 // Claim's precondition.
 func (t *txn) claimFinish(c *store.Claim, f *store.Finish, r *store.Result) error {
-	t.vals = append(t.finishArgs(append(t.vals[:0], c.Run, ns(c.At)), f), c.ID)
-	task, ok, err := t.update(c.Task, `UPDATE work_units SET runs=?, started_at=?, state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
+	t.vals = append(t.finishArgs(append(t.vals[:0], c.Run, ns(c.At), c.Epoch), f), c.ID)
+	task, ok, err := t.update(c.Task, `UPDATE work_units SET runs=?, started_at=?, epoch=?, state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
 			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, attempts=`+appendAttempt+`
 		WHERE id=? AND state='queued' AND cancel_requested=0`,
 		t.vals...)
@@ -220,8 +136,52 @@ func (t *txn) finishMerged(op *store.Finish, applied bool, r *store.Result) erro
 	return store.FinishApplied(t, op, r)
 }
 
-// runningQuery reads the running units a new owner requeues. Its state
+// runningQuery reads the running units a new owner looks at. Its state
 // NOT IN term is the open-units index's condition: a long history of
 // finished units is not walked at every start (TestOpenUnitQueriesUseIndex).
-const runningQuery = `SELECT id, task, runs, started_at, cancel_requested, target FROM work_units
+const runningQuery = `SELECT id, task, target, runs, started_at, epoch, lease_expires_at, cancel_requested FROM work_units
 	WHERE state='running' AND state NOT IN ('completed', 'skipped') ORDER BY seq`
+
+// RunningUnits implements store.Tx. (SQLite's writer holds the database:
+// no row lock is needed.)
+func (t *txn) RunningUnits(ids []string) ([]store.RunningRef, error) {
+	rows, err := t.all(runningQuery)
+	if err != nil {
+		return nil, err
+	}
+	var only map[string]bool
+	if len(ids) > 0 {
+		only = make(map[string]bool, len(ids))
+		for _, id := range ids {
+			only[id] = true
+		}
+	}
+	var out []store.RunningRef
+	for _, row := range rows {
+		id := asStr(row[0])
+		if only != nil && !only[id] {
+			continue
+		}
+		out = append(out, store.RunningRef{UnitRef: store.UnitRef{ID: id, Task: asStr(row[1]), Target: asStr(row[2])},
+			Runs: int(asInt(row[3])), Started: tm(asInt(row[4])), Epoch: asInt(row[5]), LeaseExpires: tm(asInt(row[6])),
+			CancelRequested: asInt(row[7]) != 0})
+	}
+	return out, nil
+}
+
+// EndRunning implements store.Tx.
+func (t *txn) EndRunning(id string, runs int, st store.State, at time.Time, attempt store.Attempt, errMsg, errKind string) (bool, error) {
+	var finished int64
+	if st.Terminal() {
+		finished = ns(at)
+	}
+	row, ok, err := t.one(`UPDATE work_units SET state=?, finished_at=?, error=coalesce(?, error), error_kind=coalesce(?, error_kind),
+			leased_by=NULL, lease_expires_at=0, cancel_requested=0, attempts=`+appendAttempt+`
+		WHERE id=? AND state='running' AND runs=? RETURNING task`,
+		t.box(string(st)), finished, nullStr(errMsg), nullStr(errKind), store.AttemptJSON(attempt), id, runs)
+	if err != nil || !ok {
+		return false, err
+	}
+	t.moved(asStr(row[0]), store.Running, st)
+	return true, nil
+}

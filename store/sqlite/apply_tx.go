@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"database/sql/driver"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -36,12 +37,20 @@ func (t *txn) ReleaseKey(id string) error {
 }
 
 func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int64, error) {
+	var costs any
+	if len(u.Costs) > 0 {
+		b, err := json.Marshal(u.Costs)
+		if err != nil {
+			return 0, err
+		}
+		costs = b
+	}
 	res, err := t.exec(`INSERT INTO work_units(id, task, target, params, state, created_at, run_at, timeout, idempotency_key,
-			dependency_deadline, retry, trace, finished_at, error, error_kind)
-		VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+			dependency_deadline, retry, trace, finished_at, error, error_kind, costs)
+		VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		u.ID, t.box(u.Task), u.Target, nullBytes(u.Params), t.box(string(u.State)), ns(u.CreatedAt), ns(u.RunAt), int64(u.Timeout),
 		nullStr(u.IdempotencyKey), ns(u.DependencyDeadline), nullBytes(u.Retry), nullBytes(u.Trace), ns(finished),
-		nullStr(errKind), nullStr(errKind))
+		nullStr(errKind), nullStr(errKind), costs)
 	if err != nil {
 		if isUnique(err) {
 			return 0, &store.OpError{Err: fmt.Errorf("%w: %q", store.ErrDuplicateID, u.ID)}

@@ -17,7 +17,7 @@ import (
 
 const unitColumns = `seq, id, task, target, params, state, runs, failures, deferrals, created_at, run_at, started_at,
 	finished_at, timeout, coalesce(leased_by, ''), lease_expires_at, heartbeat_at, result, coalesce(error, ''), coalesce(error_kind, ''),
-	coalesce(idempotency_key, ''), dependency_deadline, retry, trace, cancel_requested, attempts`
+	coalesce(idempotency_key, ''), dependency_deadline, retry, trace, cancel_requested, attempts, costs, epoch`
 
 type scanner interface{ Scan(dest ...any) error }
 
@@ -26,9 +26,13 @@ func scanUnit(sc scanner) (*store.Unit, error) {
 	var created, runAt, started, finished, timeout, leaseExp, heartbeat, depDeadline int64
 	var cancelReq int
 	var attempts sql.NullString
+	var costs []byte
 	if err := sc.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &u.State, &u.Runs, &u.Failures, &u.Deferrals,
 		&created, &runAt, &started, &finished, &timeout, &u.LeasedBy, &leaseExp, &heartbeat, &u.Result, &u.Error, &u.ErrorKind,
-		&u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace, &cancelReq, &attempts); err != nil {
+		&u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace, &cancelReq, &attempts, &costs, &u.Epoch); err != nil {
+		return nil, err
+	}
+	if err := decodeCosts(costs, &u); err != nil {
 		return nil, err
 	}
 	u.CreatedAt, u.RunAt, u.StartedAt, u.FinishedAt = tm(created), tm(runAt), tm(started), tm(finished)
@@ -48,7 +52,18 @@ func scanUnit(sc scanner) (*store.Unit, error) {
 	return &u, nil
 }
 
-// attemptRec is an attempt as stored (see attemptJSON).
+// decodeCosts reads a unit's stored costs (NULL: none).
+func decodeCosts(raw []byte, u *store.Unit) error {
+	if len(raw) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(raw, &u.Costs); err != nil {
+		return fmt.Errorf("unit %s: costs: %w", u.ID, err)
+	}
+	return nil
+}
+
+// attemptRec is an attempt as stored (see store.AttemptJSON).
 type attemptRec struct {
 	Run     int    `json:"run"`
 	Start   int64  `json:"start"`
@@ -349,7 +364,7 @@ func (s *Store) activePage(ctx context.Context, p *activePages, after int64, siz
 	// lets SQLite use that partial index.
 	rows, err := s.read.QueryContext(ctx, `SELECT seq, id, task, target, params, state, runs, failures, deferrals, created_at, run_at,
 			started_at, timeout, coalesce(leased_by, ''), lease_expires_at, coalesce(idempotency_key, ''), dependency_deadline,
-			retry, trace, cancel_requested, coalesce(error_kind, '')
+			retry, trace, cancel_requested, coalesce(error_kind, ''), costs, epoch
 		FROM work_units INDEXED BY work_units_open
 		WHERE state = ? AND state NOT IN ('completed', 'skipped') AND seq > ? ORDER BY seq LIMIT ?`, string(p.state), after, size)
 	if err != nil {
@@ -361,9 +376,13 @@ func (s *Store) activePage(ctx context.Context, p *activePages, after int64, siz
 		*u = store.Unit{}
 		var created, runAt, started, timeout, leaseExp, depDeadline int64
 		var cancelReq int
+		var costs []byte
 		if err := rows.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &u.State, &u.Runs, &u.Failures, &u.Deferrals, &created,
 			&runAt, &started, &timeout, &u.LeasedBy, &leaseExp, &u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace,
-			&cancelReq, &u.ErrorKind); err != nil {
+			&cancelReq, &u.ErrorKind, &costs, &u.Epoch); err != nil {
+			return err
+		}
+		if err := decodeCosts(costs, u); err != nil {
 			return err
 		}
 		u.CreatedAt, u.RunAt, u.StartedAt = tm(created), tm(runAt), tm(started)

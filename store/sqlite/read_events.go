@@ -211,70 +211,100 @@ func (s *Store) Tasks(ctx context.Context) (map[string][]byte, error) {
 	return out, rows.Err()
 }
 
-// Services returns the stored services with their circuit state.
+// Services returns the stored services with their meters' state (a
+// service with a stored meter state but no record, such as a keyed
+// instance, is listed too).
 func (s *Store) Services(ctx context.Context) ([]store.ServiceRecord, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT s.name, s.def, s.override, s.paused, c.state
-		FROM services s LEFT JOIN circuit_state c ON c.service = s.name
+	rows, err := s.read.QueryContext(ctx, `SELECT s.name, s.def, s.override, s.paused FROM services s
 		UNION ALL
-		SELECT c.service, NULL, NULL, 0, c.state FROM circuit_state c WHERE c.service NOT IN (SELECT name FROM services)
+		SELECT DISTINCT m.service, NULL, NULL, 0 FROM meter_state m WHERE m.service NOT IN (SELECT name FROM services)
 		ORDER BY 1`)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	var out []store.ServiceRecord
+	index := map[string]int{}
 	for rows.Next() {
 		var r store.ServiceRecord
-		if err := rows.Scan(&r.Name, &r.Def, &r.Override, &r.Paused, &r.Circuit); err != nil {
+		if err := rows.Scan(&r.Name, &r.Def, &r.Override, &r.Paused); err != nil {
+			rows.Close()
 			return nil, err
 		}
+		index[r.Name] = len(out)
 		out = append(out, r)
 	}
-	return out, rows.Err()
-}
-
-// ServiceLog returns the dispatch times of service since the given time.
-func (s *Store) ServiceLog(ctx context.Context, service string, since time.Time) ([]time.Time, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT started_at FROM service_log WHERE service=? AND started_at >= ? ORDER BY started_at`,
-		service, ns(since))
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	rows, err = s.read.QueryContext(ctx, `SELECT service, meter, state FROM meter_state`)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var out []time.Time
 	for rows.Next() {
-		var at int64
-		if err := rows.Scan(&at); err != nil {
+		var svc, meter string
+		var state []byte
+		if err := rows.Scan(&svc, &meter, &state); err != nil {
 			return nil, err
 		}
-		out = append(out, tm(at))
+		if i, ok := index[svc]; ok {
+			r := &out[i]
+			if r.Meters == nil {
+				r.Meters = make(map[string][]byte, 1)
+			}
+			r.Meters[meter] = state
+		}
 	}
 	return out, rows.Err()
 }
 
-// ServiceLogPrefix returns the recent dispatch times of every service whose
-// name starts with prefix.
-func (s *Store) ServiceLogPrefix(ctx context.Context, prefix string, since time.Time) (map[string][]time.Time, error) {
+// ServiceLog returns the starts logged for service since the given time.
+func (s *Store) ServiceLog(ctx context.Context, service string, since time.Time) ([]store.Logged, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT started_at, meter, amount, reconciled FROM service_log
+		WHERE service=? AND started_at >= ? ORDER BY started_at, rowid`, service, ns(since))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []store.Logged
+	for rows.Next() {
+		var l store.Logged
+		var at int64
+		if err := rows.Scan(&at, &l.Meter, &l.Amount, &l.Reconciled); err != nil {
+			return nil, err
+		}
+		l.At = tm(at)
+		out = append(out, l)
+	}
+	return out, rows.Err()
+}
+
+// ServiceLogPrefix returns the recent starts of every service whose name
+// starts with prefix.
+func (s *Store) ServiceLogPrefix(ctx context.Context, prefix string, since time.Time) (map[string][]store.Logged, error) {
 	// A range on the index: prefix <= service < prefix with its last byte
 	// incremented.
 	hi := prefix + "\xff"
 	if n := len(prefix); n > 0 && prefix[n-1] < 0xff {
 		hi = prefix[:n-1] + string(rune(prefix[n-1]+1))
 	}
-	rows, err := s.read.QueryContext(ctx, `SELECT service, started_at FROM service_log
-		WHERE service >= ? AND service < ? AND started_at >= ? ORDER BY service, started_at`, prefix, hi, ns(since))
+	rows, err := s.read.QueryContext(ctx, `SELECT service, started_at, meter, amount, reconciled FROM service_log
+		WHERE service >= ? AND service < ? AND started_at >= ? ORDER BY service, started_at, rowid`, prefix, hi, ns(since))
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	out := make(map[string][]time.Time)
+	out := make(map[string][]store.Logged)
 	for rows.Next() {
 		var svc string
+		var l store.Logged
 		var at int64
-		if err := rows.Scan(&svc, &at); err != nil {
+		if err := rows.Scan(&svc, &at, &l.Meter, &l.Amount, &l.Reconciled); err != nil {
 			return nil, err
 		}
-		out[svc] = append(out[svc], tm(at))
+		l.At = tm(at)
+		out[svc] = append(out[svc], l)
 	}
 	return out, rows.Err()
 }

@@ -302,7 +302,9 @@ func (s *Store) Changed(ctx context.Context) (bool, error) {
 }
 
 // Acquire takes ownership with an advisory lock on path+".lock", which the
-// operating system releases when the process dies.
+// operating system releases when the process dies, and moves the owner
+// epoch on. The lock being free proves every earlier holder's process dead
+// (Ownership.PreviousDead).
 func (s *Store) Acquire(ctx context.Context, h store.Holder) (store.Ownership, error) {
 	s.lockMu.Lock()
 	defer s.lockMu.Unlock()
@@ -313,8 +315,50 @@ func (s *Store) Acquire(ctx context.Context, h store.Holder) (store.Ownership, e
 	if err != nil {
 		return nil, err
 	}
+	epoch, err := s.nextEpoch(ctx, h)
+	if err != nil {
+		l.Release()
+		return nil, err
+	}
 	s.lock = l
-	return &ownership{s: s, l: l}, nil
+	return &ownership{s: s, l: l, epoch: epoch, dead: true}, nil
+}
+
+// TakeOver takes ownership whether or not another holder has it: it moves
+// the owner epoch on, so that every later write of the previous owner
+// fails with store.ErrNotOwner, and that owner's runs are recovered only
+// once their leases expire (it may still be alive: PreviousDead is
+// false). It is for an operator who knows the holder is stuck, and for
+// tests of fencing. It takes the lock file too when it is free.
+func (s *Store) TakeOver(ctx context.Context, h store.Holder) (store.Ownership, error) {
+	s.lockMu.Lock()
+	defer s.lockMu.Unlock()
+	var l *fileLock
+	if s.lock == nil {
+		l, _ = acquireLock(s.path+".lock", h, s.mode)
+	}
+	epoch, err := s.nextEpoch(ctx, h)
+	if err != nil {
+		if l != nil {
+			l.Release()
+		}
+		return nil, err
+	}
+	if l != nil {
+		s.lock = l
+	}
+	return &ownership{s: s, l: l, epoch: epoch}, nil
+}
+
+// nextEpoch moves the stored owner epoch on for h and returns it.
+func (s *Store) nextEpoch(ctx context.Context, h store.Holder) (int64, error) {
+	var epoch int64
+	err := s.wconn.QueryRowContext(ctx, `UPDATE owner_epoch SET epoch = epoch + 1, holder = ? WHERE id = 1 RETURNING epoch`,
+		h.Owner).Scan(&epoch)
+	if err != nil {
+		return 0, fmt.Errorf("runcue: take ownership: %w", err)
+	}
+	return epoch, nil
 }
 
 // Owner reports, without taking the lock, whether a process owns the
@@ -332,14 +376,22 @@ func (s *Store) Owner(ctx context.Context) (store.Holder, bool, error) {
 }
 
 type ownership struct {
-	s    *Store
-	l    *fileLock
-	once sync.Once
+	s     *Store
+	l     *fileLock // nil: a TakeOver without the lock
+	epoch int64
+	dead  bool
+	once  sync.Once
 }
+
+func (o *ownership) Epoch() int64       { return o.epoch }
+func (o *ownership) PreviousDead() bool { return o.dead }
 
 func (o *ownership) Release() error {
 	var err error
 	o.once.Do(func() {
+		if o.l == nil {
+			return
+		}
 		o.s.lockMu.Lock()
 		if o.s.lock == o.l {
 			o.s.lock = nil

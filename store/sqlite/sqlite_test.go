@@ -407,7 +407,7 @@ func TestMigrateFromSchema9(t *testing.T) {
 	assert.Empty(t, subs[0].Tasks)
 	res, err := st.Apply(ctx, []store.Op{&store.Ack{Name: "follow", SetFilter: true, Types: []string{"work_completed"}}})
 	require.NoError(t, err)
-	require.True(t, res[0].Applied)
+	require.True(t, res.Results[0].Applied)
 	subs, err = st.Subscriptions(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"work_completed"}, subs[0].Types)
@@ -418,6 +418,49 @@ func TestMigrateFromSchema9(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 8, n)
 	assertMigrated(t, st, 10)
+}
+
+// TestMigrateFromSchema10 opens a database written by schema version 10
+// (testdata/schema10.db, written by testdata/mkschema10 with the runcue of
+// that schema; its owner died mid-run): the starts logged before count one
+// request each, the keyed instance's circuit is its circuit meter's state,
+// the unit left running has epoch 0 (older than any owner's), and the
+// first Acquire takes epoch 1.
+func TestMigrateFromSchema10(t *testing.T) {
+	st := openFixture(t, "schema10.db")
+	ctx := t.Context()
+	log, err := st.ServiceLog(ctx, "api", time.Time{})
+	require.NoError(t, err)
+	require.Len(t, log, 4, "done-1, done-2, failed-1, running-1")
+	for _, l := range log {
+		assert.Equal(t, store.MeterRequests, l.Meter)
+		assert.Equal(t, int64(1), l.Amount)
+		assert.False(t, l.Reconciled)
+	}
+	svcs, err := st.Services(ctx)
+	require.NoError(t, err)
+	byName := map[string]store.ServiceRecord{}
+	for _, r := range svcs {
+		byName[r.Name] = r
+	}
+	cr, ok := store.DecodeCircuitRecord(byName["host:example.org"].Meters[store.MeterCircuit])
+	require.True(t, ok, "the circuit_state row moved to meter_state: %v", byName)
+	assert.Equal(t, "open", cr.State)
+	assert.NotEmpty(t, byName["api"].Def)
+	running, err := st.GetUnit(ctx, "running-1")
+	require.NoError(t, err)
+	assert.Equal(t, store.Running, running.State)
+	assert.Zero(t, running.Epoch)
+	assert.Nil(t, running.Costs)
+	own, err := st.Acquire(ctx, store.Holder{Owner: "next"})
+	require.NoError(t, err)
+	defer own.Release()
+	assert.Equal(t, int64(1), own.Epoch())
+	assert.True(t, own.PreviousDead(), "the lock was free: its holder is dead")
+	b, err := st.Apply(ctx, []store.Op{&store.Recover{Epoch: own.Epoch(), At: time.Now(), PreviousDead: true}})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"running-1"}, b.Results[0].IDs)
+	assertMigrated(t, st, 11)
 }
 
 // assertMigrated checks that st was migrated to this package's schema,

@@ -104,48 +104,17 @@ type activityKey struct {
 	bucket int
 }
 
-// noteActivity counts ev in the transaction's activity.
+// noteActivity counts ev in the transaction's activity (store.ActivityOf).
 func (t *txn) noteActivity(ev *store.Event) {
-	kind := ev.Type
-	switch ev.Type {
-	case "work_started", "work_completed", "work_skipped", "work_cancelled":
-	case "work_failed":
-		if len(ev.Data) > 0 {
-			var d struct {
-				WillRetry bool `json:"will_retry"`
-			}
-			if json.Unmarshal(ev.Data, &d) == nil && d.WillRetry {
-				kind = "work_failed_retry"
-			}
-		}
-	case "work_retrying":
-		var d struct {
-			Reason   string   `json:"reason"`
-			Services []string `json:"services"`
-		}
-		if len(ev.Data) == 0 || json.Unmarshal(ev.Data, &d) != nil || d.Reason != "retry_after" {
-			return
-		}
-		kind = "work_deferred"
-		// Each service the deferral held (keyed instances by class) is
-		// counted too: row (minute, service, "service_deferred").
-		minute := ev.Time.UnixNano() / int64(time.Minute)
-		for i, s := range d.Services {
-			class, _, _ := strings.Cut(s, ":")
-			seen := false
-			for _, p := range d.Services[:i] {
-				if q, _, _ := strings.Cut(p, ":"); q == class {
-					seen = true
-				}
-			}
-			if !seen {
-				t.activity = append(t.activity, activityKey{minute: minute, task: class, kind: store.ActivityServiceDeferred})
-			}
-		}
-	default:
+	kind, classes, ok := store.ActivityOf(ev)
+	if !ok {
 		return
 	}
-	t.activity = append(t.activity, activityKey{minute: ev.Time.UnixNano() / int64(time.Minute), task: ev.Task, kind: kind})
+	minute := ev.Time.UnixNano() / int64(time.Minute)
+	for _, class := range classes {
+		t.activity = append(t.activity, activityKey{minute: minute, task: class, kind: store.ActivityServiceDeferred})
+	}
+	t.activity = append(t.activity, activityKey{minute: minute, task: ev.Task, kind: kind})
 }
 
 // noteWait counts a dispatch's queue wait.

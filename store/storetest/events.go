@@ -198,8 +198,9 @@ func testEventSeqs(t *testing.T, h *harness) {
 			&store.AppendEvent{Event: store.Event{Type: "Custom.Type-1", Time: h.tick()}},
 			&store.Insert{Units: []*store.Unit{h.unit("c")}, At: h.tick()},
 		}
-		res, err := st.Apply(h.ctx, ops)
+		b, err := st.Apply(h.ctx, ops)
 		require.NoError(t, err)
+		res := b.Results
 		require.Error(t, res[1].Err, "the duplicate fails")
 		assert.Empty(t, res[1].Events)
 		for _, r := range res {

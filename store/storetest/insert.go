@@ -22,6 +22,7 @@ func testInsertGet(t *testing.T, h *harness) {
 		u.DependencyDeadline = runAt.Add(time.Minute)
 		u.Retry = []byte(`{"max":5}`)
 		u.Trace = []byte(`{"traceparent":"x"}`)
+		u.Costs = map[string]int64{"tokens": 1200, "requests": 1}
 	})
 	u2 := h.unit("fetch")
 	r := h.insert(u, u2)
@@ -51,6 +52,8 @@ func testInsertGet(t *testing.T, h *harness) {
 	assert.True(t, got.DependencyDeadline.Equal(runAt.Add(time.Minute)))
 	assert.Equal(t, `{"max":5}`, string(got.Retry))
 	assert.Equal(t, `{"traceparent":"x"}`, string(got.Trace))
+	assert.Equal(t, map[string]int64{"tokens": 1200, "requests": 1}, got.Costs)
+	assert.Nil(t, h.get(u2.ID).Costs, "no costs: nil")
 	assert.Zero(t, got.Runs)
 	assert.True(t, got.StartedAt.IsZero())
 

@@ -96,6 +96,9 @@ func testLoadActiveCount(t *testing.T, h *harness) {
 			u.Params = []byte(`{"big":true}`)
 			u.DependsOn = nil
 		}
+		if i == 6 {
+			u.Costs = map[string]int64{"tokens": 7}
+		}
 		h.insert(u)
 		want = append(want, u.ID)
 	}
@@ -129,6 +132,9 @@ func testLoadActiveCount(t *testing.T, h *harness) {
 		}
 		if u.ID == withDep.ID {
 			assert.Equal(t, []string{want[2]}, u.DependsOn)
+		}
+		if u.ID == want[6] {
+			assert.Equal(t, map[string]int64{"tokens": 7}, u.Costs, "LoadActive includes Costs")
 		}
 		if u.ID == want[0] || u.ID == want[3] {
 			assert.JSONEq(t, `{"big":true}`, string(u.Params), "LoadActive includes Params")

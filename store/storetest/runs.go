@@ -103,15 +103,38 @@ func testRetryAndHistory(t *testing.T, h *harness) {
 }
 
 func testRecover(t *testing.T, h *harness) {
-	a, b, q := h.unit("a"), h.unit("b"), h.unit("a")
-	h.insert(a, b, q)
-	h.claim(a.ID, 1)
-	h.claim(b.ID, 1)
+	own, err := h.st.Acquire(h.ctx, store.Holder{Owner: "owner"})
+	require.NoError(t, err)
+	e1 := own.Epoch()
+	require.NoError(t, own.Release())
+	a, b, q, l := h.unit("a"), h.unit("b"), h.unit("a"), h.unit("a")
+	h.insert(a, b, q, l)
+	claim := func(u *store.Unit, lease time.Duration) {
+		at := h.tick()
+		require.True(t, h.apply(&store.Claim{Epoch: e1, ID: u.ID, Owner: "owner", Run: 1, At: at, LeaseExpires: at.Add(lease)})[0].Applied)
+	}
+	claim(a, time.Minute)
+	claim(b, time.Minute)
+	claim(l, time.Hour)
+	assert.Equal(t, e1, h.get(a.ID).Epoch, "a run records its owner's epoch")
 	h.apply(&store.Cancel{ID: b.ID, At: h.tick()})
 	dep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{b.ID} })
 	h.insert(dep)
-	r := h.apply(&store.Recover{At: h.tick()})[0]
-	assert.Equal(t, []string{a.ID}, r.IDs)
+	own, err = h.st.Acquire(h.ctx, store.Holder{Owner: "next"})
+	require.NoError(t, err)
+	defer own.Release()
+	e2 := own.Epoch()
+	require.Greater(t, e2, e1, "taking ownership moves the epoch on")
+
+	// An owner not proven dead: only expired leases go.
+	r := h.apply(&store.Recover{Epoch: e2, At: h.tick()})[0]
+	assert.Empty(t, r.IDs, "every lease holds")
+	assert.ElementsMatch(t, []string{a.ID, b.ID, l.ID}, r.Held)
+	assert.Equal(t, store.Running, h.get(a.ID).State)
+	h.now = h.now.Add(2 * time.Minute)
+	r = h.apply(&store.Recover{Epoch: e2, At: h.tick()})[0]
+	assert.Equal(t, []string{a.ID}, r.IDs, "a's lease expired; b's too, but b is cancelled instead")
+	assert.Equal(t, []string{l.ID}, r.Held)
 	got := h.get(a.ID)
 	assert.Equal(t, store.Queued, got.State)
 	assert.Empty(t, got.LeasedBy)
@@ -128,7 +151,100 @@ func testRecover(t *testing.T, h *harness) {
 	}
 	assert.Contains(t, kinds, "work_recovered:"+a.ID)
 	assert.Contains(t, kinds, "work_cancelled:"+b.ID)
-	assert.Empty(t, h.apply(&store.Recover{At: h.tick()})[0].IDs, "nothing left to recover")
+
+	// A dead owner's runs go at once; Only limits the look.
+	r = h.apply(&store.Recover{Epoch: e2, At: h.tick(), PreviousDead: true, Only: []string{q.ID}})[0]
+	assert.Empty(t, r.IDs)
+	r = h.apply(&store.Recover{Epoch: e2, At: h.tick(), PreviousDead: true})[0]
+	assert.Equal(t, []string{l.ID}, r.IDs)
+	assert.Empty(t, h.apply(&store.Recover{Epoch: e2, At: h.tick(), PreviousDead: true})[0].IDs, "nothing left to recover")
+}
+
+// testFencing: once ownership moved on, every op of the earlier epoch
+// fails alone with ErrNotOwner in a batch whose other ops commit; an op
+// with no epoch (a client's) is not checked.
+func testFencing(t *testing.T, h *harness) {
+	own, err := h.st.Acquire(h.ctx, store.Holder{Owner: "old"})
+	require.NoError(t, err)
+	old := own.Epoch()
+	require.NoError(t, own.Release())
+	u, v := h.unit("a"), h.unit("a")
+	h.insert(u, v)
+	at := h.tick()
+	require.True(t, h.apply(&store.Claim{Epoch: old, ID: u.ID, Owner: "old", Run: 1, At: at, LeaseExpires: at.Add(time.Minute),
+		Log: requests("svc")})[0].Applied)
+	own, err = h.st.Acquire(h.ctx, store.Holder{Owner: "new"})
+	require.NoError(t, err)
+	defer own.Release()
+	at = h.tick()
+	ops := []store.Op{
+		&store.Claim{Epoch: old, ID: v.ID, Owner: "old", Run: 1, At: at, LeaseExpires: at.Add(time.Minute), Log: requests("svc")},
+		&store.Finish{Epoch: old, ID: u.ID, Owner: "old", Run: 1, At: at, State: store.Completed,
+			Events: []store.Event{{Type: store.TypeWorkCompleted, Task: "a", Attempt: 1}}},
+		&store.Heartbeat{Epoch: old, ID: u.ID, Owner: "old", Run: 1, At: at, LeaseExpires: at.Add(time.Hour)},
+		&store.AppendEvent{Epoch: old, Event: store.Event{Type: "owner_event", Time: at}},
+		&store.PutMeterState{Epoch: old, Service: "svc", Meter: store.MeterCircuit, State: []byte(`{}`)},
+		&store.Recover{Epoch: old, At: at, PreviousDead: true},
+		&store.Prune{Epoch: old, Before: at.Add(time.Hour)},
+		&store.FailQueued{Epoch: old, ID: v.ID, At: at, Error: "x", ErrorKind: "x"},
+		&store.Reconcile{Epoch: old, Service: "svc", Meter: store.MeterRequests, WorkID: u.ID, At: at, Amount: 5},
+		// A client's ops, and the new owner's, go through.
+		&store.AppendEvent{Event: store.Event{Type: "client_event", Time: at}},
+		&store.Cancel{ID: v.ID, At: at},
+		&store.AppendEvent{Epoch: own.Epoch(), Event: store.Event{Type: "new_owner_event", Time: at}},
+	}
+	res := h.apply(ops...)
+	for i, r := range res[:9] {
+		assert.ErrorIs(t, r.Err, store.ErrNotOwner, "op %d (%T)", i, ops[i])
+		assert.Empty(t, r.Events, "op %d", i)
+	}
+	for i, r := range res[9:] {
+		assert.NoError(t, r.Err, "op %d", 9+i)
+		assert.True(t, r.Applied, "op %d", 9+i)
+	}
+	assert.Equal(t, store.Running, h.get(u.ID).State, "the old owner's finish was not stored")
+	assert.Equal(t, store.Cancelled, h.get(v.ID).State)
+	svcs, err := h.st.Services(h.ctx)
+	require.NoError(t, err)
+	assert.Empty(t, svcs, "no meter state stored")
+	log, err := h.st.ServiceLog(h.ctx, "svc", time.Time{})
+	require.NoError(t, err)
+	require.Len(t, log, 1, "only the claim made before the new epoch")
+	assert.Equal(t, int64(1), log[0].Amount, "not reconciled")
+	var types []string
+	for _, e := range h.events(0) {
+		types = append(types, e.Type)
+	}
+	assert.NotContains(t, types, "owner_event")
+	assert.Contains(t, types, "client_event")
+	assert.Contains(t, types, "new_owner_event")
+}
+
+// testReconcile: a start's logged amount is replaced once by the actual
+// charge; a second reconcile, or one of an entry that does not exist,
+// applies nothing.
+func testReconcile(t *testing.T, h *harness) {
+	u := h.unit("a")
+	h.insert(u)
+	at := h.tick()
+	require.True(t, h.apply(&store.Claim{ID: u.ID, Owner: "o", Run: 1, At: at, LeaseExpires: at.Add(time.Minute),
+		Log: []store.LogEntry{{Service: "llm", Meter: store.MeterRequests, Amount: 1}, {Service: "llm", Meter: "tokens", Amount: 900}}})[0].Applied)
+	rec := func(meter string, amount int64, when time.Time) bool {
+		return h.apply(&store.Reconcile{Service: "llm", Meter: meter, WorkID: u.ID, At: when, Amount: amount})[0].Applied
+	}
+	assert.True(t, rec("tokens", 640, at))
+	assert.False(t, rec("tokens", 700, at), "once only")
+	assert.False(t, rec("tokens", 700, at.Add(time.Second)), "no such entry")
+	log, err := h.st.ServiceLog(h.ctx, "llm", time.Time{})
+	require.NoError(t, err)
+	require.Len(t, log, 2)
+	byMeter := map[string]store.Logged{}
+	for _, l := range log {
+		byMeter[l.Meter] = l
+	}
+	assert.Equal(t, store.Logged{At: byMeter["tokens"].At, Meter: "tokens", Amount: 640, Reconciled: true}, byMeter["tokens"])
+	assert.Equal(t, int64(1), byMeter[store.MeterRequests].Amount)
+	assert.True(t, byMeter["tokens"].At.Equal(at))
 }
 
 func testHeartbeat(t *testing.T, h *harness) {
@@ -161,9 +277,9 @@ func testConcurrentApply(t *testing.T, h *harness) {
 		wg.Go(func() {
 			for i := range 25 {
 				u := &store.Unit{ID: fmt.Sprintf("g%d-%d", g, i), Task: "a"}
-				res, err := st.Apply(h.ctx, []store.Op{&store.Insert{Units: []*store.Unit{u}, At: time.Now()}})
-				if err == nil && res[0].Err != nil {
-					err = res[0].Err
+				b, err := st.Apply(h.ctx, []store.Op{&store.Insert{Units: []*store.Unit{u}, At: time.Now()}})
+				if err == nil && b.Results[0].Err != nil {
+					err = b.Results[0].Err
 				}
 				if err != nil {
 					errs <- err
@@ -200,7 +316,7 @@ func testClaimFinishOneBatch(t *testing.T, h *harness) {
 	us := mk(4)
 	at := h.tick()
 	claim := func(u *store.Unit) *store.Claim {
-		return &store.Claim{ID: u.ID, Owner: "o", Run: 1, At: at, LeaseExpires: at.Add(time.Minute), ServiceLog: []string{"svc"},
+		return &store.Claim{ID: u.ID, Owner: "o", Run: 1, At: at, LeaseExpires: at.Add(time.Minute), Log: []store.LogEntry{{Service: "svc", Meter: store.MeterRequests, Amount: 1}},
 			Events: []store.Event{{Type: "work_started", Task: "a", Attempt: 1}}}
 	}
 	finish := func(u *store.Unit, st store.State) *store.Finish {

@@ -20,32 +20,41 @@ func testTasksServices(t *testing.T, h *harness) {
 
 	yes, no := true, false
 	h.apply(&store.PutService{Name: "api", Def: []byte(`{"c":1}`)})
-	h.apply(&store.PutService{Name: "api", Override: []byte(`{"c":5}`), Paused: &yes, Circuit: []byte(`{"open":true}`)})
+	h.apply(&store.PutService{Name: "api", Override: []byte(`{"c":5}`), Paused: &yes},
+		&store.PutMeterState{Service: "api", Meter: store.MeterCircuit, State: []byte(`{"open":true}`)})
 	h.apply(&store.PutService{Name: "s3", Def: []byte(`{}`)})
 	svcs, err := h.st.Services(h.ctx)
 	require.NoError(t, err)
 	require.Len(t, svcs, 2)
 	assert.Equal(t, store.ServiceRecord{Name: "api", Def: []byte(`{"c":1}`), Override: []byte(`{"c":5}`), Paused: true,
-		Circuit: []byte(`{"open":true}`)}, svcs[0], "a nil Def keeps the stored one")
-	h.apply(&store.PutService{Name: "api", Override: []byte{}, Paused: &no, Circuit: []byte{}})
+		Meters: map[string][]byte{store.MeterCircuit: []byte(`{"open":true}`)}}, svcs[0], "a nil Def keeps the stored one")
+	h.apply(&store.PutService{Name: "api", Override: []byte{}, Paused: &no},
+		&store.PutMeterState{Service: "api", Meter: store.MeterCircuit, State: []byte{}})
 	svcs, _ = h.st.Services(h.ctx)
 	assert.Nil(t, svcs[0].Override, "an empty override clears it")
 	assert.False(t, svcs[0].Paused)
-	assert.Nil(t, svcs[0].Circuit)
+	assert.Nil(t, svcs[0].Meters, "an empty state deletes it")
+	// A keyed instance's meter state, without a service record, is listed.
+	h.apply(&store.PutMeterState{Service: "api:k", Meter: store.MeterCircuit, State: []byte(`{}`)})
+	svcs, _ = h.st.Services(h.ctx)
+	require.Len(t, svcs, 3)
+	assert.Equal(t, "api:k", svcs[1].Name)
+	assert.Equal(t, []byte(`{}`), svcs[1].Meters[store.MeterCircuit])
 }
 
 func testServiceLog(t *testing.T, h *harness) {
 	u1, u2 := h.unit("a"), h.unit("a")
 	h.insert(u1, u2)
 	at := h.tick()
-	h.apply(&store.Claim{ID: u1.ID, Owner: "o", Run: 1, At: at, ServiceLog: []string{"api", "s3"}})
+	h.apply(&store.Claim{ID: u1.ID, Owner: "o", Run: 1, At: at, Log: requests("api", "s3")})
 	at2 := h.tick()
-	h.apply(&store.Claim{ID: u2.ID, Owner: "o", Run: 1, At: at2, ServiceLog: []string{"api"}})
-	h.apply(&store.Claim{ID: u2.ID, Owner: "o", Run: 1, At: h.tick(), ServiceLog: []string{"api"}}) // not applied: no entry
+	h.apply(&store.Claim{ID: u2.ID, Owner: "o", Run: 1, At: at2, Log: requests("api")})
+	h.apply(&store.Claim{ID: u2.ID, Owner: "o", Run: 1, At: h.tick(), Log: requests("api")}) // not applied: no entry
 	log, err := h.st.ServiceLog(h.ctx, "api", time.Time{})
 	require.NoError(t, err)
 	require.Len(t, log, 2)
-	assert.True(t, log[0].Equal(at) && log[1].Equal(at2))
+	assert.True(t, log[0].At.Equal(at) && log[1].At.Equal(at2))
+	assert.Equal(t, store.Logged{At: log[0].At, Meter: store.MeterRequests, Amount: 1}, log[0])
 	log, _ = h.st.ServiceLog(h.ctx, "api", at2)
 	assert.Len(t, log, 1, "since is inclusive")
 	log, _ = h.st.ServiceLog(h.ctx, "s3", time.Time{})
@@ -63,17 +72,17 @@ func testServiceLog(t *testing.T, h *harness) {
 	}
 	h.insert(us...)
 	old := h.tick()
-	h.apply(&store.Claim{ID: us[0].ID, Owner: "o", Run: 1, At: old, ServiceLog: []string{"host:a.example", "hosting"}})
-	h.apply(&store.Claim{ID: us[1].ID, Owner: "o", Run: 1, At: old, ServiceLog: []string{"host:b.example"}})
+	h.apply(&store.Claim{ID: us[0].ID, Owner: "o", Run: 1, At: old, Log: requests("host:a.example", "hosting")})
+	h.apply(&store.Claim{ID: us[1].ID, Owner: "o", Run: 1, At: old, Log: requests("host:b.example")})
 	cut := h.tick()
-	h.apply(&store.Claim{ID: us[2].ID, Owner: "o", Run: 1, At: h.tick(), ServiceLog: []string{"host:a.example"}})
+	h.apply(&store.Claim{ID: us[2].ID, Owner: "o", Run: 1, At: h.tick(), Log: requests("host:a.example")})
 	h.apply(&store.Prune{LogBefore: map[string]time.Time{"host:": cut}})
 	for svc, want := range map[string]int{"host:a.example": 1, "host:b.example": 0, "hosting": 1} {
 		log, err := h.st.ServiceLog(h.ctx, svc, time.Time{})
 		require.NoError(t, err)
 		assert.Len(t, log, want, svc)
 	}
-	h.apply(&store.Claim{ID: us[3].ID, Owner: "o", Run: 1, At: h.tick(), ServiceLog: []string{"host:b.example", "host;x"}})
+	h.apply(&store.Claim{ID: us[3].ID, Owner: "o", Run: 1, At: h.tick(), Log: requests("host:b.example", "host;x")})
 	byKey, err := h.st.ServiceLogPrefix(h.ctx, "host:", time.Time{})
 	require.NoError(t, err)
 	assert.Len(t, byKey, 2, "only services with the prefix: %v", byKey)
@@ -81,7 +90,8 @@ func testServiceLog(t *testing.T, h *harness) {
 	assert.Len(t, byKey["host:b.example"], 1)
 	byKey, err = h.st.ServiceLogPrefix(h.ctx, "host:", h.now)
 	require.NoError(t, err)
-	assert.Equal(t, map[string][]time.Time{"host:b.example": {h.now}}, byKey, "since is inclusive")
+	assert.Equal(t, map[string][]store.Logged{"host:b.example": {{At: h.now, Meter: store.MeterRequests, Amount: 1}}}, byKey,
+		"since is inclusive")
 }
 
 func testPrune(t *testing.T, h *harness) {
@@ -142,7 +152,7 @@ func testPrune(t *testing.T, h *harness) {
 	lu := h.unit("z")
 	h.insert(lu)
 	for range 3 {
-		require.True(t, h.apply(&store.Claim{ID: lu.ID, Owner: "owner", Run: 1, At: h.tick(), ServiceLog: []string{"svc0"}})[0].Applied)
+		require.True(t, h.apply(&store.Claim{ID: lu.ID, Owner: "owner", Run: 1, At: h.tick(), Log: requests("svc0")})[0].Applied)
 		h.finish(lu.ID, 1, store.Queued)
 	}
 	r = h.apply(&store.Prune{LogBefore: map[string]time.Time{"svc0": h.tick()}, Limit: 2})[0]

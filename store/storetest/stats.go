@@ -36,7 +36,7 @@ func testStats(t *testing.T, h *harness) {
 		f.Events = []store.Event{{Type: "work_completed", Task: "a", Attempt: 1}}
 	})
 	h.finish(b.ID, 1, store.Queued, func(f *store.Finish) {
-		f.Events = []store.Event{{Type: "work_failed", Task: "a", Attempt: 1, Data: []byte(`{"will_retry":true}`)},
+		f.Events = []store.Event{{Type: "work_failed", Task: "a", Attempt: 1, Detail: &store.EventData{Error: "x", WillRetry: true}},
 			{Type: "work_retrying", Task: "a", Attempt: 1}}
 	})
 	oldest, _, err = h.st.OldestQueued(h.ctx)
@@ -52,6 +52,8 @@ func testStats(t *testing.T, h *harness) {
 	}
 	assert.Equal(t, map[string]int{"a:work_started": 2, "a:work_completed": 1, "a:work_failed_retry": 1}, got,
 		"a plain work_retrying is not counted")
+	evs := h.events(0)
+	assert.JSONEq(t, `{"error":"x","will_retry":true}`, string(evs[len(evs)-2].Data), "Data is written from Detail")
 	waits, err := h.st.QueueWaits(h.ctx, minute)
 	require.NoError(t, err)
 	require.Len(t, waits, len(store.QueueWaitBounds)+1)

@@ -42,6 +42,8 @@ func Run(t *testing.T, open Opener) {
 		{"RetryAndHistory", testRetryAndHistory},
 		{"Propagate", testPropagate},
 		{"Recover", testRecover},
+		{"Fencing", testFencing},
+		{"Reconcile", testReconcile},
 		{"Cancel", testCancel},
 		{"Requeue", testRequeue},
 		{"Heartbeat", testHeartbeat},
@@ -119,10 +121,10 @@ func (h *harness) tick() time.Time {
 
 func (h *harness) apply(ops ...store.Op) []store.Result {
 	h.t.Helper()
-	res, err := h.st.Apply(h.ctx, ops)
+	b, err := h.st.Apply(h.ctx, ops)
 	require.NoError(h.t, err)
-	require.Len(h.t, res, len(ops))
-	return res
+	require.Len(h.t, b.Results, len(ops))
+	return b.Results
 }
 
 func (h *harness) unit(task string, mods ...func(*store.Unit)) *store.Unit {
@@ -192,4 +194,13 @@ func chain(h *harness, n int) []*store.Unit {
 	}
 	h.insert(units...)
 	return units
+}
+
+// requests is a Claim's Log of one request to each service.
+func requests(services ...string) []store.LogEntry {
+	out := make([]store.LogEntry, len(services))
+	for i, s := range services {
+		out[i] = store.LogEntry{Service: s, Meter: store.MeterRequests, Amount: 1}
+	}
+	return out
 }

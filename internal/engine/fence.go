@@ -1,0 +1,48 @@
+package engine
+
+import (
+	"errors"
+
+	"github.com/runcue/runcue/store"
+)
+
+// Fencing: every op an owner makes carries its epoch (env.epoch), and the
+// store fails it with store.ErrNotOwner, in its own transaction, once
+// another Cue took ownership (the stored epoch moved on). The first such
+// failure tells the engine it is deposed: it stops dispatching, lets no
+// more handler start, cancels the running ones (cause ErrNotOwner) and
+// exits once they are over. None of its writes is stored any more; the new
+// owner recovers its runs when their leases end.
+
+// noteNotOwner reports err, an op's failure, if it says this owner was
+// deposed. Any goroutine (the writer's callbacks) calls it.
+func (d *Engine) noteNotOwner(err error) {
+	if errors.Is(err, store.ErrNotOwner) && d.deposed.CompareAndSwap(false, true) {
+		d.in.Push(msgFenced{})
+	}
+}
+
+// noteResults reports the results of a batch of this owner's ops.
+func (d *Engine) noteResults(res []store.Result) {
+	for i := range res {
+		if res[i].Err != nil {
+			d.noteNotOwner(res[i].Err)
+		}
+	}
+}
+
+// lostOwnership stops the engine of a deposed owner.
+func (d *Engine) lostOwnership() {
+	if d.failed == nil {
+		d.failed = store.ErrNotOwner
+	}
+	d.closeStarts() // a handler not yet started never will
+	d.log.Error("runcue: another Cue took ownership of the database: this Cue stops dispatching and cancels its handlers",
+		"owner", d.owner, "epoch", d.epoch, "running", len(d.runs))
+	d.hub.Publish([]store.Event{{Type: store.TypeStoreFailed, Time: d.wall(),
+		Data: store.EventData{Error: store.ErrNotOwner.Error(), ErrorKind: "not_owner"}.Encode()}})
+	d.stopping = true
+	for _, r := range d.runs {
+		d.stopRun(r, store.ErrNotOwner)
+	}
+}
