@@ -480,7 +480,9 @@ func TestCircuitProbe(t *testing.T) {
 	st, _ = e.c.ServiceStatus(e.ctx, "api")
 	assert.Equal(t, runcue.CircuitClosed, st.Circuit, "another unit's successful probe closed the circuit")
 	// The hung probe's unit spent no retry budget (MaxAttempts 1): it
-	// came back behind the other 99.
+	// came back behind the other 99, once its run's lease ended (its
+	// handler never returned: it may still be calling the service).
+	e.clk.Advance(time.Minute) // LeaseBuffer's default
 	require.NoError(t, e.c.Drain(e.ctx))
 	st, _ = e.c.ServiceStatus(e.ctx, "api")
 	assert.Equal(t, runcue.CircuitClosed, st.Circuit, "a successful probe closes the circuit")

@@ -62,6 +62,8 @@ type runFacts struct {
 	// unit's failed probes in a row before this run.
 	probe      bool
 	probeFails int
+	// lease is when the run's lease ends (its deadline plus LeaseBuffer).
+	lease time.Time
 }
 
 // outcome is the decision about a run.
@@ -89,6 +91,12 @@ type outcome struct {
 	// toBack: the unit, requeued, goes behind the units queued with it (a
 	// failed probe's, so that another unit probes next).
 	toBack bool
+	// leaseHeld: the run ended without its Runner reporting the end (its
+	// deadline passed): the unit waits for the run's lease to end (runAt)
+	// before it runs again, unless the Runner reports the end first; then
+	// it may run at backoffAt (the lease rule).
+	leaseHeld bool
+	backoffAt time.Time
 }
 
 // decide returns the fate of a run that ended as e. jitter, in [0, 1),
@@ -193,6 +201,9 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 			o.probeFails++
 			o.requeue, o.toBack = true, true
 			fin.State = store.Queued
+			if !e.returned {
+				o.leaseHeld, o.runAt, fin.RunAt = true, f.lease, f.lease
+			}
 			fin.Events = []store.Event{
 				{Type: store.TypeWorkFailed, Task: f.task, Attempt: f.run,
 					Detail: &store.EventData{Error: msg, ErrorKind: kind, WillRetry: true}},
@@ -205,6 +216,10 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		o.failures++
 		if o.failures < f.policy.Attempts() && !e.permanent && f.retryable(e.err) {
 			next := e.at.Add(f.policy.Delay(o.failures, jitter))
+			if !e.returned && next.Before(f.lease) {
+				// The lease rule: the run may go on until its lease ends.
+				o.leaseHeld, o.backoffAt, next = true, next, f.lease
+			}
 			o.requeue, o.runAt, o.why = true, next, "backoff"
 			fin.State, fin.RunAt = store.Queued, next
 			fin.Events = []store.Event{
@@ -282,7 +297,7 @@ func (d *Engine) facts(r *run) runFacts {
 	if u.more != nil && u.more.retry != nil {
 		policy = u.more.retry // its RetryOn is not stored: the task's applies
 	}
-	return runFacts{id: u.id, task: u.task, target: u.target, owner: d.owner, run: r.no, start: r.start,
+	return runFacts{lease: r.deadline.Add(d.cfg.LeaseBuffer), id: u.id, task: u.task, target: u.target, owner: d.owner, run: r.no, start: r.start,
 		failures: int(u.failures), deferrals: int(u.deferrals), policy: policy, retryable: spec.Retryable,
 		maxDeferrals: spec.MaxDeferrals, services: r.lane.serviceNames(), probe: len(r.probes) > 0, probeFails: int(u.probeFails)}
 }

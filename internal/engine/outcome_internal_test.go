@@ -144,6 +144,31 @@ func TestDecide(t *testing.T) {
 	}
 }
 
+// The lease rule: a run cut off at its deadline whose Runner has not
+// reported its end may go on until its lease ends, so its unit waits for
+// that (at least) before it runs again; a handler that returned its
+// context's cause did end, and waits only its backoff.
+func TestDecideLeaseRule(t *testing.T) {
+	end := time.Date(2026, 1, 1, 0, 0, 2, 0, time.UTC)
+	f := runFacts{id: "u", task: "t", run: 1, policy: doubling{attempts: 3, base: time.Second}, retryable: always,
+		lease: end.Add(time.Minute)}
+	o := decide(f, ending{err: ErrTimeout, at: end}, 0)
+	if !o.leaseHeld || !o.runAt.Equal(f.lease) || !o.fin.RunAt.Equal(f.lease) || !o.backoffAt.Equal(end.Add(time.Second)) {
+		t.Fatalf("cut off: held %v, runAt %v, backoff %v", o.leaseHeld, o.runAt, o.backoffAt)
+	}
+	if got := o.fin.Events[1].Detail.NextAttempt; got != f.lease.UnixNano() {
+		t.Fatalf("work_retrying says %v", time.Unix(0, got))
+	}
+	o = decide(f, ending{returned: true, class: ClassTimeout, err: ErrTimeout, at: end}, 0)
+	if o.leaseHeld || !o.runAt.Equal(end.Add(time.Second)) {
+		t.Fatalf("returned: held %v, runAt %v", o.leaseHeld, o.runAt)
+	}
+	f.lease = end // a lease already over holds nothing
+	if o = decide(f, ending{err: ErrTimeout, at: end}, 0); o.leaseHeld {
+		t.Fatal("an ended lease holds")
+	}
+}
+
 // A handler's error of any size is recorded cut to maxErrorText, at a
 // character's start, saying how much was cut.
 func TestDecideBoundsErrorText(t *testing.T) {

@@ -533,7 +533,9 @@ func (d *Engine) finished(r *run, e Ending) {
 		d.settleReservations(r, time.Time{}, time.Time{})
 	}
 	if r.over() {
-		// Decided at its deadline or grace: a late result is discarded.
+		// Decided at its deadline or grace: a late result is discarded,
+		// and a unit that waited for this run's lease need wait no more.
+		d.leaseEnded(r)
 		if r.state == runHolding {
 			r.state = runEnded
 			delete(d.held, r)
@@ -570,6 +572,10 @@ func (d *Engine) conclude(r *run, e ending) {
 		u.why = whyNamed(o.why)
 		if o.toBack {
 			u.seq = d.backSeq()
+		}
+		if o.leaseHeld {
+			m := u.ext()
+			m.leaseRun, m.backoffAt = r, o.backoffAt
 		}
 		d.requeueLocal(u, o.runAt)
 	} else {

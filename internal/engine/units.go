@@ -118,6 +118,11 @@ type unitMore struct {
 	trace    []byte        // the submitter's trace context
 	timeout  time.Duration // the submission's own timeout
 	costs    broker.Costs  // its costs by amount (stored at submit)
+	// leaseRun is the run whose lease the unit waits for (the lease rule:
+	// its Runner has not reported its end); backoffAt is when it may run
+	// once that run's end is reported.
+	leaseRun  *run
+	backoffAt time.Time
 	// due, depTimer and recheck are u's entries on the timer heap (its
 	// runAt, its DependencyDeadline, its next DependencySatisfied check),
 	// removed when u is forgotten so that no timer keeps it reachable.
@@ -495,6 +500,22 @@ func (d *Engine) applyEnded(evs []store.Event) {
 	}
 }
 
+// leaseEnded lets a unit that waited for run r's lease (the lease rule) run
+// at its backoff, now that r's Runner reported its end.
+func (d *Engine) leaseEnded(r *run) {
+	u := r.u
+	m := u.more
+	if m == nil || m.leaseRun != r {
+		return
+	}
+	m.leaseRun = nil
+	if d.units[u.id] != u || u.state != uWaiting {
+		return
+	}
+	d.requeueLocal(u, m.backoffAt) // stored, its RunAt stays the lease's end: a restart waits for it
+}
+
+// requeueLocal requeues u in memory, eligible at at.
 func (d *Engine) requeueLocal(u *unit, at time.Time) {
 	u.runAt = at
 	if d.stopping {
