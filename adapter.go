@@ -26,6 +26,11 @@ type machinery struct {
 	tel   *engine.Telemetry
 	stats engine.Stats
 	hooks engine.Hooks
+	// runner, when set (by tests), replaces each task's local Runner;
+	// costs, when set (by tests, until submissions state costs), gives
+	// every unit submitted its costs by amount.
+	runner func(task string, local engine.Runner) engine.Runner
+	costs  func(Submission) map[string]int64
 }
 
 // newMachinery makes c's telemetry; only the owner reports the queue.
@@ -138,6 +143,9 @@ func (c *Cue) taskSpec(name string, t *Task) *engine.TaskSpec {
 		Retry: retryOf(policy), Retryable: policy.retryable, MaxDeferrals: t.maxDeferrals(),
 		HoldSlotsUntilReturn: t.HoldSlotsUntilReturn, FailOnSkippedDependency: t.FailOnSkippedDependency,
 		Runner: &localRunner{h: t.Handler, maxPayload: c.cfg.MaxPayload, clock: c.clock, showDeadline: clock.IsReal(c.clock)},
+	}
+	if f := c.mach.runner; f != nil {
+		spec.Runner = f(name, spec.Runner)
 	}
 	if f := t.ServiceKeys; f != nil {
 		spec.Keys = func(v engine.UnitView) ([]string, error) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/internal/engine"
 )
 
@@ -171,3 +172,19 @@ const BudgetRecheckEvery = engine.BudgetRecheckEvery
 func OnConcluded(c *Cue, f func(id string)) {
 	c.mach.hooks.Concluded = func(r *engine.Run) { f(r.ID) }
 }
+
+// UseRunner makes c start the runs of every task through the Runner f
+// returns (given the task's local Runner). Call before registering tasks.
+func UseRunner(c *Cue, f func(task string, local engine.Runner) engine.Runner) { c.mach.runner = f }
+
+// AddMeter gives every resource of service (and of each of its keyed
+// instances) an extra meter made by f. Call before Start.
+func AddMeter(c *Cue, service string, f func() broker.Meter) {
+	if c.mach.hooks.Meters == nil {
+		c.mach.hooks.Meters = map[string][]func() broker.Meter{}
+	}
+	c.mach.hooks.Meters[service] = append(c.mach.hooks.Meters[service], f)
+}
+
+// SetCosts makes c store, with every unit it submits, the costs f gives.
+func SetCosts(c *Cue, f func(Submission) map[string]int64) { c.mach.costs = f }

@@ -43,6 +43,9 @@ type localRun struct {
 func (l *localRun) progress(b []byte) { l.p.Progress(b) }
 func (l *localRun) heartbeat()        { l.p.Heartbeat() }
 
+// InProcess implements engine.InProcess: Settle waits for its goroutines.
+func (lr *localRunner) InProcess() {}
+
 // Launch implements engine.Runner: it starts the run's goroutine.
 func (lr *localRunner) Launch(p *engine.Run) {
 	l := &localRun{p: p}

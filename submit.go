@@ -232,6 +232,9 @@ func (c *Cue) unitFor(s Submission, now time.Time) (*store.Unit, error) {
 		}
 		u.Retry = encodeRetry(*s.Retry)
 	}
+	if f := c.mach.costs; f != nil {
+		u.Costs = f(s)
+	}
 	return u, nil
 }
 

@@ -196,7 +196,7 @@ func (d *Engine) Run() {
 			default:
 			}
 		}
-		if d.abandon || (d.stopping && d.live == 0 && d.claims == 0) {
+		if d.abandon || (d.stopping && d.liveLocal == 0 && len(d.runs) == 0 && len(d.held) == 0 && d.claims == 0) {
 			d.exit()
 			return
 		}
@@ -234,8 +234,8 @@ func (d *Engine) exit() {
 	_ = d.w.Sync(context.Background())
 	_ = d.own.Release()
 	d.detach(d)
-	if d.abandon && d.live > 0 {
-		d.log.Warn("runcue: abandoned handlers that ignored cancellation", "handlers", d.live)
+	if d.abandon && d.liveLocal > 0 {
+		d.log.Warn("runcue: abandoned handlers that ignored cancellation", "handlers", d.liveLocal)
 	}
 	d.log.Info("runcue: stopped", "owner", d.owner)
 	close(d.done)
@@ -254,6 +254,9 @@ func (d *Engine) handle(m message) {
 		d.external(m.events)
 	case msgDone:
 		d.live--
+		if m.run.local {
+			d.liveLocal--
+		}
 		d.finished(m.run, m.run.end)
 	case msgRunWritten:
 		d.runWritten(m)

@@ -29,12 +29,15 @@ type runTable struct {
 	runs map[string]*run
 	held map[*run]struct{}
 	// inflight counts the runs whose slots are taken (in runs or held),
-	// live the runs launched whose Runner has not reported their end,
+	// live the runs launched whose Runner has not reported their end
+	// (liveLocal those of in-process Runners: Stop waits for them; a
+	// remote run decided over is not waited for),
 	// claims the write-ahead claims not yet committed, uncommitted the
 	// runs whose Finish is queued for the writer and not yet reported
 	// committed (Config.MaxUncommitted).
 	inflight    int
 	live        int
+	liveLocal   int
 	claims      int
 	uncommitted int
 	// startMu guards noStarts, set at exit: once it is set Begin refuses
@@ -109,6 +112,9 @@ type run struct {
 	// entered: its start was reported (Begin or Started); set on the
 	// Runner's goroutine, read when it reports the end.
 	entered atomic.Bool
+	// local: its Runner runs handlers in this process (InProcess): Settle
+	// waits for it to reach its handler. Set before it is launched.
+	local bool
 	// endReported: its Runner reported its end (any goroutine), end; the
 	// Runner's goroutine writes end before it pushes msgDone, the
 	// dispatcher reads it after.
@@ -343,7 +349,11 @@ func (d *Engine) claimed(r *run, applied bool) {
 func (d *Engine) launch(r *run) {
 	r.state = runLaunched
 	d.live++
-	d.launching.Add(1)
+	if _, ok := r.lane.task.spec.Runner.(InProcess); ok || r.lane.keyErr != nil {
+		r.local = true
+		d.liveLocal++
+		d.launching.Add(1)
+	}
 	d.activity.Add(1)
 	if err := r.lane.keyErr; err != nil {
 		// Its keyed services could not be derived: it fails permanently,
@@ -416,8 +426,10 @@ func (d *Engine) entered(r *run) {
 		return
 	}
 	d.activity.Add(1)
-	d.inside.Add(1)
-	d.launching.Add(-1)
+	if r.local {
+		d.inside.Add(1)
+		d.launching.Add(-1)
+	}
 }
 
 // reportEnd reports how r ended. A Runner calls it once per run it launched,
@@ -431,9 +443,11 @@ func (d *Engine) reportEnd(p *Run, e Ending) {
 	d.in.Push(msgDone{run: r})
 	// After the message is pushed (see settling).
 	d.activity.Add(1)
-	if r.entered.Load() {
+	switch {
+	case !r.local:
+	case r.entered.Load():
 		d.inside.Add(-1)
-	} else {
+	default:
 		d.launching.Add(-1)
 	}
 }

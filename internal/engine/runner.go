@@ -24,6 +24,15 @@ type Runner interface {
 	Cancel(r *Run, cause error)
 }
 
+// InProcess is implemented by a Runner whose handlers run in this process
+// and start at once (runcue's local Runner): Settle waits for each of its
+// runs to reach its handler or end. A Runner that starts runs elsewhere, on
+// its own time, does not implement it.
+type InProcess interface {
+	Runner
+	InProcess()
+}
+
 // Run is one dispatch of a unit, as its Runner sees it. The engine owns
 // it; a Runner reads its fields, keeps its own state in Handle, and passes
 // the Run back when it reports.
