@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
+
+	"github.com/runcue/runcue/store"
 )
 
 // Backup writes a consistent copy of the database to path, which must not
@@ -13,9 +15,7 @@ func (c *Cue) Backup(ctx context.Context, path string) error {
 	if err := c.checkOpen(); err != nil {
 		return err
 	}
-	b, ok := c.st.(interface {
-		Backup(ctx context.Context, path string) error
-	})
+	b, ok := c.st.(store.Backuper)
 	if !ok {
 		return fmt.Errorf("%w: this store cannot back up", ErrInvalid)
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/runcue/runcue"
 	"github.com/runcue/runcue/internal/benchkit"
+	"github.com/runcue/runcue/store/sqlite"
 )
 
 // Benchmarks report units/s; cmd/runcue-bench prints the interleaved ratio
@@ -55,7 +56,7 @@ func BenchmarkSoak(b *testing.B) {
 func BenchmarkRawCycle(b *testing.B) {
 	n := max(b.N, 1000)
 	b.ResetTimer()
-	r, err := benchkit.RawCycle(b.TempDir(), n, runcue.SyncNormal)
+	r, err := benchkit.RawCycle(b.TempDir(), n, sqlite.Normal)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,30 +5,15 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"os"
 	"time"
 
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/runcue/runcue/clock"
-	"github.com/runcue/runcue/store/sqlite"
 )
 
 // Configuration: Config, its defaults and its validation.
-
-// Synchronous is the durability setting of a SQLite database in WAL mode.
-type Synchronous = sqlite.Synchronous
-
-const (
-	// SyncNormal: a committed unit survives the crash of any process, but
-	// the last commits before an operating-system crash or power loss may be
-	// lost (the database stays consistent). The default.
-	SyncNormal = sqlite.Normal
-	// SyncFull: a committed unit survives power loss too; each group commit
-	// costs an fsync.
-	SyncFull = sqlite.Full
-)
 
 // Config configures a Cue. The zero Config is valid; each field documents
 // its default. Zero means the default; a negative value (where the field
@@ -51,15 +36,6 @@ type Config struct {
 	// (a larger submission fails with ErrInvalid) and of a handler's encoded
 	// result (a larger one fails the run permanently). Default 16 MiB.
 	MaxPayload int
-	// Synchronous is the SQLite durability setting used by Open. Default
-	// SyncNormal.
-	Synchronous Synchronous
-	// FileMode is the permission Open gives a database file it creates and
-	// its lock file (the -wal and -shm files follow the database's). An
-	// existing file keeps its own. Default 0600: units carry their params
-	// and results. Set 0640 or 0660 for processes of other users in a
-	// shared group.
-	FileMode os.FileMode
 	// DefaultTimeout bounds runs of tasks and submissions that set no
 	// timeout. Default 30 minutes.
 	DefaultTimeout time.Duration
@@ -298,8 +274,6 @@ func (cfg Config) validate() error {
 		}
 	}
 	switch {
-	case cfg.Synchronous != SyncNormal && cfg.Synchronous != SyncFull:
-		return fmt.Errorf("%w: Config.Synchronous %d is neither SyncNormal nor SyncFull", ErrInvalid, cfg.Synchronous)
 	case cfg.FailedDuplicates > ResubmitFailedDuplicates:
 		return fmt.Errorf("%w: Config.FailedDuplicates %d is not a policy", ErrInvalid, cfg.FailedDuplicates)
 	case cfg.Overflow > OverflowBlock:
@@ -308,8 +282,6 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("%w: Config.Overflow is set but MaxQueued is not: the queue is unbounded", ErrInvalid)
 	case cfg.OnBackpressure != nil && cfg.MaxQueued == 0:
 		return fmt.Errorf("%w: Config.OnBackpressure is set but MaxQueued is not: it would never be called", ErrInvalid)
-	case cfg.FileMode&^os.ModePerm != 0:
-		return fmt.Errorf("%w: Config.FileMode %v has bits other than permissions", ErrInvalid, cfg.FileMode)
 	}
 	return nil
 }

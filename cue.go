@@ -54,14 +54,17 @@ type Cue struct {
 	bg   sync.WaitGroup // the OnBackpressure caller
 }
 
-// Open opens (creating if needed) the SQLite database at path and migrates
-// its schema. It does not take ownership: any number of Cues may open one
-// database to submit and inspect work, and Start makes one of them run it.
+// Open opens (creating if needed) the SQLite database at path, with
+// package sqlite's default options, and migrates its schema. It does not
+// take ownership: any number of Cues may open one database to submit and
+// inspect work, and Start makes one of them run it. For other options
+// (sqlite.Options: durability, file mode) open the store and pass it to
+// New.
 func Open(path string, cfg Config) (*Cue, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	st, err := sqlite.Open(path, sqlite.Options{Synchronous: cfg.Synchronous, FileMode: cfg.FileMode})
+	st, err := sqlite.Open(path, sqlite.Options{})
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +77,9 @@ func Open(path string, cfg Config) (*Cue, error) {
 	return c, nil
 }
 
-// New returns a Cue on an open store (for backends other than SQLite). Close
-// does not close st.
+// New returns a Cue on an open store: a SQLite store opened with options of
+// its own (sqlite.Open), or another backend. Close does not close st; close
+// it after the Cue.
 func New(st store.Store, cfg Config) (*Cue, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err

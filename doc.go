@@ -43,8 +43,15 @@
 // should be idempotent. The record is exactly once: a unit is marked
 // completed once, whatever crashes happen around it.
 //
-// With the default SyncNormal, a committed unit survives any process crash;
-// SyncFull extends that to power loss at the cost of an fsync per commit.
+// With SQLite's default synchronous setting (sqlite.Normal), a committed
+// unit survives any process crash; sqlite.Full extends that to power loss
+// at the cost of an fsync per commit:
+//
+//	st, err := sqlite.Open("work.db", sqlite.Options{Synchronous: sqlite.Full})
+//	...
+//	c, err := runcue.New(st, runcue.Config{})
+//	...
+//	defer st.Close() // after c.Close
 //
 // # Concurrency
 //

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -284,8 +283,6 @@ func TestConfigValidated(t *testing.T) {
 		"MaxQueued -1":                     {MaxQueued: -1},
 		"Overflow without MaxQueued":       {Overflow: runcue.OverflowDropOldest},
 		"OnBackpressure without MaxQueued": {OnBackpressure: func(bool, int) {}},
-		"Synchronous 7":                    {Synchronous: 7},
-		"FileMode with type bits":          {FileMode: os.ModeDir | 0o600},
 		// Settings that would allocate without bound, spin or overflow a
 		// time: an outside trial's EventBuffer of 1<<31 killed Open with a
 		// fatal out-of-memory.

@@ -21,6 +21,7 @@ import (
 
 	"github.com/runcue/runcue"
 	"github.com/runcue/runcue/internal/benchkit"
+	"github.com/runcue/runcue/store/sqlite"
 )
 
 func main() {
@@ -50,11 +51,11 @@ func main() {
 		return
 	}
 
-	sync := runcue.SyncNormal
+	sync := sqlite.Normal
 	switch *syncMode {
 	case "normal":
 	case "full":
-		sync = runcue.SyncFull
+		sync = sqlite.Full
 	default:
 		log.Fatalf("unknown -sync %q", *syncMode)
 	}

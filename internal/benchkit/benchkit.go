@@ -21,16 +21,17 @@ import (
 	"time"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/store/sqlite"
 )
 
 // RawCycle runs n units through a minimal queue on raw SQLite: insert,
 // claim, log, complete, 64 units per transaction, WAL, one connection, the
 // given synchronous setting. It returns units per second.
-func RawCycle(dir string, n int, sync runcue.Synchronous) (float64, error) {
+func RawCycle(dir string, n int, sync sqlite.Synchronous) (float64, error) {
 	path := filepath.Join(dir, fmt.Sprintf("raw-%d.db", time.Now().UnixNano()))
 	defer removeDB(path)
 	mode := "NORMAL"
-	if sync == runcue.SyncFull {
+	if sync == sqlite.Full {
 		mode = "FULL"
 	}
 	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=journal_mode(WAL)&_pragma=synchronous("+mode+")&_pragma=busy_timeout(5000)&_txlock=immediate")
@@ -128,7 +129,7 @@ type Options struct {
 	Batch      int
 	// MaxConcurrent is the Cue's handler cap. Default 100.
 	MaxConcurrent int
-	Sync          runcue.Synchronous
+	Sync          sqlite.Synchronous
 	// Service puts one service (with the given limits) in every unit's path.
 	Service *runcue.Service
 	// StalledSubscriber subscribes to the events and never reads them.
@@ -155,8 +156,12 @@ func Throughput(dir string, opts Options) (Result, error) {
 	}
 	path := filepath.Join(dir, fmt.Sprintf("runcue-%d.db", time.Now().UnixNano()))
 	defer removeDB(path)
-	c, err := runcue.Open(path, runcue.Config{MaxConcurrent: opts.MaxConcurrent, Synchronous: opts.Sync,
-		Logger: slog.New(slog.DiscardHandler)})
+	st, err := sqlite.Open(path, sqlite.Options{Synchronous: opts.Sync})
+	if err != nil {
+		return Result{}, err
+	}
+	defer st.Close()
+	c, err := runcue.New(st, runcue.Config{MaxConcurrent: opts.MaxConcurrent, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return Result{}, err
 	}

@@ -168,6 +168,16 @@ func (w *Writer) run() {
 		pollC = poll.C()
 		defer poll.Stop()
 	}
+	// A store that pushes change notifications (store.Watcher) is read at
+	// each, besides the polls.
+	var watchC <-chan struct{}
+	if wt, ok := w.cfg.Store.(store.Watcher); ok {
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		if ch, err := wt.Watch(ctx); err == nil {
+			watchC = ch
+		}
+	}
 	var pending []*Request
 	for {
 		stopping := false
@@ -176,6 +186,10 @@ func (w *Writer) run() {
 		case <-pollC:
 			w.pollExternal()
 			poll.Reset(w.cfg.Poll)
+		case <-watchC:
+			if w.Err() == nil {
+				w.catchUp(0)
+			}
 		case <-w.stop:
 			stopping = true
 		}

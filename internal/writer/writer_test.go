@@ -274,3 +274,44 @@ func TestSink(t *testing.T) {
 		t.Fatalf("the sink's results: %+v", res)
 	}
 }
+
+// watching is a store that pushes change notifications (store.Watcher).
+type watching struct {
+	*sqlite.Store
+	ch chan struct{}
+}
+
+func (s watching) Watch(ctx context.Context) (<-chan struct{}, error) { return s.ch, nil }
+
+// TestWatcher: with a store that pushes notifications, another process's
+// commit is published at the notification, without waiting for a poll.
+func TestWatcher(t *testing.T) {
+	st, path := open(t)
+	other, err := sqlite.Open(path, sqlite.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	got := make(chan store.Event, 4)
+	ws := watching{Store: st, ch: make(chan struct{}, 1)}
+	w := writer.New(writer.Config{Store: ws, Clock: clock.Real(), Poll: time.Hour, Hooks: writer.Hooks{Publish: func(evs []store.Event, external bool) {
+		for _, e := range evs {
+			if external {
+				got <- e
+			}
+		}
+	}}})
+	defer w.Close()
+	if _, err := other.Apply(t.Context(), []store.Op{insert("theirs")}); err != nil {
+		t.Fatal(err)
+	}
+	ws.ch <- struct{}{}
+	select {
+	case e := <-got:
+		if e.WorkID != "theirs" {
+			t.Fatalf("published %+v", e)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the notification did not bring the commit")
+	}
+}
