@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -139,3 +140,80 @@ const (
 	// context's cause (the deadline) before the engine ended the run.
 	ClassTimeout
 )
+
+// gate is the start gate of an in-process Runner, called on the goroutine
+// that is about to call r's handler: it reads the start instant (the one
+// rate windows and budgets count), reports it, and returns it on the wall
+// clock. It refuses the start, with the reason, when the engine has exited
+// (ErrShutdown: no handler starts after ownership is released) and when a
+// rate-limited run would start after its StartBy (ErrLateStart: the run is
+// requeued, nothing ran); the Runner then reports Done with NotStarted.
+// The Runner checks its own cancellation first.
+func (d *Engine) gate(p *Run) (time.Time, error) {
+	r := p.r
+	d.startMu.RLock()
+	defer d.startMu.RUnlock()
+	if d.noStarts {
+		return time.Time{}, ErrShutdown
+	}
+	now := d.now()
+	wall := d.wall()
+	if !p.StartBy.IsZero() {
+		if now.After(r.startBy) {
+			return time.Time{}, ErrLateStart
+		}
+		d.in.Push(msgStarted{run: r, start: now, wall: wall})
+	}
+	d.entered(r)
+	return wall, nil
+}
+
+// ErrLateStart is why a rate-limited run whose handler would have started
+// after its StartBy (Config.MaxStartDelay after its dispatch was decided)
+// did not start.
+var ErrLateStart = errors.New("runcue: the handler would have started more than MaxStartDelay after its dispatch was decided")
+
+// reportStart reports that r's handler started at at, on the engine's timeline
+// (Now), for a Runner that does not ask Begin: one whose handlers run
+// elsewhere, or that reports late or out of order. A start reported
+// outside [decision, StartBy] counts at StartBy, the latest instant it can
+// affect; a start never reported counts there too.
+func (d *Engine) reportStart(p *Run, at time.Time) {
+	r := p.r
+	if !p.StartBy.IsZero() {
+		d.in.Push(msgStarted{run: r, start: at, wall: d.toWall(at)})
+	}
+	d.entered(r)
+}
+
+// entered records that r's handler started, for Settle's counts.
+func (d *Engine) entered(r *run) {
+	if r.entered.Swap(true) {
+		return
+	}
+	d.activity.Add(1)
+	if r.local {
+		d.inside.Add(1)
+		d.launching.Add(-1)
+	}
+}
+
+// reportEnd reports how r ended. A Runner calls it once per run it launched,
+// after the handler returned, or with NotStarted when it never called it.
+func (d *Engine) reportEnd(p *Run, e Ending) {
+	r := p.r
+	if r.endReported.Swap(true) {
+		return // a Runner that reports twice: the first report stands
+	}
+	r.end = e
+	d.in.Push(msgDone{run: r})
+	// After the message is pushed (see settling).
+	d.activity.Add(1)
+	switch {
+	case !r.local:
+	case r.entered.Load():
+		d.inside.Add(-1)
+	default:
+		d.launching.Add(-1)
+	}
+}
