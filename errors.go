@@ -24,8 +24,8 @@ var (
 	// ErrNotOwner: another Cue took ownership of the database from this
 	// one (the owner epoch moved on). None of this Cue's owner writes is
 	// stored from then on: it stops dispatching, cancels its handlers
-	// (their contexts' cause) and says so (Drain, and a store_failed event
-	// of kind not_owner on its own event stream).
+	// (their contexts' cause) and says so (a Drain waiting in it, and a
+	// store_failed event of kind not_owner on its own event stream).
 	ErrNotOwner = store.ErrNotOwner
 	// ErrSchemaTooNew: the database was written by a newer runcue.
 	ErrSchemaTooNew = store.ErrSchemaTooNew

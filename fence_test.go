@@ -160,6 +160,15 @@ func TestFencedOwner(t *testing.T) {
 	require.NoError(t, err)
 
 	// c1 goes on as if it owned the database.
+	drained := make(chan error, 1)
+	go func() { drained <- c1.Drain(ctx) }()
+	for { // until the Drain waits in c1's engine (each look is a round trip to its loop)
+		st, err := runcue.Inspect(ctx, c1)
+		require.NoError(t, err)
+		if st.Drains == 1 {
+			break
+		}
+	}
 	mark := rec.mark()
 	claim := held.Hold(testutil.HasOp(func(op store.Op) bool { _, ok := op.(*store.Claim); return ok }))
 	_, err = c1.Submit(ctx, runcue.Submission{ID: "new", Task: "fast"})
@@ -173,6 +182,7 @@ func TestFencedOwner(t *testing.T) {
 
 	assert.ErrorIs(t, <-causes, runcue.ErrNotOwner, "its handler is cancelled, saying why")
 	require.NoError(t, c1.Stop(ctx), "it has stopped")
+	assert.ErrorIs(t, <-drained, runcue.ErrNotOwner, "a Drain waiting in it says why it ended")
 	assert.Empty(t, c1.Owner())
 	notOwner := false
 	for !notOwner {

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -228,7 +229,7 @@ func (d *Engine) exit() {
 	d.aux.Wait()
 	d.keys.stop()
 	for _, ch := range d.drains {
-		ch <- drainReply{stopped: true}
+		ch <- drainReply{stopped: true, err: d.failed}
 	}
 	d.drains = nil
 	_ = d.w.Sync(context.Background())
@@ -399,6 +400,9 @@ func (d *Engine) drain(ctx context.Context) error {
 	select {
 	case rep := <-ch:
 		if rep.stopped {
+			if rep.err != nil {
+				return fmt.Errorf("runcue: Drain: the Cue stopped before its work was finished: %w", rep.err)
+			}
 			return errors.New("runcue: Drain: the Cue stopped before its work was finished")
 		}
 		d.reportOrphans(rep.orphans)
@@ -411,6 +415,7 @@ func (d *Engine) drain(ctx context.Context) error {
 type drainReply struct {
 	orphans map[string]int
 	stopped bool
+	err     error // why it stopped, if it failed (ErrNotOwner, a store failure)
 }
 
 // sync returns after the dispatcher has handled every message sent before
