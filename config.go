@@ -39,7 +39,11 @@ type Config struct {
 	// DefaultTimeout bounds runs of tasks and submissions that set no
 	// timeout. Default 30 minutes.
 	DefaultTimeout time.Duration
-	// LeaseBuffer is added to a run's timeout to make its lease. Default 60s.
+	// LeaseBuffer is added to a run's timeout to make its lease: a run cut
+	// off at its deadline whose handler has not returned may go on until
+	// then, so its unit runs again no sooner (unless the handler returns
+	// first), and a new owner requeues the run of an owner not proven dead
+	// only after it. Default 60s.
 	LeaseBuffer time.Duration
 	// MaxStartDelay bounds how long after runcue decides to dispatch a unit
 	// of a rate-limited service its handler may start (the decision is
