@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/runcue/runcue/internal/broker"
@@ -59,25 +58,9 @@ func budgetFrom(d store.BudgetDef) Budget {
 		b.Per = PerMonth
 	}
 	if d.Location != "" && d.Location != "UTC" {
-		b.Location = loadLocation(d.Location)
+		b.Location = d.Loc()
 	}
 	return b
-}
-
-// locations caches time.LoadLocation, which reads the zone database on
-// every call.
-var locations sync.Map // name → *time.Location
-
-func loadLocation(name string) *time.Location {
-	if l, ok := locations.Load(name); ok {
-		return l.(*time.Location)
-	}
-	loc, err := time.LoadLocation(name)
-	if err != nil {
-		return nil
-	}
-	locations.Store(name, loc)
-	return loc
 }
 
 // Budget caps the requests to a service per calendar period of a time

@@ -63,29 +63,18 @@ const MaxRateWindow = 7 * 24 * time.Hour
 // the 1-4 ms from start to arrival measured against local mock servers,
 // and little against windows of a second or more (a limit of 4 per second
 // becomes 4 per 1.01 s).
-const DefaultMargin = 10 * time.Millisecond
+const DefaultMargin = store.DefaultMargin
 
 // MaxMargin is the largest Margin accepted.
 const MaxMargin = time.Minute
 
 // margin returns the margin in force: DefaultMargin for zero, none for a
 // negative one.
-func (s Service) margin() time.Duration {
-	switch {
-	case s.Margin == 0:
-		return DefaultMargin
-	case s.Margin < 0:
-		return 0
-	}
-	return s.Margin
-}
+func (s Service) margin() time.Duration { return store.ServiceDef{Margin: s.Margin}.MarginInForce() }
 
 // hold is how long a start holds its place in s's rate window.
 func (s Service) hold() time.Duration {
-	if s.RateLimit == 0 {
-		return 0
-	}
-	return s.RateWindow + s.margin()
+	return store.ServiceDef{RateLimit: s.RateLimit, RateWindow: s.RateWindow, Margin: s.Margin}.Hold()
 }
 
 func (s Service) validate() error {

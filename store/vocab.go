@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"sync"
 	"time"
 )
 
@@ -83,6 +84,52 @@ type BudgetDef struct {
 	Requests int    `json:"requests"`
 	Per      string `json:"per"`
 	Location string `json:"location"`
+}
+
+// DefaultMargin is a service's Margin when it sets none (runcue's
+// DefaultMargin).
+const DefaultMargin = 10 * time.Millisecond
+
+// MarginInForce returns the margin in force: DefaultMargin for zero, none
+// for a negative one.
+func (def ServiceDef) MarginInForce() time.Duration {
+	switch {
+	case def.Margin == 0:
+		return DefaultMargin
+	case def.Margin < 0:
+		return 0
+	}
+	return def.Margin
+}
+
+// Hold is how long a start holds its place in def's rate window: the
+// window and the margin (zero without a window).
+func (def ServiceDef) Hold() time.Duration {
+	if def.RateLimit == 0 {
+		return 0
+	}
+	return def.RateWindow + def.MarginInForce()
+}
+
+// locations caches the time zones of budgets by name: time.LoadLocation
+// reads the zone database at every call.
+var locations sync.Map // string -> *time.Location
+
+// Loc returns the budget's time zone: UTC for "" and "UTC", and for a name
+// that does not load (runcue refuses such a budget when it is registered).
+func (b BudgetDef) Loc() *time.Location {
+	if b.Location == "" || b.Location == "UTC" {
+		return time.UTC
+	}
+	if l, ok := locations.Load(b.Location); ok {
+		return l.(*time.Location)
+	}
+	l, err := time.LoadLocation(b.Location)
+	if err != nil {
+		l = time.UTC
+	}
+	locations.Store(b.Location, l)
+	return l
 }
 
 // DecodeServiceDef reads a stored definition or override; ok is false for

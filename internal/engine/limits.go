@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"sync"
 	"time"
 
 	"github.com/runcue/runcue/internal/broker"
@@ -11,30 +10,9 @@ import (
 // Limits as stored (store.ServiceDef) and what the dispatcher derives
 // from them.
 
-// DefaultMargin is a service's Margin when it sets none (runcue's
-// DefaultMargin).
-const DefaultMargin = 10 * time.Millisecond
-
-// margin returns the margin in force: DefaultMargin for zero, none for a
-// negative one.
-func margin(s store.ServiceDef) time.Duration {
-	switch {
-	case s.Margin == 0:
-		return DefaultMargin
-	case s.Margin < 0:
-		return 0
-	}
-	return s.Margin
-}
-
-// hold is how long a start holds its place in s's rate window: the window
-// and the margin (zero without a window).
-func hold(s store.ServiceDef) time.Duration {
-	if s.RateLimit == 0 {
-		return 0
-	}
-	return s.RateWindow + margin(s)
-}
+// margin and hold are the stored definition's (store.ServiceDef).
+func margin(s store.ServiceDef) time.Duration { return s.MarginInForce() }
+func hold(s store.ServiceDef) time.Duration   { return s.Hold() }
 
 // period returns a stored budget's period.
 func period(b store.BudgetDef) broker.Period {
@@ -44,22 +22,5 @@ func period(b store.BudgetDef) broker.Period {
 	return broker.Day
 }
 
-// locations caches the time zones of budgets by name.
-var locations sync.Map // string -> *time.Location
-
-// location returns a stored budget's time zone (UTC when it cannot be
-// loaded: runcue refuses such a budget when it is registered).
-func location(b store.BudgetDef) *time.Location {
-	if b.Location == "" || b.Location == "UTC" {
-		return time.UTC
-	}
-	if l, ok := locations.Load(b.Location); ok {
-		return l.(*time.Location)
-	}
-	l, err := time.LoadLocation(b.Location)
-	if err != nil {
-		l = time.UTC
-	}
-	locations.Store(b.Location, l)
-	return l
-}
+// location returns a stored budget's time zone.
+func location(b store.BudgetDef) *time.Location { return b.Loc() }
