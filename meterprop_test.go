@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -169,6 +170,19 @@ func TestMeterPortProperty(t *testing.T) {
 		require.NoError(t, err)
 		clk.Advance(time.Duration(10+rnd.IntN(90)) * time.Millisecond)
 	}
+	step(c)
+	// Explain names the meter that holds a unit back, at the unit's cost.
+	said := false
+	for _, s := range subs {
+		ex, err := c.Explain(ctx, s.ID)
+		require.NoError(t, err)
+		for _, r := range ex.Reasons {
+			if r.Kind == runcue.ReasonRateLimited && r.Service == "api" && strings.Contains(r.Detail, "widgets meter is full") {
+				said = true
+			}
+		}
+	}
+	assert.True(t, said, "no unit is held back by the widgets meter, says Explain")
 	for owner := range 4 {
 		for range 60 + rnd.IntN(120) {
 			step(c)

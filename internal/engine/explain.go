@@ -63,7 +63,7 @@ func (d *Engine) explain(id string) Explanation {
 			add(Reason{Kind: ReasonCommitBacklog, Detail: fmt.Sprintf("%d ended runs wait for their outcomes to be committed, the Cue's MaxUncommitted", d.uncommitted)})
 		}
 		for _, r := range u.lane.resources {
-			if rs, ok := d.resourceReason(r, now); ok {
+			if rs, ok := d.resourceReason(r, now, u.costs()); ok {
 				rs.Until = d.toWall(rs.Until)
 				if b := r.SpentBudget(now); rs.Kind == ReasonBudgetExhausted && b != nil {
 					rs.Until = b.PeriodEnd() // exact: the period ends on the wall clock
@@ -85,11 +85,11 @@ func (d *Engine) explain(id string) Explanation {
 	return ex
 }
 
-// resourceReason says why r refuses a dispatch now, if it does: its
-// refusal, in words.
-func (d *Engine) resourceReason(r *resource, now time.Time) (Reason, bool) {
+// resourceReason says why r refuses a dispatch of a unit of costs now, if
+// it does: its refusal, in words.
+func (d *Engine) resourceReason(r *resource, now time.Time, costs broker.Costs) (Reason, bool) {
 	d.syncBudgets(r)
-	rf, refused := r.Refusal(now, nil)
+	rf, refused := r.Refusal(now, costs)
 	if refused && r.class == "" && rf.Kind == broker.RefusePaused {
 		return TaskPausedReason(r.name[len("task "):]), true
 	}
@@ -121,6 +121,10 @@ func (d *Engine) resourceReason(r *resource, now time.Time) (Reason, bool) {
 	case ReasonServiceBusy:
 		reason.Detail = fmt.Sprintf("%s has %d of %d slots in use", name, r.Active, r.Limit)
 	case ReasonRateLimited:
+		if rf.Kind == broker.RefuseMeter || r.Window == nil {
+			reason.Detail = fmt.Sprintf("%s's %s meter is full", name, rf.Meter)
+			break
+		}
 		reason.Detail = fmt.Sprintf("%s's rate window is full (%d per %v)", name, r.Window.Limit(), r.Window.Length())
 		if r.Window.Paced() && r.Window.Used(now) < r.Window.Limit() {
 			reason.Detail = fmt.Sprintf("%s is paced: one start every %v (%d per %v)", name,
