@@ -352,9 +352,23 @@ func (s *Store) TakeOver(ctx context.Context, h store.Holder) (store.Ownership, 
 
 // nextEpoch moves the stored owner epoch on for h and returns it.
 func (s *Store) nextEpoch(ctx context.Context, h store.Holder) (int64, error) {
+	// Through the writer's own statements, inside Raw and read to their
+	// end: read through database/sql's QueryRow, the RETURNING statement's
+	// rows stayed open between calls, a transaction of the writer could
+	// start on the connection meanwhile, and its SAVEPOINT or COMMIT failed
+	// with "SQL statements in progress" (TestAcquireBesideWrites).
 	var epoch int64
-	err := s.wconn.QueryRowContext(ctx, `UPDATE owner_epoch SET epoch = epoch + 1, holder = ? WHERE id = 1 RETURNING epoch`,
-		h.Owner).Scan(&epoch)
+	err := s.wconn.Raw(func(dc any) error {
+		t := &txn{s: s, ctx: ctx, dc: dc.(driverConn)}
+		row, ok, err := t.one(`UPDATE owner_epoch SET epoch = epoch + 1, holder = ? WHERE id = 1 RETURNING epoch`, h.Owner)
+		if err == nil && !ok {
+			err = errors.New("no owner_epoch row")
+		}
+		if err == nil {
+			epoch = asInt(row[0])
+		}
+		return err
+	})
 	if err != nil {
 		return 0, fmt.Errorf("runcue: take ownership: %w", err)
 	}

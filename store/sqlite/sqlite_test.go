@@ -3,6 +3,7 @@ package sqlite_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -496,4 +497,41 @@ func TestOpenUnitQueriesUseIndex(t *testing.T) {
 		require.NoError(t, err, name)
 		assert.Contains(t, plan, "work_units_open", "%s: %s", name, plan)
 	}
+}
+
+// TestAcquireBesideWrites: moving the owner epoch while the writer
+// applies batches leaves no statement open between them. (The epoch's
+// UPDATE ... RETURNING was read through database/sql's QueryRow, whose open
+// rows let a transaction of the writer start on the same connection
+// meanwhile, and fail with "SQL statements in progress":
+// TestFollowUpsAcrossKills' children, about 1 run in 30.)
+func TestAcquireBesideWrites(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "r.db"), sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	stop := make(chan struct{})
+	errs := make(chan error, 1)
+	go func() {
+		defer close(errs)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_, err := st.Apply(t.Context(), []store.Op{&store.Insert{At: time.Now(), Units: []*store.Unit{
+				{ID: fmt.Sprintf("u%d", i), Task: "t", IdempotencyKey: fmt.Sprintf("k%d", i)}}}})
+			if err != nil {
+				errs <- err
+				return
+			}
+		}
+	}()
+	for range 300 {
+		own, err := st.Acquire(t.Context(), store.Holder{Owner: "me"})
+		require.NoError(t, err)
+		own.Release()
+	}
+	close(stop)
+	require.NoError(t, <-errs)
 }
