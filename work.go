@@ -236,10 +236,12 @@ func (c *Cue) Dependents(ctx context.Context, id string) ([]string, error) {
 // WorkEvents returns the retained durable events of the unit id with a
 // sequence number above after, oldest first, at most limit of them (zero
 // means 100; at most 1000). Pass the last one's Seq as after to read on.
-// It reads through an index of events by unit, so its cost is what it
-// returns, however long the log. The events outlive the unit until
-// retention deletes them: a pruned or unknown unit is not an error, it
-// has no events or only its old ones.
+// It reads the blocks of the log that the unit's own record of its events
+// names, so its cost is what it returns, however long the log (a unit with
+// more events than its record holds, a few hundred, has the rest read from
+// the log after the last one recorded). The events outlive the unit until
+// retention deletes them: a pruned or unknown unit is not an error, it has
+// no events or only its old ones, found by reading the retained log.
 func (c *Cue) WorkEvents(ctx context.Context, id string, after int64, limit int) ([]Event, error) {
 	if err := c.checkOpen(); err != nil {
 		return nil, err

@@ -303,8 +303,9 @@ type EventQuery struct {
 	After, Upto int64
 	Types       []string
 	Tasks       []string
-	// WorkID, if set, selects only the events of this unit, through an
-	// index on the unit's ID (cost: what it returns).
+	// WorkID, if set, selects only the events of this unit, through the
+	// unit's record of its events (store.UnitRecord: cost what it
+	// returns); for a unit no longer stored, by reading the log in range.
 	WorkID string
 	// Limit caps the events returned; zero means 1000.
 	Limit int

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"github.com/runcue/runcue/store"
 )
@@ -45,6 +44,24 @@ type txn struct {
 	// owner epoch (read at the first owner op, -1 until then).
 	follows int64
 	epoch   int64
+	// expect and more say which of the events about to be appended the
+	// statement that wrote their unit's row recorded already (see
+	// recordArg): expect the next few of one unit, more every later event
+	// of a unit whose claim and finish were merged (by unit ID, from that
+	// Seq on).
+	expect expectation
+	more   map[string]int64
+	recBuf []byte
+	// generic lists the units with events recorded at commit
+	// (flushRecords).
+	generic map[string]bool
+}
+
+// expectation is a range of sequence numbers predicted for a unit's
+// events.
+type expectation struct {
+	id          string
+	first, last int64
 }
 
 type rangeKey struct{ task, typ string }
@@ -155,6 +172,16 @@ func asInt(v driver.Value) int64 {
 	return 0
 }
 
+func asBytes(v driver.Value) []byte {
+	switch x := v.(type) {
+	case []byte:
+		return x
+	case string:
+		return []byte(x)
+	}
+	return nil
+}
+
 func asStr(v driver.Value) string {
 	switch x := v.(type) {
 	case string:
@@ -173,6 +200,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 		t := &txn{s: s, ctx: ctx, dc: dc.(driverConn), pairs: mergeClaims(ops), epoch: -1}
 		clear(s.pending)
 		s.pending = s.pending[:0] // a failed transaction's, if any
+		s.recorded = s.recorded[:0]
 		if len(t.pairs) > 0 {
 			t.merged = make(map[*store.Finish]bool, len(t.pairs))
 		}
@@ -185,6 +213,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 		arena := make([]store.Event, 0, 2*len(ops))
 		for i, op := range ops {
 			r := &results[i]
+			t.expect = expectation{}
 			r.Events = arena[len(arena):len(arena):cap(arena)]
 			if fenced, err := t.fenced(op); err != nil {
 				tx.Rollback()
@@ -208,7 +237,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 				}
 			}
 		}
-		if err := t.flushEvents(); err != nil {
+		if err := t.flushEvents(false); err != nil {
 			tx.Rollback()
 			return err
 		}
@@ -323,7 +352,7 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 	case *store.Prune:
 		// The log's end is read (FirstEventAt): the events this
 		// transaction appended so far are written first.
-		if err := t.flushEvents(); err != nil {
+		if err := t.flushEvents(true); err != nil {
 			return err
 		}
 		return store.ApplyPrune(t, op, r)
@@ -348,167 +377,14 @@ func (t *txn) savepoint(r *store.Result, f func() error) error {
 		}
 		t.queued, t.counted, t.activity = queued, t.counted[:counted], t.activity[:activity]
 		clear(t.s.pending[pending:])
-		t.s.pending, t.nextSeq = t.s.pending[:pending], nextSeq
+		t.s.pending, t.s.recorded, t.nextSeq = t.s.pending[:pending], t.s.recorded[:pending], nextSeq
+		t.expect = expectation{}
 		*r = store.Result{Err: oe.Err}
 	} else if err != nil {
 		return err
 	}
 	_, err = t.exec("RELEASE op")
 	return err
-}
-
-// event appends ev, filling Seq, and Time from at when zero. The row is
-// written at commit (flushEvents), with the other events of the
-// transaction: its sequence number is assigned here, the next after the
-// last one the events table ever used (sqlite_sequence), so that
-// numbers stay strictly increasing over the database's life. SQLite has
-// one writer at a time: every lower number is committed (Batch.Follows),
-// and the numbers are contiguous.
-func (t *txn) event(ev *store.Event, at time.Time) error {
-	if ev.Time.IsZero() {
-		ev.Time = at
-	}
-	if ev.Data == nil && ev.Detail != nil {
-		ev.Data = ev.Detail.Encode()
-	}
-	if t.nextSeq == 0 {
-		rows, err := t.all(`SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = 'events'), 0)`)
-		if err != nil {
-			return err
-		}
-		last, _ := rows[0][0].(int64)
-		t.nextSeq, t.follows = last+1, last
-	}
-	ev.Seq = t.nextSeq
-	t.nextSeq++
-	t.s.pending = append(t.s.pending, *ev)
-	t.noteActivity(ev)
-	k := rangeKey{ev.Task, ev.Type}
-	if r, ok := t.ranges[k]; ok {
-		r.last = ev.Seq
-	} else {
-		if t.ranges == nil {
-			t.ranges = make(map[rangeKey]*seqRange, 4)
-		}
-		t.ranges[k] = &seqRange{ev.Seq, ev.Seq}
-	}
-	return nil
-}
-
-// eventRowsKey names a multi-row INSERT of events: the type, written as a
-// literal ("" when bound), and the number of rows.
-type eventRowsKey struct {
-	typ  string
-	rows int
-}
-
-// maxEventRows is the most rows one INSERT of events writes; a batch is
-// written in INSERTs of powers of two rows up to it, so that few
-// statements are prepared. (The driver matches arguments to parameters in
-// time quadratic in their number: more rows per statement would cost
-// more than the statements they save.)
-const maxEventRows = 16
-
-// flushEvents writes the transaction's events, by type, in multi-row
-// INSERTs with their sequence numbers.
-func (t *txn) flushEvents() error {
-	pending := t.s.pending
-	if len(pending) == 0 {
-		return nil
-	}
-	defer func() {
-		clear(t.s.pending)
-		t.s.pending = t.s.pending[:0]
-		for typ, idx := range t.s.byType {
-			t.s.byType[typ] = idx[:0]
-		}
-	}()
-	if len(t.s.byType) > maxLiteralTypes {
-		clear(t.s.byType) // kept across transactions, but not without bound
-	}
-	var order []string
-	for i := range pending {
-		typ := pending[i].Type
-		idx := t.s.byType[typ]
-		if len(idx) == 0 {
-			order = append(order, typ)
-		}
-		t.s.byType[typ] = append(idx, i)
-	}
-	for _, typ := range order {
-		idx := t.s.byType[typ]
-		for len(idx) > 0 {
-			n := maxEventRows
-			for n > len(idx) {
-				n /= 2
-			}
-			q, literal := t.s.eventRowsInsert(typ, n)
-			t.vals = t.vals[:0]
-			// A row's seq is bound as the chunk's first plus a small
-			// offset: the first is boxed once, and offsets below 256 box
-			// without allocating.
-			base := pending[idx[0]].Seq
-			boxed := any(base)
-			for _, i := range idx[:n] {
-				ev := &pending[i]
-				t.vals = append(t.vals, boxed, ev.Seq-base)
-				if !literal {
-					t.vals = append(t.vals, ev.Type)
-				}
-				t.vals = append(t.vals, ns(ev.Time), nullStr(ev.WorkID), t.nullBox(ev.Task), nullStr(ev.Target), int64(ev.Attempt), nullBytes(ev.Data))
-			}
-			if _, err := t.exec(q, t.vals...); err != nil {
-				return err
-			}
-			idx = idx[n:]
-		}
-	}
-	return nil
-}
-
-// eventRowsInsert returns the INSERT of n events of type typ, with the
-// type as a literal if literalType says so (literal true).
-func (s *Store) eventRowsInsert(typ string, n int) (q string, literal bool) {
-	literal = s.literalType(typ)
-	k := eventRowsKey{rows: n}
-	if literal {
-		k.typ = typ
-	}
-	if q, ok := s.eventRows[k]; ok {
-		return q, literal
-	}
-	row := "(?+?,?,?,?,?,?,?,?)"
-	if literal {
-		row = "(?+?,'" + typ + "',?,?,?,?,?,?)"
-	}
-	q = `INSERT INTO events(seq, type, at, work_id, task, target, attempt, data) VALUES ` + rowsOf(n, row)
-	s.eventRows[k] = q
-	return q, literal
-}
-
-// maxLiteralTypes bounds Store.eventRows' literal types; types beyond
-// it are bound.
-const maxLiteralTypes = 64
-
-// literalType reports whether events of type typ are written with the type
-// as a literal in their INSERT, one set of prepared statements per type,
-// so that it is not bound as text at every event (an allocation and a copy
-// in the driver): a type made of lower-case letters and underscores
-// (every type runcue writes), while fewer than maxLiteralTypes are.
-func (s *Store) literalType(typ string) bool {
-	if s.literalTypes[typ] {
-		return true
-	}
-	if len(typ) == 0 || len(typ) > 40 || len(s.literalTypes) >= maxLiteralTypes {
-		return false
-	}
-	for i := 0; i < len(typ); i++ {
-		if c := typ[i]; c != '_' && (c < 'a' || c > 'z') {
-			return false
-		}
-	}
-	s.literalTypes[typ] = true
-	return true
 }
 
 // nullBox is box, with NULL for "".

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"database/sql/driver"
 	"encoding/json"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,15 +111,31 @@ func (t *txn) PruneFinished(before time.Time, limit int) (int, error) {
 	return len(rows), nil
 }
 
-// FirstEventAt implements store.Tx. (The caller flushed the transaction's
-// events first.)
+// FirstEventAt implements store.Tx: the first block whose events reach
+// at holds the event. (The caller flushed the transaction's events first.)
 func (t *txn) FirstEventAt(at time.Time) (int64, error) {
-	row, _, err := t.one(`SELECT coalesce((SELECT seq FROM events WHERE at >= ? ORDER BY seq LIMIT 1),
-		(SELECT coalesce(max(seq), 0) + 1 FROM events))`, ns(at))
+	row, ok, err := t.one(`SELECT first, data FROM event_blocks WHERE max_at >= ? ORDER BY last LIMIT 1`, ns(at))
 	if err != nil {
 		return 0, err
 	}
-	return asInt(row[0]), nil
+	if ok {
+		seq := int64(0)
+		err := store.DecodeBlock(asInt(row[0]), asBytes(row[1]), func(e store.Event) bool {
+			if ns(e.Time) >= ns(at) {
+				seq = e.Seq
+				return false
+			}
+			return true
+		})
+		if err != nil || seq > 0 {
+			return seq, err
+		}
+	}
+	row, _, err = t.one(lastSeqQuery)
+	if err != nil {
+		return 0, err
+	}
+	return asInt(row[0]) + 1, nil
 }
 
 // SubscriptionPositions implements store.Tx.
@@ -134,24 +151,80 @@ func (t *txn) SubscriptionPositions() (map[string]int64, error) {
 	return out, nil
 }
 
-// PruneEvents implements store.Tx: the events, then the event ranges
-// wholly before the oldest event left (they describe nothing).
+// PruneEvents implements store.Tx: the blocks wholly below below (limit
+// counts their events), the events below it in the block that straddles it
+// (the block is written again without them), then the event ranges wholly
+// before the oldest event left (they describe nothing). The highest
+// sequence number deleted is kept (meta 'events_floor'), so that numbers
+// continue after it when no block is left.
 func (t *txn) PruneEvents(below int64, limit int) (bool, error) {
+	rows, err := t.all(`SELECT first, last FROM event_blocks WHERE last < ? ORDER BY last`+limitClause(limit), below)
+	if err != nil {
+		return false, err
+	}
+	more, upto, n := false, int64(0), 0
+	for _, row := range rows {
+		if limit > 0 && n >= limit {
+			more = true
+			break
+		}
+		upto = asInt(row[1])
+		n += int(upto - asInt(row[0]) + 1)
+	}
+	if upto > 0 {
+		if _, err := t.exec(`DELETE FROM event_blocks WHERE last <= ?`, upto); err != nil {
+			return false, err
+		}
+		if _, err := t.exec(`UPDATE meta SET value = max(value, ?) WHERE key = 'events_floor'`, upto); err != nil {
+			return false, err
+		}
+	}
+	if !more {
+		if err := t.cutBlock(below); err != nil {
+			return false, err
+		}
+	}
 	lim := int64(limit)
 	if lim <= 0 {
 		lim = -1
 	}
-	res, err := t.exec(`DELETE FROM events WHERE seq IN (SELECT seq FROM events WHERE seq < ? ORDER BY seq LIMIT ?)`, below, lim)
-	if err != nil {
-		return false, err
-	}
-	more := full(res, limit)
-	res, err = t.exec(`DELETE FROM event_ranges WHERE rowid IN (SELECT rowid FROM event_ranges WHERE last <
-			coalesce((SELECT min(seq) FROM events), (SELECT max(last) + 1 FROM event_ranges)) LIMIT ?)`, lim)
+	res, err := t.exec(`DELETE FROM event_ranges WHERE rowid IN (SELECT rowid FROM event_ranges WHERE last <
+			coalesce((SELECT first FROM event_blocks ORDER BY last LIMIT 1), (SELECT max(last) + 1 FROM event_ranges)) LIMIT ?)`, lim)
 	if err != nil {
 		return false, err
 	}
 	return more || full(res, limit), nil
+}
+
+// limitClause is a LIMIT of limit rows, none when limit is 0 or less.
+func limitClause(limit int) string {
+	if limit <= 0 {
+		return ""
+	}
+	return " LIMIT " + strconv.Itoa(limit)
+}
+
+// cutBlock writes the block that holds events both below and at or above
+// below again, without those below.
+func (t *txn) cutBlock(below int64) error {
+	row, ok, err := t.one(`SELECT first, last, data FROM event_blocks WHERE last >= ? ORDER BY last LIMIT 1`, below)
+	if err != nil || !ok || asInt(row[0]) >= below {
+		return err
+	}
+	enc := &t.s.enc
+	enc.Reset()
+	err = store.DecodeBlock(asInt(row[0]), asBytes(row[2]), func(e store.Event) bool {
+		if e.Seq >= below {
+			enc.Add(&e)
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	b := enc.Block(store.BlockContinues(asBytes(row[2])))
+	_, err = t.exec(`UPDATE event_blocks SET first=?, min_at=?, max_at=?, data=? WHERE last=?`, b.First, b.MinAt, b.MaxAt, b.Data, asInt(row[1]))
+	return err
 }
 
 // full reports whether a delete of at most limit rows hit the limit.

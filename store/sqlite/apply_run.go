@@ -10,11 +10,16 @@ import (
 // into one update), Recover; the attempt history they append.
 
 func (t *txn) claim(op *store.Claim, r *store.Result) error {
+	rec, err := t.recordArg(op.ID, len(op.Events), false)
+	if err != nil {
+		return err
+	}
 	task, ok, err := t.update(op.Task, `UPDATE work_units SET state='running', runs=?, started_at=?, leased_by=?, lease_expires_at=?, heartbeat_at=0,
-			epoch=?
+			epoch=?, `+recordSet+`
 		WHERE id=? AND state='queued' AND cancel_requested=0`,
-		op.Run, ns(op.At), t.box(op.Owner), ns(op.LeaseExpires), op.Epoch, op.ID)
+		op.Run, ns(op.At), t.box(op.Owner), ns(op.LeaseExpires), op.Epoch, rec, op.ID)
 	if err != nil || !ok {
+		t.expect = expectation{}
 		return err
 	}
 	t.moved(task, store.Queued, store.Running)
@@ -58,13 +63,18 @@ func (t *txn) finishArgs(args []any, f *store.Finish) []any {
 }
 
 func (t *txn) finish(op *store.Finish, r *store.Result) error {
-	t.vals = append(t.finishArgs(t.vals[:0], op), op.ID, t.box(op.Owner), op.Run)
+	rec, err := t.recordArg(op.ID, len(op.Events), false)
+	if err != nil {
+		return err
+	}
+	t.vals = append(t.finishArgs(t.vals[:0], op), rec, op.ID, t.box(op.Owner), op.Run)
 	task, ok, err := t.update(op.Task, `UPDATE work_units SET state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
 			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, cancel_requested=0,
-			attempts=`+appendAttempt+`
+			attempts=`+appendAttempt+`, `+recordSet+`
 		WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
 		t.vals...)
 	if err != nil || !ok {
+		t.expect = expectation{}
 		return err
 	}
 	t.moved(task, store.Running, op.State)
@@ -112,11 +122,20 @@ func mergeClaims(ops []store.Op) map[*store.Claim]*store.Finish {
 // claimFinish applies a Claim and its later Finish as one update, with the
 // Claim's precondition.
 func (t *txn) claimFinish(c *store.Claim, f *store.Finish, r *store.Result) error {
-	t.vals = append(t.finishArgs(append(t.vals[:0], c.Run, ns(c.At), c.Epoch), f), c.ID)
+	// The Finish's events come later in the batch, at numbers not known
+	// yet: one entry records every event of the unit from the Claim's on.
+	rec, err := t.recordArg(c.ID, 0, true)
+	if err != nil {
+		return err
+	}
+	t.vals = append(t.finishArgs(append(t.vals[:0], c.Run, ns(c.At), c.Epoch), f), rec, c.ID)
 	task, ok, err := t.update(c.Task, `UPDATE work_units SET runs=?, started_at=?, epoch=?, state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
-			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, attempts=`+appendAttempt+`
+			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, attempts=`+appendAttempt+`, `+recordSet+`
 		WHERE id=? AND state='queued' AND cancel_requested=0`,
 		t.vals...)
+	if err != nil || !ok {
+		delete(t.more, c.ID)
+	}
 	if err != nil {
 		return err
 	}

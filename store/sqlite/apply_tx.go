@@ -45,13 +45,24 @@ func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int
 		}
 		costs = b
 	}
+	// The rules append the unit's work_queued event right after, and its
+	// work_failed when it is stored failed (store.ApplyInsert).
+	n := 1
+	if u.State == store.Failed {
+		n = 2
+	}
+	rec, err := t.recordArg(u.ID, n, false)
+	if err != nil {
+		return 0, err
+	}
 	res, err := t.exec(`INSERT INTO work_units(id, task, target, params, state, created_at, run_at, timeout, idempotency_key,
-			dependency_deadline, retry, trace, finished_at, error, error_kind, costs)
-		VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
+			dependency_deadline, retry, trace, finished_at, error, error_kind, costs, events)
+		VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
 		u.ID, t.box(u.Task), u.Target, nullBytes(u.Params), t.box(string(u.State)), ns(u.CreatedAt), ns(u.RunAt), int64(u.Timeout),
 		nullStr(u.IdempotencyKey), ns(u.DependencyDeadline), nullBytes(u.Retry), nullBytes(u.Trace), ns(finished),
-		nullStr(errKind), nullStr(errKind), costs)
+		nullStr(errKind), nullStr(errKind), costs, rec)
 	if err != nil {
+		t.expect = expectation{}
 		if isUnique(err) {
 			return 0, &store.OpError{Err: fmt.Errorf("%w: %q", store.ErrDuplicateID, u.ID)}
 		}

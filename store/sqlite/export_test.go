@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 )
@@ -72,5 +73,32 @@ func QueryPlanForTest(ctx context.Context, s *Store, query string) (string, erro
 	return strings.Join(out, "\n"), rows.Err()
 }
 
-// UnitEventsQuery is the read of one unit's events.
-const UnitEventsQuery = unitEventsQuery + ` ORDER BY e.seq LIMIT ?`
+// The reads of the event log by key: blocks from a sequence number on, a
+// unit's record.
+const (
+	BlocksFromQuery = blocksFromQuery
+	UnitRecordQuery = unitRecordQuery
+)
+
+// SetConvertForTest makes the conversion of a schema 11 log move size
+// events a transaction and stop with an error after halt chunks (0: never).
+func SetConvertForTest(size, halt int) (restore func()) {
+	oldSize, oldHalt := convertChunk, convertHalt
+	convertChunk = size
+	if halt > 0 {
+		convertHalt = func(chunks int) error {
+			if chunks >= halt {
+				return errors.New("halted for the test")
+			}
+			return nil
+		}
+	}
+	return func() { convertChunk, convertHalt = oldSize, oldHalt }
+}
+
+// UnitRecordForTest returns unit id's record of its events.
+func UnitRecordForTest(ctx context.Context, s *Store, id string) ([]byte, error) {
+	var rec []byte
+	err := s.read.QueryRowContext(ctx, unitRecordQuery, id).Scan(&rec)
+	return rec, err
+}

@@ -4,8 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"math"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/runcue/runcue/store"
@@ -20,12 +21,13 @@ func (s *Store) EventsAfter(ctx context.Context, after int64, limit int) ([]stor
 	if limit <= 0 {
 		limit = 1000
 	}
-	return s.events(ctx, eventSelect+` WHERE e.seq > ? ORDER BY e.seq LIMIT ?`, after, limit)
+	return s.MatchingEvents(ctx, store.EventQuery{After: after, Upto: math.MaxInt64, Limit: limit})
 }
 
-// MatchingEvents returns the events of q (see store.Store). It looks up the
-// stretches of the log that can hold matching events (event_ranges, see
-// migration 0003), then reads events only inside them.
+// MatchingEvents returns the events of q (see store.Store). A filtered
+// query looks up the stretches of the log that can hold matching events
+// (event_ranges, see migration 0003), then decodes only the blocks that
+// overlap them.
 func (s *Store) MatchingEvents(ctx context.Context, q store.EventQuery) ([]store.Event, error) {
 	if q.Limit <= 0 {
 		q.Limit = 1000
@@ -33,8 +35,13 @@ func (s *Store) MatchingEvents(ctx context.Context, q store.EventQuery) ([]store
 	if q.WorkID != "" {
 		return s.unitEvents(ctx, q)
 	}
+	sel := selector(q)
 	if len(q.Types) == 0 && len(q.Tasks) == 0 {
-		return s.events(ctx, eventSelect+` WHERE e.seq > ? AND e.seq <= ? ORDER BY e.seq LIMIT ?`, q.After, q.Upto, q.Limit)
+		out, _, err := s.scan(ctx, q.After+1, q.Upto, q.Limit, nil, sel)
+		if err != nil {
+			return nil, err
+		}
+		return out, s.fillResults(ctx, out)
 	}
 	filter, fargs := "", []any{}
 	if len(q.Types) > 0 {
@@ -54,22 +61,88 @@ func (s *Store) MatchingEvents(ctx context.Context, q store.EventQuery) ([]store
 	if err != nil {
 		return nil, err
 	}
-	// The event table stores '' as NULL.
-	efilter := strings.ReplaceAll(strings.ReplaceAll(filter, " type IN", " e.type IN"), " task IN", " coalesce(e.task, '') IN")
 	var out []store.Event
+	next := q.After + 1 // every block ending before it is decoded
 	for _, r := range ranges {
-		lo, hi := max(r[0], q.After+1), min(r[1], q.Upto)
-		evs, err := s.events(ctx, eventSelect+` WHERE e.seq >= ? AND e.seq <= ?`+efilter+` ORDER BY e.seq LIMIT ?`,
-			append(append([]any{lo, hi}, fargs...), q.Limit-len(out))...)
+		lo, hi := max(r[0], next), min(r[1], q.Upto)
+		if lo > hi {
+			continue
+		}
+		out, next, err = s.scan(ctx, lo, hi, q.Limit, out, sel)
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, evs...)
 		if len(out) >= q.Limit {
 			break
 		}
 	}
-	return out, nil
+	return out, s.fillResults(ctx, out)
+}
+
+// selector returns whether an event matches q's types and tasks.
+func selector(q store.EventQuery) func(*store.Event) bool {
+	if len(q.Types) == 0 && len(q.Tasks) == 0 {
+		return nil
+	}
+	return func(e *store.Event) bool {
+		return (len(q.Types) == 0 || slices.Contains(q.Types, e.Type)) && (len(q.Tasks) == 0 || slices.Contains(q.Tasks, e.Task))
+	}
+}
+
+// blocksFromQuery reads the blocks from a sequence number on, through the
+// table's key (TestEventReadsUseKeys).
+const blocksFromQuery = `SELECT first, last, data FROM event_blocks WHERE last >= ? ORDER BY last`
+
+// unitRecordQuery reads a unit's record of its events, by its ID.
+const unitRecordQuery = `SELECT coalesce(events, x'') FROM work_units WHERE id = ?`
+
+// blocksFrom reads the blocks that end at or after seq, in order, and
+// calls fn with each until it returns false.
+func (s *Store) blocksFrom(ctx context.Context, seq int64, fn func(first, last int64, data []byte) (bool, error)) error {
+	rows, err := s.read.QueryContext(ctx, blocksFromQuery, seq)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var first, last int64
+		var data []byte
+		if err := rows.Scan(&first, &last, &data); err != nil {
+			return err
+		}
+		more, err := fn(first, last, data)
+		if err != nil || !more {
+			return err
+		}
+	}
+	return rows.Err()
+}
+
+// scan appends to out the events with Seq in [lo, hi] that sel accepts
+// (all, when sel is nil), until out holds limit; it returns out and the
+// first sequence number it did not look at (lo when none).
+func (s *Store) scan(ctx context.Context, lo, hi int64, limit int, out []store.Event, sel func(*store.Event) bool) ([]store.Event, int64, error) {
+	next := lo
+	err := s.blocksFrom(ctx, lo, func(first, last int64, data []byte) (bool, error) {
+		if first > hi {
+			return false, nil
+		}
+		err := store.DecodeBlock(first, data, func(e store.Event) bool {
+			if e.Seq > hi {
+				return false
+			}
+			if e.Seq >= lo && (sel == nil || sel(&e)) {
+				out = append(out, e)
+			}
+			return len(out) < limit
+		})
+		if err != nil {
+			return false, err
+		}
+		next = min(last, hi) + 1
+		return len(out) < limit && last < hi, nil
+	})
+	return out, next, err
 }
 
 // LastOfTypes returns the last retained event of one of types (see
@@ -83,11 +156,11 @@ func (s *Store) LastOfTypes(ctx context.Context, types []string) (store.Event, b
 	for _, t := range types {
 		args = append(args, t)
 	}
-	in := placeholders(len(types))
+	sel := selector(store.EventQuery{Types: types})
 	upto := int64(math.MaxInt64)
 	for {
 		var first, last int64
-		err := s.read.QueryRowContext(ctx, `SELECT first, last FROM event_ranges WHERE type IN (`+in+`) AND last <= ? ORDER BY last DESC LIMIT 1`,
+		err := s.read.QueryRowContext(ctx, `SELECT first, last FROM event_ranges WHERE type IN (`+placeholders(len(types))+`) AND last <= ? ORDER BY last DESC LIMIT 1`,
 			append(args, upto)...).Scan(&first, &last)
 		if errors.Is(err, sql.ErrNoRows) {
 			return store.Event{}, false, nil
@@ -95,39 +168,154 @@ func (s *Store) LastOfTypes(ctx context.Context, types []string) (store.Event, b
 		if err != nil {
 			return store.Event{}, false, err
 		}
-		evs, err := s.events(ctx, eventSelect+` WHERE e.seq >= ? AND e.seq <= ? AND e.type IN (`+in+`) ORDER BY e.seq DESC LIMIT 1`,
-			append([]any{first, last}, args...)...)
+		evs, _, err := s.scan(ctx, first, last, math.MaxInt, nil, sel)
 		if err != nil {
 			return store.Event{}, false, err
 		}
-		if len(evs) == 1 {
-			return evs[0], true, nil
+		if n := len(evs); n > 0 {
+			evs = evs[n-1:]
+			return evs[0], true, s.fillResults(ctx, evs)
 		}
 		upto = last - 1
 	}
 }
 
-// unitEventsQuery reads a unit's events in a range of the log.
-const unitEventsQuery = eventSelect + ` WHERE e.work_id = ? AND e.seq > ? AND e.seq <= ?`
-
-// unitEvents returns the events of q.WorkID through the events_work index
-// (migration 0009), filtered by q's types and tasks.
+// unitEvents returns the events of q.WorkID, filtered by q's types and
+// tasks: those its record names (see store.UnitRecord), read from their
+// blocks, and, when the record is full, those after its last entry, found
+// by reading the log. A unit no longer stored has no record: its events
+// are found by reading the log in q's range.
 func (s *Store) unitEvents(ctx context.Context, q store.EventQuery) ([]store.Event, error) {
-	query := unitEventsQuery
-	args := []any{q.WorkID, q.After, q.Upto}
-	if len(q.Types) > 0 {
-		query += ` AND e.type IN (` + placeholders(len(q.Types)) + `)`
-		for _, t := range q.Types {
-			args = append(args, t)
+	sel := selector(q)
+	mine := func(e *store.Event) bool { return e.WorkID == q.WorkID && (sel == nil || sel(e)) }
+	var rec []byte
+	err := s.read.QueryRowContext(ctx, unitRecordQuery, q.WorkID).Scan(&rec)
+	if errors.Is(err, sql.ErrNoRows) {
+		out, _, err := s.scan(ctx, q.After+1, q.Upto, q.Limit, nil, mine)
+		if err != nil {
+			return nil, err
+		}
+		return out, s.fillResults(ctx, out)
+	}
+	if err != nil {
+		return nil, err
+	}
+	entries, full, err := store.UnitRecord(rec)
+	if err != nil {
+		return nil, fmt.Errorf("runcue: sqlite: unit %q: %w", q.WorkID, err)
+	}
+	var out []store.Event
+	// i is the next entry; open says that the events read are in the
+	// transaction of a More entry; seen is the highest Seq looked at.
+	i, open, seen := 0, false, q.After
+	done := func() bool { return len(out) >= q.Limit || seen >= q.Upto }
+	for (i < len(entries) || open) && !done() {
+		from := seen + 1
+		if !open {
+			from = max(from, entries[i].Seq)
+		}
+		found := false
+		err := s.blocksFrom(ctx, from, func(first, last int64, data []byte) (bool, error) {
+			found = true
+			err := store.DecodeBlock(first, data, func(e store.Event) bool {
+				if e.Seq < from {
+					return true
+				}
+				wanted := open
+				for ; i < len(entries) && entries[i].Seq <= e.Seq; i++ {
+					// A More entry opens its transaction's events even when
+					// the block lost its head to retention (its number is
+					// below first): at worst, the unit's events of a later
+					// transaction are read a second way.
+					if entries[i].More {
+						open = true
+					}
+					wanted = wanted || entries[i].Seq == e.Seq || open
+				}
+				if e.Seq > q.Upto {
+					seen = q.Upto
+					return false
+				}
+				seen = e.Seq
+				if wanted && mine(&e) {
+					out = append(out, e)
+				}
+				return !done()
+			})
+			if err != nil || done() {
+				return false, err
+			}
+			seen = max(seen, min(last, q.Upto))
+			if open && !store.BlockContinues(data) {
+				open = false
+			}
+			// On to the next block when still in an open transaction or
+			// when the next entry is in it; otherwise seek the next entry.
+			return open, nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if !found {
+			break // nothing is stored from there on
+		}
+		for i < len(entries) && entries[i].Seq <= seen && !open {
+			i++ // pruned, or past the range
 		}
 	}
-	if len(q.Tasks) > 0 {
-		query += ` AND coalesce(e.task, '') IN (` + placeholders(len(q.Tasks)) + `)`
-		for _, t := range q.Tasks {
-			args = append(args, t)
+	if full && !done() {
+		from := seen + 1
+		if n := len(entries); n > 0 {
+			from = max(from, entries[n-1].Seq+1)
+		}
+		out, _, err = s.scan(ctx, from, q.Upto, q.Limit, out, mine)
+		if err != nil {
+			return nil, err
 		}
 	}
-	return s.events(ctx, query+` ORDER BY e.seq LIMIT ?`, append(args, q.Limit)...)
+	return out, s.fillResults(ctx, out)
+}
+
+// fillResults sets the Result of each work_completed event in evs from its
+// unit, if the unit is stored.
+func (s *Store) fillResults(ctx context.Context, evs []store.Event) error {
+	var ids []any
+	for i := range evs {
+		if evs[i].Type == "work_completed" && evs[i].WorkID != "" {
+			ids = append(ids, evs[i].WorkID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	results := make(map[string][]byte, len(ids))
+	const chunk = 64
+	for start := 0; start < len(ids); start += chunk {
+		part := ids[start:min(start+chunk, len(ids))]
+		rows, err := s.read.QueryContext(ctx, `SELECT id, result FROM work_units WHERE id IN (`+placeholders(len(part))+`)`, part...)
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var id string
+			var result []byte
+			if err := rows.Scan(&id, &result); err != nil {
+				rows.Close()
+				return err
+			}
+			results[id] = result
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+	}
+	for i := range evs {
+		if evs[i].Type == "work_completed" {
+			evs[i].Result = results[evs[i].WorkID]
+		}
+	}
+	return nil
 }
 
 // ranges reads (first, last) pairs and merges the overlapping ones.
@@ -152,44 +340,21 @@ func (s *Store) ranges(ctx context.Context, query string, args ...any) ([][2]int
 	return out, rows.Err()
 }
 
-const eventSelect = `SELECT e.seq, e.type, e.at, coalesce(e.work_id, ''), coalesce(e.task, ''), coalesce(e.target, ''), e.attempt, e.data,
-			CASE WHEN e.type = 'work_completed' THEN (SELECT result FROM work_units w WHERE w.id = e.work_id) END
-		FROM events e`
-
-func (s *Store) events(ctx context.Context, query string, args ...any) ([]store.Event, error) {
-	rows, err := s.read.QueryContext(ctx, query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Event
-	for rows.Next() {
-		var e store.Event
-		var at int64
-		if err := rows.Scan(&e.Seq, &e.Type, &at, &e.WorkID, &e.Task, &e.Target, &e.Attempt, &e.Data, &e.Result); err != nil {
-			return nil, err
-		}
-		e.Time = tm(at)
-		out = append(out, e)
-	}
-	return out, rows.Err()
-}
-
 // LastSeq returns the highest event sequence number ever assigned.
 func (s *Store) LastSeq(ctx context.Context) (int64, error) {
 	var seq int64
-	err := s.read.QueryRowContext(ctx, `SELECT seq FROM sqlite_sequence WHERE name='events'`).Scan(&seq)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
+	err := s.read.QueryRowContext(ctx, lastSeqQuery).Scan(&seq)
 	return seq, err
 }
 
 // FirstSeq returns the lowest event sequence number still stored.
 func (s *Store) FirstSeq(ctx context.Context) (int64, error) {
-	var seq sql.NullInt64
-	err := s.read.QueryRowContext(ctx, `SELECT min(seq) FROM events`).Scan(&seq)
-	return seq.Int64, err
+	var seq int64
+	err := s.read.QueryRowContext(ctx, `SELECT first FROM event_blocks ORDER BY last LIMIT 1`).Scan(&seq)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, nil
+	}
+	return seq, err
 }
 
 // Tasks returns the stored task definitions.

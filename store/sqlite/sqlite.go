@@ -86,15 +86,15 @@ type Store struct {
 	// binding them does not allocate each time (see txn.box). Writer-owned,
 	// like stmts.
 	boxes map[string]any
-	// literalTypes are the event types written as literals in their
-	// INSERTs (see literalType). Writer-owned, like stmts.
-	literalTypes map[string]bool
-	// eventRows are the multi-row INSERTs of events by type and row count
-	// (see flushEvents); pending is the writer's buffer of events to
-	// insert, reused from transaction to transaction.
-	eventRows map[eventRowsKey]string
-	pending   []store.Event
-	byType    map[string][]int
+	// pending is the writer's buffer of the transaction's events, written
+	// at commit as blocks (flushEvents) by enc; recorded says, by pending's
+	// index, which are in their unit's record already; records gathers the
+	// others' entries (see unitRecords). All reused from transaction to
+	// transaction; writer-owned, like stmts.
+	pending  []store.Event
+	recorded []bool
+	enc      store.BlockEncoder
+	records  unitRecords
 
 	dataVersion int64
 
@@ -139,7 +139,7 @@ func Open(path string, opts Options) (*Store, error) {
 	default:
 		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
 	}
-	s := &Store{path: path, mode: opts.FileMode, stmts: make(map[string]driver.Stmt), boxes: make(map[string]any), literalTypes: make(map[string]bool), eventRows: make(map[eventRowsKey]string), byType: make(map[string][]int)}
+	s := &Store{path: path, mode: opts.FileMode, stmts: make(map[string]driver.Stmt), boxes: make(map[string]any)}
 	s.write, err = sql.Open("sqlite", dsn(path, opts, false))
 	if err != nil {
 		return nil, fmt.Errorf("runcue: open %s: %w", path, err)
@@ -249,7 +249,10 @@ func (s *Store) migrate(ctx context.Context) error {
 	if version > latest {
 		return fmt.Errorf("%w (file has version %d, this runcue knows up to %d)", store.ErrSchemaTooNew, version, latest)
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return err
+	}
+	return s.convertEvents(ctx)
 }
 
 // Path returns the database file's path.

@@ -386,9 +386,6 @@ func TestMigrateFromSchema8(t *testing.T) {
 	n, err := st.QueuedCount(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, 2, n)
-	plan, err := sqlite.QueryPlanForTest(ctx, st, sqlite.UnitEventsQuery)
-	require.NoError(t, err)
-	assert.Contains(t, plan, "events_work", plan)
 	assertMigrated(t, st, 9)
 }
 
@@ -474,15 +471,19 @@ func assertMigrated(t *testing.T, st *sqlite.Store, atLeast int) {
 	assert.GreaterOrEqual(t, version, atLeast)
 }
 
-// TestUnitEventsUseIndex: a unit's events are read through the events_work
-// index, not by walking the log.
-func TestUnitEventsUseIndex(t *testing.T) {
+// TestEventReadsUseKeys: blocks are read from a sequence number on
+// through the table's key, and a unit's record through its ID, never by
+// walking the log.
+func TestEventReadsUseKeys(t *testing.T) {
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "plan.db"), sqlite.Options{})
 	require.NoError(t, err)
 	defer st.Close()
-	plan, err := sqlite.QueryPlanForTest(t.Context(), st, sqlite.UnitEventsQuery)
+	plan, err := sqlite.QueryPlanForTest(t.Context(), st, sqlite.BlocksFromQuery)
 	require.NoError(t, err)
-	assert.Contains(t, plan, "events_work", plan)
+	assert.Contains(t, plan, "SEARCH event_blocks USING INTEGER PRIMARY KEY (rowid>?)", plan)
+	plan, err = sqlite.QueryPlanForTest(t.Context(), st, sqlite.UnitRecordQuery)
+	require.NoError(t, err)
+	assert.Contains(t, plan, "work_units_id", plan)
 }
 
 // TestOpenUnitQueriesUseIndex: the queries of active units that run at a

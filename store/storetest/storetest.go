@@ -55,6 +55,7 @@ func Run(t *testing.T, open Opener) {
 		{"Events", testEvents},
 		{"MatchingEvents", testMatchingEvents},
 		{"LastOfTypes", testLastOfTypes},
+		{"UnitEvents", testUnitEvents},
 		{"EventSeqs", testEventSeqs},
 		{"ManyEventTypes", testManyEventTypes},
 		{"Changed", testChanged},
