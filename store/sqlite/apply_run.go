@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"strings"
 	"time"
 
 	"github.com/runcue/runcue/store"
@@ -40,26 +41,130 @@ func (t *txn) claimed(op *store.Claim, r *store.Result) error {
 	return store.AppendEvents(t, r, op.Events, op.ID, "", op.At)
 }
 
-// finishArgs appends to args the values a Finish writes: state,
-// finished_at, result, error, error_kind, run_at, the failure and deferral
-// increments, and the attempt (for appendAttempt).
-func (t *txn) finishArgs(args []any, f *store.Finish) []any {
-	var finished int64
-	if f.State.Terminal() {
-		finished = ns(f.At)
+// A Finish's write binds only what the outcome has: the common one (a
+// completion with or without a result, no error, no retry time, nothing
+// to count) is written with its constants in the statement, a few values
+// bound, instead of every column the other outcomes need. finishForm is
+// the shape of a Finish's SET terms, and keys the statements prepared for
+// it (Store.finishSQL).
+type finishForm uint16
+
+const (
+	formCompleted finishForm = 1 << iota // state is 'completed' (else bound)
+	formResult                           // a result to store (else NULL)
+	formError                            // an error or its kind (else NULL)
+	formRunAt                            // a retry time (else 0)
+	formSpend                            // a failure to count
+	formDeferral                         // a deferral to count
+	formTerminal                         // finished_at is set (else 0)
+	formRecord                           // entries for the unit's record
+	formMerged                           // the Claim's columns too (claimFinish)
+)
+
+// finishShape returns f's form and appends the values it binds, in the
+// order of finishSet's terms.
+func (t *txn) finishShape(args []any, f *store.Finish, rec any, merged bool) (finishForm, []any) {
+	var form finishForm
+	if merged {
+		form |= formMerged
 	}
-	var result any = nil
 	if f.State == store.Completed {
-		result = nullBytes(f.Result)
+		form |= formCompleted
+	} else {
+		args = append(args, t.box(string(f.State)))
 	}
-	spend, deferral := 0, 0
+	if f.State.Terminal() {
+		form |= formTerminal
+		args = append(args, ns(f.At))
+	}
+	if f.State == store.Completed && len(f.Result) > 0 {
+		form |= formResult
+		args = append(args, f.Result)
+	}
+	if f.Error != "" || f.ErrorKind != "" {
+		form |= formError
+		args = append(args, nullStr(f.Error), t.nullBox(f.ErrorKind))
+	}
+	if !f.RunAt.IsZero() {
+		form |= formRunAt
+		args = append(args, ns(f.RunAt))
+	}
 	if f.SpendBudget {
-		spend = 1
+		form |= formSpend
 	}
 	if f.Deferral {
-		deferral = 1
+		form |= formDeferral
 	}
-	return append(args, t.box(string(f.State)), finished, result, nullStr(f.Error), t.nullBox(f.ErrorKind), ns(f.RunAt), spend, deferral, store.AttemptJSON(f.Attempt))
+	args = append(args, store.AttemptJSON(f.Attempt))
+	if rec != nil {
+		form |= formRecord
+		args = append(args, rec)
+	}
+	return form, args
+}
+
+// finishSet returns the SET terms of a Finish of form, for finishShape's
+// values.
+func finishSet(form finishForm) string {
+	var b strings.Builder
+	if form&formMerged != 0 {
+		b.WriteString("runs=?, started_at=?, epoch=?, ")
+	}
+	if form&formCompleted != 0 {
+		b.WriteString("state='completed', ")
+	} else {
+		b.WriteString("state=?, ")
+	}
+	if form&formTerminal != 0 {
+		b.WriteString("finished_at=?, ")
+	} else {
+		b.WriteString("finished_at=0, ")
+	}
+	if form&formResult != 0 {
+		b.WriteString("result=?, ")
+	} else {
+		b.WriteString("result=NULL, ")
+	}
+	if form&formError != 0 {
+		b.WriteString("error=?, error_kind=?, ")
+	} else {
+		b.WriteString("error=NULL, error_kind=NULL, ")
+	}
+	if form&formRunAt != 0 {
+		b.WriteString("run_at=?, ")
+	} else {
+		b.WriteString("run_at=0, ")
+	}
+	if form&formSpend != 0 {
+		b.WriteString("failures=failures+1, ")
+	}
+	if form&formDeferral != 0 {
+		b.WriteString("deferrals=deferrals+1, ")
+	}
+	b.WriteString("leased_by=NULL, lease_expires_at=0, attempts=" + appendAttempt)
+	if form&formRecord != 0 {
+		b.WriteString(", " + recordSet)
+	}
+	return b.String()
+}
+
+// finishSQL returns the statement of form: a Finish of a run (merged:
+// with its Claim, under the Claim's precondition).
+func (s *Store) finishSQL(form finishForm) string {
+	if q, ok := s.finishStmts[form]; ok {
+		return q
+	}
+	q := `UPDATE work_units SET ` + finishSet(form)
+	if form&formMerged != 0 {
+		q += ` WHERE id=? AND state='queued' AND cancel_requested=0`
+	} else {
+		q += `, cancel_requested=0 WHERE id=? AND state='running' AND leased_by=? AND runs=?`
+	}
+	if s.finishStmts == nil {
+		s.finishStmts = make(map[finishForm]string)
+	}
+	s.finishStmts[form] = q
+	return q
 }
 
 func (t *txn) finish(op *store.Finish, r *store.Result) error {
@@ -67,12 +172,9 @@ func (t *txn) finish(op *store.Finish, r *store.Result) error {
 	if err != nil {
 		return err
 	}
-	t.vals = append(t.finishArgs(t.vals[:0], op), rec, op.ID, t.box(op.Owner), op.Run)
-	task, ok, err := t.update(op.Task, `UPDATE work_units SET state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
-			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, cancel_requested=0,
-			attempts=`+appendAttempt+`, `+recordSet+`
-		WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
-		t.vals...)
+	form, args := t.finishShape(t.vals[:0], op, rec, false)
+	t.vals = append(args, op.ID, t.box(op.Owner), op.Run)
+	task, ok, err := t.update(op.Task, t.s.finishSQL(form), t.vals...)
 	if err != nil || !ok {
 		t.expect = expectation{}
 		return err
@@ -128,11 +230,9 @@ func (t *txn) claimFinish(c *store.Claim, f *store.Finish, r *store.Result) erro
 	if err != nil {
 		return err
 	}
-	t.vals = append(t.finishArgs(append(t.vals[:0], c.Run, ns(c.At), c.Epoch), f), rec, c.ID)
-	task, ok, err := t.update(c.Task, `UPDATE work_units SET runs=?, started_at=?, epoch=?, state=?, finished_at=?, result=?, error=?, error_kind=?, run_at=?,
-			failures=failures+?, deferrals=deferrals+?, leased_by=NULL, lease_expires_at=0, attempts=`+appendAttempt+`, `+recordSet+`
-		WHERE id=? AND state='queued' AND cancel_requested=0`,
-		t.vals...)
+	form, args := t.finishShape(append(t.vals[:0], c.Run, ns(c.At), c.Epoch), f, rec, true)
+	t.vals = append(args, c.ID)
+	task, ok, err := t.update(c.Task, t.s.finishSQL(form), t.vals...)
 	if err != nil || !ok {
 		delete(t.more, c.ID)
 	}

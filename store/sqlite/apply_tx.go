@@ -4,6 +4,7 @@ import (
 	"database/sql/driver"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/runcue/runcue/store"
@@ -36,6 +37,55 @@ func (t *txn) ReleaseKey(id string) error {
 	return err
 }
 
+// insertForm says which of a unit's optional columns its INSERT binds, and
+// keys the statements prepared for it (Store.insertSQL).
+type insertForm uint16
+
+const (
+	insState insertForm = 1 << iota // state (else 'queued')
+	insParams
+	insRunAt
+	insTimeout
+	insKey
+	insDeadline
+	insRetry
+	insTrace
+	insFailed // finished_at, error, error_kind
+	insCosts
+	insRecord // events
+)
+
+// insertCols are the optional columns by insertForm bit, in that order.
+var insertCols = [...]string{"state", "params", "run_at", "timeout", "idempotency_key", "dependency_deadline",
+	"retry", "trace", "finished_at, error, error_kind", "costs", "events"}
+
+// insertSQL returns the INSERT of a unit of form.
+func (s *Store) insertSQL(form insertForm) string {
+	if s.insertStmts == nil {
+		s.insertStmts = make(map[insertForm]string)
+	}
+	if q, ok := s.insertStmts[form]; ok {
+		return q
+	}
+	cols, n := "id, task, target, created_at", 4
+	state := ""
+	if form&insState == 0 {
+		state = ", 'queued'"
+	}
+	for i, c := range insertCols {
+		if form&(1<<i) != 0 {
+			cols += ", " + c
+			n += strings.Count(c, ",") + 1
+		}
+	}
+	if state != "" {
+		cols += ", state"
+	}
+	q := `INSERT INTO work_units(` + cols + `) VALUES(` + placeholders(n) + state + `)`
+	s.insertStmts[form] = q
+	return q
+}
+
 func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int64, error) {
 	var costs any
 	if len(u.Costs) > 0 {
@@ -55,12 +105,50 @@ func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int
 	if err != nil {
 		return 0, err
 	}
-	res, err := t.exec(`INSERT INTO work_units(id, task, target, params, state, created_at, run_at, timeout, idempotency_key,
-			dependency_deadline, retry, trace, finished_at, error, error_kind, costs, events)
-		VALUES(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)`,
-		u.ID, t.box(u.Task), u.Target, nullBytes(u.Params), t.box(string(u.State)), ns(u.CreatedAt), ns(u.RunAt), int64(u.Timeout),
-		nullStr(u.IdempotencyKey), ns(u.DependencyDeadline), nullBytes(u.Retry), nullBytes(u.Trace), ns(finished),
-		nullStr(errKind), nullStr(errKind), costs, rec)
+	// Only the columns the unit has are bound (a plain queued unit: ID,
+	// task, target, creation time and record); the rest keep their
+	// defaults.
+	t.vals = append(t.vals[:0], u.ID, t.box(u.Task), u.Target, ns(u.CreatedAt))
+	var form insertForm
+	add := func(f insertForm, v any) {
+		form |= f
+		t.vals = append(t.vals, v)
+	}
+	if u.State != store.Queued {
+		add(insState, t.box(string(u.State)))
+	}
+	if len(u.Params) > 0 {
+		add(insParams, u.Params)
+	}
+	if !u.RunAt.IsZero() {
+		add(insRunAt, ns(u.RunAt))
+	}
+	if u.Timeout != 0 {
+		add(insTimeout, int64(u.Timeout))
+	}
+	if u.IdempotencyKey != "" {
+		add(insKey, u.IdempotencyKey)
+	}
+	if !u.DependencyDeadline.IsZero() {
+		add(insDeadline, ns(u.DependencyDeadline))
+	}
+	if len(u.Retry) > 0 {
+		add(insRetry, u.Retry)
+	}
+	if len(u.Trace) > 0 {
+		add(insTrace, u.Trace)
+	}
+	if !finished.IsZero() || errKind != "" {
+		add(insFailed, ns(finished))
+		t.vals = append(t.vals, nullStr(errKind), nullStr(errKind))
+	}
+	if costs != nil {
+		add(insCosts, costs)
+	}
+	if rec != nil {
+		add(insRecord, rec)
+	}
+	res, err := t.exec(t.s.insertSQL(form), t.vals...)
 	if err != nil {
 		t.expect = expectation{}
 		if isUnique(err) {

@@ -95,6 +95,10 @@ type Store struct {
 	recorded []bool
 	enc      store.BlockEncoder
 	records  unitRecords
+	// finishStmts and insertStmts are a Finish's and a unit's INSERT's
+	// statements by form (finishSQL, insertSQL).
+	finishStmts map[finishForm]string
+	insertStmts map[insertForm]string
 
 	dataVersion int64
 
