@@ -43,7 +43,7 @@ func main() {
 	lag := flag.Int("lag", 0, "instead of the other measurements: run this many queued no-op units and report the most handler starts ahead of the completions committed (runs a crash would make run again; at most MaxConcurrent + MaxUncommitted - 1)")
 	history := flag.Int("history", 0, "instead of the other measurements: time to the first handler call on a database whose history holds this many completed units, with 1,000 queued")
 	scaleChildPath := flag.String("scale-child", "", "internal: measure one -scale run on this database and print it as JSON")
-	scalePriority := flag.Bool("scale-priority", false, "internal: with -scale-child, use PriorityByWaitTime(time.Hour)")
+	scalePriority := flag.String("scale-priority", "", "internal: with -scale-child, the priority function: wait (PriorityByWaitTime(time.Hour)) or hash (a hash of the target)")
 	scaleHold := flag.Int("scale-hold", 0, "internal: with -scale-child, hold the handlers until this many units (less the handler cap) are queued in memory, and report the peak RSS then")
 	flag.Parse()
 	if *scaleChildPath != "" {

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"log"
 	"os"
 	"os/exec"
@@ -25,8 +26,8 @@ import (
 type scaleConfig struct {
 	name     string
 	queued   int
-	priority bool
-	hold     bool // hold the handlers until the whole queue is in memory: the peak RSS run
+	priority string // "" (none), "wait" (PriorityByWaitTime) or "hash" (scatters: a hash of the target)
+	hold     bool   // hold the handlers until the whole queue is in memory: the peak RSS run
 }
 
 func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
@@ -42,7 +43,9 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 	for _, n := range sizes {
 		configs = append(configs, scaleConfig{name: fmt.Sprintf("%d queued, held until loaded", n), queued: n, hold: true})
 	}
-	configs = append(configs, scaleConfig{name: fmt.Sprintf("%d runnable, PriorityByWaitTime(time.Hour)", prioQueued), queued: prioQueued, priority: true})
+	configs = append(configs,
+		scaleConfig{name: fmt.Sprintf("%d runnable, PriorityByWaitTime(time.Hour)", prioQueued), queued: prioQueued, priority: "wait"},
+		scaleConfig{name: fmt.Sprintf("%d runnable, a hash of the target", prioQueued), queued: prioQueued, priority: "hash"})
 	templates := map[int]string{}
 	for _, n := range slices.Sorted(func(yield func(int) bool) {
 		for n := range fill {
@@ -110,8 +113,9 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 	}
 	plain := fmt.Sprintf("%d queued", prioQueued)
 	if _, ok := results[plain]; ok {
-		prio := fmt.Sprintf("%d runnable, PriorityByWaitTime(time.Hour)", prioQueued)
-		fmt.Printf("priority: rate with %s / without: median ratio %.2f\n", prio, ratio(prio, plain))
+		for _, prio := range []string{fmt.Sprintf("%d runnable, PriorityByWaitTime(time.Hour)", prioQueued), fmt.Sprintf("%d runnable, a hash of the target", prioQueued)} {
+			fmt.Printf("priority: rate with %s / without: median ratio %.2f\n", prio, ratio(prio, plain))
+		}
 	}
 }
 
@@ -133,7 +137,7 @@ func runHistory(dir string, reps, finished int) {
 		if err := benchkit.CopyDB(tmpl, run); err != nil {
 			log.Fatal(err)
 		}
-		r := scaleChild(run, queued, false, false, queued)
+		r := scaleChild(run, queued, "", false, queued)
 		for _, s := range []string{"", "-wal", "-shm", ".lock"} {
 			os.Remove(run + s)
 		}
@@ -144,14 +148,14 @@ func runHistory(dir string, reps, finished int) {
 }
 
 // scaleChild runs one measurement in a child process.
-func scaleChild(path string, dispatches int, priority, hold bool, queued int) benchkit.DeepResult {
+func scaleChild(path string, dispatches int, priority string, hold bool, queued int) benchkit.DeepResult {
 	exe, err := os.Executable()
 	if err != nil {
 		log.Fatal(err)
 	}
 	args := []string{"-scale-child", path, "-scale-dispatches", strconv.Itoa(dispatches)}
-	if priority {
-		args = append(args, "-scale-priority")
+	if priority != "" {
+		args = append(args, "-scale-priority", priority)
 	}
 	if hold {
 		args = append(args, "-scale-hold", strconv.Itoa(queued))
@@ -170,10 +174,23 @@ func scaleChild(path string, dispatches int, priority, hold bool, queued int) be
 }
 
 // childMain is the child's side: measure, print the result as JSON.
-func childMain(path string, dispatches int, priority bool, hold int) {
+func childMain(path string, dispatches int, priority string, hold int) {
 	opts := benchkit.DeepOptions{Dispatches: dispatches, HoldUntilLoaded: hold > 0, Queued: hold}
-	if priority {
+	switch priority {
+	case "":
+	case "wait":
 		opts.Priority = runcue.PriorityByWaitTime(time.Hour)
+	case "hash":
+		// Scatters the dispatch order over the queue: each unit's score is
+		// a hash of its target (FNV-1a), as a score from a model or a
+		// customer tier would.
+		opts.Priority = func(pc runcue.PriorityContext) float64 {
+			h := fnv.New64a()
+			h.Write([]byte(pc.Work.Target))
+			return float64(h.Sum64()>>11) / (1 << 53)
+		}
+	default:
+		log.Fatalf("-scale-priority: %q: want wait or hash", priority)
 	}
 	r, err := benchkit.StartDeep(path, opts)
 	if err != nil {

@@ -44,12 +44,12 @@ func Prefill(path string, n, paramBytes int) error {
 }
 
 // submitNoops submits n units of task "noop" with params, in batches of
-// 1,000.
+// 1,000, each with its own target ("t-<i>").
 func submitNoops(ctx context.Context, c *runcue.Cue, n int, params []byte) error {
 	for left := n; left > 0; left -= 1000 {
 		subs := make([]runcue.Submission, min(left, 1000))
 		for i := range subs {
-			subs[i] = runcue.Submission{Task: "noop", Params: params}
+			subs[i] = runcue.Submission{Task: "noop", Params: params, Target: "t-" + strconv.Itoa(n-left+i)}
 		}
 		if _, err := c.SubmitBatch(ctx, subs); err != nil {
 			return err
