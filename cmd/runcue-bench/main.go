@@ -5,6 +5,7 @@
 //	go -C cmd run ./runcue-bench            # defaults: 20,000 units, 5 repetitions
 //	go -C cmd run ./runcue-bench -sync full
 //	go -C cmd run ./runcue-bench -scale     # deep queues, restart, priority at scale
+//	go -C cmd run ./runcue-bench -lean      # the hot-path ratio, then -scale: the Lean issue's figures in one run
 //
 // Never run it with -race: the race detector slows runcue and the raw cycle
 // unevenly.
@@ -36,6 +37,7 @@ func main() {
 	stalledReps := flag.Int("stalled-reps", 5, "repetitions of the no-subscriber vs stalled-subscriber comparison (0 skips it)")
 	rateSpan := flag.Duration("rate-span", 10*time.Second, "how long the rate-limited run is measured")
 	soak := flag.Int("soak", 0, "instead of the other measurements: process this many units through one Cue and report its live heap at 10,000 units and at each tenfold (memory must not grow with history)")
+	lean := flag.Bool("lean", false, "instead of the other measurements: the hot-path ratio (-reps repetitions), then the -scale measurements (deep queues with allocations per unit at each depth, priority with a scattering function and PriorityByWaitTime)")
 	scale := flag.Bool("scale", false, "instead of the other measurements: restart and dispatch with deep queues (see -scale-sizes), and priority selection with 100,000 runnable units")
 	scaleSizes := flag.String("scale-sizes", "20000,1000,100000,1000000", "queued units before Start for -scale (the first is the deep-queue ratio's reference, the last its deep queue)")
 	scaleDispatches := flag.Int("scale-dispatches", 20000, "dispatches measured per -scale run")
@@ -83,32 +85,12 @@ func main() {
 		runSoak(*dir, *soak)
 		return
 	}
-	fmt.Printf("runcue-bench: %d units, %d repetitions, synchronous=%s, GOMAXPROCS=%d, %s\n",
-		*units, *reps, *syncMode, runtime.GOMAXPROCS(0), runtime.Version())
-
-	var raw, rc []float64
-	var submitLat []time.Duration
-	for i := range *reps {
-		r, err := benchkit.RawCycle(*dir, *units, sync)
-		if err != nil {
-			log.Fatal("raw cycle: ", err)
-		}
-		res, err := benchkit.Throughput(*dir, benchkit.Options{Units: *units, Submitters: *submitters, Sync: sync})
-		if err != nil {
-			log.Fatal("runcue: ", err)
-		}
-		raw, rc = append(raw, r), append(rc, res.UnitsPerSec)
-		submitLat = append(submitLat, res.SubmitLatency...)
-		fmt.Printf("  rep %d: raw cycle %8.0f units/s   runcue %8.0f units/s   ratio %.2f\n", i+1, r, res.UnitsPerSec, res.UnitsPerSec/r)
+	if *lean {
+		runHotPath(*dir, *units, *reps, *submitters, *syncMode, sync)
+		runScale(*dir, *reps, parseSizes(*scaleSizes), *scaleDispatches, *scaleParams)
+		return
 	}
-	mr, mc := benchkit.Median(raw), benchkit.Median(rc)
-	fmt.Printf("median: raw cycle %.0f units/s, runcue %.0f units/s, ratio %.2f\n", mr, mc, mc/mr)
-	what := "SubmitBatch of 100"
-	if *submitters > 0 {
-		what = fmt.Sprintf("Submit, %d concurrent submitters", *submitters)
-	}
-	fmt.Printf("submit latency (%s): p50 %v, p99 %v\n", what,
-		benchkit.Percentile(submitLat, 50).Round(time.Microsecond), benchkit.Percentile(submitLat, 99).Round(time.Microsecond))
+	runHotPath(*dir, *units, *reps, *submitters, *syncMode, sync)
 
 	if *serviceReps > 0 {
 		var plain, svc []float64
@@ -197,4 +179,34 @@ func runSoak(dir string, n int) {
 		fmt.Printf("live heap per processed unit between %d and %d units: %+.1f bytes\n", a.Units, b.Units,
 			(float64(b.LiveHeap)-float64(a.LiveHeap))/float64(b.Units-a.Units))
 	}
+}
+
+// runHotPath measures the headline: runcue against the raw SQLite queue
+// cycle, interleaved, reps times, and the submit latency.
+func runHotPath(dir string, units, reps, submitters int, syncMode string, sync sqlite.Synchronous) {
+	fmt.Printf("runcue-bench: %d units, %d repetitions, synchronous=%s, GOMAXPROCS=%d, %s\n",
+		units, reps, syncMode, runtime.GOMAXPROCS(0), runtime.Version())
+	var raw, rc []float64
+	var submitLat []time.Duration
+	for i := range reps {
+		r, err := benchkit.RawCycle(dir, units, sync)
+		if err != nil {
+			log.Fatal("raw cycle: ", err)
+		}
+		res, err := benchkit.Throughput(dir, benchkit.Options{Units: units, Submitters: submitters, Sync: sync})
+		if err != nil {
+			log.Fatal("runcue: ", err)
+		}
+		raw, rc = append(raw, r), append(rc, res.UnitsPerSec)
+		submitLat = append(submitLat, res.SubmitLatency...)
+		fmt.Printf("  rep %d: raw cycle %8.0f units/s   runcue %8.0f units/s   ratio %.2f\n", i+1, r, res.UnitsPerSec, res.UnitsPerSec/r)
+	}
+	mr, mc := benchkit.Median(raw), benchkit.Median(rc)
+	fmt.Printf("median: raw cycle %.0f units/s, runcue %.0f units/s, ratio %.2f\n", mr, mc, mc/mr)
+	what := "SubmitBatch of 100"
+	if submitters > 0 {
+		what = fmt.Sprintf("Submit, %d concurrent submitters", submitters)
+	}
+	fmt.Printf("submit latency (%s): p50 %v, p99 %v\n", what,
+		benchkit.Percentile(submitLat, 50).Round(time.Microsecond), benchkit.Percentile(submitLat, 99).Round(time.Microsecond))
 }

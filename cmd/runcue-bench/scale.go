@@ -28,6 +28,7 @@ type scaleConfig struct {
 	queued   int
 	priority string // "" (none), "wait" (PriorityByWaitTime) or "hash" (scatters: a hash of the target)
 	hold     bool   // hold the handlers until the whole queue is in memory: the peak RSS run
+	whole    bool   // measure until every queued unit has run (the load included)
 }
 
 func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
@@ -42,6 +43,10 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 	}
 	for _, n := range sizes {
 		configs = append(configs, scaleConfig{name: fmt.Sprintf("%d queued, held until loaded", n), queued: n, hold: true})
+	}
+	if len(sizes) > 1 && sizes[len(sizes)-1] > dispatches {
+		n := sizes[len(sizes)-1]
+		configs = append(configs, scaleConfig{name: fmt.Sprintf("%d queued, until all ran", n), queued: n, whole: true})
 	}
 	configs = append(configs,
 		scaleConfig{name: fmt.Sprintf("%d runnable, PriorityByWaitTime(time.Hour)", prioQueued), queued: prioQueued, priority: "wait"},
@@ -69,7 +74,11 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 			if err := benchkit.CopyDB(templates[c.queued], run); err != nil {
 				log.Fatal(err)
 			}
-			r := scaleChild(run, min(dispatches, c.queued), c.priority, c.hold, c.queued)
+			d := min(dispatches, c.queued)
+			if c.whole {
+				d = c.queued
+			}
+			r := scaleChild(run, d, c.priority, c.hold, c.queued)
 			for _, s := range []string{"", "-wal", "-shm", ".lock"} {
 				os.Remove(run + s)
 			}
@@ -110,6 +119,14 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 	if len(sizes) > 1 {
 		small, big := configs[0].name, configs[len(sizes)-1].name
 		fmt.Printf("deep queue: rate with %s / rate with %s: median ratio %.2f\n", big, small, ratio(big, small))
+		whole := fmt.Sprintf("%d queued, until all ran", sizes[len(sizes)-1])
+		if _, ok := results[whole]; ok && small == fmt.Sprintf("%d queued", dispatches) {
+			var xs []float64
+			for i := range results[whole] {
+				xs = append(xs, results[whole][i].Allocs/results[small][i].Allocs)
+			}
+			fmt.Printf("deep queue: allocations per unit, %s (the load included) / %s: median ratio %.2f\n", whole, small, benchkit.Median(xs))
+		}
 	}
 	plain := fmt.Sprintf("%d queued", prioQueued)
 	if _, ok := results[plain]; ok {
