@@ -81,8 +81,8 @@ func TestWallStepTimeoutsAndBackoff(t *testing.T) {
 	e.start()
 	hang := e.submit("hang")
 	<-started
+	rec := record(t, e.c) // before the submit: the retry's event may come at once
 	flaky := e.submit("flaky")
-	rec := record(t, e.c)
 	rec.waitFor(t, 1, ofType(runcue.EventWorkRetrying, flaky))
 	e.settle()
 
