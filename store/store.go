@@ -333,12 +333,14 @@ type Store interface {
 	// UnitStates returns the state of each of ids that is stored (any
 	// number of IDs; an ID that matches no unit is absent from the map).
 	UnitStates(ctx context.Context, ids []string) (map[string]State, error)
-	// LoadActive calls fn for every queued or running unit in Seq order,
-	// without Result, Error or Attempts (ErrorKind is loaded: it tells a
-	// Retry-After deferral from a backoff). fn must not keep the *Unit
-	// after it returns (the backend may reuse it for a later unit); the
-	// strings and slices it holds are the unit's own and may be kept.
-	LoadActive(ctx context.Context, fn func(*Unit) error) error
+	// LoadActive calls fn for every queued or running unit with a Seq
+	// above after, in Seq order, without Result, Error or Attempts
+	// (ErrorKind is loaded: it tells a Retry-After deferral from a
+	// backoff). fn must not keep the *Unit after it returns (the backend
+	// may reuse it for a later unit); the strings and slices it holds are
+	// the unit's own and may be kept. A backend reads in pages: fn may
+	// take its time without holding a read transaction open.
+	LoadActive(ctx context.Context, after int64, fn func(*Unit) error) error
 	// CountActive returns the number of queued and running units per task.
 	CountActive(ctx context.Context) (map[string]int, error)
 	// QueuedCount returns the number of queued units, cheaply (the store

@@ -69,7 +69,7 @@ func (d *Engine) recover(ctx context.Context) error {
 	var loaded []*unit
 	var last int64
 	n := 0
-	err = d.st.LoadActive(ctx, func(su *store.Unit) error {
+	err = d.st.LoadActive(ctx, 0, func(su *store.Unit) error {
 		if n == first {
 			return errLoadedEnough
 		}
@@ -119,8 +119,8 @@ func (d *Engine) streamLoad(after int64) {
 	d.aux.Go(func() {
 		ctx := d.auxCtx
 		var batch []*unit
-		err := d.st.LoadActive(ctx, func(su *store.Unit) error {
-			if su.Seq <= after || su.State != store.Queued {
+		err := d.st.LoadActive(ctx, after, func(su *store.Unit) error {
+			if su.State != store.Queued {
 				return nil
 			}
 			batch = append(batch, d.build(su))

@@ -307,13 +307,12 @@ func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Uni
 // Each state is read through the open-units index (work_units_open), so a
 // database with a long history of finished units loads in time that
 // follows its active units; the two states' pages are merged by Seq.
-func (s *Store) LoadActive(ctx context.Context, fn func(*store.Unit) error) error {
+func (s *Store) LoadActive(ctx context.Context, after int64, fn func(*store.Unit) error) error {
 	const size = 1000
 	// Each state's page records are reused from page to page (fn keeps
 	// none): a deep queue's load makes little garbage.
 	queued := activePages{state: store.Queued, recs: make([]store.Unit, size)}
 	running := activePages{state: store.Running, recs: make([]store.Unit, size)}
-	var after int64
 	for {
 		if err := s.activePage(ctx, &queued, after, size); err != nil {
 			return err

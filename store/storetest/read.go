@@ -119,7 +119,7 @@ func testLoadActiveCount(t *testing.T, h *harness) {
 	}
 	var got []string
 	var seqs []int64
-	err := h.st.LoadActive(h.ctx, func(u *store.Unit) error {
+	err := h.st.LoadActive(h.ctx, 0, func(u *store.Unit) error {
 		assert.Equal(t, running[u.ID], u.State == store.Running, u.ID)
 		got = append(got, u.ID)
 		seqs = append(seqs, u.Seq)
@@ -147,7 +147,15 @@ func testLoadActiveCount(t *testing.T, h *harness) {
 	assert.Equal(t, expect, got)
 	assert.True(t, slices.IsSorted(seqs))
 	stop := errors.New("stop")
-	assert.ErrorIs(t, h.st.LoadActive(h.ctx, func(*store.Unit) error { return stop }), stop)
+	assert.ErrorIs(t, h.st.LoadActive(h.ctx, 0, func(*store.Unit) error { return stop }), stop)
+	// From a cursor: the units after it, the same as the tail of the whole.
+	mid := seqs[len(seqs)/2]
+	var tail []string
+	require.NoError(t, h.st.LoadActive(h.ctx, mid, func(u *store.Unit) error {
+		tail = append(tail, u.ID)
+		return nil
+	}))
+	assert.Equal(t, got[len(seqs)/2+1:], tail)
 
 	counts, err := h.st.CountActive(h.ctx)
 	require.NoError(t, err)
