@@ -27,15 +27,7 @@ const (
 )
 
 // String returns "day" or "month".
-func (p Period) String() string {
-	switch p {
-	case PerDay:
-		return "day"
-	case PerMonth:
-		return "month"
-	}
-	return "Period(?)"
-}
+func (p Period) String() string { return broker.Period(p).String() }
 
 // Bounds returns the period of kind p that holds wall, in loc: its start
 // and its end, the first instants of their days. That is local midnight,

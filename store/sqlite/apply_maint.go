@@ -162,7 +162,9 @@ func (t *txn) PruneEvents(below int64, limit int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	more, upto, n := false, int64(0), 0
+	// The limit counts events; the query's, blocks (each holds at least
+	// one): a full page of blocks may have more below the cut after it.
+	more, upto, n := limit > 0 && len(rows) == limit, int64(0), 0
 	for _, row := range rows {
 		if limit > 0 && n >= limit {
 			more = true

@@ -190,3 +190,75 @@ func TestUnitEventsPastRecord(t *testing.T) {
 	require.Greater(t, first, cut)
 	assertSameEvents(t, filterEvents(mine, func(e store.Event) bool { return e.Seq >= first }), read(store.EventQuery{Limit: 10000}), "after retention")
 }
+
+// TestLastOfTypesAcrossBlocks: the last event of a type is found when its
+// range spans many blocks (as a log migrated from before per-commit
+// ranges has) and the later blocks of the range hold none of it.
+func TestLastOfTypesAcrossBlocks(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "r.db"), sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	ctx := t.Context()
+	at := time.Unix(1_700_000_000, 0)
+	var want store.Event
+	for i := range 50 {
+		typ := "tick"
+		if i == 10 {
+			typ = "rare"
+		}
+		b, err := st.Apply(ctx, []store.Op{&store.AppendEvent{Event: store.Event{Type: typ, Time: at}},
+			&store.AppendEvent{Event: store.Event{Type: "tock", Time: at}}})
+		require.NoError(t, err)
+		if i == 10 {
+			want = b.Results[0].Events[0]
+		}
+	}
+	// One range over the whole log, as migration 0003 wrote for old logs.
+	require.NoError(t, sqlite.ExecForTest(ctx, st, `DELETE FROM event_ranges WHERE type = 'rare'`))
+	require.NoError(t, sqlite.ExecForTest(ctx, st, `INSERT INTO event_ranges(task, type, first, last) VALUES('', 'rare', 1, 100)`))
+	got, ok, err := st.LastOfTypes(ctx, []string{"rare"})
+	require.NoError(t, err)
+	require.True(t, ok)
+	assert.Equal(t, want.Seq, got.Seq)
+	assert.Equal(t, "rare", got.Type)
+}
+
+// TestPruneEventsLimitSaysMore: a retention pass limited to fewer events
+// than are due says so (More), and passes repeated while it does delete
+// every block due: one-event blocks, and a commit too large for one block
+// (two blocks under one event range, so the ranges' own limit does not
+// say More for it).
+func TestPruneEventsLimitSaysMore(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "r.db"), sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	ctx := t.Context()
+	at := time.Unix(1_700_000_000, 0)
+	total := 0
+	for _, n := range []int{1, store.MaxBlockEvents + 1, 1} {
+		ops := make([]store.Op, n)
+		for i := range ops {
+			ops[i] = &store.AppendEvent{Event: store.Event{Type: "tick", Time: at}}
+		}
+		_, err := st.Apply(ctx, ops)
+		require.NoError(t, err)
+		total += n
+		at = at.Add(time.Second)
+	}
+	passes := 0
+	for {
+		b, err := st.Apply(ctx, []store.Op{&store.Prune{EventsBefore: at, Limit: 2}})
+		require.NoError(t, err)
+		passes++
+		if !b.Results[0].More {
+			break
+		}
+		require.Less(t, passes, 10)
+	}
+	first, err := st.FirstSeq(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, first, "every event was due")
+	last, err := st.LastSeq(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, int64(total), last, "numbers continue after the pruned ones")
+}

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"strconv"
 	"strings"
 	"time"
 
@@ -128,10 +129,8 @@ func (t *txn) recordArg(id string, n int, more bool) (any, error) {
 
 // recordSet is the SET term of a unit's write that appends recordArg's
 // entries to its record, unless the record is full.
-const recordSet = `events = CASE WHEN length(events) >= ` + recordCap + ` THEN events
+var recordSet = `events = CASE WHEN length(events) >= ` + strconv.Itoa(store.MaxUnitRecord) + ` THEN events
 	ELSE CAST(coalesce(events, x'') || coalesce(?, x'') AS BLOB) END`
-
-const recordCap = "1024" // store.MaxUnitRecord (TestRecordCap)
 
 // flushEvents writes the transaction's pending events as blocks of at
 // most store.MaxBlockEvents, then appends to their units' records the

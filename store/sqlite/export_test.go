@@ -102,3 +102,9 @@ func UnitRecordForTest(ctx context.Context, s *Store, id string) ([]byte, error)
 	err := s.read.QueryRowContext(ctx, unitRecordQuery, id).Scan(&rec)
 	return rec, err
 }
+
+// ExecForTest runs a statement on the writer's connection.
+func ExecForTest(ctx context.Context, s *Store, query string) error {
+	_, err := s.wconn.ExecContext(ctx, query)
+	return err
+}

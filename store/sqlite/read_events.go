@@ -168,16 +168,55 @@ func (s *Store) LastOfTypes(ctx context.Context, types []string) (store.Event, b
 		if err != nil {
 			return store.Event{}, false, err
 		}
-		evs, _, err := s.scan(ctx, first, last, math.MaxInt, nil, sel)
-		if err != nil {
-			return store.Event{}, false, err
-		}
-		if n := len(evs); n > 0 {
-			evs = evs[n-1:]
-			return evs[0], true, s.fillResults(ctx, evs)
+		ev, ok, err := s.lastIn(ctx, first, last, sel)
+		if err != nil || ok {
+			if err == nil {
+				evs := []store.Event{ev}
+				err = s.fillResults(ctx, evs)
+				ev = evs[0]
+			}
+			return ev, ok, err
 		}
 		upto = last - 1
 	}
+}
+
+// lastIn returns the last event with Seq in [lo, hi] that sel accepts,
+// reading the blocks from hi backwards and stopping at the first that
+// holds one. (A range of a log migrated from schema 2 may span all of it.)
+func (s *Store) lastIn(ctx context.Context, lo, hi int64, sel func(*store.Event) bool) (store.Event, bool, error) {
+	rows, err := s.read.QueryContext(ctx, `SELECT first, last, data FROM event_blocks
+		WHERE last <= coalesce((SELECT last FROM event_blocks WHERE last >= ?1 ORDER BY last LIMIT 1), ?1)
+		ORDER BY last DESC`, hi)
+	if err != nil {
+		return store.Event{}, false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var first, last int64
+		var data []byte
+		if err := rows.Scan(&first, &last, &data); err != nil {
+			return store.Event{}, false, err
+		}
+		if last < lo {
+			break
+		}
+		var found store.Event
+		ok := false
+		err := store.DecodeBlock(first, data, func(e store.Event) bool {
+			if e.Seq > hi {
+				return false
+			}
+			if e.Seq >= lo && sel(&e) {
+				found, ok = e, true
+			}
+			return true
+		})
+		if err != nil || ok {
+			return found, ok, err
+		}
+	}
+	return store.Event{}, false, rows.Err()
 }
 
 // unitEvents returns the events of q.WorkID, filtered by q's types and
