@@ -106,31 +106,43 @@ func (s *Store) dependsOn(ctx context.Context, units []*store.Unit) error {
 	return nil
 }
 
-// pageDependsOn fills the dependencies of a page of LoadActive (units in
-// Seq order, all active) with one query on the page's Seq range: no
-// argument per unit.
-func (s *Store) pageDependsOn(ctx context.Context, page []*store.Unit) error {
-	rows, err := s.read.QueryContext(ctx, `SELECT w.seq, d.depends_on FROM work_units w JOIN dependencies d ON d.unit_id = w.id
-		WHERE w.seq BETWEEN ? AND ? AND w.state IN ('queued','running') ORDER BY w.seq, d.rowid`, page[0].Seq, page[len(page)-1].Seq)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	i := 0
-	for rows.Next() {
-		var seq int64
-		var dep string
-		if err := rows.Scan(&seq, &dep); err != nil {
+// pageDependsOn fills the dependencies of the units of a page of
+// LoadActive that have any (need: the page's reads found their rows), in
+// the order they were stored. Units without dependencies, most of a deep
+// queue, cost no read here.
+func (s *Store) pageDependsOn(ctx context.Context, need []*store.Unit) error {
+	for len(need) > 0 {
+		n := min(len(need), maxIDs)
+		byID := make(map[string]*store.Unit, n)
+		args := make([]any, n)
+		for i, u := range need[:n] {
+			byID[u.ID] = u
+			args[i] = u.ID
+		}
+		need = need[n:]
+		rows, err := s.read.QueryContext(ctx, `SELECT unit_id, depends_on FROM dependencies
+			WHERE unit_id IN (`+placeholders(n)+`) ORDER BY rowid`, args...)
+		if err != nil {
 			return err
 		}
-		for i < len(page) && page[i].Seq < seq {
-			i++
+		for rows.Next() {
+			var id, dep string
+			if err := rows.Scan(&id, &dep); err != nil {
+				rows.Close()
+				return err
+			}
+			if u := byID[id]; u != nil {
+				u.DependsOn = append(u.DependsOn, dep)
+			}
 		}
-		if i < len(page) && page[i].Seq == seq {
-			page[i].DependsOn = append(page[i].DependsOn, dep)
+		if err := rows.Close(); err != nil {
+			return err
+		}
+		if err := rows.Err(); err != nil {
+			return err
 		}
 	}
-	return rows.Err()
+	return nil
 }
 
 // maxIDs caps the IDs bound in one query, under SQLite's host-parameter
@@ -311,8 +323,9 @@ func (s *Store) LoadActive(ctx context.Context, after int64, fn func(*store.Unit
 	const size = 1000
 	// Each state's page records are reused from page to page (fn keeps
 	// none): a deep queue's load makes little garbage.
-	queued := activePages{state: store.Queued, recs: make([]store.Unit, size)}
-	running := activePages{state: store.Running, recs: make([]store.Unit, size)}
+	queued := activePages{state: store.Queued, recs: make([]store.Unit, size), deps: map[*store.Unit]struct{}{}}
+	running := activePages{state: store.Running, recs: make([]store.Unit, size), deps: map[*store.Unit]struct{}{}}
+	var need []*store.Unit
 	for {
 		if err := s.activePage(ctx, &queued, after, size); err != nil {
 			return err
@@ -332,7 +345,15 @@ func (s *Store) LoadActive(ctx context.Context, after int64, fn func(*store.Unit
 		if len(page) == 0 {
 			return nil
 		}
-		if err := s.pageDependsOn(ctx, page); err != nil {
+		need = need[:0]
+		for _, u := range page {
+			if _, ok := queued.deps[u]; ok {
+				need = append(need, u)
+			} else if _, ok := running.deps[u]; ok {
+				need = append(need, u)
+			}
+		}
+		if err := s.pageDependsOn(ctx, need); err != nil {
 			return err
 		}
 		for _, u := range page {
@@ -353,32 +374,49 @@ type activePages struct {
 	state store.State
 	recs  []store.Unit
 	page  []*store.Unit
+	// deps holds the units of page that have dependencies.
+	deps map[*store.Unit]struct{}
 }
 
 // activePage reads p's next page: up to size units of p's state after
-// seq after, in Seq order.
+// seq after, in Seq order. A queued unit's run columns (the lease, the
+// run's epoch, a cancellation request) are not read: a queued unit has
+// none.
 func (s *Store) activePage(ctx context.Context, p *activePages, after int64, size int) error {
 	p.page = p.page[:0]
+	clear(p.deps)
 	// The state NOT IN term is the open-units index's own condition: it
 	// lets SQLite use that partial index.
-	rows, err := s.read.QueryContext(ctx, `SELECT seq, id, task, target, params, state, runs, failures, deferrals, created_at, run_at,
-			started_at, timeout, coalesce(leased_by, ''), lease_expires_at, coalesce(idempotency_key, ''), dependency_deadline,
-			retry, trace, cancel_requested, coalesce(error_kind, ''), costs, epoch
-		FROM work_units INDEXED BY work_units_open
-		WHERE state = ? AND state NOT IN ('completed', 'skipped') AND seq > ? ORDER BY seq LIMIT ?`, string(p.state), after, size)
+	const cols = `seq, id, task, target, params, runs, failures, deferrals, created_at, run_at,
+			started_at, timeout, coalesce(idempotency_key, ''), dependency_deadline,
+			retry, trace, coalesce(error_kind, ''), costs,
+			EXISTS (SELECT 1 FROM dependencies d WHERE d.unit_id = work_units.id)`
+	const from = ` FROM work_units INDEXED BY work_units_open
+		WHERE state = ? AND state NOT IN ('completed', 'skipped') AND seq > ? ORDER BY seq LIMIT ?`
+	running := p.state == store.Running
+	q := `SELECT ` + cols + from
+	if running {
+		q = `SELECT ` + cols + `, coalesce(leased_by, ''), lease_expires_at, cancel_requested, epoch` + from
+	}
+	rows, err := s.read.QueryContext(ctx, q, string(p.state), after, size)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
 	for rows.Next() {
 		u := &p.recs[len(p.page)]
-		*u = store.Unit{}
+		*u = store.Unit{State: p.state}
 		var created, runAt, started, timeout, leaseExp, depDeadline int64
 		var cancelReq int
 		var costs []byte
-		if err := rows.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &u.State, &u.Runs, &u.Failures, &u.Deferrals, &created,
-			&runAt, &started, &timeout, &u.LeasedBy, &leaseExp, &u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace,
-			&cancelReq, &u.ErrorKind, &costs, &u.Epoch); err != nil {
+		var hasDeps bool
+		dest := []any{&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &u.Runs, &u.Failures, &u.Deferrals, &created,
+			&runAt, &started, &timeout, &u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace,
+			&u.ErrorKind, &costs, &hasDeps}
+		if running {
+			dest = append(dest, &u.LeasedBy, &leaseExp, &cancelReq, &u.Epoch)
+		}
+		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
 		if err := decodeCosts(costs, u); err != nil {
@@ -387,6 +425,9 @@ func (s *Store) activePage(ctx context.Context, p *activePages, after int64, siz
 		u.CreatedAt, u.RunAt, u.StartedAt = tm(created), tm(runAt), tm(started)
 		u.Timeout, u.LeaseExpiresAt, u.DependencyDeadline = time.Duration(timeout), tm(leaseExp), tm(depDeadline)
 		u.CancelRequested = cancelReq != 0
+		if hasDeps {
+			p.deps[u] = struct{}{}
+		}
 		p.page = append(p.page, u)
 	}
 	return rows.Err()

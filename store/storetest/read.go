@@ -90,11 +90,15 @@ func testList(t *testing.T, h *harness) {
 
 func testLoadActiveCount(t *testing.T, h *harness) {
 	var want []string
-	for i := range 2500 { // more than one page
+	deps := map[string][]string{} // every unit's, in the order given
+	for i := range 2500 {         // more than one page
 		u := h.unit([]string{"a", "b"}[i%2])
 		if i%3 == 0 {
 			u.Params = []byte(`{"big":true}`)
-			u.DependsOn = nil
+		}
+		if i%7 == 5 && i > 10 { // queued and running units with dependencies, on every page
+			u.DependsOn = []string{want[i-3], want[i-9], want[i-5]}
+			deps[u.ID] = u.DependsOn
 		}
 		if i == 6 {
 			u.Costs = map[string]int64{"tokens": 7}
@@ -107,6 +111,7 @@ func testLoadActiveCount(t *testing.T, h *harness) {
 	h.finish(want[1], 1, store.Completed)
 	withDep := h.unit("a", func(u *store.Unit) { u.DependsOn = []string{want[2]} })
 	h.insert(withDep)
+	deps[withDep.ID] = withDep.DependsOn
 	h.claim(want[4], 1)
 	h.finish(want[4], 1, store.Queued, func(f *store.Finish) {
 		f.RunAt, f.Error, f.ErrorKind, f.Deferral = h.now.Add(time.Minute), "429", "retry_after", true
@@ -123,6 +128,7 @@ func testLoadActiveCount(t *testing.T, h *harness) {
 		assert.Equal(t, running[u.ID], u.State == store.Running, u.ID)
 		got = append(got, u.ID)
 		seqs = append(seqs, u.Seq)
+		assert.Equal(t, deps[u.ID], u.DependsOn, "LoadActive includes DependsOn, in order: %s", u.ID)
 		if u.ID == want[4] {
 			assert.Equal(t, "retry_after", u.ErrorKind, "LoadActive includes ErrorKind")
 			assert.False(t, u.StartedAt.IsZero(), "and StartedAt")
