@@ -36,11 +36,12 @@ type machinery struct {
 // newMachinery makes c's telemetry; only the owner reports the queue.
 func (c *Cue) newMachinery() error {
 	var err error
-	c.mach.tel, err = engine.NewTelemetry(c.cfg.MeterProvider, c.cfg.TracerProvider, func() (int64, bool) {
+	c.mach.tel, err = engine.NewTelemetry(c.cfg.MeterProvider, c.cfg.TracerProvider, func() (int64, int64, bool) {
 		if d := c.disp.Load(); d != nil {
-			return d.e.Queued(), true
+			q, unloaded := d.e.Queued()
+			return q, unloaded, true
 		}
-		return 0, false
+		return 0, 0, false
 	})
 	return err
 }
@@ -60,7 +61,7 @@ func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.Servic
 	cfg := c.cfg
 	ecfg := engine.Config{
 		MaxConcurrent: cfg.MaxConcurrent, MaxUncommitted: cfg.MaxUncommitted, MaxPayload: cfg.MaxPayload,
-		MaxQueued: cfg.MaxQueued, FeedLowWater: cfg.FeedLowWater,
+		MaxQueued: cfg.MaxQueued, FeedLowWater: cfg.FeedLowWater, LoadAhead: cfg.LoadAhead,
 		DefaultTimeout: cfg.DefaultTimeout, LeaseBuffer: cfg.LeaseBuffer, MaxStartDelay: cfg.MaxStartDelay,
 		EventRetention: cfg.EventRetention, SubscriptionRetention: cfg.SubscriptionRetention,
 		QueueStatusInterval: cfg.QueueStatusInterval, CancelGrace: cfg.CancelGrace, Retention: cfg.Retention,

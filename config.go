@@ -150,6 +150,22 @@ type Config struct {
 	// FeedLowWater is the queued-unit count below which Feed is called.
 	// Default 100.
 	FeedLowWater int
+	// LoadAhead bounds the queued units the owner holds in memory when it
+	// starts on a deep stored queue: the queue's first LoadAhead units
+	// (at most 10,000) are loaded before Start returns, the rest a batch
+	// at a time whenever the owner holds fewer than LoadAhead queued units
+	// or has a handler slot they cannot fill, so that loading follows
+	// dispatch instead of competing with it, and memory is bounded by
+	// LoadAhead (plus a batch) rather than by the queue's depth while the
+	// units held keep dispatch busy. Units that cannot run (waiting for
+	// dependencies, a time or a service) never keep the units behind them
+	// from loading. A unit not yet loaded waits its turn in submission
+	// order: a priority function scores only the units held, and Explain
+	// says not_loaded of the others (QueueStatus.Unloaded counts them);
+	// units submitted while the Cue runs are held at once. Negative: load
+	// the whole queue at once (every unit scored from the start, memory
+	// proportional to the queue). Default DefaultLoadAhead.
+	LoadAhead int
 	// FeedInterval is how long to wait before calling Feed again after it
 	// returned nothing or an error. Default 1s.
 	FeedInterval time.Duration
@@ -201,8 +217,11 @@ const (
 // DefaultMaxPayload is the default Config.MaxPayload: 16 MiB.
 const DefaultMaxPayload = 16 << 20
 
+// DefaultLoadAhead is the default Config.LoadAhead.
+const DefaultLoadAhead = 10_000
+
 // Bounds of the Config fields that allocate or spin: MaxConcurrent,
-// MaxUncommitted, EventBuffer and FeedLowWater are at most MaxConfigCount;
+// MaxUncommitted, EventBuffer, FeedLowWater and LoadAhead are at most MaxConfigCount;
 // MaxPayload at most MaxPayloadLimit; PollInterval, DependencyRecheck,
 // CallbackTimeout and FeedInterval at least a millisecond
 // (QueueStatusInterval 10 ms); durations added to the time (timeouts,
@@ -254,6 +273,7 @@ func (cfg Config) validate() error {
 		count("MaxUncommitted", cfg.MaxUncommitted, MaxConfigCount),
 		count("EventBuffer", cfg.EventBuffer, MaxConfigCount),
 		count("FeedLowWater", cfg.FeedLowWater, MaxConfigCount),
+		count("LoadAhead", cfg.LoadAhead, MaxConfigCount),
 		count("MaxPayload", cfg.MaxPayload, MaxPayloadLimit),
 		span("PollInterval", cfg.PollInterval, time.Millisecond, day),
 		span("QueueStatusInterval", max(cfg.QueueStatusInterval, 0), 10*time.Millisecond, day),
@@ -311,6 +331,9 @@ func (cfg Config) withDefaults() Config {
 	orDefault(&cfg.PriorityTTL, 100*time.Millisecond)
 	orDefault(&cfg.CallbackTimeout, 100*time.Millisecond)
 	orDefault(&cfg.FeedLowWater, 100)
+	if cfg.LoadAhead == 0 { // negative: no limit
+		cfg.LoadAhead = DefaultLoadAhead
+	}
 	orDefault(&cfg.FeedInterval, time.Second)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.Real()

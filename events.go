@@ -155,6 +155,11 @@ type QueueStatus struct {
 	Running int `json:"running"`
 	// Orphaned units have a task type not registered in the owner.
 	Orphaned int `json:"orphaned,omitempty"`
+	// Unloaded units are queued in the database but not yet loaded by the
+	// owner, which loads a deep queue as dispatch makes room
+	// (Config.LoadAhead). Stored submissions and cancellations made by
+	// other processes since the owner started count once it loads.
+	Unloaded int `json:"unloaded,omitempty"`
 	// Backpressure reports that backpressure is active.
 	Backpressure bool `json:"backpressure,omitempty"`
 	// Paused reports that the queue is paused (PauseQueue).

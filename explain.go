@@ -78,6 +78,11 @@ const (
 	ReasonNotOwned ReasonKind = "not_owned"
 	// ReasonStopping: the owning Cue is stopping, or its store failed.
 	ReasonStopping ReasonKind = "stopping"
+	// ReasonNotLoaded: the owning Cue started on a deep queue and has not
+	// loaded the unit yet: it loads the stored queue in submission order
+	// as dispatch makes room (Config.LoadAhead). The other reasons given
+	// are those the database shows.
+	ReasonNotLoaded ReasonKind = "not_loaded"
 	// ReasonEligible: nothing holds it back; it runs when its turn comes
 	// (submission order, or priority when Config.Priority is set).
 	ReasonEligible ReasonKind = "eligible"
@@ -124,6 +129,7 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 	if err := c.checkOpen(); err != nil {
 		return Explanation{}, err
 	}
+	var owner []Reason // the owner's, for a unit it does not hold
 	if d := c.disp.Load(); d != nil {
 		ex, ok, err := d.explain(ctx, id)
 		if err != nil {
@@ -135,6 +141,7 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 		}
 		// Not in the dispatcher's memory (finished, or not loaded yet), or
 		// the dispatcher ended.
+		owner = ex.Reasons
 	}
 	if c.disp.Load() == nil {
 		var ex Explanation
@@ -157,6 +164,7 @@ func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 		if c.disp.Load() == nil {
 			ex.Reasons = append(ex.Reasons, Reason{Kind: ReasonNotOwned, Detail: "this Cue does not own the database; another process (or none) dispatches"})
 		}
+		ex.Reasons = append(ex.Reasons, owner...) // not_loaded
 		paused, err := c.storedPauseReasons(ctx, u.Task)
 		if err != nil {
 			return Explanation{}, c.readErr(err)

@@ -107,6 +107,13 @@ func SetLoad(c *Cue, first, batch int, step func(context.Context)) {
 	c.mach.hooks.FirstLoad, c.mach.hooks.LoadBatch, c.mach.hooks.LoadStep = first, batch, step
 }
 
+// OnLoadWaits sets a func the dispatcher calls whenever the streamed load
+// starts waiting for dispatch to make room (Config.LoadAhead), with the
+// queued units held and those not loaded. Call before Start.
+func OnLoadWaits(c *Cue, f func(held, unloaded int)) {
+	c.mach.hooks.LoadWaits = f
+}
+
 // SetParamBudget sets the memory budget of params kept for queued units,
 // and a func called (on the dispatcher goroutine) for every read of params
 // with the number of units it reads. Call before Start.

@@ -34,7 +34,8 @@ const (
 type PriorityContext struct {
 	// Work is the unit: ID, task, target, params and next attempt number.
 	Work *Work
-	// QueueDepth is the number of queued units the owner holds.
+	// QueueDepth is the number of queued units: those the owner holds and
+	// those of a deep stored queue it has not loaded yet (Config.LoadAhead).
 	QueueDepth int
 	// ServicePressure maps each of the unit's services to its load: active
 	// over MaxConcurrent, 0 for a service without a concurrency limit.

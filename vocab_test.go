@@ -40,6 +40,7 @@ func TestEngineVocabularyAgrees(t *testing.T) {
 		engine.ReasonBackpressure:        runcue.ReasonBackpressure,
 		engine.ReasonTaskNotRegistered:   runcue.ReasonTaskNotRegistered,
 		engine.ReasonStopping:            runcue.ReasonStopping,
+		engine.ReasonNotLoaded:           runcue.ReasonNotLoaded,
 		engine.ReasonEligible:            runcue.ReasonEligible,
 	} {
 		assert.Equal(t, string(kind), string(engineKind))

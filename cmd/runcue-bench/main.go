@@ -46,10 +46,11 @@ func main() {
 	history := flag.Int("history", 0, "instead of the other measurements: time to the first handler call on a database whose history holds this many completed units, with 1,000 queued")
 	scaleChildPath := flag.String("scale-child", "", "internal: measure one -scale run on this database and print it as JSON")
 	scalePriority := flag.String("scale-priority", "", "internal: with -scale-child, the priority function: wait (PriorityByWaitTime(time.Hour)) or hash (a hash of the target)")
-	scaleHold := flag.Int("scale-hold", 0, "internal: with -scale-child, hold the handlers until this many units (less the handler cap) are queued in memory, and report the peak RSS then")
+	scaleHold := flag.Int("scale-hold", 0, "internal: with -scale-child, hold the handlers until the load of this many queued units stops (all in memory, or Config.LoadAhead), and report the peak RSS then")
+	scaleLoadAhead := flag.Int("scale-load-ahead", 0, "Config.LoadAhead for -scale runs (0: the default; -1: load the whole queue at once)")
 	flag.Parse()
 	if *scaleChildPath != "" {
-		childMain(*scaleChildPath, *scaleDispatches, *scalePriority, *scaleHold)
+		childMain(*scaleChildPath, *scaleDispatches, *scalePriority, *scaleHold, *scaleLoadAhead)
 		return
 	}
 
@@ -78,7 +79,7 @@ func main() {
 		return
 	}
 	if *scale {
-		runScale(*dir, *reps, parseSizes(*scaleSizes), *scaleDispatches, *scaleParams)
+		runScale(*dir, *reps, parseSizes(*scaleSizes), *scaleDispatches, *scaleParams, *scaleLoadAhead)
 		return
 	}
 	if *soak > 0 {
@@ -87,7 +88,7 @@ func main() {
 	}
 	if *lean {
 		runHotPath(*dir, *units, *reps, *submitters, *syncMode, sync)
-		runScale(*dir, *reps, parseSizes(*scaleSizes), *scaleDispatches, *scaleParams)
+		runScale(*dir, *reps, parseSizes(*scaleSizes), *scaleDispatches, *scaleParams, *scaleLoadAhead)
 		return
 	}
 	runHotPath(*dir, *units, *reps, *submitters, *syncMode, sync)

@@ -27,13 +27,16 @@ type scaleConfig struct {
 	name     string
 	queued   int
 	priority string // "" (none), "wait" (PriorityByWaitTime) or "hash" (scatters: a hash of the target)
-	hold     bool   // hold the handlers until the whole queue is in memory: the peak RSS run
+	hold     bool   // hold the handlers until the load stops (the whole queue or Config.LoadAhead in memory): the peak RSS run
 	whole    bool   // measure until every queued unit has run (the load included)
+	// loadAhead is the Cue's Config.LoadAhead: the -scale-load-ahead
+	// flag's, but -1 (every unit held and scored) for the priority runs.
+	loadAhead int
 }
 
-func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
-	fmt.Printf("runcue-bench -scale: queued %v, first %d dispatches measured, params %d B, %d interleaved repetitions, GOMAXPROCS=%d, %s\n",
-		sizes, dispatches, paramBytes, reps, runtime.GOMAXPROCS(0), runtime.Version())
+func runScale(dir string, reps int, sizes []int, dispatches, paramBytes, loadAhead int) {
+	fmt.Printf("runcue-bench -scale: queued %v, first %d dispatches measured, params %d B, LoadAhead %d, %d interleaved repetitions, GOMAXPROCS=%d, %s\n",
+		sizes, dispatches, paramBytes, loadAhead, reps, runtime.GOMAXPROCS(0), runtime.Version())
 	const prioQueued = 100_000
 	var configs []scaleConfig
 	fill := map[int]bool{prioQueued: true}
@@ -42,15 +45,22 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 		fill[n] = true
 	}
 	for _, n := range sizes {
-		configs = append(configs, scaleConfig{name: fmt.Sprintf("%d queued, held until loaded", n), queued: n, hold: true})
+		configs = append(configs, scaleConfig{name: fmt.Sprintf("%d queued, held until the load stops", n), queued: n, hold: true})
 	}
 	if len(sizes) > 1 && sizes[len(sizes)-1] > dispatches {
 		n := sizes[len(sizes)-1]
 		configs = append(configs, scaleConfig{name: fmt.Sprintf("%d queued, until all ran", n), queued: n, whole: true})
 	}
+	for i := range configs {
+		configs[i].loadAhead = loadAhead
+	}
+	// The priority runs hold every unit (LoadAhead -1), so that the
+	// function orders all 100,000, as the reference without one does.
+	plain := fmt.Sprintf("%d runnable, no priority function", prioQueued)
 	configs = append(configs,
-		scaleConfig{name: fmt.Sprintf("%d runnable, PriorityByWaitTime(time.Hour)", prioQueued), queued: prioQueued, priority: "wait"},
-		scaleConfig{name: fmt.Sprintf("%d runnable, a hash of the target", prioQueued), queued: prioQueued, priority: "hash"})
+		scaleConfig{name: plain, queued: prioQueued, loadAhead: -1},
+		scaleConfig{name: fmt.Sprintf("%d runnable, PriorityByWaitTime(time.Hour)", prioQueued), queued: prioQueued, priority: "wait", loadAhead: -1},
+		scaleConfig{name: fmt.Sprintf("%d runnable, a hash of the target", prioQueued), queued: prioQueued, priority: "hash", loadAhead: -1})
 	templates := map[int]string{}
 	for _, n := range slices.Sorted(func(yield func(int) bool) {
 		for n := range fill {
@@ -78,7 +88,7 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 			if c.whole {
 				d = c.queued
 			}
-			r := scaleChild(run, d, c.priority, c.hold, c.queued)
+			r := scaleChild(run, d, c.priority, c.hold, c.queued, c.loadAhead)
 			for _, s := range []string{"", "-wal", "-shm", ".lock"} {
 				os.Remove(run + s)
 			}
@@ -97,8 +107,9 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 	for _, c := range configs {
 		n := c.name
 		if c.hold {
-			fmt.Printf("  %s: every unit in memory %v after Open, peak RSS (VmHWM) %.1f MiB\n", n,
+			fmt.Printf("  %s: load stopped %v after Open holding %.0f queued, peak RSS (VmHWM) %.1f MiB\n", n,
 				time.Duration(med(n, func(r benchkit.DeepResult) float64 { return float64(r.Loaded) })).Round(time.Millisecond),
+				med(n, func(r benchkit.DeepResult) float64 { return float64(r.Held) }),
 				med(n, func(r benchkit.DeepResult) float64 { return float64(r.PeakRSS) })/(1<<20))
 			continue
 		}
@@ -128,7 +139,6 @@ func runScale(dir string, reps int, sizes []int, dispatches, paramBytes int) {
 			fmt.Printf("deep queue: allocations per unit, %s (the load included) / %s: median ratio %.2f\n", whole, small, benchkit.Median(xs))
 		}
 	}
-	plain := fmt.Sprintf("%d queued", prioQueued)
 	if _, ok := results[plain]; ok {
 		for _, prio := range []string{fmt.Sprintf("%d runnable, PriorityByWaitTime(time.Hour)", prioQueued), fmt.Sprintf("%d runnable, a hash of the target", prioQueued)} {
 			fmt.Printf("priority: rate with %s / without: median ratio %.2f\n", prio, ratio(prio, plain))
@@ -154,7 +164,7 @@ func runHistory(dir string, reps, finished int) {
 		if err := benchkit.CopyDB(tmpl, run); err != nil {
 			log.Fatal(err)
 		}
-		r := scaleChild(run, queued, "", false, queued)
+		r := scaleChild(run, queued, "", false, queued, 0)
 		for _, s := range []string{"", "-wal", "-shm", ".lock"} {
 			os.Remove(run + s)
 		}
@@ -165,7 +175,7 @@ func runHistory(dir string, reps, finished int) {
 }
 
 // scaleChild runs one measurement in a child process.
-func scaleChild(path string, dispatches int, priority string, hold bool, queued int) benchkit.DeepResult {
+func scaleChild(path string, dispatches int, priority string, hold bool, queued, loadAhead int) benchkit.DeepResult {
 	exe, err := os.Executable()
 	if err != nil {
 		log.Fatal(err)
@@ -176,6 +186,9 @@ func scaleChild(path string, dispatches int, priority string, hold bool, queued 
 	}
 	if hold {
 		args = append(args, "-scale-hold", strconv.Itoa(queued))
+	}
+	if loadAhead != 0 {
+		args = append(args, "-scale-load-ahead", strconv.Itoa(loadAhead))
 	}
 	cmd := exec.Command(exe, args...)
 	cmd.Stderr = os.Stderr
@@ -191,8 +204,8 @@ func scaleChild(path string, dispatches int, priority string, hold bool, queued 
 }
 
 // childMain is the child's side: measure, print the result as JSON.
-func childMain(path string, dispatches int, priority string, hold int) {
-	opts := benchkit.DeepOptions{Dispatches: dispatches, HoldUntilLoaded: hold > 0, Queued: hold}
+func childMain(path string, dispatches int, priority string, hold, loadAhead int) {
+	opts := benchkit.DeepOptions{Dispatches: dispatches, HoldUntilLoaded: hold > 0, Queued: hold, LoadAhead: loadAhead}
 	switch priority {
 	case "":
 	case "wait":

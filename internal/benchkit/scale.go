@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"os"
 	"runtime"
 	"strconv"
@@ -27,6 +28,7 @@ import (
 // paramBytes bytes) to a new database at path, submitted in batches of
 // 1,000 by a Cue that never starts, and closes it.
 func Prefill(path string, n, paramBytes int) error {
+	removeDB(path) // a template left by an earlier run in the same -dir would be added to
 	c, err := runcue.Open(path, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
@@ -94,11 +96,15 @@ type DeepOptions struct {
 	// MaxConcurrent is the Cue's handler cap. Default 100.
 	MaxConcurrent int
 	// HoldUntilLoaded, instead of measuring the rate, holds the first
-	// handlers until the Cue holds Queued units in memory (read from its
-	// runcue.work.queued gauge), so that PeakRSS is that of the whole
-	// queue in memory, and reports the time the load took.
+	// handlers until the Cue's load of the Queued units stops: every unit
+	// is in memory, or the Cue holds LoadAhead queued units and waits for
+	// dispatch to make room (read from its runcue.work.queued and
+	// runcue.work.unloaded gauges). PeakRSS is then that of the queue as
+	// the Cue holds it, and Loaded the time the load took.
 	HoldUntilLoaded bool
 	Queued          int
+	// LoadAhead is the Cue's Config.LoadAhead.
+	LoadAhead int
 }
 
 // DeepResult is what StartDeep measured.
@@ -114,9 +120,10 @@ type DeepResult struct {
 	// PeakRSS is the process's peak resident set (VmHWM) when the run
 	// ends.
 	PeakRSS uint64
-	// Loaded is the time from Open until every queued unit was in memory
-	// (HoldUntilLoaded).
+	// Loaded is the time from Open until the load stopped (HoldUntilLoaded);
+	// Held is how many queued units were in memory then.
 	Loaded time.Duration
+	Held   int64
 }
 
 // StartDeep opens the pre-filled database at path with a no-op handler for
@@ -140,7 +147,7 @@ func StartDeep(path string, opts DeepOptions) (DeepResult, error) {
 	}
 	t0 := time.Now()
 	c, err := runcue.Open(path, runcue.Config{Logger: slog.New(slog.DiscardHandler), MaxConcurrent: opts.MaxConcurrent,
-		Priority: opts.Priority, MeterProvider: mp})
+		Priority: opts.Priority, MeterProvider: mp, LoadAhead: opts.LoadAhead})
 	if err != nil {
 		return res, err
 	}
@@ -163,8 +170,19 @@ func StartDeep(path string, opts DeepOptions) (DeepResult, error) {
 		return res, err
 	}
 	if opts.HoldUntilLoaded {
-		want := int64(opts.Queued - opts.MaxConcurrent)
-		for queuedGauge(ctx, reader) < want {
+		ahead := int64(opts.LoadAhead)
+		switch {
+		case ahead == 0:
+			ahead = runcue.DefaultLoadAhead
+		case ahead < 0:
+			ahead = math.MaxInt64
+		}
+		want := min(int64(opts.Queued-opts.MaxConcurrent), ahead)
+		for {
+			queued, unloaded := queueGauges(ctx, reader)
+			if res.Held = queued - unloaded; res.Held >= want {
+				break
+			}
 			time.Sleep(5 * time.Millisecond)
 		}
 		res.Loaded = time.Since(t0)
@@ -196,22 +214,27 @@ func StartDeep(path string, opts DeepOptions) (DeepResult, error) {
 	return res, nil
 }
 
-// queuedGauge reads runcue.work.queued.
-func queuedGauge(ctx context.Context, r *sdkmetric.ManualReader) int64 {
+// queueGauges reads runcue.work.queued and runcue.work.unloaded.
+func queueGauges(ctx context.Context, r *sdkmetric.ManualReader) (queued, unloaded int64) {
 	var rm metricdata.ResourceMetrics
 	if err := r.Collect(ctx, &rm); err != nil {
-		return 0
+		return 0, 0
 	}
 	for _, sm := range rm.ScopeMetrics {
 		for _, m := range sm.Metrics {
-			if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "runcue.work.queued" {
-				for _, p := range g.DataPoints {
-					return p.Value
-				}
+			g, ok := m.Data.(metricdata.Gauge[int64])
+			if !ok || len(g.DataPoints) == 0 {
+				continue
+			}
+			switch m.Name {
+			case "runcue.work.queued":
+				queued = g.DataPoints[0].Value
+			case "runcue.work.unloaded":
+				unloaded = g.DataPoints[0].Value
 			}
 		}
 	}
-	return 0
+	return queued, unloaded
 }
 
 // peakRSS returns the process's peak resident set size (VmHWM).
@@ -232,7 +255,7 @@ func peakRSS() uint64 {
 // String formats r on one line.
 func (r DeepResult) String() string {
 	if r.Loaded > 0 {
-		return fmt.Sprintf("every unit in memory %v after Open, peak RSS %.1f MiB", r.Loaded.Round(time.Millisecond), float64(r.PeakRSS)/(1<<20))
+		return fmt.Sprintf("load stopped %v after Open holding %d queued, peak RSS %.1f MiB", r.Loaded.Round(time.Millisecond), r.Held, float64(r.PeakRSS)/(1<<20))
 	}
 	return fmt.Sprintf("first call %v, %.0f dispatches/s, %.0f B and %.1f allocs per unit, peak RSS %.1f MiB",
 		r.FirstCall.Round(time.Millisecond), r.Rate, r.AllocBytes, r.Allocs, float64(r.PeakRSS)/(1<<20))
@@ -242,6 +265,7 @@ func (r DeepResult) String() string {
 // no-op units (run to completion by a Cue that keeps finished units) and
 // then queued queued ones, and closes it.
 func PrefillHistory(path string, finished, queued int) error {
+	removeDB(path) // a template left by an earlier run in the same -dir would be added to
 	c, err := runcue.Open(path, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err

@@ -179,7 +179,7 @@ func (d *Engine) Backpressure(ctx context.Context) (BackpressureStats, bool, err
 
 // Queued is the number of queued units as of the last loop iteration
 // (for the metrics' gauge).
-func (d *Engine) Queued() int64 { return d.queued.Load() }
+func (d *Engine) Queued() (queued, unloaded int64) { return d.queued.Load(), d.unloadedNow.Load() }
 
 // Wall returns the engine's wall clock (its timeline's reading).
 func (d *Engine) Wall() time.Time { return d.wall() }

@@ -163,10 +163,14 @@ func (d *Engine) Run() {
 		}
 		d.fireTimers()
 		d.queued.Store(int64(d.queuedCount()))
+		d.unloadedNow.Store(int64(d.unloaded))
 		d.backpressure() // the queue as the messages left it, then as dispatch leaves it
 		d.dispatch()
 		d.backpressure()
 		d.maybeFeed()
+		if d.loadWaits {
+			d.loadMore()
+		}
 		d.flushStatus()
 		if h := d.hooks.CheckInvariants; h != nil {
 			if err := d.verify(); err != nil {
@@ -322,7 +326,7 @@ func (d *Engine) handle(m message) {
 	case msgScoreOverrun:
 		d.scoreOverrun(m)
 	case msgLoaded:
-		d.loaded(m.units)
+		d.loaded(m)
 	case msgParams:
 		d.paramsRead(m)
 	case msgFed:

@@ -45,8 +45,12 @@ var (
 // Config is the engine's configuration: runcue.Config with its defaults
 // applied, and its callbacks adapted.
 type Config struct {
-	MaxConcurrent, MaxUncommitted, MaxPayload       int
-	MaxQueued, FeedLowWater                         int
+	MaxConcurrent, MaxUncommitted, MaxPayload int
+	MaxQueued, FeedLowWater                   int
+	// LoadAhead is how many queued units the owner holds before the load
+	// of a deep stored queue waits for dispatch to make room; negative:
+	// no limit (runcue.Config.LoadAhead).
+	LoadAhead                                       int
 	DefaultTimeout, LeaseBuffer, MaxStartDelay      time.Duration
 	EventRetention, SubscriptionRetention           time.Duration
 	QueueStatusInterval, CancelGrace, Retention     time.Duration
@@ -183,6 +187,10 @@ type Hooks struct {
 	// and before the load's end.
 	FirstLoad, LoadBatch int
 	LoadStep             func(context.Context)
+	// LoadWaits is called on the dispatcher goroutine whenever the load
+	// starts waiting for dispatch to make room, with the queued units held
+	// and those not loaded.
+	LoadWaits func(held, unloaded int)
 	// ParamBudget replaces maxParamBytes; ParamRead is called for every
 	// read of params with the units it reads.
 	ParamBudget int

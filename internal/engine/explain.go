@@ -10,7 +10,8 @@ import (
 )
 
 // explain runs on the dispatcher goroutine. It returns an empty Explanation
-// for a unit it does not hold.
+// for a unit it does not hold, with the reason not_loaded (and no ID) while
+// a deep queue is loading: the unit may be one not loaded yet.
 func (d *Engine) explain(id string) Explanation {
 	now := d.now()
 	u := d.units[id]
@@ -20,6 +21,10 @@ func (d *Engine) explain(id string) Explanation {
 				return Explanation{ID: id, Task: task, State: store.Queued, Reasons: []Reason{{Kind: ReasonTaskNotRegistered,
 					Detail: fmt.Sprintf("no handler for task type %q in the owning Cue", task)}}}
 			}
+		}
+		if d.loading {
+			return Explanation{Reasons: []Reason{{Kind: ReasonNotLoaded,
+				Detail: fmt.Sprintf("the owning Cue has not loaded it yet: %d queued units are stored behind the %d it holds", d.unloaded, d.heldQueued())}}}
 		}
 		return Explanation{}
 	}

@@ -23,13 +23,19 @@ type intake struct {
 	feeding   bool
 	feedWait  bool
 	exhausted bool
-	// queued mirrors queuedCount for the metrics goroutine, which reads it
-	// (atomic).
-	queued atomic.Int64
+	// queued and unloadedNow mirror queuedCount and loader.unloaded for
+	// the metrics goroutine, which reads them (atomic).
+	queued, unloadedNow atomic.Int64
 }
 
-// queuedCount is the number of queued units the dispatcher holds.
+// queuedCount is the number of queued units: those the dispatcher holds,
+// and those of a deep queue it has not loaded yet (loader.unloaded).
 func (d *Engine) queuedCount() int {
+	return d.heldQueued() + d.unloaded
+}
+
+// heldQueued is the number of queued units the dispatcher holds.
+func (d *Engine) heldQueued() int {
 	n := len(d.units) - len(d.runs)
 	for _, o := range d.orphans {
 		n += len(o)

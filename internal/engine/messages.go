@@ -150,8 +150,15 @@ type msgParams struct {
 	units []*unit
 }
 
-// msgLoaded: a batch of the streamed load of queued units (recovery.go).
-type msgLoaded struct{ units []*unit }
+// msgLoaded: a batch of the streamed load of queued units (recovery.go):
+// the units read of those not ended, how many queued units the batch read,
+// and whether it is the last (done; err says why it ended early).
+type msgLoaded struct {
+	units []*unit
+	read  int
+	done  bool
+	err   error
+}
 
 // msgScoreOverrun: a scoring pass took longer than CallbackTimeout.
 type msgScoreOverrun struct{ pass uint64 }

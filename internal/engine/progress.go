@@ -29,6 +29,7 @@ func (d *Engine) queueStatus() {
 	for _, o := range d.orphans {
 		qs.Orphaned += len(o)
 	}
+	qs.Unloaded = d.unloaded
 	qs.Backpressure = d.bpActive
 	data := d.encode(qs)
 	d.hub.Publish([]store.Event{{Type: store.TypeQueueStatus, Time: d.wall(), Data: data}})

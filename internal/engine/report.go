@@ -55,8 +55,8 @@ type BudgetEvent struct {
 
 // QueueStatus is the periodic summary of the queue (queue_status).
 type QueueStatus struct {
-	Queued, Waiting, Blocked, Running, Orphaned int
-	Backpressure, Paused                        bool
+	Queued, Waiting, Blocked, Running, Orphaned, Unloaded int
+	Backpressure, Paused                                  bool
 }
 
 // BackpressureStats is the owner's state of backpressure.
@@ -95,6 +95,7 @@ const (
 	ReasonBackpressure        ReasonKind = "backpressure"
 	ReasonTaskNotRegistered   ReasonKind = "task_not_registered"
 	ReasonStopping            ReasonKind = "stopping"
+	ReasonNotLoaded           ReasonKind = "not_loaded"
 	ReasonEligible            ReasonKind = "eligible"
 )
 

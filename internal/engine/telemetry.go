@@ -22,7 +22,8 @@ import (
 // type, the service (a keyed service's class, never its key) and the
 // outcome, never unit IDs or parameters:
 //
-//	runcue.work.queued          gauge      units queued in the owner (waiting, blocked and ready)
+//	runcue.work.queued          gauge      units queued in the owner (waiting, blocked and ready; stored ones not yet loaded included)
+//	runcue.work.unloaded        gauge      queued units of a deep queue the owner has not loaded yet (Config.LoadAhead)
 //	runcue.work.completed       counter    {task}
 //	runcue.work.skipped         counter    {task} units ended with Skip
 //	runcue.work.failed          counter    {task, outcome: error, timeout, panic, cancelled, ...} failed runs, retried or not
@@ -57,7 +58,7 @@ type Telemetry struct {
 	callbackErrs, budgetExhausted, subscriptionGaps   metric.Int64Counter
 
 	// read by the gauges' callback
-	queued      func() (int64, bool)
+	queued      func() (queued, unloaded int64, ok bool)
 	openCircuit atomic.Pointer[map[string]int64]
 	budgets     atomic.Pointer[[]budgetUsage]
 	reg         metric.Registration
@@ -80,7 +81,7 @@ func (t *Telemetry) tracing() bool {
 var durationBuckets = metric.WithExplicitBucketBoundaries(
 	0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
-func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func() (int64, bool)) (*Telemetry, error) {
+func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func() (queued, unloaded int64, ok bool)) (*Telemetry, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -126,6 +127,12 @@ func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 	if err != nil {
 		return nil, err
 	}
+	unloadedGauge, err := m.Int64ObservableGauge("runcue.work.unloaded",
+		metric.WithDescription("Queued work units the owning Cue has not loaded yet: a deep queue loads as dispatch makes room."),
+		metric.WithUnit("{unit}"))
+	if err != nil {
+		return nil, err
+	}
 	openGauge, err := m.Int64ObservableGauge("runcue.circuit.open", metric.WithDescription("Open or half-open circuits."),
 		metric.WithUnit("{circuit}"))
 	if err != nil {
@@ -142,8 +149,9 @@ func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 		return nil, err
 	}
 	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
-		if n, ok := t.queued(); ok {
+		if n, unloaded, ok := t.queued(); ok {
 			o.ObserveInt64(queuedGauge, n)
+			o.ObserveInt64(unloadedGauge, unloaded)
 			for svc, n := range *t.openCircuit.Load() {
 				o.ObserveInt64(openGauge, n, metric.WithAttributes(attribute.String("service", svc)))
 			}
@@ -156,7 +164,7 @@ func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 			}
 		}
 		return nil
-	}, queuedGauge, openGauge, usedGauge, spentGauge)
+	}, queuedGauge, unloadedGauge, openGauge, usedGauge, spentGauge)
 	return t, err
 }
 
