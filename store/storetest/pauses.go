@@ -34,7 +34,9 @@ func testPauses(t *testing.T, h *harness) {
 	require.NoError(t, err)
 	assert.Equal(t, store.Pauses{}, p)
 	h.apply(&store.SetPause{Task: "a", Paused: true})
-	p, err = h.again().Pauses(h.ctx)
+	other := h.again()
+	defer other.Close()
+	p, err = other.Pauses(h.ctx)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a"}, p.Tasks, "stored: another handle reads it")
 }

@@ -1,0 +1,225 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/runcue/runcue/store"
+)
+
+// txn is one Apply: a transaction on a connection of the pool.
+type txn struct {
+	s   *Store
+	ctx context.Context
+	tx  pgx.Tx
+	// counted journals the transaction's changes to the unit counts,
+	// written at commit (flushCounts); queued is their sum for the queued
+	// state, for the queue bound.
+	counted []countDelta
+	queued  int
+	// activity journals the activity and queue-wait counts, added at
+	// commit (flushActivity).
+	activity []activityKey
+	// The transaction's events, numbered as they are appended (follows
+	// is the log's last number when the transaction began, nextSeq the
+	// next to assign), written as blocks with their units' records and
+	// the log's ranges at commit, or before a Prune reads the log.
+	pending []store.Event
+	nextSeq int64
+	follows int64
+	enc     store.BlockEncoder
+	// epoch is the stored owner epoch, read at the first owner op (-1
+	// until then) with the lease row locked: no owner change commits
+	// before this transaction does.
+	epoch int64
+}
+
+// Apply runs ops in one transaction. See store.Store.
+func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) {
+	results := make([]store.Result, len(ops))
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return store.Batch{}, err
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	t := &txn{s: s, ctx: ctx, tx: tx, epoch: -1}
+	// The log's counter row is locked first, for the whole transaction:
+	// writers to one database take turns, as SQLite's do, so that every
+	// rule's reads (a key's holder, a dependency's state, the queue's
+	// count) hold until commit, and the event numbers are assigned in
+	// commit order (see the package comment).
+	if err := tx.QueryRow(ctx, `SELECT value FROM meta WHERE key = 'events_last' FOR UPDATE`).Scan(&t.follows); err != nil {
+		return store.Batch{}, err
+	}
+	t.nextSeq = t.follows + 1
+	for i, op := range ops {
+		r := &results[i]
+		if fenced, err := t.fenced(op); err != nil {
+			return store.Batch{}, err
+		} else if fenced {
+			*r = store.Result{Err: store.ErrNotOwner}
+			continue
+		}
+		if err := t.apply(op, r); err != nil {
+			return store.Batch{}, err
+		}
+	}
+	if err := t.flushEvents(false); err != nil {
+		return store.Batch{}, err
+	}
+	if err := t.flushCounts(); err != nil {
+		return store.Batch{}, err
+	}
+	if err := t.flushActivity(); err != nil {
+		return store.Batch{}, err
+	}
+	if t.nextSeq > t.follows+1 {
+		// One notification per commit, never per unit (NOTIFY takes a
+		// lock at commit): the listeners read the log themselves.
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel); err != nil {
+			return store.Batch{}, err
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return store.Batch{}, err
+	}
+	if t.nextSeq > t.follows+1 {
+		s.noteCommit(t.follows, t.nextSeq-1)
+	}
+	return store.Batch{Results: results, Follows: t.follows}, nil
+}
+
+// fenced reports whether op is an owner's op whose epoch is no longer the
+// stored one. The lease row is share-locked at the first owner op, so no
+// takeover commits between the check and this transaction's commit: a
+// deposed owner's write either commits before the new owner's epoch does
+// or fails here.
+func (t *txn) fenced(op store.Op) (bool, error) {
+	o, ok := op.(store.OwnerOp)
+	if !ok || o.OwnerEpoch() == 0 {
+		return false, nil
+	}
+	if t.epoch < 0 {
+		if err := t.tx.QueryRow(t.ctx, `SELECT epoch FROM owner_lease WHERE id = 1 FOR SHARE`).Scan(&t.epoch); err != nil {
+			return false, err
+		}
+	}
+	return o.OwnerEpoch() != t.epoch, nil
+}
+
+func (t *txn) exec(query string, args ...any) (int64, error) {
+	tag, err := t.tx.Exec(t.ctx, query, args...)
+	return tag.RowsAffected(), err
+}
+
+// changed runs an UPDATE or DELETE and reports whether it touched a row.
+func (t *txn) changed(query string, args ...any) (bool, error) {
+	n, err := t.exec(query, args...)
+	return n > 0, err
+}
+
+// one runs a query and scans its first row into dest; ok is false when
+// there is none.
+func (t *txn) one(query string, args []any, dest ...any) (bool, error) {
+	err := t.tx.QueryRow(t.ctx, query, args...).Scan(dest...)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (t *txn) strings(query string, args ...any) ([]string, error) {
+	rows, err := t.tx.Query(t.ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
+}
+
+func (t *txn) apply(op store.Op, r *store.Result) error {
+	switch op := op.(type) {
+	case *store.Insert:
+		return t.savepoint(r, func() error { return store.ApplyInsert(t, op, r) })
+	case *store.Claim:
+		return t.claim(op, r)
+	case *store.Finish:
+		return t.finish(op, r)
+	case *store.Recover:
+		return store.ApplyRecover(t, op, r)
+	case *store.Cancel:
+		return t.savepoint(r, func() error { return store.ApplyCancel(t, op, r) })
+	case *store.Requeue:
+		return store.ApplyRequeue(t, op, r)
+	case *store.Heartbeat:
+		ok, err := t.changed(`UPDATE work_units SET heartbeat_at=$1, lease_expires_at=greatest(lease_expires_at, $2)
+			WHERE id=$3 AND state='running' AND leased_by=$4 AND runs=$5`,
+			ns(op.At), ns(op.LeaseExpires), op.ID, op.Owner, op.Run)
+		r.Applied = ok
+		return err
+	case *store.PutTask:
+		_, err := t.exec(`INSERT INTO tasks(name, def) VALUES($1, $2) ON CONFLICT(name) DO UPDATE SET def=excluded.def`, op.Name, op.Def)
+		r.Applied = err == nil
+		return err
+	case *store.PutService:
+		return t.putService(op, r)
+	case *store.PutMeterState:
+		return t.putMeterState(op, r)
+	case *store.Reconcile:
+		ok, err := t.changed(`UPDATE service_log SET amount=$1, reconciled=true
+			WHERE service=$2 AND meter=$3 AND work_id=$4 AND started_at=$5 AND NOT reconciled`,
+			op.Amount, op.Service, op.Meter, op.WorkID, ns(op.At))
+		r.Applied = ok
+		return err
+	case *store.SetPause:
+		return t.setPause(op, r)
+	case *store.Ack:
+		return t.ack(op, r)
+	case *store.AppendEvent:
+		ev := op.Event
+		if err := t.event(&ev, op.Event.Time); err != nil {
+			return err
+		}
+		r.Applied = true
+		r.Events = append(r.Events, ev)
+		return nil
+	case *store.Prune:
+		// The log's end is read (FirstEventAt): the events this
+		// transaction appended so far are written first.
+		if err := t.flushEvents(true); err != nil {
+			return err
+		}
+		return store.ApplyPrune(t, op, r)
+	case *store.FailQueued:
+		return store.ApplyFailQueued(t, op, r)
+	}
+	return fmt.Errorf("runcue: postgres: unknown op %T", op)
+}
+
+// savepoint runs f inside a savepoint; an *store.OpError rolls back only
+// f's work (in the database and in the transaction's journals) and is
+// reported on r.
+func (t *txn) savepoint(r *store.Result, f func() error) error {
+	if _, err := t.exec(`SAVEPOINT op`); err != nil {
+		return err
+	}
+	queued, counted, activity, pending, nextSeq := t.queued, len(t.counted), len(t.activity), len(t.pending), t.nextSeq
+	err := f()
+	var oe *store.OpError
+	if errors.As(err, &oe) {
+		if _, err := t.exec(`ROLLBACK TO SAVEPOINT op`); err != nil {
+			return err
+		}
+		t.queued, t.counted, t.activity = queued, t.counted[:counted], t.activity[:activity]
+		clear(t.pending[pending:])
+		t.pending = t.pending[:pending]
+		t.nextSeq = nextSeq
+		*r = store.Result{Err: oe.Err}
+	} else if err != nil {
+		return err
+	}
+	_, err = t.exec(`RELEASE SAVEPOINT op`)
+	return err
+}

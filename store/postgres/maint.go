@@ -1,0 +1,298 @@
+package postgres
+
+import (
+	"encoding/json"
+	"strings"
+	"time"
+
+	"github.com/runcue/runcue/store"
+)
+
+// Maintenance ops: service records, pauses, subscriptions, and the storage
+// primitives of retention (store.ApplyPrune).
+
+func (t *txn) putService(op *store.PutService, r *store.Result) error {
+	if _, err := t.exec(`INSERT INTO services(name, def) VALUES($1, $2) ON CONFLICT(name) DO UPDATE SET def=coalesce(excluded.def, services.def)`,
+		op.Name, nullBytes(op.Def)); err != nil {
+		return err
+	}
+	if op.Override != nil {
+		if _, err := t.exec(`UPDATE services SET override=$1 WHERE name=$2`, nullBytes(op.Override), op.Name); err != nil {
+			return err
+		}
+	}
+	if op.Paused != nil {
+		if _, err := t.exec(`UPDATE services SET paused=$1 WHERE name=$2`, *op.Paused, op.Name); err != nil {
+			return err
+		}
+	}
+	r.Applied = true
+	return nil
+}
+
+func (t *txn) putMeterState(op *store.PutMeterState, r *store.Result) error {
+	var err error
+	if len(op.State) == 0 {
+		_, err = t.exec(`DELETE FROM meter_state WHERE service=$1 AND meter=$2`, op.Service, op.Meter)
+	} else {
+		_, err = t.exec(`INSERT INTO meter_state(service, meter, state) VALUES($1, $2, $3)
+			ON CONFLICT(service, meter) DO UPDATE SET state=excluded.state`, op.Service, op.Meter, op.State)
+	}
+	r.Applied = err == nil
+	return err
+}
+
+func (t *txn) setPause(op *store.SetPause, r *store.Result) error {
+	if op.Task == "" {
+		paused := 0
+		if op.Paused {
+			paused = 1
+		}
+		_, err := t.exec(`INSERT INTO meta(key, value) VALUES('paused', $1) ON CONFLICT(key) DO UPDATE SET value=excluded.value`, paused)
+		r.Applied = err == nil
+		return err
+	}
+	ok, err := t.changed(`UPDATE tasks SET paused=$1 WHERE name=$2`, op.Paused, op.Task)
+	r.Applied = ok
+	return err
+}
+
+func (t *txn) ack(op *store.Ack, r *store.Result) error {
+	var err error
+	switch {
+	case op.Remove:
+		r.Applied, err = t.changed(`DELETE FROM subscriptions WHERE name=$1`, op.Name)
+	case op.Create:
+		r.Applied, err = t.changed(`INSERT INTO subscriptions(name, acked, created_at, types, tasks) VALUES($1, $2, $3, $4, $5)
+			ON CONFLICT DO NOTHING`, op.Name, op.Seq, ns(op.At), namesJSON(op.Types), namesJSON(op.Tasks))
+	case op.SetFilter:
+		r.Applied, err = t.changed(`UPDATE subscriptions SET types = $1, tasks = $2 WHERE name = $3`,
+			namesJSON(op.Types), namesJSON(op.Tasks), op.Name)
+	default:
+		r.Applied, err = t.changed(`UPDATE subscriptions SET acked = greatest(acked, $1), acked_at = $2 WHERE name = $3`, op.Seq, ns(op.At), op.Name)
+	}
+	return err
+}
+
+// namesJSON encodes a filter's names as a JSON array, ” when empty.
+func namesJSON(names []string) string {
+	if len(names) == 0 {
+		return ""
+	}
+	b, _ := json.Marshal(names)
+	return string(b)
+}
+
+// PruneFinished implements store.Tx.
+func (t *txn) PruneFinished(before time.Time, limit int) (int, error) {
+	q := `SELECT id, task, state FROM work_units WHERE finished_at > 0 AND finished_at < $1
+		AND state IN ('completed','failed','cancelled','skipped') ORDER BY finished_at`
+	args := []any{ns(before)}
+	if limit > 0 {
+		q += ` LIMIT $2`
+		args = append(args, limit)
+	}
+	rows, err := t.tx.Query(t.ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	type gone struct{ id, task, state string }
+	var units []gone
+	for rows.Next() {
+		var g gone
+		if err := rows.Scan(&g.id, &g.task, &g.state); err != nil {
+			rows.Close()
+			return 0, err
+		}
+		units = append(units, g)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, err
+	}
+	if len(units) == 0 {
+		return 0, nil
+	}
+	ids := make([]string, len(units))
+	for i, g := range units {
+		ids[i] = g.id
+		t.moved(g.task, store.State(g.state), "")
+	}
+	if _, err := t.exec(`DELETE FROM work_units WHERE id = ANY($1)`, ids); err != nil {
+		return 0, err
+	}
+	// Edges from and to the units: a dependency that finished and was
+	// pruned is satisfied, not unknown.
+	if _, err := t.exec(`DELETE FROM dependencies WHERE unit_id = ANY($1) OR depends_on = ANY($1)`, ids); err != nil {
+		return 0, err
+	}
+	return len(units), nil
+}
+
+// FirstEventAt implements store.Tx: the first block whose events reach
+// at holds the event. (The caller flushed the transaction's events first.)
+func (t *txn) FirstEventAt(at time.Time) (int64, error) {
+	var first int64
+	var data []byte
+	ok, err := t.one(`SELECT first, data FROM event_blocks WHERE max_at >= $1 ORDER BY last LIMIT 1`, []any{ns(at)}, &first, &data)
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		seq := int64(0)
+		err := store.DecodeBlock(first, data, func(e store.Event) bool {
+			if ns(e.Time) >= ns(at) {
+				seq = e.Seq
+				return false
+			}
+			return true
+		})
+		if err != nil || seq > 0 {
+			return seq, err
+		}
+	}
+	return t.nextSeq, nil
+}
+
+// SubscriptionPositions implements store.Tx.
+func (t *txn) SubscriptionPositions() (map[string]int64, error) {
+	rows, err := t.tx.Query(t.ctx, `SELECT name, acked FROM subscriptions`)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]int64{}
+	for rows.Next() {
+		var name string
+		var acked int64
+		if err := rows.Scan(&name, &acked); err != nil {
+			return nil, err
+		}
+		out[name] = acked
+	}
+	return out, rows.Err()
+}
+
+// PruneEvents implements store.Tx: the blocks wholly below below (limit
+// counts their events), the events below it in the block that straddles
+// it (the block is written again without them), then the event ranges
+// wholly before the oldest event left. The log's counter keeps the highest
+// number ever assigned, so numbers continue after it when no block is
+// left.
+func (t *txn) PruneEvents(below int64, limit int) (bool, error) {
+	q := `SELECT first, last FROM event_blocks WHERE last < $1 ORDER BY last`
+	args := []any{below}
+	if limit > 0 {
+		q += ` LIMIT $2`
+		args = append(args, limit)
+	}
+	rows, err := t.tx.Query(t.ctx, q, args...)
+	if err != nil {
+		return false, err
+	}
+	var blocks [][2]int64
+	for rows.Next() {
+		var b [2]int64
+		if err := rows.Scan(&b[0], &b[1]); err != nil {
+			rows.Close()
+			return false, err
+		}
+		blocks = append(blocks, b)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return false, err
+	}
+	// The limit counts events; the query's, blocks (each holds at least
+	// one): a full page of blocks may have more below the cut after it.
+	more, upto, n := limit > 0 && len(blocks) == limit, int64(0), 0
+	for _, b := range blocks {
+		if limit > 0 && n >= limit {
+			more = true
+			break
+		}
+		upto = b[1]
+		n += int(b[1] - b[0] + 1)
+	}
+	if upto > 0 {
+		if _, err := t.exec(`DELETE FROM event_blocks WHERE last <= $1`, upto); err != nil {
+			return false, err
+		}
+	}
+	if !more {
+		if err := t.cutBlock(below); err != nil {
+			return false, err
+		}
+	}
+	q = `DELETE FROM event_ranges WHERE n IN (SELECT n FROM event_ranges WHERE last <
+			coalesce((SELECT first FROM event_blocks ORDER BY last LIMIT 1), $1)`
+	args = []any{t.nextSeq}
+	if limit > 0 {
+		q += ` LIMIT $2`
+		args = append(args, limit)
+	}
+	deleted, err := t.exec(q+`)`, args...)
+	if err != nil {
+		return false, err
+	}
+	return more || (limit > 0 && deleted == int64(limit)), nil
+}
+
+// cutBlock writes the block that holds events both below and at or above
+// below again, without those below.
+func (t *txn) cutBlock(below int64) error {
+	var first, last int64
+	var data []byte
+	ok, err := t.one(`SELECT first, last, data FROM event_blocks WHERE last >= $1 ORDER BY last LIMIT 1`, []any{below}, &first, &last, &data)
+	if err != nil || !ok || first >= below {
+		return err
+	}
+	enc := &t.enc
+	enc.Reset()
+	err = store.DecodeBlock(first, data, func(e store.Event) bool {
+		if e.Seq >= below {
+			enc.Add(&e)
+		}
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	b := enc.Block(store.BlockContinues(data))
+	_, err = t.exec(`UPDATE event_blocks SET first=$1, min_at=$2, max_at=$3, data=$4 WHERE last=$5`, b.First, b.MinAt, b.MaxAt, b.Data, last)
+	return err
+}
+
+// PruneActivity implements store.Tx.
+func (t *txn) PruneActivity(before time.Time) error {
+	minute := before.UnixNano() / int64(time.Minute)
+	for _, table := range []string{"activity", "queue_wait"} {
+		if _, err := t.exec(`DELETE FROM `+table+` WHERE minute < $1`, minute); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// PruneLog implements store.Tx. A class ("host:") is a range on the
+// index: every keyed instance.
+func (t *txn) PruneLog(service string, before time.Time, limit int) (bool, error) {
+	var q string
+	var args []any
+	if strings.HasSuffix(service, ":") {
+		hi := service[:len(service)-1] + ";" // ';' follows ':'
+		q = `SELECT n FROM service_log WHERE service >= $1 AND service < $2 AND started_at < $3`
+		args = []any{service, hi, ns(before)}
+	} else {
+		q = `SELECT n FROM service_log WHERE service = $1 AND started_at < $2`
+		args = []any{service, ns(before)}
+	}
+	if limit > 0 {
+		q += ` LIMIT ` + itoa(limit)
+	}
+	deleted, err := t.exec(`DELETE FROM service_log WHERE n IN (`+q+`)`, args...)
+	if err != nil {
+		return false, err
+	}
+	return limit > 0 && deleted == int64(limit), nil
+}

@@ -1,0 +1,216 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/runcue/runcue/store"
+)
+
+// Ownership on PostgreSQL is a lease row (owner_lease) carrying the owner
+// epoch: no session state, so it works behind any connection pooler. The
+// holder renews it every LeaseTTL/4 on the database's clock; a holder
+// that dies is replaced once its lease expires. Every owner write checks
+// the epoch in its own transaction (txn.fenced), so a deposed owner's
+// late writes fail with store.ErrNotOwner.
+
+// Acquire takes ownership for h if the lease is free (released, or
+// expired by the database's clock), moving the owner epoch on. A live
+// lease gives a *store.LockedError naming its holder.
+func (s *Store) Acquire(ctx context.Context, h store.Holder) (store.Ownership, error) {
+	return s.take(ctx, h, false)
+}
+
+// TakeOver takes ownership whether or not the lease is live: the epoch
+// moves on, so every later write of the previous owner fails with
+// store.ErrNotOwner, and that owner's runs are recovered only once their
+// own leases expire. It is for an operator who knows the holder is stuck,
+// and for tests of fencing.
+func (s *Store) TakeOver(ctx context.Context, h store.Holder) (store.Ownership, error) {
+	return s.take(ctx, h, true)
+}
+
+func (s *Store) take(ctx context.Context, h store.Holder, force bool) (store.Ownership, error) {
+	s.ownMu.Lock()
+	defer s.ownMu.Unlock()
+	if s.own != nil && !force {
+		return nil, &store.LockedError{Holder: s.own.holder}
+	}
+	holder, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("runcue: take ownership: %w", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	var current []byte
+	var live bool
+	if err := tx.QueryRow(ctx, `SELECT holder, coalesce(expires_at > clock_timestamp(), false) FROM owner_lease WHERE id = 1 FOR UPDATE`).
+		Scan(&current, &live); err != nil {
+		return nil, fmt.Errorf("runcue: take ownership: %w", err)
+	}
+	if current != nil && live && !force {
+		var prev store.Holder
+		_ = json.Unmarshal(current, &prev)
+		return nil, &store.LockedError{Holder: prev}
+	}
+	var epoch int64
+	if err := tx.QueryRow(ctx, `UPDATE owner_lease SET epoch = epoch + 1, holder = $1, expires_at = clock_timestamp() + $2::interval
+		WHERE id = 1 RETURNING epoch`, string(holder), s.opts.LeaseTTL.String()).Scan(&epoch); err != nil {
+		return nil, fmt.Errorf("runcue: take ownership: %w", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("runcue: take ownership: %w", err)
+	}
+	o := &ownership{s: s, holder: h, epoch: epoch, dead: current == nil, stop: make(chan struct{}), done: make(chan struct{})}
+	go o.renew()
+	s.own = o
+	return o, nil
+}
+
+// Owner reports the live lease's holder, if any.
+func (s *Store) Owner(ctx context.Context) (store.Holder, bool, error) {
+	var current []byte
+	var live bool
+	err := s.pool.QueryRow(ctx, `SELECT holder, coalesce(expires_at > clock_timestamp(), false) FROM owner_lease WHERE id = 1`).Scan(&current, &live)
+	if err != nil || current == nil || !live {
+		return store.Holder{}, false, err
+	}
+	var h store.Holder
+	if err := json.Unmarshal(current, &h); err != nil {
+		return store.Holder{}, false, err
+	}
+	return h, true, nil
+}
+
+type ownership struct {
+	s      *Store
+	holder store.Holder
+	epoch  int64
+	// dead: the previous holder released its lease (it had stopped).
+	dead bool
+
+	stop, done chan struct{}
+	once       sync.Once
+}
+
+func (o *ownership) Epoch() int64       { return o.epoch }
+func (o *ownership) PreviousDead() bool { return o.dead }
+
+// renew extends the lease every LeaseTTL/4 until Release, or until another
+// holder has taken over. (It runs on a goroutine of its own, which Release
+// stops and waits for.)
+func (o *ownership) renew() {
+	defer close(o.done)
+	t := time.NewTicker(o.s.opts.LeaseTTL / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-o.stop:
+			return
+		case <-t.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), o.s.opts.LeaseTTL/4)
+		tag, err := o.s.pool.Exec(ctx, `UPDATE owner_lease SET expires_at = clock_timestamp() + $1::interval WHERE id = 1 AND epoch = $2`,
+			o.s.opts.LeaseTTL.String(), o.epoch)
+		cancel()
+		if err == nil && tag.RowsAffected() == 0 {
+			return // another holder took over: nothing to renew
+		}
+		// An error leaves the lease to run out unless a later renewal
+		// works.
+	}
+}
+
+// Release gives the lease up (if this holder still has it). It is safe to
+// call more than once.
+func (o *ownership) Release() error {
+	var err error
+	o.once.Do(func() {
+		close(o.stop)
+		<-o.done
+		o.s.ownMu.Lock()
+		if o.s.own == o {
+			o.s.own = nil
+		}
+		o.s.ownMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err = o.s.pool.Exec(ctx, `UPDATE owner_lease SET holder = NULL, expires_at = NULL WHERE id = 1 AND epoch = $1`, o.epoch)
+	})
+	return err
+}
+
+// Watch implements store.Watcher: a connection of its own LISTENs on the
+// schema's channel (each commit that appends events notifies it once), and
+// the returned channel receives, coalesced, until ctx ends. A lost
+// connection is opened again after a pause; meanwhile the Cue's polling
+// still finds the commits.
+func (s *Store) Watch(ctx context.Context) (<-chan struct{}, error) {
+	conn, err := s.listen(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{}, 1)
+	go func() {
+		defer func() {
+			if conn != nil {
+				conn.Close(context.Background())
+			}
+		}()
+		for ctx.Err() == nil {
+			if conn == nil {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Second):
+				}
+				if conn, err = s.listen(ctx); err != nil {
+					conn = nil
+					continue
+				}
+				// Commits may have come while not listening.
+				select {
+				case ch <- struct{}{}:
+				default:
+				}
+			}
+			if _, err := conn.WaitForNotification(ctx); err != nil {
+				conn.Close(context.Background())
+				conn = nil
+				continue
+			}
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return ch, nil
+}
+
+// listen opens a connection (with the pool's settings) listening on the
+// schema's channel.
+func (s *Store) listen(ctx context.Context) (*pgx.Conn, error) {
+	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+		conn.Close(context.Background())
+		return nil, err
+	}
+	return conn, nil
+}
+
+var (
+	_ store.Watcher     = (*Store)(nil)
+	_ store.OwnerProber = (*Store)(nil)
+)

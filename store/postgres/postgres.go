@@ -1,0 +1,262 @@
+// Package postgres is runcue's PostgreSQL backend, built on pgx. It lives
+// in a module of its own: programs that use SQLite never download pgx.
+//
+//	st, err := postgres.Open(ctx, "postgres://runcue@db.internal/runcue", postgres.Options{})
+//	c, err := runcue.New(st, cfg)
+//
+// # Sequence numbers in commit order
+//
+// PostgreSQL assigns a sequence's values before commit, so two
+// transactions may commit in the opposite order of their numbers, and a
+// reader could pass a number that commits later. The event log's numbers
+// come instead from a counter row (meta 'events_last') that a
+// transaction locks and moves on when it appends its first event, and
+// holds until it commits: the transactions that append events commit one
+// at a time, in the order of their numbers, and a reader that sees a
+// number sees every lower one (a commit is visible before its row locks
+// are released). Every transaction that changes units appends events, so
+// writes to one database are serialized as SQLite serializes them; the
+// reads are not.
+//
+// # Schemas
+//
+// The tables live in the connection's current schema (the first of its
+// search_path): several runcue databases may share a PostgreSQL database,
+// one schema each, by setting search_path in the URL
+// (postgres://.../db?search_path=billing).
+package postgres
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/runcue/runcue/store"
+)
+
+//go:embed migrations/*.sql
+var migrations embed.FS
+
+// Options configure a Store. The zero value is valid.
+type Options struct {
+	// MaxConns is the size of the connection pool. Default 10.
+	MaxConns int32
+	// LeaseTTL is how long an owner's lease lasts without renewal: the
+	// lease of a Cue that dies (or loses its network) is free LeaseTTL
+	// after its last renewal, by the database's clock. Renewals come every
+	// LeaseTTL/4. Default 15s.
+	LeaseTTL time.Duration
+}
+
+// Store is a store.Store on a PostgreSQL database.
+type Store struct {
+	pool *pgxpool.Pool
+	opts Options
+	// schema is the connection's current schema, which holds the tables;
+	// channel is its change notification channel.
+	schema, channel string
+
+	// seenMu guards seen, the log's last number as this handle last saw
+	// it, and other, which says that a commit of another handle came
+	// before one of this handle's since Changed last ran.
+	seenMu sync.Mutex
+	seen   int64
+	other  bool
+
+	ownMu sync.Mutex
+	own   *ownership // held by this handle, if any
+}
+
+// SchemaVersion is the schema version this package writes.
+var SchemaVersion = func() int {
+	n, _ := latestMigration()
+	return n
+}()
+
+// Open connects to the database at url (a PostgreSQL URL or DSN, as pgx
+// takes it) and migrates its schema. A schema newer than this package
+// knows gives store.ErrSchemaTooNew.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	if opts.MaxConns <= 0 {
+		opts.MaxConns = 10
+	}
+	if opts.LeaseTTL <= 0 {
+		opts.LeaseTTL = 15 * time.Second
+	}
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("runcue: postgres: %w", err)
+	}
+	cfg.MaxConns = opts.MaxConns
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("runcue: postgres: %w", err)
+	}
+	s := &Store{pool: pool, opts: opts}
+	if err := pool.QueryRow(ctx, `SELECT current_schema()`).Scan(&s.schema); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("runcue: postgres: %w", err)
+	}
+	s.channel = "runcue_" + s.schema
+	if err := s.migrate(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("runcue: postgres: %w", err)
+	}
+	if _, err := s.Changed(ctx); err != nil { // the log's end as it is now
+		pool.Close()
+		return nil, fmt.Errorf("runcue: postgres: %w", err)
+	}
+	return s, nil
+}
+
+func latestMigration() (int, error) {
+	entries, err := fs.ReadDir(migrations, "migrations")
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		if err != nil {
+			return 0, fmt.Errorf("bad migration name %q", e.Name())
+		}
+		n = max(n, v)
+	}
+	return n, nil
+}
+
+// migrationLock is the advisory lock key that makes one process at a time
+// migrate a schema (with the schema's name: see migrate).
+const migrationLock = 0x72756e637565 // "runcue"
+
+func (s *Store) migrate(ctx context.Context) error {
+	entries, err := fs.ReadDir(migrations, "migrations")
+	if err != nil {
+		return err
+	}
+	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext(current_schema()))`, int32(migrationLock&0x7fffffff)); err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS runcue_schema (version INTEGER NOT NULL)`); err != nil {
+		return err
+	}
+	version := 0
+	switch err := tx.QueryRow(ctx, `SELECT version FROM runcue_schema`).Scan(&version); {
+	case errors.Is(err, pgx.ErrNoRows):
+		if _, err := tx.Exec(ctx, `INSERT INTO runcue_schema(version) VALUES (0)`); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	}
+	latest := 0
+	for _, e := range entries {
+		v, _ := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
+		latest = max(latest, v)
+		if v <= version {
+			continue
+		}
+		body, err := migrations.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, string(body)); err != nil {
+			return fmt.Errorf("migration %s: %w", e.Name(), err)
+		}
+		if _, err := tx.Exec(ctx, `UPDATE runcue_schema SET version = $1`, v); err != nil {
+			return err
+		}
+	}
+	if version > latest {
+		return fmt.Errorf("%w (the database has version %d, this runcue knows up to %d)", store.ErrSchemaTooNew, version, latest)
+	}
+	return tx.Commit(ctx)
+}
+
+// Close closes the pool. It releases ownership if held.
+func (s *Store) Close() error {
+	s.ownMu.Lock()
+	o := s.own
+	s.ownMu.Unlock()
+	var err error
+	if o != nil {
+		err = o.Release()
+	}
+	s.pool.Close()
+	return err
+}
+
+// Changed reports whether another handle committed events since the
+// previous call: the log's counter moved past what this handle wrote, or
+// one of this handle's commits followed another's.
+func (s *Store) Changed(ctx context.Context) (bool, error) {
+	last, err := s.LastSeq(ctx)
+	if err != nil {
+		return false, err
+	}
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	changed := last > s.seen || s.other
+	s.seen, s.other = max(s.seen, last), false
+	return changed, nil
+}
+
+// noteCommit records a commit of this handle whose events follow follows
+// and end at last (see Changed).
+func (s *Store) noteCommit(follows, last int64) {
+	if last == 0 {
+		return
+	}
+	s.seenMu.Lock()
+	defer s.seenMu.Unlock()
+	if follows > s.seen {
+		s.other = true
+	}
+	s.seen = max(s.seen, last)
+}
+
+var _ store.Store = (*Store)(nil)
+
+func ns(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixNano()
+}
+
+func tm(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func nullBytes(b []byte) any {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
+}
