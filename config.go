@@ -59,6 +59,17 @@ type Config struct {
 	// deliver). Work submitted elsewhere is picked up within PollInterval
 	// plus one commit. Default 100ms.
 	PollInterval time.Duration
+	// Standby makes Start wait for ownership instead of failing with
+	// ErrLocked while another Cue owns the database: Start returns at once,
+	// and the Cue tries to take ownership every PollInterval, taking over
+	// when the owner releases it or, on a backend with leases
+	// (store/postgres), when its lease expires: the queue, windows,
+	// circuits and budgets are rebuilt from the database, and the previous
+	// owner's runs count against their services until their leases end. A
+	// standby that becomes the owner and later loses ownership (its lease
+	// not renewed in time, or another Cue took over) waits again. Stop
+	// ends the wait.
+	Standby bool
 	// EventBuffer is the number of recent events kept in memory for
 	// subscribers; a subscriber further behind reads from the database.
 	// Default 4096.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/runcue/runcue/clock"
 	"github.com/runcue/runcue/internal/hub"
@@ -45,6 +46,10 @@ type Cue struct {
 	closed     bool
 	running    *dispatcher // the current or last run
 	stopAfter  func() bool // unregisters the Start ctx watcher
+	// standby is set while a standby Start's goroutine runs (it waits for
+	// ownership, runs the engine, and waits again if deposed); Stop closes
+	// its stop channel and waits for it.
+	standby *standbyLoop
 
 	disp atomic.Pointer[dispatcher] // the running engine, nil when stopped (any goroutine)
 
@@ -186,9 +191,12 @@ func (c *Cue) checkOpen() error {
 
 // Start takes ownership of the database and begins dispatching; it returns
 // at once. If another Cue owns the database, in this process or another,
-// Start returns a *LockedError (ErrLocked). Units the previous owner left
-// running are requeued first (work_recovered). Cancelling ctx is the same
-// as calling StopAndCancel. Calling Start on a running Cue does nothing.
+// Start returns a *LockedError (ErrLocked). With Config.Standby, Start
+// returns at once and a goroutine of the Cue's takes ownership, at once
+// or as soon as it can, and again whenever the Cue loses it. Units the
+// previous owner left running are requeued first (work_recovered).
+// Cancelling ctx is the same as calling StopAndCancel. Calling Start on a
+// running (or waiting) Cue does nothing.
 func (c *Cue) Start(ctx context.Context) error {
 	// c.mu is not held across the store's I/O (taking ownership, reading
 	// services, recovery): other methods go on meanwhile. Ownership itself
@@ -196,28 +204,51 @@ func (c *Cue) Start(ctx context.Context) error {
 	if err := c.startable(); err != nil || c.isRunning() {
 		return err
 	}
-	now := c.clock.Now()
-	host, _ := os.Hostname()
-	owner := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), c.ids.New(now))
-	own, err := c.st.Acquire(ctx, store.Holder{Owner: owner, PID: os.Getpid(), Host: host, Since: now})
+	if c.cfg.Standby {
+		return c.startStandby(ctx)
+	}
+	holder := c.holder()
+	own, err := c.st.Acquire(ctx, holder)
 	if err != nil {
 		return err
 	}
+	if _, err := c.begin(ctx, holder.Owner, own); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	c.stopAfter = context.AfterFunc(ctx, func() {
+		_ = c.StopAndCancel(context.Background())
+	})
+	c.mu.Unlock()
+	return nil
+}
+
+// holder names a new owner: this host and process, and a unique lease name.
+func (c *Cue) holder() store.Holder {
+	now := c.clock.Now()
+	host, _ := os.Hostname()
+	return store.Holder{Owner: fmt.Sprintf("%s:%d:%s", host, os.Getpid(), c.ids.New(now)), PID: os.Getpid(), Host: host, Since: now}
+}
+
+// begin starts the engine of an owner that took ownership (own): it reads
+// the stored services and pauses, recovers and starts the dispatcher. On
+// an error it releases own.
+func (c *Cue) begin(ctx context.Context, owner string, own store.Ownership) (*dispatcher, error) {
 	stored, err := c.st.Services(ctx)
 	if err != nil {
 		own.Release()
-		return err
+		return nil, err
 	}
 	pauses, err := c.st.Pauses(ctx)
 	if err != nil {
 		own.Release()
-		return err
+		return nil, err
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
 		own.Release()
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	// The snapshot and the dispatcher's publication happen under one lock
 	// hold, so a registration is in the snapshot or reaches d as a message.
@@ -233,14 +264,75 @@ func (c *Cue) Start(ctx context.Context) error {
 	if err != nil {
 		c.disp.Store(nil)
 		own.Release()
-		return err
+		return nil, err
 	}
 	c.running = d
 	d.run()
+	c.log.Info("runcue: started", "owner", owner)
+	return d, nil
+}
+
+// standbyLoop is a standby Start's goroutine (see Config.Standby).
+type standbyLoop struct {
+	stop chan struct{} // closed by Stop
+	done chan struct{} // closed when the goroutine returns
+}
+
+// startStandby starts the standby goroutine: it tries to take ownership at
+// once and then every PollInterval, runs the engine when it has, and waits
+// again when the engine ends without Stop (deposed: its lease lost or
+// another Cue took over), until Stop or ctx.
+func (c *Cue) startStandby(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.standby != nil {
+		return nil
+	}
+	l := &standbyLoop{stop: make(chan struct{}), done: make(chan struct{})}
+	c.standby = l
 	c.stopAfter = context.AfterFunc(ctx, func() {
 		_ = c.StopAndCancel(context.Background())
 	})
-	c.log.Info("runcue: started", "owner", owner)
+	go func() {
+		defer close(l.done)
+		t := time.NewTicker(c.cfg.PollInterval)
+		defer t.Stop()
+		waiting, said := c.clock.Now(), false
+		for first := true; ; first = false {
+			if !first {
+				select {
+				case <-l.stop:
+					return
+				case <-t.C:
+				}
+			}
+			holder := c.holder()
+			own, err := c.st.Acquire(context.Background(), holder)
+			if err != nil {
+				if !errors.Is(err, store.ErrLocked) {
+					c.log.Warn("runcue: standby: take ownership", "error", err)
+				} else if !said {
+					c.log.Info("runcue: another Cue owns the database: this one waits as a standby")
+					said = true
+				}
+				continue
+			}
+			d, err := c.begin(context.Background(), holder.Owner, own)
+			if err != nil {
+				c.log.Warn("runcue: standby: start after taking ownership", "error", err)
+				continue
+			}
+			c.log.Info("runcue: standby took ownership", "owner", holder.Owner, "waited", c.clock.Now().Sub(waiting))
+			select {
+			case <-l.stop:
+				return // Stop stops d
+			case <-d.done():
+				// Deposed: wait again.
+				waiting, said = c.clock.Now(), false
+				c.log.Info("runcue: ownership lost: this Cue waits as a standby again")
+			}
+		}
+	}()
 	return nil
 }
 
@@ -268,6 +360,9 @@ func (c *Cue) startable() error {
 func (c *Cue) isRunning() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.standby != nil {
+		return true // a standby, waiting or running
+	}
 	if c.running == nil {
 		return false
 	}
@@ -296,11 +391,25 @@ func (c *Cue) StopAndCancel(ctx context.Context) error {
 
 func (c *Cue) stop(ctx context.Context, cancel bool) error {
 	c.mu.Lock()
-	d := c.running
 	if c.stopAfter != nil {
 		c.stopAfter()
 		c.stopAfter = nil
 	}
+	l := c.standby
+	c.standby = nil
+	c.mu.Unlock()
+	if l != nil {
+		// No more takeovers; a Start in progress in the loop ends first,
+		// so that its engine (c.running) is the one stopped below.
+		close(l.stop)
+		select {
+		case <-l.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	c.mu.Lock()
+	d := c.running
 	c.mu.Unlock()
 	if d == nil {
 		return nil

@@ -270,6 +270,17 @@ type Ownership interface {
 	Release() error
 }
 
+// Leased is implemented by an Ownership held by a lease that its holder
+// renews (PostgreSQL's lease row), rather than by the operating system
+// (SQLite's lock, which ends only with the process). Lost is closed once
+// the holder must stop acting as the owner: its lease has gone unrenewed
+// for long enough that it may expire soon (the backend stops trusting it
+// well before the lease's TTL ends, so that no standby takes over while
+// the holder still acts), or another holder took over. It is not reopened.
+type Leased interface {
+	Lost() <-chan struct{}
+}
+
 // ListFilter selects units for ListUnits.
 type ListFilter struct {
 	// IDs, if set, selects only the units with these IDs (any number;

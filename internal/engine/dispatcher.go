@@ -157,6 +157,7 @@ func New(cfg Config, deps Deps, owner string, own store.Ownership, stored []stor
 
 // Run is the dispatcher goroutine: it returns when the engine exits.
 func (d *Engine) Run() {
+	d.watchLease()
 	for {
 		for _, m := range d.in.Take() {
 			d.handle(m)
@@ -334,7 +335,7 @@ func (d *Engine) handle(m message) {
 	case msgGhost:
 		d.exorcised(m)
 	case msgFenced:
-		d.lostOwnership()
+		d.lostOwnership(m.lease)
 	case msgStarted:
 		d.settleReservations(m.run, m.start, m.wall)
 	case msgProgress:

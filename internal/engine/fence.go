@@ -31,14 +31,37 @@ func (d *Engine) noteResults(res []store.Result) {
 	}
 }
 
-// lostOwnership stops the engine of a deposed owner.
-func (d *Engine) lostOwnership() {
+// watchLease has the engine stop as deposed once its lease is lost
+// (store.Leased): it may not have been renewed, and a standby may take
+// over when it expires. Its goroutine ends with the engine.
+func (d *Engine) watchLease() {
+	l, ok := d.own.(store.Leased)
+	if !ok {
+		return
+	}
+	d.aux.Go(func() {
+		select {
+		case <-l.Lost():
+			if d.deposed.CompareAndSwap(false, true) {
+				d.in.Push(msgFenced{lease: true})
+			}
+		case <-d.auxStop:
+		}
+	})
+}
+
+// lostOwnership stops the engine of a deposed owner (lease: it stopped
+// trusting its lease, rather than a write found another owner's epoch).
+func (d *Engine) lostOwnership(lease bool) {
 	if d.failed == nil {
 		d.failed = store.ErrNotOwner
 	}
 	d.closeStarts() // a handler not yet started never will
-	d.log.Error("runcue: another Cue took ownership of the database: this Cue stops dispatching and cancels its handlers",
-		"owner", d.owner, "epoch", d.epoch, "running", len(d.runs))
+	msg := "runcue: another Cue took ownership of the database: this Cue stops dispatching and cancels its handlers"
+	if lease {
+		msg = "runcue: this Cue's ownership lease was not renewed in time (or another Cue took it over): it stops dispatching and cancels its handlers"
+	}
+	d.log.Error(msg, "owner", d.owner, "epoch", d.epoch, "running", len(d.runs))
 	d.hub.Publish([]store.Event{{Type: store.TypeStoreFailed, Time: d.wall(),
 		Data: store.EventData{Error: store.ErrNotOwner.Error(), ErrorKind: "not_owner"}.Encode()}})
 	d.stopping = true

@@ -95,9 +95,9 @@ type msgGhost struct {
 	err error
 }
 
-// msgFenced: a write of this owner failed with store.ErrNotOwner: another
-// Cue took ownership.
-type msgFenced struct{}
+// msgFenced: a write of this owner failed with store.ErrNotOwner (another
+// Cue took ownership), or its lease was lost (lease; see watchLease).
+type msgFenced struct{ lease bool }
 
 // msgCall runs f on the dispatcher goroutine: queries (service status,
 // Explain) and test inspection. f must not block.

@@ -425,7 +425,7 @@ func (d *Engine) external(evs []store.Event) {
 	for _, ev := range evs {
 		switch ev.Type {
 		case store.TypeWorkQueued:
-			if _, known := d.units[ev.WorkID]; !known {
+			if !d.holdsOrEnds(ev.WorkID) {
 				load = append(load, ev.WorkID)
 			}
 		case store.TypeWorkCancelled, store.TypeWorkFailed:
@@ -463,11 +463,28 @@ func (d *Engine) external(evs []store.Event) {
 				return
 			}
 			// A unit cancelled since it was read is skipped: its
-			// cancellation event came before this answer.
-			units = slices.DeleteFunc(units, func(su *store.Unit) bool { _, gone := d.ended[su.ID]; return gone })
+			// cancellation event came before this answer. So is one
+			// this engine ran meanwhile: the answer may come before the
+			// commit of its outcome (a handler may end before its claim
+			// commits, and the claim and outcome commit together), when
+			// it is held as finishing and the store read it queued.
+			units = slices.DeleteFunc(units, func(su *store.Unit) bool {
+				_, gone := d.ended[su.ID]
+				return gone || d.holdsOrEnds(su.ID)
+			})
 			d.addUnits(units)
 		}
 	})
+}
+
+// holdsOrEnds reports whether the engine holds unit id (queued or
+// running) or is committing its terminal outcome.
+func (d *Engine) holdsOrEnds(id string) bool {
+	if _, ok := d.units[id]; ok {
+		return true
+	}
+	_, ok := d.finishing[id]
+	return ok
 }
 
 // applyEnded drops from memory the queued units that events report ended

@@ -62,15 +62,17 @@ func (s *Store) take(ctx context.Context, h store.Holder, force bool) (store.Own
 		return nil, &store.LockedError{Holder: prev}
 	}
 	var epoch int64
-	if err := tx.QueryRow(ctx, `UPDATE owner_lease SET epoch = epoch + 1, holder = $1, expires_at = clock_timestamp() + $2::interval
-		WHERE id = 1 RETURNING epoch`, string(holder), s.opts.LeaseTTL.String()).Scan(&epoch); err != nil {
+	sent := time.Now() // the lease runs from after this, by the database's clock
+	if err := tx.QueryRow(ctx, `UPDATE owner_lease SET epoch = epoch + 1, holder = $1, expires_at = clock_timestamp() + $2 * interval '1 microsecond'
+		WHERE id = 1 RETURNING epoch`, string(holder), s.opts.LeaseTTL.Microseconds()).Scan(&epoch); err != nil {
 		return nil, fmt.Errorf("runcue: take ownership: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return nil, fmt.Errorf("runcue: take ownership: %w", err)
 	}
-	o := &ownership{s: s, holder: h, epoch: epoch, dead: current == nil, stop: make(chan struct{}), done: make(chan struct{})}
-	go o.renew()
+	o := &ownership{s: s, holder: h, epoch: epoch,
+		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{})}
+	go o.renew(sent)
 	s.own = o
 	return o, nil
 }
@@ -94,38 +96,64 @@ type ownership struct {
 	s      *Store
 	holder store.Holder
 	epoch  int64
-	// dead: the previous holder released its lease (it had stopped).
-	dead bool
 
 	stop, done chan struct{}
 	once       sync.Once
+	// lost is closed when the holder stops trusting its lease (Lost).
+	lost chan struct{}
 }
 
-func (o *ownership) Epoch() int64       { return o.epoch }
-func (o *ownership) PreviousDead() bool { return o.dead }
+// Lost implements store.Leased: it is closed once the lease has gone
+// unrenewed for LeaseTTL/2, counted by this process's clock from the
+// sending of the last renewal that succeeded (the database extended the
+// lease from a later instant), or once another holder has taken over.
+// The other half of the TTL is the margin for a renewal in flight, a
+// clock that runs slow, and the engine's stop: a standby takes over only
+// once the lease has expired by the database's clock.
+func (o *ownership) Lost() <-chan struct{} { return o.lost }
 
-// renew extends the lease every LeaseTTL/4 until Release, or until another
-// holder has taken over. (It runs on a goroutine of its own, which Release
-// stops and waits for.)
-func (o *ownership) renew() {
+func (o *ownership) Epoch() int64 { return o.epoch }
+
+// PreviousDead is false: a lease proves no earlier holder's process dead
+// (a clean release proves only that the last holder stopped, not that a
+// holder deposed before it did), so the runs they left wait for their
+// leases to expire.
+func (o *ownership) PreviousDead() bool { return false }
+
+// renew extends the lease every LeaseTTL/4 until Release, or until the
+// holder stops trusting it (Lost). It runs on a goroutine of its own,
+// which Release stops and waits for.
+func (o *ownership) renew(renewed time.Time) {
 	defer close(o.done)
-	t := time.NewTicker(o.s.opts.LeaseTTL / 4)
-	defer t.Stop()
+	ttl := o.s.opts.LeaseTTL
+	tick := time.NewTicker(ttl / 4)
+	defer tick.Stop()
+	trust := time.NewTimer(time.Until(renewed.Add(ttl / 2)))
+	defer trust.Stop()
 	for {
 		select {
 		case <-o.stop:
 			return
-		case <-t.C:
+		case <-trust.C:
+			close(o.lost)
+			return
+		case <-tick.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), o.s.opts.LeaseTTL/4)
-		tag, err := o.s.pool.Exec(ctx, `UPDATE owner_lease SET expires_at = clock_timestamp() + $1::interval WHERE id = 1 AND epoch = $2`,
-			o.s.opts.LeaseTTL.String(), o.epoch)
+		sent := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), ttl/4)
+		tag, err := o.s.pool.Exec(ctx, `UPDATE owner_lease SET expires_at = clock_timestamp() + $1 * interval '1 microsecond' WHERE id = 1 AND epoch = $2`,
+			ttl.Microseconds(), o.epoch)
 		cancel()
-		if err == nil && tag.RowsAffected() == 0 {
-			return // another holder took over: nothing to renew
+		switch {
+		case err != nil:
+			// Not renewed: the trust timer runs on, unless a later
+			// renewal works.
+		case tag.RowsAffected() == 0:
+			close(o.lost) // another holder took over
+			return
+		default:
+			trust.Reset(time.Until(sent.Add(ttl / 2)))
 		}
-		// An error leaves the lease to run out unless a later renewal
-		// works.
 	}
 }
 
@@ -213,4 +241,5 @@ func (s *Store) listen(ctx context.Context) (*pgx.Conn, error) {
 var (
 	_ store.Watcher     = (*Store)(nil)
 	_ store.OwnerProber = (*Store)(nil)
+	_ store.Leased      = (*ownership)(nil)
 )
