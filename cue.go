@@ -306,6 +306,12 @@ func (c *Cue) startStandby(ctx context.Context) error {
 				case <-t.C:
 				}
 			}
+			if err := c.w.Err(); err != nil {
+				// The Cue's writer failed: it cannot own the database any
+				// more (Close, and open a new Cue).
+				c.log.Error("runcue: standby: the store failed; this Cue no longer takes ownership", "error", err)
+				return
+			}
 			holder := c.holder()
 			own, err := c.st.Acquire(context.Background(), holder)
 			if err != nil {

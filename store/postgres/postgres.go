@@ -54,7 +54,11 @@ type Options struct {
 	// LeaseTTL is how long an owner's lease lasts without renewal: the
 	// lease of a Cue that dies (or loses its network) is free LeaseTTL
 	// after its last renewal, by the database's clock. Renewals come every
-	// LeaseTTL/4. Default 15s.
+	// LeaseTTL/4; an owner stops trusting its lease after LeaseTTL/2
+	// without a renewal. It is also the connections'
+	// idle_in_transaction_session_timeout (unless the URL sets one): a
+	// frozen client's transaction, and its locks, end after it. Default
+	// 15s.
 	LeaseTTL time.Duration
 }
 
@@ -98,6 +102,15 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("runcue: postgres: %w", err)
 	}
 	cfg.MaxConns = opts.MaxConns
+	// A client that stops in the middle of a transaction (a process
+	// frozen, a host cut off) would hold its row locks, the log's counter
+	// and the lease row among them, until TCP noticed; the server ends
+	// such a session after LeaseTTL, so that a standby can take over soon
+	// after the lease expires. runcue's own transactions never wait on
+	// their client that long.
+	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
+		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(opts.LeaseTTL.Milliseconds(), 10)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("runcue: postgres: %w", err)
