@@ -1,3 +1,5 @@
+//go:build unix
+
 package postgres_test
 
 import (
@@ -37,6 +39,13 @@ const (
 	failoverLimit  = 10          // the service's RateLimit per failoverWindow
 	failoverWindow = 500 * time.Millisecond
 )
+
+// A failover test's scheduler process runs childMain instead of the tests.
+func init() {
+	if os.Getenv("RUNCUE_PG_CHILD") == "scheduler" {
+		childMain() // never returns
+	}
+}
 
 // childMain is a scheduler: a standby Cue whose handler waits a seeded 0-5
 // ms (the wire), tells the mock it arrived, and waits 20-60 ms more (the

@@ -25,9 +25,6 @@ import (
 // package; elsewhere go test says "[no tests to run]" on the package's ok
 // line, which it shows without -v, and the reason goes to stderr.
 func TestMain(m *testing.M) {
-	if os.Getenv("RUNCUE_PG_CHILD") == "scheduler" {
-		childMain() // a failover test's scheduler process: never returns
-	}
 	if os.Getenv("RUNCUE_TEST_POSTGRES") == "" {
 		if os.Getenv("CI") == "true" {
 			fmt.Fprintln(os.Stderr, "FAIL: CI=true and RUNCUE_TEST_POSTGRES is not set: .ci/run starts PostgreSQL (scripts/with-postgres)")
