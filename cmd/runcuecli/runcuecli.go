@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/store/postgres"
 	"github.com/spf13/cobra"
 )
 
@@ -33,9 +34,11 @@ import (
 type Options struct {
 	// Name is the command's name. Default "runcue".
 	Name string
-	// Open opens the database at path. An application passes its own, with
-	// its services and tasks registered, so that run can run them. Default:
-	// runcue.Open with a default Config (no handlers: run is not offered).
+	// Open opens the database at path (a file, or a PostgreSQL URL). An
+	// application passes its own, with its services and tasks registered,
+	// so that run can run them. Default: runcue.Open with a default Config
+	// for a file, or store/postgres for a postgres:// or postgresql:// URL
+	// (no handlers: run is not offered).
 	Open func(path string) (*runcue.Cue, error)
 	// Stdout and Stderr default to the process's.
 	Stdout, Stderr io.Writer
@@ -72,6 +75,33 @@ type cli struct {
 	db       string
 	output   string
 	out      io.Writer
+	// closeStore closes the store openDefault opened beside its Cue (a
+	// PostgreSQL store: the Cue does not own it).
+	closeStore func()
+}
+
+// isPostgresURL reports whether db names a PostgreSQL database.
+func isPostgresURL(db string) bool {
+	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
+}
+
+// openDefault opens db with a default Config: a SQLite file, or a
+// PostgreSQL database by its URL.
+func (c *cli) openDefault(db string) (*runcue.Cue, error) {
+	if !isPostgresURL(db) {
+		return runcue.Open(db, runcue.Config{})
+	}
+	st, err := postgres.Open(context.Background(), db, postgres.Options{})
+	if err != nil {
+		return nil, err
+	}
+	q, err := runcue.New(st, runcue.Config{})
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	c.closeStore = func() { st.Close() }
+	return q, nil
 }
 
 // New returns the command tree.
@@ -86,10 +116,10 @@ func New(o Options) *cobra.Command {
 		o.Stderr = os.Stderr
 	}
 	embedded := o.Open != nil
-	if o.Open == nil {
-		o.Open = func(path string) (*runcue.Cue, error) { return runcue.Open(path, runcue.Config{}) }
-	}
 	c := &cli{o: o, out: o.Stdout, embedded: embedded}
+	if o.Open == nil {
+		c.o.Open = c.openDefault
+	}
 	root := &cobra.Command{
 		Use:   o.Name,
 		Short: "Operate a runcue database: status, work, services, events",
@@ -112,7 +142,7 @@ argument, no --db).`,
 	root.SetOut(o.Stdout)
 	root.SetErr(o.Stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.PersistentFlags().StringVar(&c.db, "db", os.Getenv("RUNCUE_DB"), "the database file (default $RUNCUE_DB)")
+	root.PersistentFlags().StringVar(&c.db, "db", os.Getenv("RUNCUE_DB"), "the database: a file, or a postgres:// URL (default $RUNCUE_DB)")
 	root.PersistentFlags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
 	root.AddCommand(c.statsCmd(), c.listCmd(), c.showCmd(), c.explainCmd(), c.enqueueCmd(), c.importCmd(),
 		c.retryCmd(), c.cancelCmd(), c.serviceCmd(), c.taskCmd(), c.pauseCmd(true), c.pauseCmd(false),
@@ -139,7 +169,7 @@ func (c *cli) with(f func(ctx context.Context, q *runcue.Cue) error) error {
 	if c.db == "" {
 		return usageError{errors.New("no database: pass --db or set RUNCUE_DB")}
 	}
-	if _, err := os.Stat(c.db); err != nil && !c.embedded {
+	if _, err := os.Stat(c.db); err != nil && !c.embedded && !isPostgresURL(c.db) {
 		// A mistyped path must not create an empty database.
 		return fmt.Errorf("database %s: %w", c.db, err)
 	}
@@ -147,7 +177,13 @@ func (c *cli) with(f func(ctx context.Context, q *runcue.Cue) error) error {
 	if err != nil {
 		return err
 	}
-	defer q.Close()
+	defer func() {
+		q.Close()
+		if c.closeStore != nil {
+			c.closeStore()
+			c.closeStore = nil
+		}
+	}()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return f(ctx, q)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -115,6 +116,13 @@ func (c *cli) serve(ctx context.Context, q *runcue.Cue, addr, prefix, user, pass
 
 // baseName is the file name of a path, for titles.
 func baseName(path string) string {
+	if isPostgresURL(path) {
+		// The database's name and host, never the URL's credentials.
+		if u, err := url.Parse(path); err == nil {
+			return strings.TrimPrefix(u.Path, "/") + "@" + u.Hostname()
+		}
+		return "postgres"
+	}
 	if i := strings.LastIndexAny(path, `/\`); i >= 0 {
 		return path[i+1:]
 	}
