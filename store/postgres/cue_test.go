@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -73,4 +74,39 @@ func TestCueOnPostgres(t *testing.T) {
 		types = append(types, e.Type)
 	}
 	assert.Equal(t, []runcue.EventType{runcue.EventWorkQueued, runcue.EventWorkStarted, runcue.EventWorkCompleted}, types)
+}
+
+// TestPollOnly: with Options.PollOnly (a transaction-pooling proxy) there
+// is no LISTEN; an owner still finds units another process submitted, by
+// polling.
+func TestPollOnly(t *testing.T) {
+	ctx := context.Background()
+	u := schemaURL(t)
+	st, err := postgres.Open(ctx, u, postgres.Options{PollOnly: true})
+	require.NoError(t, err)
+	defer st.Close()
+	_, err = st.Watch(ctx)
+	require.Error(t, err, "no change notifications")
+	c, err := runcue.New(st, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer c.Close()
+	noop := runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}
+	require.NoError(t, c.Task("t", noop))
+	require.NoError(t, c.Start(ctx))
+
+	other, err := postgres.Open(ctx, u, postgres.Options{PollOnly: true})
+	require.NoError(t, err)
+	defer other.Close()
+	submitter, err := runcue.New(other, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer submitter.Close()
+	require.NoError(t, submitter.Task("t", noop))
+	sub, err := submitter.Submit(ctx, runcue.Submission{Task: "t"})
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	wi, err := c.Wait(wctx, sub.ID)
+	require.NoError(t, err)
+	assert.Equal(t, runcue.StateCompleted, wi.State)
+	require.NoError(t, c.Stop(ctx))
 }

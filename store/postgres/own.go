@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -182,6 +183,9 @@ func (o *ownership) Release() error {
 // connection is opened again after a pause; meanwhile the Cue's polling
 // still finds the commits.
 func (s *Store) Watch(ctx context.Context) (<-chan struct{}, error) {
+	if s.opts.PollOnly {
+		return nil, errPollOnly
+	}
 	conn, err := s.listen(ctx)
 	if err != nil {
 		return nil, err
@@ -223,6 +227,9 @@ func (s *Store) Watch(ctx context.Context) (<-chan struct{}, error) {
 	}()
 	return ch, nil
 }
+
+// errPollOnly is Watch's answer with Options.PollOnly: the Cue polls.
+var errPollOnly = errors.New("runcue: postgres: PollOnly: no change notifications")
 
 // listen opens a connection (with the pool's settings) listening on the
 // schema's channel.

@@ -51,6 +51,12 @@ var migrations embed.FS
 type Options struct {
 	// MaxConns is the size of the connection pool. Default 10.
 	MaxConns int32
+	// PollOnly opens no LISTEN connection: for a pooler that pools
+	// transactions (PgBouncer in transaction mode), where a session's
+	// LISTEN does not work. Commits of other processes are then found by
+	// polling alone (runcue.Config.PollInterval). Commits still NOTIFY,
+	// once each, for listeners elsewhere.
+	PollOnly bool
 	// LeaseTTL is how long an owner's lease lasts without renewal: the
 	// lease of a Cue that dies (or loses its network) is free LeaseTTL
 	// after its last renewal, by the database's clock. Renewals come every

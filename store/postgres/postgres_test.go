@@ -38,7 +38,7 @@ func TestMain(m *testing.M) {
 
 // schemaURL creates a schema of its own for the test (dropped at its end)
 // and returns a URL whose connections use it.
-func schemaURL(t *testing.T) string {
+func schemaURL(t testing.TB) string {
 	t.Helper()
 	base := os.Getenv("RUNCUE_TEST_POSTGRES")
 	b := make([]byte, 6)

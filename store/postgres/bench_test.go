@@ -1,0 +1,141 @@
+package postgres_test
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/store/postgres"
+)
+
+// BenchmarkRatio is runcue-bench's workload on PostgreSQL beside a raw
+// PostgreSQL queue cycle, interleaved in one process, each run on a fresh
+// schema: 20,000 no-op units, submitted in batches of 1,000, run by 100
+// handlers; the raw cycle inserts 64 units a transaction, claims 64 with
+// FOR UPDATE SKIP LOCKED and logs their start, and completes them and logs
+// that, a transaction each (synchronous_commit at the server's setting, as
+// runcue leaves it). It reports both rates and the ratio of their medians
+// over b.N repetitions:
+//
+//	scripts/with-postgres bash -c 'cd store/postgres && go test -run ^$ -bench Ratio -benchtime 5x'
+func BenchmarkRatio(b *testing.B) {
+	const units = 20_000
+	var raw, rc []float64
+	for b.Loop() {
+		raw = append(raw, rawCycle(b, units))
+		rc = append(rc, runcueRun(b, units))
+	}
+	mr, mc := median(raw), median(rc)
+	b.ReportMetric(mr, "raw-units/s")
+	b.ReportMetric(mc, "runcue-units/s")
+	b.ReportMetric(mc/mr, "ratio")
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// runcueRun submits n no-op units in batches of 1,000 to a Cue with 100
+// handlers and returns units per second from the first submission to the
+// last completion.
+func runcueRun(b *testing.B, n int) float64 {
+	ctx := context.Background()
+	st, err := postgres.Open(ctx, schemaURL(b), postgres.Options{})
+	require.NoError(b, err)
+	defer st.Close()
+	c, err := runcue.New(st, runcue.Config{MaxConcurrent: 100, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	defer c.Close()
+	done := make(chan struct{})
+	var completed int
+	require.NoError(b, c.Task("noop", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
+	evs := c.Events(ctx)
+	go func() {
+		for ev := range evs {
+			if ev.Type == runcue.EventWorkCompleted {
+				if completed++; completed == n {
+					close(done)
+				}
+			}
+		}
+	}()
+	require.NoError(b, c.Start(ctx))
+	start := time.Now()
+	batch := make([]runcue.Submission, 1000)
+	for i := range batch {
+		batch[i] = runcue.Submission{Task: "noop"}
+	}
+	for range n / len(batch) {
+		_, err := c.SubmitBatch(ctx, batch)
+		require.NoError(b, err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		b.Fatal("runcue did not complete the units")
+	}
+	rate := float64(n) / time.Since(start).Seconds()
+	require.NoError(b, c.Stop(ctx))
+	return rate
+}
+
+// rawCycle runs n units through a minimal hand-written PostgreSQL queue
+// and returns units per second.
+func rawCycle(b *testing.B, n int) float64 {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, schemaURL(b))
+	require.NoError(b, err)
+	defer pool.Close()
+	_, err = pool.Exec(ctx, `CREATE TABLE jobs (id BIGSERIAL PRIMARY KEY, kind TEXT NOT NULL, args BYTEA, state TEXT NOT NULL,
+			attempt INT NOT NULL DEFAULT 0, created_at TIMESTAMPTZ NOT NULL DEFAULT now(), started_at TIMESTAMPTZ, finished_at TIMESTAMPTZ);
+		CREATE INDEX jobs_queued ON jobs (id) WHERE state = 'queued';
+		CREATE TABLE job_log (n BIGSERIAL PRIMARY KEY, job BIGINT NOT NULL, what TEXT NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT now())`)
+	require.NoError(b, err)
+	const per = 64
+	start := time.Now()
+	for done := 0; done < n; done += per {
+		k := min(per, n-done)
+		kinds := make([]string, k)
+		for i := range kinds {
+			kinds[i] = "noop"
+		}
+		_, err := pool.Exec(ctx, `INSERT INTO jobs(kind, state) SELECT unnest($1::text[]), 'queued'`, kinds)
+		require.NoError(b, err)
+		var ids []int64
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			rows, err := tx.Query(ctx, `UPDATE jobs SET state = 'running', attempt = attempt + 1, started_at = now()
+				WHERE id IN (SELECT id FROM jobs WHERE state = 'queued' ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED) RETURNING id`, per)
+			if err != nil {
+				return err
+			}
+			if ids, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
+				return err
+			}
+			_, err = tx.Exec(ctx, `INSERT INTO job_log(job, what) SELECT unnest($1::bigint[]), 'started'`, ids)
+			return err
+		})
+		require.NoError(b, err)
+		require.Len(b, ids, k)
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `UPDATE jobs SET state = 'completed', finished_at = now() WHERE id = ANY($1)`, ids); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO job_log(job, what) SELECT unnest($1::bigint[]), 'completed'`, ids)
+			return err
+		})
+		require.NoError(b, err)
+	}
+	return float64(n) / time.Since(start).Seconds()
+}
