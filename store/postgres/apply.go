@@ -31,6 +31,12 @@ type txn struct {
 	nextSeq int64
 	follows int64
 	enc     store.BlockEncoder
+	// ins buffers the rows InsertUnit writes, until the next statement or
+	// the end of the Insert op (flushInserts); seqs are sequence numbers
+	// taken ahead for them (seqWant how many the op may need).
+	ins     insertBuf
+	seqs    []int64
+	seqWant int
 	// epoch is the stored owner epoch, read at the first owner op (-1
 	// until then) with the lease row locked: no owner change commits
 	// before this transaction does.
@@ -55,17 +61,29 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 		return store.Batch{}, err
 	}
 	t.nextSeq = t.follows + 1
-	for i, op := range ops {
+	for i := 0; i < len(ops); {
+		// A segment of Claims and Finishes is written by a statement per
+		// kind (runs.go): a round trip or two instead of one per op. Each
+		// op's outcome and events are as if applied alone, in order.
+		if n := segment(ops[i:]); n > 1 {
+			if err := t.segmentApply(ops[i:i+n], results[i:i+n]); err != nil {
+				return store.Batch{}, err
+			}
+			i += n
+			continue
+		}
 		r := &results[i]
-		if fenced, err := t.fenced(op); err != nil {
+		if fenced, err := t.fenced(ops[i]); err != nil {
 			return store.Batch{}, err
 		} else if fenced {
 			*r = store.Result{Err: store.ErrNotOwner}
+			i++
 			continue
 		}
-		if err := t.apply(op, r); err != nil {
+		if err := t.apply(ops[i], r); err != nil {
 			return store.Batch{}, err
 		}
+		i++
 	}
 	if err := t.flushEvents(false); err != nil {
 		return store.Batch{}, err
@@ -111,6 +129,9 @@ func (t *txn) fenced(op store.Op) (bool, error) {
 }
 
 func (t *txn) exec(query string, args ...any) (int64, error) {
+	if err := t.flushInserts(); err != nil {
+		return 0, err
+	}
 	tag, err := t.tx.Exec(t.ctx, query, args...)
 	return tag.RowsAffected(), err
 }
@@ -124,6 +145,9 @@ func (t *txn) changed(query string, args ...any) (bool, error) {
 // one runs a query and scans its first row into dest; ok is false when
 // there is none.
 func (t *txn) one(query string, args []any, dest ...any) (bool, error) {
+	if err := t.flushInserts(); err != nil {
+		return false, err
+	}
 	err := t.tx.QueryRow(t.ctx, query, args...).Scan(dest...)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
@@ -132,17 +156,33 @@ func (t *txn) one(query string, args []any, dest ...any) (bool, error) {
 }
 
 func (t *txn) strings(query string, args ...any) ([]string, error) {
-	rows, err := t.tx.Query(t.ctx, query, args...)
+	rows, err := t.query(query, args...)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
+// query runs a query, after the buffered inserts (see InsertUnit).
+func (t *txn) query(query string, args ...any) (pgx.Rows, error) {
+	if err := t.flushInserts(); err != nil {
+		return nil, err
+	}
+	return t.tx.Query(t.ctx, query, args...)
+}
+
 func (t *txn) apply(op store.Op, r *store.Result) error {
 	switch op := op.(type) {
 	case *store.Insert:
-		return t.savepoint(r, func() error { return store.ApplyInsert(t, op, r) })
+		t.seqWant = len(op.Units)
+		defer func() { t.seqs, t.seqWant = t.seqs[:0], 0 }()
+		return t.savepoint(r, func() error {
+			if err := store.ApplyInsert(t, op, r); err != nil {
+				t.ins.reset()
+				return err
+			}
+			return t.flushInserts()
+		})
 	case *store.Claim:
 		return t.claim(op, r)
 	case *store.Finish:

@@ -92,7 +92,7 @@ func (t *txn) PruneFinished(before time.Time, limit int) (int, error) {
 		q += ` LIMIT $2`
 		args = append(args, limit)
 	}
-	rows, err := t.tx.Query(t.ctx, q, args...)
+	rows, err := t.query(q, args...)
 	if err != nil {
 		return 0, err
 	}
@@ -156,7 +156,7 @@ func (t *txn) FirstEventAt(at time.Time) (int64, error) {
 
 // SubscriptionPositions implements store.Tx.
 func (t *txn) SubscriptionPositions() (map[string]int64, error) {
-	rows, err := t.tx.Query(t.ctx, `SELECT name, acked FROM subscriptions`)
+	rows, err := t.query(`SELECT name, acked FROM subscriptions`)
 	if err != nil {
 		return nil, err
 	}
@@ -186,7 +186,7 @@ func (t *txn) PruneEvents(below int64, limit int) (bool, error) {
 		q += ` LIMIT $2`
 		args = append(args, limit)
 	}
-	rows, err := t.tx.Query(t.ctx, q, args...)
+	rows, err := t.query(q, args...)
 	if err != nil {
 		return false, err
 	}

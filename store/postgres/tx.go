@@ -37,8 +37,13 @@ func (t *txn) ReleaseKey(id string) error {
 	return err
 }
 
+// InsertUnit buffers u's row (and its dependency edges) for one
+// multi-row INSERT at the next statement or the op's end (flushInserts),
+// with a sequence number taken ahead (an Insert of 1,000 units is a few
+// round trips, not 1,000). An ID already stored is found at the flush: an
+// *OpError wrapping ErrDuplicateID, which rolls the op back.
 func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int64, error) {
-	var costs any
+	var costs []byte
 	if len(u.Costs) > 0 {
 		b, err := json.Marshal(u.Costs)
 		if err != nil {
@@ -46,29 +51,123 @@ func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int
 		}
 		costs = b
 	}
-	var seq int64
-	ok, err := t.one(`INSERT INTO work_units(id, task, target, created_at, state, params, run_at, timeout, idempotency_key,
-			dependency_deadline, retry, trace, finished_at, error, error_kind, costs)
-		VALUES($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $14, $15)
-		ON CONFLICT DO NOTHING RETURNING seq`,
-		[]any{u.ID, u.Task, u.Target, ns(u.CreatedAt), string(u.State), nullBytes(u.Params), ns(u.RunAt), int64(u.Timeout),
-			nullStr(u.IdempotencyKey), ns(u.DependencyDeadline), nullBytes(u.Retry), nullBytes(u.Trace), ns(finished),
-			nullStr(errKind), costs}, &seq)
-	if err != nil {
-		return 0, err
-	}
-	if !ok {
-		// A conflict on the ID (a key's conflict was found by UnitByKey
-		// first, under its lock).
-		return 0, &store.OpError{Err: fmt.Errorf("%w: %q", store.ErrDuplicateID, u.ID)}
-	}
-	t.moved(u.Task, "", u.State)
-	for _, d := range u.DependsOn {
-		if _, err := t.exec(`INSERT INTO dependencies(unit_id, depends_on) VALUES($1, $2) ON CONFLICT DO NOTHING`, u.ID, d); err != nil {
+	if len(t.seqs) == 0 {
+		rows, err := t.tx.Query(t.ctx, `SELECT nextval(pg_get_serial_sequence('work_units', 'seq')) FROM generate_series(1, $1)`,
+			max(t.seqWant-t.ins.len(), 1))
+		if err != nil {
+			return 0, err
+		}
+		if t.seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
 			return 0, err
 		}
 	}
+	seq := t.seqs[0]
+	t.seqs = t.seqs[1:]
+	b := &t.ins
+	b.seq = append(b.seq, seq)
+	b.id = append(b.id, u.ID)
+	b.task = append(b.task, u.Task)
+	b.target = append(b.target, u.Target)
+	b.created = append(b.created, ns(u.CreatedAt))
+	b.state = append(b.state, string(u.State))
+	b.params = append(b.params, orNil(u.Params))
+	b.runAt = append(b.runAt, ns(u.RunAt))
+	b.timeout = append(b.timeout, int64(u.Timeout))
+	b.key = append(b.key, strPtr(u.IdempotencyKey))
+	b.deadline = append(b.deadline, ns(u.DependencyDeadline))
+	b.retry = append(b.retry, orNil(u.Retry))
+	b.trace = append(b.trace, orNil(u.Trace))
+	b.finished = append(b.finished, ns(finished))
+	b.errKind = append(b.errKind, strPtr(errKind))
+	b.costs = append(b.costs, costs)
+	for _, d := range u.DependsOn {
+		b.depUnit, b.depOn = append(b.depUnit, u.ID), append(b.depOn, d)
+	}
+	t.moved(u.Task, "", u.State)
 	return seq, nil
+}
+
+// insertBuf holds the rows InsertUnit buffered, a slice per column.
+type insertBuf struct {
+	seq, created, runAt, timeout, deadline, finished []int64
+	id, task, target, state                          []string
+	key, errKind                                     []*string
+	params, retry, trace, costs                      [][]byte
+	depUnit, depOn                                   []string
+}
+
+func (b *insertBuf) len() int { return len(b.id) }
+
+func (b *insertBuf) reset() {
+	*b = insertBuf{seq: b.seq[:0], created: b.created[:0], runAt: b.runAt[:0], timeout: b.timeout[:0], deadline: b.deadline[:0],
+		finished: b.finished[:0], id: b.id[:0], task: b.task[:0], target: b.target[:0], state: b.state[:0], key: b.key[:0],
+		errKind: b.errKind[:0], params: b.params[:0], retry: b.retry[:0], trace: b.trace[:0], costs: b.costs[:0],
+		depUnit: b.depUnit[:0], depOn: b.depOn[:0]}
+}
+
+// flushInserts writes the buffered rows: the units in one statement, then
+// their dependency edges. A unit whose ID is already stored is an
+// *OpError wrapping ErrDuplicateID (the op is rolled back).
+func (t *txn) flushInserts() error {
+	b := &t.ins
+	if b.len() == 0 {
+		return nil
+	}
+	defer b.reset()
+	rows, err := t.tx.Query(t.ctx, `INSERT INTO work_units(seq, id, task, target, created_at, state, params, run_at, timeout,
+			idempotency_key, dependency_deadline, retry, trace, finished_at, error, error_kind, costs)
+		SELECT seq, id, task, target, created_at, state, params, run_at, timeout, key, deadline, retry, trace, finished, kind, kind, costs
+		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::bytea[], $8::bigint[], $9::bigint[],
+			$10::text[], $11::bigint[], $12::bytea[], $13::bytea[], $14::bigint[], $15::text[], $16::bytea[])
+			WITH ORDINALITY AS v(seq, id, task, target, created_at, state, params, run_at, timeout, key, deadline, retry, trace, finished, kind, costs, i)
+		ORDER BY i
+		ON CONFLICT DO NOTHING RETURNING id`,
+		b.seq, b.id, b.task, b.target, b.created, b.state, b.params, b.runAt, b.timeout, b.key, b.deadline, b.retry, b.trace,
+		b.finished, b.errKind, b.costs)
+	if err != nil {
+		return err
+	}
+	stored, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err
+	}
+	if len(stored) < b.len() {
+		in := make(map[string]bool, len(stored))
+		for _, id := range stored {
+			in[id] = true
+		}
+		for _, id := range b.id {
+			if !in[id] {
+				// A conflict on the ID (a key's conflict was found by
+				// UnitByKey first, under the writers' lock).
+				return &store.OpError{Err: fmt.Errorf("%w: %q", store.ErrDuplicateID, id)}
+			}
+		}
+	}
+	if len(b.depUnit) > 0 {
+		if _, err := t.tx.Exec(t.ctx, `INSERT INTO dependencies(unit_id, depends_on)
+			SELECT u, d FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS v(u, d, i) ORDER BY i ON CONFLICT DO NOTHING`,
+			b.depUnit, b.depOn); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// strPtr is s, or nil (NULL) when empty.
+func strPtr(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// orNil is b, or nil (NULL) when empty.
+func orNil(b []byte) []byte {
+	if len(b) == 0 {
+		return nil
+	}
+	return b
 }
 
 func (t *txn) EndQueued(id string, st store.State, at time.Time, errMsg, errKind string) (bool, error) {
@@ -87,7 +186,7 @@ func (t *txn) QueuedDependents(id string) ([]store.UnitRef, error) {
 }
 
 func (t *txn) refs(query string, args ...any) ([]store.UnitRef, error) {
-	rows, err := t.tx.Query(t.ctx, query, args...)
+	rows, err := t.query(query, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +289,7 @@ func (t *txn) RunningUnits(ids []string) ([]store.RunningRef, error) {
 		q += ` AND id = ANY($1)`
 		args = append(args, ids)
 	}
-	rows, err := t.tx.Query(t.ctx, q+` ORDER BY seq FOR UPDATE`, args...)
+	rows, err := t.query(q+` ORDER BY seq FOR UPDATE`, args...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,196 @@
+package postgres
+
+import (
+	"github.com/runcue/runcue/store"
+)
+
+// Segments of Claims and Finishes written a statement per kind: with fast
+// handlers, the writer's batches are mostly claims and finishes, and on
+// PostgreSQL a statement is a round trip.
+
+// segment returns how many ops from the first form a segment that
+// segmentApply writes with one statement for its Claims and one for its
+// Finishes: Claims and Finishes only, each unit claimed at most once and
+// finished at most once, no Claim of a unit after its Finish (a retry
+// claimed again in the same batch), and no Finish that propagates a
+// failure to dependents (its rules read what the segment's later claims
+// would already have written).
+func segment(ops []store.Op) int {
+	claimed, finished := map[string]bool{}, map[string]bool{}
+	for n, op := range ops {
+		switch op := op.(type) {
+		case *store.Claim:
+			if claimed[op.ID] || finished[op.ID] {
+				return n
+			}
+			claimed[op.ID] = true
+		case *store.Finish:
+			if finished[op.ID] || (op.Propagate && (op.State == store.Failed || op.State == store.Cancelled)) {
+				return n
+			}
+			finished[op.ID] = true
+		default:
+			return n
+		}
+	}
+	return len(ops)
+}
+
+// segmentApply applies a segment (see segment): the fenced ops fail with
+// store.ErrNotOwner; the Claims are written by one statement, then the
+// Finishes by another (a unit's Claim comes before its Finish); then each
+// applied op's bookkeeping and events follow in the ops' order, so the log
+// is the same as when each is applied alone.
+func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
+	var claims, finishes []int
+	for i, op := range ops {
+		fenced, err := t.fenced(op)
+		if err != nil {
+			return err
+		}
+		if fenced {
+			results[i] = store.Result{Err: store.ErrNotOwner}
+			continue
+		}
+		if _, ok := op.(*store.Claim); ok {
+			claims = append(claims, i)
+		} else {
+			finishes = append(finishes, i)
+		}
+	}
+	claimed, err := t.claimAll(ops, claims)
+	if err != nil {
+		return err
+	}
+	finished, err := t.finishAll(ops, finishes)
+	if err != nil {
+		return err
+	}
+	var services, meters, workIDs []string
+	var amounts, at []int64
+	for i, op := range ops {
+		switch op := op.(type) {
+		case *store.Claim:
+			task, ok := claimed[op.ID]
+			if !ok || results[i].Err != nil {
+				continue
+			}
+			t.moved(task, store.Queued, store.Running)
+			results[i].Applied = true
+			t.noteWait(op.At, op.Wait)
+			for _, e := range op.Log {
+				services, meters, workIDs = append(services, e.Service), append(meters, e.Meter), append(workIDs, op.ID)
+				amounts, at = append(amounts, e.Amount), append(at, ns(op.At))
+			}
+			if err := store.AppendEvents(t, &results[i], op.Events, op.ID, "", op.At); err != nil {
+				return err
+			}
+		case *store.Finish:
+			task, ok := finished[op.ID]
+			if !ok || results[i].Err != nil {
+				continue
+			}
+			t.moved(task, store.Running, op.State)
+			if err := store.FinishApplied(t, op, &results[i]); err != nil {
+				return err
+			}
+		}
+	}
+	if len(services) > 0 {
+		if _, err := t.exec(`INSERT INTO service_log(service, meter, amount, started_at, work_id)
+			SELECT s, m, a, t, w FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[])
+				WITH ORDINALITY AS v(s, m, a, t, w, i) ORDER BY i`,
+			services, meters, amounts, at, workIDs); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// applied runs an UPDATE ... RETURNING id, task and returns the tasks of
+// the units it changed, by ID.
+func (t *txn) applied(query string, args ...any) (map[string]string, error) {
+	rows, err := t.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]string{}
+	for rows.Next() {
+		var id, task string
+		if err := rows.Scan(&id, &task); err != nil {
+			return nil, err
+		}
+		out[id] = task
+	}
+	return out, rows.Err()
+}
+
+// claimAll writes the Claims ops[idx] and returns the tasks of the units
+// it claimed, by ID.
+func (t *txn) claimAll(ops []store.Op, idx []int) (map[string]string, error) {
+	n := len(idx)
+	if n == 0 {
+		return nil, nil
+	}
+	ids, owners := make([]string, n), make([]string, n)
+	runs := make([]int32, n)
+	ats, leases, epochs := make([]int64, n), make([]int64, n), make([]int64, n)
+	for k, i := range idx {
+		c := ops[i].(*store.Claim)
+		ids[k], owners[k], runs[k] = c.ID, c.Owner, int32(c.Run)
+		ats[k], leases[k], epochs[k] = ns(c.At), ns(c.LeaseExpires), c.Epoch
+	}
+	return t.applied(`UPDATE work_units w SET state='running', runs=v.run, started_at=v.at, leased_by=v.owner,
+			lease_expires_at=v.lease, heartbeat_at=0, epoch=v.epoch
+		FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[]) AS v(id, run, at, owner, lease, epoch)
+		WHERE w.id = v.id AND w.state='queued' AND w.cancel_requested=0 RETURNING w.id, w.task`,
+		ids, runs, ats, owners, leases, epochs)
+}
+
+// finishAll writes the Finishes ops[idx] and returns the tasks of the
+// units it finished, by ID.
+func (t *txn) finishAll(ops []store.Op, idx []int) (map[string]string, error) {
+	n := len(idx)
+	if n == 0 {
+		return nil, nil
+	}
+	states, errs, kinds, attempts, ids, owners := make([]string, n), make([]*string, n), make([]*string, n), make([]string, n), make([]string, n), make([]string, n)
+	fins, runAts := make([]int64, n), make([]int64, n)
+	spends, defers, runs := make([]int32, n), make([]int32, n), make([]int32, n)
+	res := make([][]byte, n)
+	for k, i := range idx {
+		f := ops[i].(*store.Finish)
+		states[k], ids[k], owners[k], runs[k] = string(f.State), f.ID, f.Owner, int32(f.Run)
+		if f.State.Terminal() {
+			fins[k] = ns(f.At)
+		}
+		runAts[k] = ns(f.RunAt)
+		if f.State == store.Completed && len(f.Result) > 0 {
+			res[k] = f.Result
+		}
+		if f.Error != "" {
+			e := f.Error
+			errs[k] = &e
+		}
+		if f.ErrorKind != "" {
+			e := f.ErrorKind
+			kinds[k] = &e
+		}
+		if f.SpendBudget {
+			spends[k] = 1
+		}
+		if f.Deferral {
+			defers[k] = 1
+		}
+		attempts[k] = store.AttemptJSON(f.Attempt)
+	}
+	return t.applied(`UPDATE work_units w SET state=v.state, finished_at=v.fin, result=v.result, error=v.err, error_kind=v.kind,
+			run_at=v.run_at, failures=w.failures+v.spend, deferrals=w.deferrals+v.defer, leased_by=NULL, lease_expires_at=0,
+			cancel_requested=0, attempts=CASE WHEN w.attempts IS NULL OR w.attempts = '' THEN '[' || v.attempt || ']'
+				ELSE left(w.attempts, length(w.attempts) - 1) || ',' || v.attempt || ']' END
+		FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bigint[], $7::int[], $8::int[], $9::text[],
+			$10::text[], $11::text[], $12::int[]) AS v(state, fin, result, err, kind, run_at, spend, defer, attempt, id, owner, run)
+		WHERE w.id = v.id AND w.state='running' AND w.leased_by=v.owner AND w.runs=v.run RETURNING w.id, w.task`,
+		states, fins, res, errs, kinds, runAts, spends, defers, attempts, ids, owners, runs)
+}
