@@ -17,7 +17,7 @@ func (c *Cue) Backup(ctx context.Context, path string) error {
 	}
 	b, ok := c.st.(store.Backuper)
 	if !ok {
-		return fmt.Errorf("%w: this store cannot back up", ErrInvalid)
+		return fmt.Errorf("%w: this store cannot back itself up: use its database's own backup (pg_dump for PostgreSQL)", ErrInvalid)
 	}
 	if _, err := os.Stat(path); err == nil {
 		return fmt.Errorf("%w: %s exists", ErrInvalid, path)

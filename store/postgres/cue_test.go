@@ -110,3 +110,71 @@ func TestPollOnly(t *testing.T) {
 	assert.Equal(t, runcue.StateCompleted, wi.State)
 	require.NoError(t, c.Stop(ctx))
 }
+
+// TestDurableSubscriptionOnPostgres: a durable subscription read by a Cue
+// that does not own the database (another host's, as far as the database
+// knows) resumes after its acknowledged position when opened again, from
+// another handle, and receives the rest exactly.
+func TestDurableSubscriptionOnPostgres(t *testing.T) {
+	ctx := context.Background()
+	u := schemaURL(t)
+	st, err := postgres.Open(ctx, u, postgres.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	owner, err := runcue.New(st, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer owner.Close()
+	noop := runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}
+	require.NoError(t, owner.Task("t", noop))
+
+	reader := func() (*runcue.Cue, func()) {
+		rs, err := postgres.Open(ctx, u, postgres.Options{})
+		require.NoError(t, err)
+		c, err := runcue.New(rs, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		require.NoError(t, err)
+		return c, func() { c.Close(); rs.Close() }
+	}
+	r1, close1 := reader()
+	evs, cancel, err := r1.Subscribe(ctx, runcue.SubscribeOptions{Name: "ui", Types: []runcue.EventType{runcue.EventWorkCompleted}, After: runcue.SeqNow})
+	require.NoError(t, err)
+	var subs []runcue.Submission
+	for range 10 {
+		subs = append(subs, runcue.Submission{Task: "t"})
+	}
+	_, err = owner.SubmitBatch(ctx, subs)
+	require.NoError(t, err)
+	require.NoError(t, owner.Start(ctx))
+	var got []string
+	for len(got) < 4 {
+		select {
+		case ev := <-evs:
+			got = append(got, ev.WorkID)
+			require.NoError(t, r1.Ack(ctx, "ui", ev.Seq))
+		case <-time.After(time.Minute):
+			t.Fatal("no completion delivered")
+		}
+	}
+	cancel()
+	close1()
+	require.NoError(t, owner.Drain(ctx))
+
+	r2, close2 := reader()
+	defer close2()
+	evs, cancel, err = r2.Subscribe(ctx, runcue.SubscribeOptions{Name: "ui"})
+	require.NoError(t, err)
+	defer cancel()
+	for len(got) < 10 {
+		select {
+		case ev := <-evs:
+			got = append(got, ev.WorkID)
+		case <-time.After(time.Minute):
+			t.Fatalf("resumed subscription delivered %d of 10", len(got))
+		}
+	}
+	seen := map[string]bool{}
+	for _, id := range got {
+		assert.False(t, seen[id], "%s delivered twice", id)
+		seen[id] = true
+	}
+	require.NoError(t, owner.Stop(ctx))
+}
