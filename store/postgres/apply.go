@@ -15,14 +15,9 @@ type txn struct {
 	s   *Store
 	ctx context.Context
 	tx  pgx.Tx
-	// counted journals the transaction's changes to the unit counts,
-	// written at commit (flushCounts); queued is their sum for the queued
-	// state, for the queue bound.
-	counted []countDelta
-	queued  int
-	// activity journals the activity and queue-wait counts, added at
-	// commit (flushActivity).
-	activity []activityKey
+	// Journal holds the count changes, written at commit (flushCounts,
+	// flushActivity); a savepoint rolled back truncates it.
+	store.Journal
 	// The transaction's events, numbered as they are appended (follows
 	// is the log's last number when the transaction began, nextSeq the
 	// next to assign), written as blocks with their units' records and
@@ -245,14 +240,14 @@ func (t *txn) savepoint(r *store.Result, f func() error) error {
 	if _, err := t.exec(`SAVEPOINT op`); err != nil {
 		return err
 	}
-	queued, counted, activity, pending, nextSeq := t.queued, len(t.counted), len(t.activity), len(t.pending), t.nextSeq
+	mark, pending, nextSeq := t.Journal.Mark(), len(t.pending), t.nextSeq
 	err := f()
 	var oe *store.OpError
 	if errors.As(err, &oe) {
 		if _, err := t.exec(`ROLLBACK TO SAVEPOINT op`); err != nil {
 			return err
 		}
-		t.queued, t.counted, t.activity = queued, t.counted[:counted], t.activity[:activity]
+		t.Journal.Rollback(mark)
 		clear(t.pending[pending:])
 		t.pending = t.pending[:pending]
 		t.nextSeq = nextSeq

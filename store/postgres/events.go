@@ -22,7 +22,7 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 	ev.Seq = t.nextSeq
 	t.nextSeq++
 	t.pending = append(t.pending, *ev)
-	t.noteActivity(ev)
+	t.NoteActivity(ev)
 	return nil
 }
 

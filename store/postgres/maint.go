@@ -1,7 +1,6 @@
 package postgres
 
 import (
-	"encoding/json"
 	"strings"
 	"time"
 
@@ -64,23 +63,14 @@ func (t *txn) ack(op *store.Ack, r *store.Result) error {
 		r.Applied, err = t.changed(`DELETE FROM subscriptions WHERE name=$1`, op.Name)
 	case op.Create:
 		r.Applied, err = t.changed(`INSERT INTO subscriptions(name, acked, created_at, types, tasks) VALUES($1, $2, $3, $4, $5)
-			ON CONFLICT DO NOTHING`, op.Name, op.Seq, ns(op.At), namesJSON(op.Types), namesJSON(op.Tasks))
+			ON CONFLICT DO NOTHING`, op.Name, op.Seq, ns(op.At), store.EncodeNames(op.Types), store.EncodeNames(op.Tasks))
 	case op.SetFilter:
 		r.Applied, err = t.changed(`UPDATE subscriptions SET types = $1, tasks = $2 WHERE name = $3`,
-			namesJSON(op.Types), namesJSON(op.Tasks), op.Name)
+			store.EncodeNames(op.Types), store.EncodeNames(op.Tasks), op.Name)
 	default:
 		r.Applied, err = t.changed(`UPDATE subscriptions SET acked = greatest(acked, $1), acked_at = $2 WHERE name = $3`, op.Seq, ns(op.At), op.Name)
 	}
 	return err
-}
-
-// namesJSON encodes a filter's names as a JSON array, ” when empty.
-func namesJSON(names []string) string {
-	if len(names) == 0 {
-		return ""
-	}
-	b, _ := json.Marshal(names)
-	return string(b)
 }
 
 // PruneFinished implements store.Tx.
@@ -116,7 +106,7 @@ func (t *txn) PruneFinished(before time.Time, limit int) (int, error) {
 	ids := make([]string, len(units))
 	for i, g := range units {
 		ids[i] = g.id
-		t.moved(g.task, store.State(g.state), "")
+		t.Moved(g.task, store.State(g.state), "")
 	}
 	if _, err := t.exec(`DELETE FROM work_units WHERE id = ANY($1)`, ids); err != nil {
 		return 0, err

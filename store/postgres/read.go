@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,44 +31,14 @@ func scanUnit(row pgx.Row) (*store.Unit, error) {
 		return nil, err
 	}
 	u.State = store.State(state)
-	if err := decodeCosts(costs, &u); err != nil {
-		return nil, err
-	}
 	u.CreatedAt, u.RunAt, u.StartedAt, u.FinishedAt = tm(created), tm(runAt), tm(started), tm(finished)
 	u.Timeout = time.Duration(timeout)
 	u.LeaseExpiresAt, u.DependencyDeadline, u.HeartbeatAt = tm(leaseExp), tm(depDeadline), tm(heartbeat)
 	u.CancelRequested = cancelReq != 0
-	if attempts != "" {
-		var recs []attemptRec
-		if err := json.Unmarshal([]byte(attempts), &recs); err != nil {
-			return nil, fmt.Errorf("unit %s: attempts: %w", u.ID, err)
-		}
-		u.Attempts = make([]store.Attempt, len(recs))
-		for i, a := range recs {
-			u.Attempts[i] = store.Attempt{Run: a.Run, Start: tm(a.Start), End: tm(a.End), Outcome: a.Outcome, Error: a.Error}
-		}
+	if err := store.DecodeUnitColumns(&u, costs, attempts); err != nil {
+		return nil, err
 	}
 	return &u, nil
-}
-
-// decodeCosts reads a unit's stored costs (NULL: none).
-func decodeCosts(raw []byte, u *store.Unit) error {
-	if len(raw) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(raw, &u.Costs); err != nil {
-		return fmt.Errorf("unit %s: costs: %w", u.ID, err)
-	}
-	return nil
-}
-
-// attemptRec is an attempt as stored (see store.AttemptJSON).
-type attemptRec struct {
-	Run     int    `json:"run"`
-	Start   int64  `json:"start"`
-	End     int64  `json:"end"`
-	Outcome string `json:"outcome"`
-	Error   string `json:"error"`
 }
 
 // dependsOn fills the units' dependencies, in the order they were given.
@@ -390,15 +359,8 @@ func (s *Store) Subscriptions(ctx context.Context) ([]store.Subscription, error)
 			return nil, err
 		}
 		sub.CreatedAt, sub.AckedAt = tm(created), tm(acked)
-		if types != "" {
-			if err := json.Unmarshal([]byte(types), &sub.Types); err != nil {
-				return nil, fmt.Errorf("subscription %q: types: %w", sub.Name, err)
-			}
-		}
-		if tasks != "" {
-			if err := json.Unmarshal([]byte(tasks), &sub.Tasks); err != nil {
-				return nil, fmt.Errorf("subscription %q: tasks: %w", sub.Name, err)
-			}
+		if err := store.DecodeSubscriptionFilter(&sub, types, tasks); err != nil {
+			return nil, err
 		}
 		out = append(out, sub)
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"slices"
 
 	"github.com/jackc/pgx/v5"
 
@@ -35,9 +34,9 @@ func (s *Store) MatchingEvents(ctx context.Context, q store.EventQuery) ([]store
 	if q.WorkID != "" {
 		return s.unitEvents(ctx, q)
 	}
-	sel := selector(q)
+	sel := store.EventSelector(q)
 	if len(q.Types) == 0 && len(q.Tasks) == 0 {
-		out, _, err := s.scan(ctx, q.After+1, q.Upto, q.Limit, nil, sel)
+		out, _, err := store.ScanLog(ctx, s.blocksFrom, q.After+1, q.Upto, q.Limit, nil, sel)
 		if err != nil {
 			return nil, err
 		}
@@ -63,7 +62,7 @@ func (s *Store) MatchingEvents(ctx context.Context, q store.EventQuery) ([]store
 		if lo > hi {
 			continue
 		}
-		out, next, err = s.scan(ctx, lo, hi, q.Limit, out, sel)
+		out, next, err = store.ScanLog(ctx, s.blocksFrom, lo, hi, q.Limit, out, sel)
 		if err != nil {
 			return nil, err
 		}
@@ -72,16 +71,6 @@ func (s *Store) MatchingEvents(ctx context.Context, q store.EventQuery) ([]store
 		}
 	}
 	return out, s.fillResults(ctx, out)
-}
-
-// selector returns whether an event matches q's types and tasks.
-func selector(q store.EventQuery) func(*store.Event) bool {
-	if len(q.Types) == 0 && len(q.Tasks) == 0 {
-		return nil
-	}
-	return func(e *store.Event) bool {
-		return (len(q.Types) == 0 || slices.Contains(q.Types, e.Type)) && (len(q.Tasks) == 0 || slices.Contains(q.Tasks, e.Task))
-	}
 }
 
 // blocksFromQuery reads the blocks from a sequence number on, through the
@@ -113,33 +102,6 @@ func (s *Store) blocksFrom(ctx context.Context, seq int64, fn func(first, last i
 	return rows.Err()
 }
 
-// scan appends to out the events with Seq in [lo, hi] that sel accepts
-// (all, when sel is nil), until out holds limit; it returns out and the
-// first sequence number it did not look at (lo when none).
-func (s *Store) scan(ctx context.Context, lo, hi int64, limit int, out []store.Event, sel func(*store.Event) bool) ([]store.Event, int64, error) {
-	next := lo
-	err := s.blocksFrom(ctx, lo, func(first, last int64, data []byte) (bool, error) {
-		if first > hi {
-			return false, nil
-		}
-		err := store.DecodeBlock(first, data, func(e store.Event) bool {
-			if e.Seq > hi {
-				return false
-			}
-			if e.Seq >= lo && (sel == nil || sel(&e)) {
-				out = append(out, e)
-			}
-			return len(out) < limit
-		})
-		if err != nil {
-			return false, err
-		}
-		next = min(last, hi) + 1
-		return len(out) < limit && last < hi, nil
-	})
-	return out, next, err
-}
-
 // LastOfTypes returns the last retained event of one of types (see
 // store.Store): the last range of those types (event_ranges) holds it, or
 // the one before it if retention or a rollback emptied the last.
@@ -147,7 +109,7 @@ func (s *Store) LastOfTypes(ctx context.Context, types []string) (store.Event, b
 	if len(types) == 0 {
 		return store.Event{}, false, nil
 	}
-	sel := selector(store.EventQuery{Types: types})
+	sel := store.EventSelector(store.EventQuery{Types: types})
 	upto := int64(math.MaxInt64)
 	for {
 		var first, last int64
@@ -216,12 +178,11 @@ func (s *Store) lastIn(ctx context.Context, lo, hi int64, sel func(*store.Event)
 // by reading the log. A unit no longer stored has no record: its events
 // are found by reading the log in q's range.
 func (s *Store) unitEvents(ctx context.Context, q store.EventQuery) ([]store.Event, error) {
-	sel := selector(q)
-	mine := func(e *store.Event) bool { return e.WorkID == q.WorkID && (sel == nil || sel(e)) }
+	mine := store.UnitSelector(q)
 	var rec []byte
 	err := s.pool.QueryRow(ctx, unitRecordQuery, q.WorkID).Scan(&rec)
 	if errors.Is(err, pgx.ErrNoRows) {
-		out, _, err := s.scan(ctx, q.After+1, q.Upto, q.Limit, nil, mine)
+		out, _, err := store.ScanLog(ctx, s.blocksFrom, q.After+1, q.Upto, q.Limit, nil, mine)
 		if err != nil {
 			return nil, err
 		}
@@ -230,78 +191,9 @@ func (s *Store) unitEvents(ctx context.Context, q store.EventQuery) ([]store.Eve
 	if err != nil {
 		return nil, err
 	}
-	entries, full, err := store.UnitRecord(rec)
+	out, err := store.UnitLogEvents(ctx, s.blocksFrom, rec, q)
 	if err != nil {
-		return nil, fmt.Errorf("runcue: postgres: unit %q: %w", q.WorkID, err)
-	}
-	var out []store.Event
-	// i is the next entry; open says that the events read are in the
-	// transaction of a More entry; seen is the highest Seq looked at.
-	i, open, seen := 0, false, q.After
-	done := func() bool { return len(out) >= q.Limit || seen >= q.Upto }
-	for (i < len(entries) || open) && !done() {
-		from := seen + 1
-		if !open {
-			from = max(from, entries[i].Seq)
-		}
-		found := false
-		err := s.blocksFrom(ctx, from, func(first, last int64, data []byte) (bool, error) {
-			found = true
-			err := store.DecodeBlock(first, data, func(e store.Event) bool {
-				if e.Seq < from {
-					return true
-				}
-				wanted := open
-				for ; i < len(entries) && entries[i].Seq <= e.Seq; i++ {
-					// A More entry opens its transaction's events even when
-					// the block lost its head to retention (its number is
-					// below first): at worst, the unit's events of a later
-					// transaction are read a second way.
-					if entries[i].More {
-						open = true
-					}
-					wanted = wanted || entries[i].Seq == e.Seq || open
-				}
-				if e.Seq > q.Upto {
-					seen = q.Upto
-					return false
-				}
-				seen = e.Seq
-				if wanted && mine(&e) {
-					out = append(out, e)
-				}
-				return !done()
-			})
-			if err != nil || done() {
-				return false, err
-			}
-			seen = max(seen, min(last, q.Upto))
-			if open && !store.BlockContinues(data) {
-				open = false
-			}
-			// On to the next block when still in an open transaction or
-			// when the next entry is in it; otherwise seek the next entry.
-			return open, nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		if !found {
-			break // nothing is stored from there on
-		}
-		for i < len(entries) && entries[i].Seq <= seen && !open {
-			i++ // pruned, or past the range
-		}
-	}
-	if full && !done() {
-		from := seen + 1
-		if n := len(entries); n > 0 {
-			from = max(from, entries[n-1].Seq+1)
-		}
-		out, _, err = s.scan(ctx, from, q.Upto, q.Limit, out, mine)
-		if err != nil {
-			return nil, err
-		}
+		return nil, err
 	}
 	return out, s.fillResults(ctx, out)
 }

@@ -20,9 +20,9 @@ func (t *txn) claim(op *store.Claim, r *store.Result) error {
 			return err
 		}
 	}
-	t.moved(task, store.Queued, store.Running)
+	t.Moved(task, store.Queued, store.Running)
 	r.Applied = true
-	t.noteWait(op.At, op.Wait)
+	t.NoteWait(op.At, op.Wait)
 	if n := len(op.Log); n > 0 {
 		services, meters, amounts := make([]string, n), make([]string, n), make([]int64, n)
 		for i, e := range op.Log {
@@ -64,6 +64,6 @@ func (t *txn) finish(op *store.Finish, r *store.Result) error {
 	if err != nil || !ok {
 		return err
 	}
-	t.moved(task, store.Running, op.State)
+	t.Moved(task, store.Running, op.State)
 	return store.FinishApplied(t, op, r)
 }

@@ -75,9 +75,9 @@ func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
 			if !ok || results[i].Err != nil {
 				continue
 			}
-			t.moved(task, store.Queued, store.Running)
+			t.Moved(task, store.Queued, store.Running)
 			results[i].Applied = true
-			t.noteWait(op.At, op.Wait)
+			t.NoteWait(op.At, op.Wait)
 			for _, e := range op.Log {
 				services, meters, workIDs = append(services, e.Service), append(meters, e.Meter), append(workIDs, op.ID)
 				amounts, at = append(amounts, e.Amount), append(at, ns(op.At))
@@ -90,7 +90,7 @@ func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
 			if !ok || results[i].Err != nil {
 				continue
 			}
-			t.moved(task, store.Running, op.State)
+			t.Moved(task, store.Running, op.State)
 			if err := store.FinishApplied(t, op, &results[i]); err != nil {
 				return err
 			}

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"strconv"
-	"time"
 
 	"github.com/runcue/runcue/store"
 )
@@ -11,59 +10,32 @@ import (
 // queue-wait histograms, counted by each transaction and added at its
 // commit.
 
-// countDelta is a change of one unit count.
-type countDelta struct {
-	task  string
-	state store.State
-	d     int
-}
-
-// moved records that a unit of task went from state from to state to (""
-// for a unit inserted or deleted).
-func (t *txn) moved(task string, from, to store.State) {
-	if from == to {
-		return
-	}
-	if from != "" {
-		t.counted = append(t.counted, countDelta{task, from, -1})
-		if from == store.Queued {
-			t.queued--
-		}
-	}
-	if to != "" {
-		t.counted = append(t.counted, countDelta{task, to, 1})
-		if to == store.Queued {
-			t.queued++
-		}
-	}
-}
-
 // flushCounts writes the transaction's count changes, in one statement.
 func (t *txn) flushCounts() error {
-	if len(t.counted) == 0 {
+	if len(t.Counted) == 0 {
 		return nil
 	}
 	type key struct {
-		task  string
-		state store.State
+		Task  string
+		State store.State
 	}
 	sum := map[key]int64{}
 	var order []key
-	for _, c := range t.counted {
-		k := key{c.task, c.state}
+	for _, c := range t.Counted {
+		k := key{c.Task, c.State}
 		if _, ok := sum[k]; !ok {
 			order = append(order, k)
 		}
-		sum[k] += int64(c.d)
+		sum[k] += int64(c.D)
 	}
 	var tasks, states []string
 	var ns []int64
 	for _, k := range order {
 		if n := sum[k]; n != 0 {
-			tasks, states, ns = append(tasks, k.task), append(states, string(k.state)), append(ns, n)
+			tasks, states, ns = append(tasks, k.Task), append(states, string(k.State)), append(ns, n)
 		}
 	}
-	t.counted = t.counted[:0]
+	t.Counted = t.Counted[:0]
 	if len(tasks) == 0 {
 		return nil
 	}
@@ -72,53 +44,27 @@ func (t *txn) flushCounts() error {
 	return err
 }
 
-// activityKey is one row of activity or (bucket > 0) queue_wait.
-type activityKey struct {
-	minute int64
-	task   string
-	kind   string
-	bucket int
-}
-
-// noteActivity counts ev in the transaction's activity (store.ActivityOf).
-func (t *txn) noteActivity(ev *store.Event) {
-	kind, classes, ok := store.ActivityOf(ev)
-	if !ok {
-		return
-	}
-	minute := ev.Time.UnixNano() / int64(time.Minute)
-	for _, class := range classes {
-		t.activity = append(t.activity, activityKey{minute: minute, task: class, kind: store.ActivityServiceDeferred})
-	}
-	t.activity = append(t.activity, activityKey{minute: minute, task: ev.Task, kind: kind})
-}
-
-// noteWait counts a dispatch's queue wait.
-func (t *txn) noteWait(at time.Time, wait time.Duration) {
-	t.activity = append(t.activity, activityKey{minute: at.UnixNano() / int64(time.Minute), bucket: store.WaitBucket(wait) + 1})
-}
-
 // flushActivity adds the transaction's counts.
 func (t *txn) flushActivity() error {
-	if len(t.activity) == 0 {
+	if len(t.Activity) == 0 {
 		return nil
 	}
-	counts := map[activityKey]int64{}
-	var order []activityKey
-	for _, k := range t.activity {
+	counts := map[store.ActivityKey]int64{}
+	var order []store.ActivityKey
+	for _, k := range t.Activity {
 		if _, ok := counts[k]; !ok {
 			order = append(order, k)
 		}
 		counts[k]++
 	}
-	t.activity = t.activity[:0]
+	t.Activity = t.Activity[:0]
 	var aMin, aN, wMin, wBucket, wN []int64
 	var aTask, aKind []string
 	for _, k := range order {
-		if k.bucket > 0 {
-			wMin, wBucket, wN = append(wMin, k.minute), append(wBucket, int64(k.bucket-1)), append(wN, counts[k])
+		if k.Bucket > 0 {
+			wMin, wBucket, wN = append(wMin, k.Minute), append(wBucket, int64(k.Bucket-1)), append(wN, counts[k])
 		} else {
-			aMin, aTask, aKind, aN = append(aMin, k.minute), append(aTask, k.task), append(aKind, k.kind), append(aN, counts[k])
+			aMin, aTask, aKind, aN = append(aMin, k.Minute), append(aTask, k.Task), append(aKind, k.Kind), append(aN, counts[k])
 		}
 	}
 	if len(aMin) > 0 {

@@ -83,7 +83,7 @@ func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int
 	for _, d := range u.DependsOn {
 		b.depUnit, b.depOn = append(b.depUnit, u.ID), append(b.depOn, d)
 	}
-	t.moved(u.Task, "", u.State)
+	t.Moved(u.Task, "", u.State)
 	return seq, nil
 }
 
@@ -175,7 +175,7 @@ func (t *txn) EndQueued(id string, st store.State, at time.Time, errMsg, errKind
 	ok, err := t.one(`UPDATE work_units SET state=$1, finished_at=$2, error=$3, error_kind=$4 WHERE id=$5 AND state='queued' RETURNING task`,
 		[]any{string(st), ns(at), nullStr(errMsg), nullStr(errKind), id}, &task)
 	if ok {
-		t.moved(task, store.Queued, st)
+		t.Moved(task, store.Queued, st)
 	}
 	return ok, err
 }
@@ -207,7 +207,7 @@ func (t *txn) QueuedCount() (int, error) {
 	if _, err := t.one(`SELECT coalesce(sum(n), 0) FROM unit_counts WHERE state = 'queued'`, nil, &n); err != nil {
 		return 0, err
 	}
-	return int(n) + t.queued, nil
+	return int(n) + t.Queued, nil
 }
 
 func (t *txn) OldestQueued(n int) ([]store.UnitRef, error) {
@@ -255,7 +255,7 @@ func (t *txn) RequeueFailed(id string) (store.UnitRef, bool, error) {
 	if err != nil || !ok {
 		return store.UnitRef{}, false, err
 	}
-	t.moved(ref.Task, store.Failed, store.Queued)
+	t.Moved(ref.Task, store.Failed, store.Queued)
 	return ref, true, nil
 }
 
@@ -317,7 +317,7 @@ func (t *txn) EndRunning(id string, runs int, st store.State, at time.Time, atte
 	if err != nil || !ok {
 		return false, err
 	}
-	t.moved(task, store.Running, st)
+	t.Moved(task, store.Running, st)
 	return true, nil
 }
 

@@ -24,21 +24,15 @@ type txn struct {
 	// (see mergeClaims).
 	merged map[*store.Finish]bool
 	pairs  map[*store.Claim]*store.Finish
-	// counted journals the changes this transaction makes to the unit
-	// counts (task, state), written once, at commit (flushCounts); queued
-	// is their sum for the queued state, for the queue bound.
-	counted []countDelta
-	queued  int
+	// Journal holds the count changes, written at commit (flushCounts,
+	// flushActivity); a savepoint rolled back truncates it.
+	store.Journal
 	// ranges are the sequence numbers this transaction used per task and
 	// event type, written to event_ranges at commit (see migration 0003).
 	ranges map[rangeKey]*seqRange
 	// nextSeq is the sequence number of the next event (0 until the first
 	// event reads it); the events themselves wait in Store.pending.
 	nextSeq int64
-	// activity journals the activity and queue-wait counts of the ops
-	// applied, added at commit (flushActivity); a savepoint rolled back
-	// truncates it.
-	activity []activityKey
 	// follows is the last sequence number committed before this
 	// transaction's events (read with the first of them); epoch the stored
 	// owner epoch (read at the first owner op, -1 until then).
@@ -368,14 +362,14 @@ func (t *txn) savepoint(r *store.Result, f func() error) error {
 	if _, err := t.exec("SAVEPOINT op"); err != nil {
 		return err
 	}
-	queued, counted, activity, pending, nextSeq := t.queued, len(t.counted), len(t.activity), len(t.s.pending), t.nextSeq
+	mark, pending, nextSeq := t.Journal.Mark(), len(t.s.pending), t.nextSeq
 	err := f()
 	var oe *store.OpError
 	if errors.As(err, &oe) {
 		if _, err := t.exec("ROLLBACK TO op"); err != nil {
 			return err
 		}
-		t.queued, t.counted, t.activity = queued, t.counted[:counted], t.activity[:activity]
+		t.Journal.Rollback(mark)
 		clear(t.s.pending[pending:])
 		t.s.pending, t.s.recorded, t.nextSeq = t.s.pending[:pending], t.s.recorded[:pending], nextSeq
 		t.expect = expectation{}

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"database/sql/driver"
-	"encoding/json"
 	"strconv"
 	"strings"
 	"time"
@@ -66,23 +65,14 @@ func (t *txn) ack(op *store.Ack, r *store.Result) error {
 		r.Applied, err = t.changed(`DELETE FROM subscriptions WHERE name=?`, op.Name)
 	case op.Create:
 		r.Applied, err = t.changed(`INSERT OR IGNORE INTO subscriptions(name, acked, created_at, types, tasks) VALUES(?,?,?,?,?)`,
-			op.Name, op.Seq, ns(op.At), namesJSON(op.Types), namesJSON(op.Tasks))
+			op.Name, op.Seq, ns(op.At), store.EncodeNames(op.Types), store.EncodeNames(op.Tasks))
 	case op.SetFilter:
 		r.Applied, err = t.changed(`UPDATE subscriptions SET types = ?, tasks = ? WHERE name = ?`,
-			namesJSON(op.Types), namesJSON(op.Tasks), op.Name)
+			store.EncodeNames(op.Types), store.EncodeNames(op.Tasks), op.Name)
 	default:
 		r.Applied, err = t.changed(`UPDATE subscriptions SET acked = max(acked, ?), acked_at = ? WHERE name = ?`, op.Seq, ns(op.At), op.Name)
 	}
 	return err
-}
-
-// namesJSON encodes a filter's names as a JSON array, ” when empty.
-func namesJSON(names []string) string {
-	if len(names) == 0 {
-		return ""
-	}
-	b, _ := json.Marshal(names)
-	return string(b)
 }
 
 // PruneFinished implements store.Tx.
@@ -101,7 +91,7 @@ func (t *txn) PruneFinished(before time.Time, limit int) (int, error) {
 		if _, err := t.exec(`DELETE FROM work_units WHERE id=?`, id); err != nil {
 			return 0, err
 		}
-		t.moved(asStr(row[1]), store.State(asStr(row[2])), "")
+		t.Moved(asStr(row[1]), store.State(asStr(row[2])), "")
 		// Edges from and to the unit: a dependency that finished and was
 		// pruned is satisfied, not unknown.
 		if _, err := t.exec(`DELETE FROM dependencies WHERE unit_id=?1 OR depends_on=?1`, id); err != nil {

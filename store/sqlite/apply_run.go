@@ -23,7 +23,7 @@ func (t *txn) claim(op *store.Claim, r *store.Result) error {
 		t.expect = expectation{}
 		return err
 	}
-	t.moved(task, store.Queued, store.Running)
+	t.Moved(task, store.Queued, store.Running)
 	return t.claimed(op, r)
 }
 
@@ -31,7 +31,7 @@ func (t *txn) claim(op *store.Claim, r *store.Result) error {
 // Log, and the Claim's events.
 func (t *txn) claimed(op *store.Claim, r *store.Result) error {
 	r.Applied = true
-	t.noteWait(op.At, op.Wait)
+	t.NoteWait(op.At, op.Wait)
 	for _, e := range op.Log {
 		if _, err := t.exec(`INSERT INTO service_log(service, meter, amount, started_at, work_id) VALUES(?,?,?,?,?)`,
 			t.box(e.Service), t.box(e.Meter), e.Amount, ns(op.At), op.ID); err != nil {
@@ -179,7 +179,7 @@ func (t *txn) finish(op *store.Finish, r *store.Result) error {
 		t.expect = expectation{}
 		return err
 	}
-	t.moved(task, store.Running, op.State)
+	t.Moved(task, store.Running, op.State)
 	return store.FinishApplied(t, op, r)
 }
 
@@ -243,7 +243,7 @@ func (t *txn) claimFinish(c *store.Claim, f *store.Finish, r *store.Result) erro
 	if !ok {
 		return nil
 	}
-	t.moved(task, store.Queued, f.State)
+	t.Moved(task, store.Queued, f.State)
 	return t.claimed(c, r)
 }
 
@@ -301,6 +301,6 @@ func (t *txn) EndRunning(id string, runs int, st store.State, at time.Time, atte
 	if err != nil || !ok {
 		return false, err
 	}
-	t.moved(asStr(row[0]), store.Running, st)
+	t.Moved(asStr(row[0]), store.Running, st)
 	return true, nil
 }

@@ -160,7 +160,7 @@ func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int
 	if err != nil {
 		return 0, err
 	}
-	t.moved(u.Task, "", u.State)
+	t.Moved(u.Task, "", u.State)
 	for _, d := range u.DependsOn {
 		if _, err := t.exec(`INSERT OR IGNORE INTO dependencies(unit_id, depends_on) VALUES(?,?)`, u.ID, d); err != nil {
 			return 0, err
@@ -173,7 +173,7 @@ func (t *txn) EndQueued(id string, st store.State, at time.Time, errMsg, errKind
 	row, ok, err := t.one(`UPDATE work_units SET state=?, finished_at=?, error=?, error_kind=? WHERE id=? AND state='queued' RETURNING task`,
 		string(st), ns(at), nullStr(errMsg), nullStr(errKind), id)
 	if ok {
-		t.moved(asStr(row[0]), store.Queued, st)
+		t.Moved(asStr(row[0]), store.Queued, st)
 	}
 	return ok, err
 }
@@ -189,7 +189,7 @@ func (t *txn) QueuedCount() (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	return int(asInt(row[0])) + t.queued, nil
+	return int(asInt(row[0])) + t.Queued, nil
 }
 
 func (t *txn) OldestQueued(n int) ([]store.UnitRef, error) {
@@ -249,7 +249,7 @@ func (t *txn) RequeueFailed(id string) (store.UnitRef, bool, error) {
 	if err != nil || !found {
 		return store.UnitRef{}, false, err
 	}
-	t.moved(asStr(row[0]), store.Failed, store.Queued)
+	t.Moved(asStr(row[0]), store.Failed, store.Queued)
 	return store.UnitRef{ID: id, Task: asStr(row[0]), Target: asStr(row[1])}, true, nil
 }
 

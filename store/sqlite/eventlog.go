@@ -45,7 +45,7 @@ func (t *txn) event(ev *store.Event, at time.Time) error {
 		}
 		t.generic[ev.WorkID] = true
 	}
-	t.noteActivity(ev)
+	t.NoteActivity(ev)
 	k := rangeKey{ev.Task, ev.Type}
 	if r, ok := t.ranges[k]; ok {
 		r.last = ev.Seq

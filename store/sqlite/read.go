@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -32,44 +31,14 @@ func scanUnit(sc scanner) (*store.Unit, error) {
 		&u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace, &cancelReq, &attempts, &costs, &u.Epoch); err != nil {
 		return nil, err
 	}
-	if err := decodeCosts(costs, &u); err != nil {
-		return nil, err
-	}
 	u.CreatedAt, u.RunAt, u.StartedAt, u.FinishedAt = tm(created), tm(runAt), tm(started), tm(finished)
 	u.Timeout = time.Duration(timeout)
 	u.LeaseExpiresAt, u.DependencyDeadline, u.HeartbeatAt = tm(leaseExp), tm(depDeadline), tm(heartbeat)
 	u.CancelRequested = cancelReq != 0
-	if attempts.Valid && attempts.String != "" {
-		var recs []attemptRec
-		if err := json.Unmarshal([]byte(attempts.String), &recs); err != nil {
-			return nil, fmt.Errorf("unit %s: attempts: %w", u.ID, err)
-		}
-		u.Attempts = make([]store.Attempt, len(recs))
-		for i, a := range recs {
-			u.Attempts[i] = store.Attempt{Run: a.Run, Start: tm(a.Start), End: tm(a.End), Outcome: a.Outcome, Error: a.Error}
-		}
+	if err := store.DecodeUnitColumns(&u, costs, attempts.String); err != nil {
+		return nil, err
 	}
 	return &u, nil
-}
-
-// decodeCosts reads a unit's stored costs (NULL: none).
-func decodeCosts(raw []byte, u *store.Unit) error {
-	if len(raw) == 0 {
-		return nil
-	}
-	if err := json.Unmarshal(raw, &u.Costs); err != nil {
-		return fmt.Errorf("unit %s: costs: %w", u.ID, err)
-	}
-	return nil
-}
-
-// attemptRec is an attempt as stored (see store.AttemptJSON).
-type attemptRec struct {
-	Run     int    `json:"run"`
-	Start   int64  `json:"start"`
-	End     int64  `json:"end"`
-	Outcome string `json:"outcome"`
-	Error   string `json:"error"`
 }
 
 func (s *Store) dependsOn(ctx context.Context, units []*store.Unit) error {
@@ -419,7 +388,7 @@ func (s *Store) activePage(ctx context.Context, p *activePages, after int64, siz
 		if err := rows.Scan(dest...); err != nil {
 			return err
 		}
-		if err := decodeCosts(costs, u); err != nil {
+		if err := store.DecodeUnitColumns(u, costs, ""); err != nil {
 			return err
 		}
 		u.CreatedAt, u.RunAt, u.StartedAt = tm(created), tm(runAt), tm(started)

@@ -3,9 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -15,33 +13,6 @@ import (
 // What Stats reads: unit counts (kept by triggers, see migration 0006),
 // per-minute activity and queue-wait histograms (counted by each
 // transaction and added at its commit).
-
-// countDelta is a change of one unit count.
-type countDelta struct {
-	task  string
-	state store.State
-	d     int
-}
-
-// moved records that a unit of task went from state from to state to
-// ("" for a unit inserted or deleted).
-func (t *txn) moved(task string, from, to store.State) {
-	if from == to {
-		return
-	}
-	if from != "" {
-		t.counted = append(t.counted, countDelta{task, from, -1})
-		if from == store.Queued {
-			t.queued--
-		}
-	}
-	if to != "" {
-		t.counted = append(t.counted, countDelta{task, to, 1})
-		if to == store.Queued {
-			t.queued++
-		}
-	}
-}
 
 // update runs an UPDATE of one unit and returns the unit's task: task if
 // the caller knew it, else read back (RETURNING).
@@ -59,21 +30,21 @@ func (t *txn) update(task, query string, args ...any) (string, bool, error) {
 
 // flushCounts writes the transaction's count changes, in one statement.
 func (t *txn) flushCounts() error {
-	if len(t.counted) == 0 {
+	if len(t.Counted) == 0 {
 		return nil
 	}
 	type key struct {
-		task  string
-		state store.State
+		Task  string
+		State store.State
 	}
 	sum := make(map[key]int, 4)
-	for _, c := range t.counted {
-		sum[key{c.task, c.state}] += c.d
+	for _, c := range t.Counted {
+		sum[key{c.Task, c.State}] += c.D
 	}
 	var args []any
 	for k, n := range sum {
 		if n != 0 {
-			args = append(args, k.task, string(k.state), int64(n))
+			args = append(args, k.Task, string(k.State), int64(n))
 		}
 	}
 	if len(args) == 0 {
@@ -96,47 +67,21 @@ func rowsOf(n int, row string) string {
 	return b.String()
 }
 
-// activityKey is one row of activity or (task "", kind "") queue_wait.
-type activityKey struct {
-	minute int64
-	task   string
-	kind   string
-	bucket int
-}
-
-// noteActivity counts ev in the transaction's activity (store.ActivityOf).
-func (t *txn) noteActivity(ev *store.Event) {
-	kind, classes, ok := store.ActivityOf(ev)
-	if !ok {
-		return
-	}
-	minute := ev.Time.UnixNano() / int64(time.Minute)
-	for _, class := range classes {
-		t.activity = append(t.activity, activityKey{minute: minute, task: class, kind: store.ActivityServiceDeferred})
-	}
-	t.activity = append(t.activity, activityKey{minute: minute, task: ev.Task, kind: kind})
-}
-
-// noteWait counts a dispatch's queue wait.
-func (t *txn) noteWait(at time.Time, wait time.Duration) {
-	t.activity = append(t.activity, activityKey{minute: at.UnixNano() / int64(time.Minute), bucket: store.WaitBucket(wait) + 1})
-}
-
 // flushActivity adds the transaction's counts, one statement per row.
 func (t *txn) flushActivity() error {
-	if len(t.activity) == 0 {
+	if len(t.Activity) == 0 {
 		return nil
 	}
-	counts := make(map[activityKey]int64, 8)
-	for _, k := range t.activity {
+	counts := make(map[store.ActivityKey]int64, 8)
+	for _, k := range t.Activity {
 		counts[k]++
 	}
 	var acts, waits []any
 	for k, n := range counts {
-		if k.bucket > 0 {
-			waits = append(waits, k.minute, int64(k.bucket-1), n)
+		if k.Bucket > 0 {
+			waits = append(waits, k.Minute, int64(k.Bucket-1), n)
 		} else {
-			acts = append(acts, k.minute, k.task, k.kind, n)
+			acts = append(acts, k.Minute, k.Task, k.Kind, n)
 		}
 	}
 	if len(acts) > 0 {
@@ -245,15 +190,8 @@ func (s *Store) Subscriptions(ctx context.Context) ([]store.Subscription, error)
 			return nil, err
 		}
 		sub.CreatedAt, sub.AckedAt = tm(created), tm(acked)
-		if types != "" {
-			if err := json.Unmarshal([]byte(types), &sub.Types); err != nil {
-				return nil, fmt.Errorf("subscription %q: types: %w", sub.Name, err)
-			}
-		}
-		if tasks != "" {
-			if err := json.Unmarshal([]byte(tasks), &sub.Tasks); err != nil {
-				return nil, fmt.Errorf("subscription %q: tasks: %w", sub.Name, err)
-			}
+		if err := store.DecodeSubscriptionFilter(&sub, types, tasks); err != nil {
+			return nil, err
 		}
 		out = append(out, sub)
 	}
