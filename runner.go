@@ -11,6 +11,7 @@ import (
 
 	"github.com/runcue/runcue/clock"
 	"github.com/runcue/runcue/internal/engine"
+	"github.com/runcue/runcue/store"
 )
 
 // The local Runner: each run's handler on a goroutine of this process. The
@@ -126,7 +127,9 @@ func classify(e *engine.Ending) {
 		return
 	}
 	e.Permanent = errors.Is(err, ErrPermanent)
-	if errors.Is(err, engine.ErrLateStart) {
+	if errors.Is(err, engine.ErrLateStart) || (e.NotStarted && errors.Is(err, store.ErrNotOwner)) {
+		// Refused at the start (too late, or a lease no longer trusted):
+		// nothing ran, the unit is requeued without spending its budget.
 		e.Class = engine.ClassLateStart
 		return
 	}

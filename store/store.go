@@ -272,12 +272,16 @@ type Ownership interface {
 
 // Leased is implemented by an Ownership held by a lease that its holder
 // renews (PostgreSQL's lease row), rather than by the operating system
-// (SQLite's lock, which ends only with the process). Lost is closed once
-// the holder must stop acting as the owner: its lease has gone unrenewed
-// for long enough that it may expire soon (the backend stops trusting it
-// well before the lease's TTL ends, so that no standby takes over while
-// the holder still acts), or another holder took over. It is not reopened.
+// (SQLite's lock, which ends only with the process). Trusted reports, at
+// the instant it is called, whether the holder may still act as the owner:
+// its lease was renewed recently enough that it cannot have expired (the
+// backend stops trusting it well before the lease's TTL ends, so that no
+// standby takes over while the holder still acts) and no other holder took
+// over. The engine asks it before each handler start, so that a process
+// frozen past its lease and resumed starts nothing, however late it
+// notices. Lost is closed once Trusted turned false; it is not reopened.
 type Leased interface {
+	Trusted() bool
 	Lost() <-chan struct{}
 }
 

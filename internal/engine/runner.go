@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/runcue/runcue/store"
 )
 
 // The Runner port: the engine starts a run through its task's Runner, and
@@ -145,7 +147,9 @@ const (
 // that is about to call r's handler: it reads the start instant (the one
 // rate windows and budgets count), reports it, and returns it on the wall
 // clock. It refuses the start, with the reason, when the engine has exited
-// (ErrShutdown: no handler starts after ownership is released) and when a
+// (ErrShutdown: no handler starts after ownership is released), when the
+// engine's lease is no longer trusted (store.ErrNotOwner, see
+// store.Leased), and when a
 // rate-limited run would start after its StartBy (ErrLateStart: the run is
 // requeued, nothing ran); the Runner then reports Done with NotStarted.
 // The Runner checks its own cancellation first.
@@ -155,6 +159,12 @@ func (d *Engine) gate(p *Run) (time.Time, error) {
 	defer d.startMu.RUnlock()
 	if d.noStarts {
 		return time.Time{}, ErrShutdown
+	}
+	if l, ok := d.own.(store.Leased); ok && !l.Trusted() {
+		// A lease not renewed in time (a process frozen, a host cut off):
+		// a standby may own the database by now, and count this run's
+		// logged decision as started before it took over.
+		return time.Time{}, store.ErrNotOwner
 	}
 	now := d.now()
 	wall := d.wall()

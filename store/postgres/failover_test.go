@@ -82,7 +82,8 @@ func childMain() {
 		work := 20*time.Millisecond + time.Duration(rnd.Int64N(int64(40*time.Millisecond)))
 		mu.Unlock()
 		time.Sleep(wire)
-		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, mock+"?id="+w.ID+"&pid="+strconv.Itoa(os.Getpid()), nil)
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, mock+"?id="+w.ID+"&pid="+strconv.Itoa(os.Getpid())+
+			"&started="+strconv.FormatInt(w.Started.UnixNano(), 10), nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return nil, err
@@ -139,11 +140,13 @@ func (j *journal) Apply(ctx context.Context, ops []store.Op) (store.Batch, error
 	return b, err
 }
 
-// arrival is a request the mock service received.
+// arrival is a request the mock service received: when, for which unit,
+// from which process, and when that run's handler started (Work.Started).
 type arrival struct {
-	at  time.Time
-	id  string
-	pid int
+	at      time.Time
+	id      string
+	pid     int
+	started time.Time
 }
 
 // mockService counts arrivals.
@@ -155,8 +158,9 @@ type mockService struct {
 func (m *mockService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
 	pid, _ := strconv.Atoi(r.URL.Query().Get("pid"))
+	started, _ := strconv.ParseInt(r.URL.Query().Get("started"), 10, 64)
 	m.mu.Lock()
-	m.arrivals = append(m.arrivals, arrival{at, r.URL.Query().Get("id"), pid})
+	m.arrivals = append(m.arrivals, arrival{at, r.URL.Query().Get("id"), pid, time.Unix(0, started)})
 	m.mu.Unlock()
 }
 
@@ -410,8 +414,9 @@ func TestFailover(t *testing.T) {
 // TestFencedAfterStop: a scheduler stopped with SIGSTOP past its lease's
 // TTL is replaced by the standby; resumed, it stores no owner write: every
 // Apply of its owner ops that starts after it resumed is refused
-// (ErrNotOwner), and it stops trusting its lease. The service's window
-// holds across the stop, and every unit completes once.
+// (ErrNotOwner), and it starts no handler (its lease is not trusted). The
+// service's window holds at the handlers' starts across the stop, and
+// every unit completes once.
 func TestFencedAfterStop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("SKIP: -short: the fencing test stops a scheduler for seconds")
@@ -471,14 +476,28 @@ func TestFencedAfterStop(t *testing.T) {
 		}
 	}
 	a.mu.Unlock()
+	// The window is checked at the handlers' starts (the instant the
+	// rate promise is about): a handler the freeze caught between its
+	// start and its request reaches the service when the process resumes,
+	// late by the freeze, which no scheduler can bound. The resumed
+	// scheduler starts nothing: its lease is no longer trusted.
 	arrivals := mock.snapshot()
-	slices.SortFunc(arrivals, func(x, y arrival) int { return x.at.Compare(y.at) })
+	slices.SortFunc(arrivals, func(x, y arrival) int { return x.started.Compare(y.started) })
 	for i := range arrivals {
 		k := 0
-		for j := i; j < len(arrivals) && arrivals[j].at.Sub(arrivals[i].at) < failoverWindow; j++ {
+		for j := i; j < len(arrivals) && arrivals[j].started.Sub(arrivals[i].started) < failoverWindow; j++ {
 			k++
 		}
-		if !assert.LessOrEqual(t, k, failoverLimit, "arrivals in the window from %v", arrivals[i].at) {
+		if !assert.LessOrEqual(t, k, failoverLimit, "starts in the window from %v", arrivals[i].started) {
+			for j := max(0, i-12); j < min(len(arrivals), i+k+2); j++ {
+				x := arrivals[j]
+				who := "standby"
+				if x.pid == a.cmd.Process.Pid {
+					who = "stopped"
+				}
+				t.Logf("start of %s by the %s scheduler at stop%+v, arrival at stop%+v (took over at stop%+v, resumed at stop%+v)", x.id, who,
+					x.started.Sub(stopped), x.at.Sub(stopped), tookOver.Sub(stopped), resumed.Sub(stopped))
+			}
 			break
 		}
 	}
@@ -487,11 +506,12 @@ func TestFencedAfterStop(t *testing.T) {
 		if x.pid == a.cmd.Process.Pid && x.at.After(resumed) {
 			late++
 		}
+		assert.False(t, x.pid == a.cmd.Process.Pid && x.started.After(tookOver), "the stopped scheduler started %s after the takeover", x.id)
 	}
 	s, err := c.Stats(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, n, s.States[runcue.StateCompleted])
-	t.Logf("stopped %v until the standby owned, resumed %v after that; the resumed scheduler's owner Applies after resuming: %d, all refused; its arrivals after resuming: %d",
+	t.Logf("stopped %v until the standby owned, resumed %v after that; the resumed scheduler's owner Applies after resuming: %d, all refused; its arrivals after resuming (handlers started before the stop): %d",
 		tookOver.Sub(stopped).Round(time.Millisecond), resumed.Sub(tookOver).Round(time.Millisecond), fenced, late)
 }
 

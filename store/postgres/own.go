@@ -73,6 +73,7 @@ func (s *Store) take(ctx context.Context, h store.Holder, force bool) (store.Own
 	}
 	o := &ownership{s: s, holder: h, epoch: epoch,
 		stop: make(chan struct{}), done: make(chan struct{}), lost: make(chan struct{})}
+	o.renewed = sent
 	go o.renew(sent)
 	s.own = o
 	return o, nil
@@ -102,6 +103,20 @@ type ownership struct {
 	once       sync.Once
 	// lost is closed when the holder stops trusting its lease (Lost).
 	lost chan struct{}
+	// mu guards renewed, when the last renewal that succeeded was sent
+	// (this process's monotonic clock), and deposed: the epoch moved on.
+	mu      sync.Mutex
+	renewed time.Time
+	deposed bool
+}
+
+// Trusted implements store.Leased: the last renewal that succeeded was
+// sent less than LeaseTTL/2 ago, by this process's monotonic clock (which
+// runs on while the process is frozen), and no other holder took over.
+func (o *ownership) Trusted() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return !o.deposed && time.Since(o.renewed) < o.s.opts.LeaseTTL/2
 }
 
 // Lost implements store.Leased: it is closed once the lease has gone
@@ -150,9 +165,15 @@ func (o *ownership) renew(renewed time.Time) {
 			// Not renewed: the trust timer runs on, unless a later
 			// renewal works.
 		case tag.RowsAffected() == 0:
+			o.mu.Lock()
+			o.deposed = true
+			o.mu.Unlock()
 			close(o.lost) // another holder took over
 			return
 		default:
+			o.mu.Lock()
+			o.renewed = sent
+			o.mu.Unlock()
 			trust.Reset(time.Until(sent.Add(ttl / 2)))
 		}
 	}
