@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -31,9 +32,12 @@ func TestSchema9FixtureRuns(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	require.NoError(t, c.Service("api", runcue.Service{MaxConcurrent: 2}))
+	var mu sync.Mutex // b's handlers run at once
 	seen := map[string]string{}
 	require.NoError(t, c.Task("a", runcue.Task{Services: []string{"api"}, Handler: noop}))
 	require.NoError(t, c.Task("b", runcue.Task{Handler: func(_ context.Context, w *runcue.Work) (any, error) {
+		mu.Lock()
+		defer mu.Unlock()
 		seen[w.ID] = w.Target
 		return nil, nil
 	}}))
