@@ -143,3 +143,20 @@ func UnitLogEvents(ctx context.Context, blocks BlocksFrom, rec []byte, q EventQu
 	}
 	return out, nil
 }
+
+// LastInBlock returns the last event of the block (first, data) with Seq in
+// [lo, hi] that sel accepts, and whether there is one.
+func LastInBlock(first int64, data []byte, lo, hi int64, sel func(*Event) bool) (Event, bool, error) {
+	var found Event
+	ok := false
+	err := DecodeBlock(first, data, func(e Event) bool {
+		if e.Seq > hi {
+			return false
+		}
+		if e.Seq >= lo && sel(&e) {
+			found, ok = e, true
+		}
+		return true
+	})
+	return found, ok, err
+}

@@ -162,18 +162,7 @@ func (s *Store) lastIn(ctx context.Context, lo, hi int64, sel func(*store.Event)
 		if last < lo {
 			break
 		}
-		var found store.Event
-		ok := false
-		err := store.DecodeBlock(first, data, func(e store.Event) bool {
-			if e.Seq > hi {
-				return false
-			}
-			if e.Seq >= lo && sel(&e) {
-				found, ok = e, true
-			}
-			return true
-		})
-		if err != nil || ok {
+		if found, ok, err := store.LastInBlock(first, data, lo, hi, sel); err != nil || ok {
 			return found, ok, err
 		}
 	}
