@@ -8,7 +8,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/runcue/runcue/clock"
 	"github.com/runcue/runcue/internal/hub"
@@ -295,15 +294,16 @@ func (c *Cue) startStandby(ctx context.Context) error {
 	})
 	go func() {
 		defer close(l.done)
-		t := time.NewTicker(c.cfg.PollInterval)
-		defer t.Stop()
 		waiting, said := c.clock.Now(), false
 		for first := true; ; first = false {
 			if !first {
+				// On the Cue's clock, as its writer polls.
+				t := c.clock.NewTimer(c.cfg.PollInterval)
 				select {
 				case <-l.stop:
+					t.Stop()
 					return
-				case <-t.C:
+				case <-t.C():
 				}
 			}
 			if err := c.w.Err(); err != nil {

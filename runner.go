@@ -11,7 +11,6 @@ import (
 
 	"github.com/runcue/runcue/clock"
 	"github.com/runcue/runcue/internal/engine"
-	"github.com/runcue/runcue/store"
 )
 
 // The local Runner: each run's handler on a goroutine of this process. The
@@ -127,9 +126,7 @@ func classify(e *engine.Ending) {
 		return
 	}
 	e.Permanent = errors.Is(err, ErrPermanent)
-	if errors.Is(err, engine.ErrLateStart) || (e.NotStarted && errors.Is(err, store.ErrNotOwner)) {
-		// Refused at the start (too late, or a lease no longer trusted):
-		// nothing ran, the unit is requeued without spending its budget.
+	if errors.Is(err, engine.ErrLateStart) {
 		e.Class = engine.ClassLateStart
 		return
 	}

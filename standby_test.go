@@ -47,6 +47,12 @@ func TestStandbyTakesOver(t *testing.T) {
 	// The owner stops, cancelling its two runs (their units go back to the
 	// queue); the standby takes over and runs every unit.
 	require.NoError(t, e.c.StopAndCancel(e.ctx))
+	// The standby tries again every PollInterval, on its clock.
+	for standby.Owner() == "" {
+		require.NoError(t, e.ctx.Err(), "the standby never took over")
+		e.clk.Advance(5 * time.Millisecond)
+		time.Sleep(time.Millisecond)
+	}
 	for _, s := range subs {
 		wi, err := standby.Wait(e.ctx, s.ID)
 		require.NoError(t, err)

@@ -72,9 +72,11 @@ func (p *Run) Params() ([]byte, error) {
 // its own cancellation: it reads the start instant (the one rate windows
 // and budgets count), reports it, and returns it on the wall clock. It
 // refuses the start when the engine has exited (ErrShutdown: no handler
-// starts after ownership is released) and when a rate-limited run would
-// start after StartBy (ErrLateStart: the run is requeued, nothing ran);
-// the Runner then reports Done with NotStarted (and ClassLateStart).
+// starts after ownership is released), when its lease is not trusted
+// (store.ErrNotOwner) and when a rate-limited run would start after
+// StartBy (ErrLateStart); the Runner then reports Done with NotStarted,
+// and the engine requeues the run as a late start (nothing ran, no retry
+// budget spent) whatever class the Runner gave.
 func (p *Run) Begin() (time.Time, error) { return p.r.d.gate(p) }
 
 // Started reports that the handler started at at, on the engine's
@@ -214,6 +216,9 @@ func (d *Engine) reportEnd(p *Run, e Ending) {
 	r := p.r
 	if r.endReported.Swap(true) {
 		return // a Runner that reports twice: the first report stands
+	}
+	if e.NotStarted && (errors.Is(e.Err, ErrLateStart) || errors.Is(e.Err, store.ErrNotOwner)) {
+		e.Class = ClassLateStart // refused by the gate (Begin): nothing ran
 	}
 	r.end = e
 	d.in.Push(msgDone{run: r})
