@@ -477,6 +477,11 @@ func TestCircuitProbe(t *testing.T) {
 	mode.Store(2)
 	e.clk.Advance(10 * time.Second)
 	e.settle()
+	// The second probe's handler returns on a goroutine of its own, which
+	// neither settle waits for (the hung probe's handler never returns):
+	// its success is awaited as its unit's completion (the first one:
+	// every run before failed or hangs), published after the verdict.
+	rec.waitFor(t, 1, func(ev runcue.Event) bool { return ev.Type == runcue.EventWorkCompleted })
 	st, _ = e.c.ServiceStatus(e.ctx, "api")
 	assert.Equal(t, runcue.CircuitClosed, st.Circuit, "another unit's successful probe closed the circuit")
 	// The hung probe's unit spent no retry budget (MaxAttempts 1): it

@@ -579,6 +579,7 @@ func TestRetention(t *testing.T) {
 	old := e.submit("t")
 	e.wait(old)
 	e.clk.Advance(23 * time.Hour)
+	e.settle() // the pass this advance made due, committed: the next is due an interval after it
 	fresh := e.submit("t")
 	e.wait(fresh)
 	e.clk.Advance(2 * time.Hour) // passes the prune interval too
