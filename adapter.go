@@ -307,6 +307,9 @@ func serviceStatusOf(s engine.ServiceStatus) ServiceStatus {
 	for _, b := range s.Budgets {
 		st.Budgets = append(st.Budgets, budgetStatusOf(b))
 	}
+	for _, m := range s.Meters {
+		st.Meters = append(st.Meters, MeterStatus{Name: m.Name, Used: m.Used, Limit: m.Limit, Window: m.Window, Frees: m.Frees})
+	}
 	return st
 }
 

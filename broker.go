@@ -19,6 +19,42 @@ import (
 // is not paused, not held by a Retry-After, its circuit lets the dispatch
 // through, it has a free concurrency slot and room in its rate window. A
 // unit takes all of its resources at once or none. Services and
+// MeterStatus is an amount meter of a service now (Service.Meters): Used
+// of Limit in the last Window (plus the margin), the dispatches decided
+// and not started yet included; Frees is when the oldest start it counts
+// leaves the window (zero when it counts none).
+type MeterStatus struct {
+	Name   string        `json:"name"`
+	Used   int64         `json:"used"`
+	Limit  int64         `json:"limit"`
+	Window time.Duration `json:"-"`
+	Frees  time.Time     `json:"frees,omitzero"`
+}
+
+// MarshalJSON writes the window in milliseconds (window_ms).
+func (m MeterStatus) MarshalJSON() ([]byte, error) {
+	type plain MeterStatus
+	return json.Marshal(struct {
+		plain
+		WindowMS int64 `json:"window_ms"`
+	}{plain(m), m.Window.Milliseconds()})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (m *MeterStatus) UnmarshalJSON(b []byte) error {
+	type plain MeterStatus
+	var j struct {
+		plain
+		WindowMS int64 `json:"window_ms"`
+	}
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	*m = MeterStatus(j.plain)
+	m.Window = time.Duration(j.WindowMS) * time.Millisecond
+	return nil
+}
+
 // ServiceStatus report all of that; Explain says which refuses a unit and
 // until when. The machinery is in resources.go (admission), keys.go
 // (keyed services), status.go (service_status events) and circuit.go.
@@ -51,6 +87,8 @@ type ServiceStatus struct {
 	// current periods. A class's keyed instances each have their own; they
 	// are not folded in here.
 	Budgets []BudgetStatus `json:"budgets,omitempty"`
+	// Meters report the amount meters (Limits.Meters) now, in the owner.
+	Meters []MeterStatus `json:"meters,omitempty"`
 	// BlockedUntil is set while a Retry-After holds the service.
 	BlockedUntil time.Time `json:"blocked_until,omitzero"`
 	// NextCapacity is when the service may next admit a dispatch: now if it

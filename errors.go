@@ -47,6 +47,10 @@ var (
 	// overflow policy refused the submission (or its context ended while it
 	// waited for room).
 	ErrBackpressure = store.ErrBackpressure
+	// ErrCostTooLarge: a submission's cost of an amount is above the
+	// limit of a meter that counts it (Meter.Limit, RateLimit, a budget):
+	// it could never run. Nothing of its batch is stored.
+	ErrCostTooLarge = errors.New("runcue: a cost is above the limit that counts it")
 	// ErrInvalid: a registration or submission is malformed.
 	ErrInvalid = errors.New("runcue: invalid argument")
 	// ErrStopping: Start was called while a previous run of the Cue is still

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -37,11 +38,39 @@ type localRun struct {
 	work   Work
 	ctx    runCtx
 	cancel context.CancelCauseFunc
+	// used are the amounts the handler reported (Work.Used), under mu;
+	// ended is set once they were read for the run's end.
+	mu    sync.Mutex
+	used  map[string]int64
+	ended bool
 }
 
 // progress and heartbeat implement runHandle.
 func (l *localRun) progress(b []byte) { l.p.Progress(b) }
 func (l *localRun) heartbeat()        { l.p.Heartbeat() }
+
+// use implements runHandle: it keeps the amounts for the run's end.
+func (l *localRun) use(amounts Costs) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.ended {
+		return
+	}
+	for name, n := range amounts {
+		if l.used == nil {
+			l.used = make(map[string]int64, len(amounts))
+		}
+		l.used[name] = max(n, 0)
+	}
+}
+
+// takeUsed returns the amounts reported; later reports are ignored.
+func (l *localRun) takeUsed() map[string]int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.ended = true
+	return l.used
+}
 
 // InProcess implements engine.InProcess: Settle waits for its goroutines.
 func (lr *localRunner) InProcess() {}
@@ -110,7 +139,7 @@ func (lr *localRunner) execute(l *localRun) {
 			out, err = nil, Permanent(fmt.Errorf("runcue: result of %d bytes exceeds Config.MaxPayload (%d)", len(out), lr.maxPayload))
 		}
 	}
-	end := engine.Ending{Err: err, Result: out, At: lr.clock.Now(), NotStarted: notStarted}
+	end := engine.Ending{Err: err, Result: out, At: lr.clock.Now(), NotStarted: notStarted, Used: l.takeUsed()}
 	classify(&end)
 	l.cancel(nil)
 	sent = true

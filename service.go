@@ -18,7 +18,8 @@ import (
 // (or, for the circuit breaker, disabled).
 //
 // Its JSON follows runcue's convention: max_concurrent, rate_limit,
-// rate_window_ms, circuit_threshold, circuit_timeout_ms, budgets.
+// rate_window_ms, circuit_threshold, circuit_timeout_ms, budgets, margin_ms,
+// pace, meters.
 type Service struct {
 	// MaxConcurrent caps the units using the service at once.
 	MaxConcurrent int
@@ -54,6 +55,11 @@ type Service struct {
 	// backlog then leaves at an even rate instead of a window's worth at
 	// once. Off by default.
 	Pace bool
+	// Meters limit amounts other than requests (tokens, bytes) per
+	// sliding window, each run charged its unit's Costs (see Meter). A
+	// unit of a task using the service must state a cost of every
+	// metered amount.
+	Meters []Meter
 }
 
 // MaxRateWindow is the longest RateWindow accepted.
@@ -98,6 +104,9 @@ func (s Service) validate() error {
 	case s.Pace && s.RateLimit == 0:
 		return fmt.Errorf("%w: Pace needs a RateLimit", ErrInvalid)
 	}
+	if err := validateMeters(s.Meters); err != nil {
+		return err
+	}
 	for _, b := range s.Budgets {
 		if err := b.validate(); err != nil {
 			return err
@@ -113,6 +122,9 @@ func (s Service) def() store.ServiceDef {
 	for _, b := range s.Budgets {
 		def.Budgets = append(def.Budgets, b.def())
 	}
+	for _, m := range s.Meters {
+		def.Meters = append(def.Meters, m.def())
+	}
 	return def
 }
 
@@ -122,6 +134,9 @@ func serviceFrom(def store.ServiceDef) Service {
 		CircuitThreshold: def.CircuitThreshold, CircuitTimeout: def.CircuitTimeout, Margin: def.Margin, Pace: def.Pace}
 	for _, b := range def.Budgets {
 		s.Budgets = append(s.Budgets, budgetFrom(b))
+	}
+	for _, m := range def.Meters {
+		s.Meters = append(s.Meters, meterFrom(m))
 	}
 	return s
 }
@@ -146,8 +161,9 @@ type serviceJSON struct {
 	Budgets          []Budget `json:"budgets,omitempty"`
 	// MarginMS is the margin in milliseconds, rounded up; -1 for none,
 	// omitted for the default.
-	MarginMS int64 `json:"margin_ms,omitempty"`
-	Pace     bool  `json:"pace,omitempty"`
+	MarginMS int64   `json:"margin_ms,omitempty"`
+	Pace     bool    `json:"pace,omitempty"`
+	Meters   []Meter `json:"meters,omitempty"`
 }
 
 // MarshalJSON writes s in runcue's JSON convention (durations in
@@ -161,7 +177,7 @@ func (s Service) MarshalJSON() ([]byte, error) {
 		margin = int64((s.Margin + time.Millisecond - 1) / time.Millisecond)
 	}
 	return json.Marshal(serviceJSON{s.MaxConcurrent, s.RateLimit, s.RateWindow.Milliseconds(), s.CircuitThreshold,
-		s.CircuitTimeout.Milliseconds(), s.Budgets, margin, s.Pace})
+		s.CircuitTimeout.Milliseconds(), s.Budgets, margin, s.Pace, s.Meters})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -172,7 +188,7 @@ func (s *Service) UnmarshalJSON(b []byte) error {
 	}
 	*s = Service{MaxConcurrent: j.MaxConcurrent, RateLimit: j.RateLimit, RateWindow: time.Duration(j.RateWindowMS) * time.Millisecond,
 		CircuitThreshold: j.CircuitThreshold, CircuitTimeout: time.Duration(j.CircuitTimeoutMS) * time.Millisecond, Budgets: j.Budgets,
-		Margin: time.Duration(j.MarginMS) * time.Millisecond, Pace: j.Pace}
+		Margin: time.Duration(j.MarginMS) * time.Millisecond, Pace: j.Pace, Meters: j.Meters}
 	if j.MarginMS < 0 {
 		s.Margin = -1
 	}

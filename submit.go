@@ -115,6 +115,9 @@ func (c *Cue) SubmitBatch(ctx context.Context, subs []Submission) ([]Submitted, 
 		u.Trace = trace
 		units[i] = u
 	}
+	if err := c.checkCosts(ctx, units); err != nil {
+		return nil, err
+	}
 	op := &store.Insert{Units: units, At: now,
 		MaxQueued: c.cfg.MaxQueued, DropOldest: c.cfg.Overflow == OverflowDropOldest}
 	if c.cfg.FailedDuplicates == ResubmitFailedDuplicates {
@@ -232,8 +235,23 @@ func (c *Cue) unitFor(s Submission, now time.Time) (*store.Unit, error) {
 		}
 		u.Retry = encodeRetry(*s.Retry)
 	}
+	costs := s.Cost
+	if costs == nil {
+		c.mu.Lock()
+		t := c.tasks[s.Task]
+		c.mu.Unlock()
+		if t != nil && t.Estimate != nil {
+			costs = t.Estimate(s)
+		}
+	}
 	if f := c.mach.costs; f != nil {
-		u.Costs = f(s)
+		costs = f(s)
+	}
+	if err := validCosts(costs); err != nil {
+		return nil, err
+	}
+	if len(costs) > 0 {
+		u.Costs = costs
 	}
 	return u, nil
 }

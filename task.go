@@ -62,6 +62,13 @@ type Task struct {
 	// satisfies it as a completed one does: set this when the unit needs
 	// what the dependency would have produced.
 	FailOnSkippedDependency bool
+	// Estimate gives the cost of a submission that states none (its Cost
+	// is nil): the amounts one run will charge its services' meters, at
+	// least what the service will count (see Meter). It is called at
+	// submit, in the submitting process, and its answer is stored with the
+	// unit; a process that submits units of a task it has not registered
+	// states their Cost itself.
+	Estimate func(s Submission) Costs
 }
 
 // Work is the unit a Handler performs.
@@ -93,6 +100,7 @@ type Work struct {
 type runHandle interface {
 	progress(b []byte)
 	heartbeat()
+	use(amounts Costs)
 }
 
 // Progress reports how far the handler has got: any JSON-encodable value
@@ -121,6 +129,21 @@ func (w *Work) Progress(v any) error {
 func (w *Work) Heartbeat() {
 	if w.run != nil {
 		w.run.heartbeat()
+	}
+}
+
+// Used reports the amounts the run actually used, by amount (the tokens a
+// response reports, the bytes sent): when the handler returns, each meter
+// that counts one of them (Service.Meters) replaces the start's charge,
+// the unit's estimate, per its Charge policy, in memory and in the
+// service log, in the transaction that records the run's end. A later
+// call replaces an amount an earlier one reported; an amount not reported
+// keeps its estimate. Negative amounts are taken as zero. It is safe to
+// call from any goroutine of the handler's; a call after the handler
+// returned is ignored.
+func (w *Work) Used(amounts Costs) {
+	if w.run != nil {
+		w.run.use(amounts)
 	}
 }
 

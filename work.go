@@ -66,6 +66,11 @@ type Submission struct {
 	// dependency_timeout) if its dependencies are still not satisfied that
 	// long after submission.
 	DependencyTimeout time.Duration
+	// Cost is what one run of the unit charges the meters of its services,
+	// by amount (see Costs), estimated now: it is stored with the unit. Nil
+	// means the task's Estimate, if it has one. It must state every amount
+	// its task's services meter (Service.Meters), and fit each limit.
+	Cost Costs
 }
 
 // Submitted reports the outcome of one submission.
@@ -133,6 +138,9 @@ type WorkInfo struct {
 	HeartbeatAt    time.Time `json:"heartbeat_at,omitzero"`
 	// DependsOn lists the units this one waits for.
 	DependsOn []string `json:"depends_on,omitempty"`
+	// Cost is what one run charges the meters of its services, as stored
+	// at submit (Submission.Cost or the task's Estimate); nil: one request.
+	Cost Costs `json:"cost,omitempty"`
 	// Attempts is the history of runs, oldest first.
 	Attempts []Attempt `json:"attempts,omitempty"`
 }
@@ -167,7 +175,7 @@ func infoFrom(u *store.Unit) WorkInfo {
 		ID: u.ID, Task: u.Task, Target: u.Target, Params: u.Params, State: u.State,
 		Runs: u.Runs, Failures: u.Failures,
 		CreatedAt: u.CreatedAt, RunAt: u.RunAt, StartedAt: u.StartedAt, FinishedAt: u.FinishedAt, Timeout: u.Timeout,
-		Result: u.Result, Error: u.Error, ErrorKind: u.ErrorKind,
+		Result: u.Result, Error: u.Error, ErrorKind: u.ErrorKind, Cost: u.Costs,
 		LeasedBy: u.LeasedBy, LeaseExpiresAt: u.LeaseExpiresAt, HeartbeatAt: u.HeartbeatAt, DependsOn: u.DependsOn,
 	}
 	for _, a := range u.Attempts {

@@ -76,6 +76,28 @@ type ServiceDef struct {
 	Budgets          []BudgetDef   `json:"budgets,omitempty"`
 	Margin           time.Duration `json:"margin,omitempty"`
 	Pace             bool          `json:"pace,omitempty"`
+	Meters           []MeterDef    `json:"meters,omitempty"`
+}
+
+// MeterDef is a meter of an amount other than requests as stored: at most
+// Limit of Name in any Window (plus the margin), each start charged the
+// unit's cost of Name, replaced per Charge ("" for the actual amount,
+// "larger", "estimate") once the run reports what it used.
+type MeterDef struct {
+	Name   string        `json:"name"`
+	Limit  int64         `json:"limit"`
+	Window time.Duration `json:"window"`
+	Charge string        `json:"charge,omitempty"`
+}
+
+// Meter returns def's meter of amount name, if it has one.
+func (def ServiceDef) Meter(name string) (MeterDef, bool) {
+	for _, m := range def.Meters {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return MeterDef{}, false
 }
 
 // BudgetDef is a calendar budget as stored: Requests per Per ("day" or
@@ -109,6 +131,17 @@ func (def ServiceDef) Hold() time.Duration {
 		return 0
 	}
 	return def.RateWindow + def.MarginInForce()
+}
+
+// LogHold is how long a start logged for def counts in any of its
+// windows, the rate window's or an amount meter's, margin included; zero
+// if it has none.
+func (def ServiceDef) LogHold() time.Duration {
+	h := def.Hold()
+	for _, m := range def.Meters {
+		h = max(h, m.Window+def.MarginInForce())
+	}
+	return h
 }
 
 // locations caches the time zones of budgets by name: time.LoadLocation

@@ -28,8 +28,14 @@ type Resource struct {
 	// Budgets are the calendar budgets, if any. The caller Syncs them
 	// with the wall clock before asking Admit.
 	Budgets []*Budget
+	// Amounts are the sliding windows of amounts other than requests
+	// (tokens, bytes), in the order they were configured.
+	Amounts []*AmountWindow
 	// Extra are meters beyond the built-in ones.
 	Extra []Meter
+	// Held is room in the amount windows kept for one waiting dispatch
+	// that they refused, so that smaller ones do not take it first.
+	Held Held
 	// Paused refuses every dispatch (PauseService).
 	Paused bool
 	// BlockedUntil is a Retry-After hold's end; BlockedFor its length when
@@ -62,11 +68,35 @@ const (
 
 // Refusal is why a resource refuses a dispatch, and until when (zero: until
 // something happens, such as a run ending, a resume or a start). Meter
-// names the amount an Extra meter counts, for RefuseMeter.
+// names the amount an Extra meter counts, for RefuseMeter; Held says that
+// the room the dispatch needs is held for another (see Held).
 type Refusal struct {
 	Kind  RefusalKind
 	Until time.Time
 	Meter string
+	Held  bool
+}
+
+// Held is room kept in a resource's amount windows for one dispatch they
+// refused (For, the caller's token for it, of Costs), until it is taken
+// or Until, whichever comes first. While it holds, any other dispatch is
+// admitted by an amount window only if it fits beside the held costs, so
+// a stream of small dispatches cannot keep a large one waiting: the
+// entries that count when the hold begins leave within the window's hold,
+// and the reservations within MaxStartDelay more, which is the bound the
+// caller sets Until to; a small dispatch waits at most that long for each
+// hold. The hold goes to the largest dispatch refused (see Hold): a
+// larger one refused later takes it over, and the one it displaced holds
+// again once that one has started.
+type Held struct {
+	For   any
+	Costs Costs
+	Until time.Time
+}
+
+// active reports whether h holds room at now against a dispatch of who.
+func (h *Held) active(now time.Time, who any) bool {
+	return h.For != nil && h.For != who && now.Before(h.Until)
 }
 
 // rebuild lists the meters in the order Refusal reads them.
@@ -81,6 +111,9 @@ func (r *Resource) rebuild() {
 	r.meters = append(r.meters, concurrency{r})
 	if r.Window != nil {
 		r.meters = append(r.meters, r.Window)
+	}
+	for _, a := range r.Amounts {
+		r.meters = append(r.meters, a)
 	}
 	r.meters = append(r.meters, r.Extra...)
 }
@@ -98,6 +131,12 @@ func (r *Resource) Meters() []Meter {
 // window entry or an open circuit whose time is over is read as such,
 // without being moved on.
 func (r *Resource) Refusal(now time.Time, costs Costs) (Refusal, bool) {
+	return r.RefusalFor(now, costs, nil)
+}
+
+// RefusalFor is Refusal for a dispatch that who (the caller's token, as
+// in Held.For) asks for: room held for another counts against it.
+func (r *Resource) RefusalFor(now time.Time, costs Costs, who any) (Refusal, bool) {
 	if r.Paused {
 		return Refusal{Kind: RefusePaused}, true
 	}
@@ -119,7 +158,38 @@ func (r *Resource) Refusal(now time.Time, costs Costs) (Refusal, bool) {
 			better(rf)
 		}
 	}
+	if !found && r.Held.active(now, who) {
+		for _, a := range r.Amounts {
+			held, ok := r.Held.Costs[a.Name()]
+			if !ok {
+				continue
+			}
+			if rf, refused := a.Refusal(now, costs.Of(a.Name())+held); refused {
+				// Until the room is there for both, or the hold lapses.
+				if rf.Until.IsZero() || rf.Until.After(r.Held.Until) {
+					rf.Until = r.Held.Until
+				}
+				rf.Held = true
+				better(rf)
+			}
+		}
+	}
 	return best, found
+}
+
+// Hold keeps room in r's amount windows for the dispatch of who, of costs,
+// refused at now by the window of amount, until it is taken or until. A
+// hold in force for another stays unless this dispatch costs more of
+// amount: the room goes to the largest refused dispatch, which small ones
+// could keep waiting; a smaller one fits as soon as room frees.
+func (r *Resource) Hold(who any, costs Costs, amount string, now, until time.Time) {
+	if len(r.Amounts) == 0 {
+		return
+	}
+	if r.Held.active(now, who) && costs.Of(amount) <= r.Held.Costs.Of(amount) {
+		return
+	}
+	r.Held = Held{For: who, Costs: costs, Until: until}
 }
 
 // amountOf is the amount m counts, for its cost: a meter that counts
@@ -141,13 +211,20 @@ func (r *Resource) SpentBudget(now time.Time) *Budget {
 // Admit decides whether a dispatch of a unit of costs may take r at now:
 // the refusal rule, after which an open circuit whose time is over turns
 // half-open and the dispatch is its probe. When it may not, until is when
-// to ask again (zero: when something happens). Admit forgets window
-// entries older than now's window.
+// to ask again (zero: when something happens). Admit forgets the entries
+// of windows that no longer count at now (Expirer).
 func (r *Resource) Admit(now time.Time, costs Costs) (ok bool, until time.Time, probe bool) {
-	if r.Window != nil {
-		r.Window.Expire(now)
+	return r.AdmitFor(now, costs, nil)
+}
+
+// AdmitFor is Admit for a dispatch of who (see RefusalFor).
+func (r *Resource) AdmitFor(now time.Time, costs Costs, who any) (ok bool, until time.Time, probe bool) {
+	for _, m := range r.Meters() {
+		if e, ok := m.(Expirer); ok {
+			e.Expire(now)
+		}
 	}
-	if rf, refused := r.Refusal(now, costs); refused {
+	if rf, refused := r.RefusalFor(now, costs, who); refused {
 		return false, rf.Until, false
 	}
 	if r.Circuit != nil {
@@ -313,6 +390,45 @@ func (r *Resource) SetLimits(l Limits) {
 	default:
 		r.Circuit.Threshold, r.Circuit.Timeout = l.Threshold, l.Timeout
 	}
+}
+
+// AmountLimits are the limits of an AmountWindow.
+type AmountLimits struct {
+	Name   string
+	Limit  int64
+	Window time.Duration
+	Charge Charge
+}
+
+// SetAmounts makes r's amount windows those of ls, with margin: a window
+// of an amount already there keeps its entries and reservations; one no
+// longer listed is dropped.
+func (r *Resource) SetAmounts(ls []AmountLimits, margin time.Duration) {
+	old := r.Amounts
+	r.Amounts = nil
+	for _, l := range ls {
+		var w *AmountWindow
+		for _, o := range old {
+			if o.Name() == l.Name {
+				w = o
+				w.SetLimits(l.Limit, l.Window, margin, l.Charge)
+			}
+		}
+		if w == nil {
+			w = NewAmountWindow(l.Name, l.Limit, l.Window, margin, l.Charge)
+		}
+		r.Amounts = append(r.Amounts, w)
+	}
+}
+
+// Amount returns r's window of amount name, or nil.
+func (r *Resource) Amount(name string) *AmountWindow {
+	for _, a := range r.Amounts {
+		if a.Name() == name {
+			return a
+		}
+	}
+	return nil
 }
 
 // Quiet reports whether r holds no state that outlives its users at now: no

@@ -357,6 +357,15 @@ func (d *Engine) checked(id string, ok bool) {
 	d.pushTimer(m.recheck)
 }
 
+// failUnfit fails queued unit u, which r can never admit (why).
+func (g *depGraph) failUnfit(u *unit, r *resource, why string) {
+	g.removeQueued(u)
+	msg := fmt.Sprintf("%s: %s", r.name, why)
+	g.persist(&store.FailQueued{Epoch: g.epoch, ID: u.id, At: g.wall(), Error: msg, ErrorKind: "cost_too_large",
+		Events: []store.Event{{Type: store.TypeWorkFailed, Task: u.task, Target: u.target,
+			Data: store.EventData{Error: msg, ErrorKind: "cost_too_large"}.Encode()}}})
+}
+
 // dependencyTimeout fails a unit whose dependencies were not satisfied by
 // its DependencyTimeout.
 func (g *depGraph) dependencyTimeout(u *unit, now time.Time) {

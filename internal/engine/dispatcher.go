@@ -379,6 +379,14 @@ func (d *Engine) dispatch() {
 		costs := l.units.Peek().costs()
 		blocker, until, probes := d.admit(l, now, costs)
 		if blocker != nil {
+			if why := blocker.Unfit(costs); why != "" {
+				// It would wait forever and hold its lane back: a keyed
+				// instance's limit (unknown at submit) or one lowered
+				// since is below its cost.
+				d.failUnfit(l.units.Peek(), blocker, why)
+				continue
+			}
+			d.hold(l, blocker, now, costs)
 			d.park(l, blocker, until)
 			continue
 		}

@@ -3,6 +3,8 @@ package engine
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/runcue/runcue/internal/broker"
@@ -68,7 +70,7 @@ func (d *Engine) explain(id string) Explanation {
 			add(Reason{Kind: ReasonCommitBacklog, Detail: fmt.Sprintf("%d ended runs wait for their outcomes to be committed, the Cue's MaxUncommitted", d.uncommitted)})
 		}
 		for _, r := range u.lane.resources {
-			if rs, ok := d.resourceReason(r, now, u.costs()); ok {
+			if rs, ok := d.resourceReason(r, now, u.costs(), u.lane); ok {
 				rs.Until = d.toWall(rs.Until)
 				if b := r.SpentBudget(now); rs.Kind == ReasonBudgetExhausted && b != nil {
 					rs.Until = b.PeriodEnd() // exact: the period ends on the wall clock
@@ -90,11 +92,11 @@ func (d *Engine) explain(id string) Explanation {
 	return ex
 }
 
-// resourceReason says why r refuses a dispatch of a unit of costs now, if
-// it does: its refusal, in words.
-func (d *Engine) resourceReason(r *resource, now time.Time, costs broker.Costs) (Reason, bool) {
+// resourceReason says why r refuses a dispatch of a unit of costs on lane
+// l now, if it does: its refusal, in words.
+func (d *Engine) resourceReason(r *resource, now time.Time, costs broker.Costs, l *lane) (Reason, bool) {
 	d.syncBudgets(r)
-	rf, refused := r.Refusal(now, costs)
+	rf, refused := r.RefusalFor(now, costs, l)
 	if refused && r.class == "" && rf.Kind == broker.RefusePaused {
 		return TaskPausedReason(r.name[len("task "):]), true
 	}
@@ -126,6 +128,14 @@ func (d *Engine) resourceReason(r *resource, now time.Time, costs broker.Costs) 
 	case ReasonServiceBusy:
 		reason.Detail = fmt.Sprintf("%s has %d of %d slots in use", name, r.Active, r.Limit)
 	case ReasonRateLimited:
+		if a := r.Amount(rf.Meter); rf.Kind == broker.RefuseMeter && a != nil {
+			reason.Detail = amountDetail(name, a, now, costs.Of(rf.Meter), d.toWall(rf.Until))
+			if rf.Held {
+				reason.Detail += fmt.Sprintf("; %s held for an older unit of cost %s until it starts, at the latest %s", rf.Meter,
+					grouped(r.Held.Costs.Of(rf.Meter)), d.toWall(r.Held.Until).UTC().Format("15:04:05.000 UTC"))
+			}
+			break
+		}
 		if rf.Kind == broker.RefuseMeter || r.Window == nil {
 			reason.Detail = fmt.Sprintf("%s's %s meter is full", name, rf.Meter)
 			break
@@ -137,6 +147,39 @@ func (d *Engine) resourceReason(r *resource, now time.Time, costs broker.Costs) 
 		}
 	}
 	return reason, true
+}
+
+// amountDetail says why amount window a of service name refuses a cost at
+// now: "blocked on output_tokens: 7,900 of 8,000 in the last 1m0s (cost
+// 400); frees at 12:01:07 UTC" (free is on the wall clock; zero when only
+// a start or a run's end can make room).
+func amountDetail(name string, a *broker.AmountWindow, now time.Time, cost int64, free time.Time) string {
+	s := fmt.Sprintf("%s: blocked on %s: %s of %s in the last %v (cost %s)", name, a.Name(), grouped(a.Used(now)),
+		grouped(a.Limit()), a.Length(), grouped(cost))
+	if free.IsZero() {
+		return s + "; room frees as reserved starts are counted"
+	}
+	return s + "; frees at " + free.UTC().Format("15:04:05.000 UTC")
+}
+
+// grouped writes n with thousands separated by commas.
+func grouped(n int64) string {
+	s := strconv.FormatInt(n, 10)
+	neg := strings.HasPrefix(s, "-")
+	if neg {
+		s = s[1:]
+	}
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
 }
 
 // answerOwnerQuestion answers another process's owner_asked, on the

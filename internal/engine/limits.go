@@ -10,9 +10,19 @@ import (
 // Limits as stored (store.ServiceDef) and what the dispatcher derives
 // from them.
 
-// margin and hold are the stored definition's (store.ServiceDef).
+// margin is the stored definition's (store.ServiceDef).
 func margin(s store.ServiceDef) time.Duration { return s.MarginInForce() }
-func hold(s store.ServiceDef) time.Duration   { return s.Hold() }
+
+// chargeOf reads a stored charge policy (store.MeterDef.Charge).
+func chargeOf(s string) broker.Charge {
+	switch s {
+	case "larger":
+		return broker.ChargeLarger
+	case "estimate":
+		return broker.ChargeEstimate
+	}
+	return broker.ChargeActual
+}
 
 // period returns a stored budget's period.
 func period(b store.BudgetDef) broker.Period {

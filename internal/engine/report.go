@@ -21,6 +21,7 @@ type ServiceStatus struct {
 	CircuitOpenUntil time.Time
 	Paused           bool
 	Budgets          []BudgetStatus
+	Meters           []MeterStatus
 	BlockedUntil     time.Time
 	NextCapacity     time.Time
 	Keys             int
@@ -35,6 +36,16 @@ type ServiceStatus struct {
 type ServiceStats struct {
 	ServiceStatus
 	Keys []ServiceStatus
+}
+
+// MeterStatus is an amount meter now: Used (reservations included) of
+// Limit per Window; Frees is when its oldest counted start leaves the
+// window (zero when none counts).
+type MeterStatus struct {
+	Name        string
+	Used, Limit int64
+	Window      time.Duration
+	Frees       time.Time
 }
 
 // BudgetStatus is a calendar budget in its current period.

@@ -220,6 +220,11 @@ func (t *resourceTable) applyLimits(r *resource, s store.ServiceDef) {
 	r.SetLimits(broker.Limits{Concurrency: s.MaxConcurrent, Rate: s.RateLimit, Window: s.RateWindow, Margin: margin(s), Pace: s.Pace,
 		Threshold: s.CircuitThreshold, Timeout: s.CircuitTimeout})
 	t.applyBudgets(r, s)
+	var amounts []broker.AmountLimits
+	for _, m := range s.Meters {
+		amounts = append(amounts, broker.AmountLimits{Name: m.Name, Limit: m.Limit, Window: m.Window, Charge: chargeOf(m.Charge)})
+	}
+	r.SetAmounts(amounts, margin(s))
 }
 
 // laneFor returns (creating) the lane of a task's units with the given keyed
@@ -332,9 +337,9 @@ func (t *resourceTable) maybeEvict(r *resource) {
 
 // check reports whether r admits a dispatch of a unit of costs at now (see
 // broker.Resource.Admit), and reports a circuit that turned half-open.
-func (t *resourceTable) check(r *resource, now time.Time, costs broker.Costs) (ok bool, until time.Time, probe bool) {
+func (t *resourceTable) check(r *resource, now time.Time, costs broker.Costs, l *lane) (ok bool, until time.Time, probe bool) {
 	t.syncBudgets(r)
-	ok, until, probe = r.Admit(now, costs)
+	ok, until, probe = r.AdmitFor(now, costs, l)
 	t.noteCircuit(r)
 	return ok, until, probe
 }
@@ -357,7 +362,7 @@ var reasons = [...]ReasonKind{
 // first that refuses.
 func (t *resourceTable) admit(l *lane, now time.Time, costs broker.Costs) (blocker *resource, until time.Time, probes []*resource) {
 	for _, r := range l.resources {
-		ok, u, probe := t.check(r, now, costs)
+		ok, u, probe := t.check(r, now, costs, l)
 		if !ok {
 			return r, u, nil
 		}
@@ -375,6 +380,9 @@ func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource, cost
 	l.running++
 	for _, r := range l.resources {
 		r.Take(now, slices.Contains(probes, r), costs) // a window's or budget's charge counts at the handler's start
+		if r.Held.For == l {
+			r.Held = broker.Held{} // the room held for it is taken
+		}
 		t.markStatus(r)
 		if len(r.Budgets) > 0 {
 			spent = append(spent, t.announceBudgets(r, now)...)
@@ -427,13 +435,18 @@ func (t *resourceTable) wake(r *resource) {
 	if r.waiters.Len() == 0 {
 		return
 	}
-	if ok, until, _ := t.check(r, t.now(), nil); !ok {
+	now := t.now()
+	l := r.waiters.Peek()
+	if h, ok := r.Held.For.(*lane); ok && h != l && h.parkedOn == r && now.Before(r.Held.Until) {
+		l = h // the lane room is held for goes first
+	}
+	if ok, until, _ := t.check(r, now, l.units.Peek().costs(), l); !ok {
 		if !until.IsZero() {
 			t.resourceTimer(r, t.budgetRecheck(r, until))
 		}
 		return
 	}
-	l := r.waiters.Pop()
+	r.waiters.Remove(l.idx)
 	l.parkedOn = nil
 	l.inReady = true
 	t.ready.Push(l)

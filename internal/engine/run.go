@@ -128,6 +128,14 @@ type run struct {
 	// never to start: counted is set until then.
 	decided, startBy time.Time
 	counted          bool
+	// countedAt is the instant its charges count at, on the timeline, once
+	// counted (zero if they were given back). used are the amounts its
+	// Runner reported before its start was counted (a Runner that reports
+	// its start late or never), applied when it is; reconciles are the
+	// ops that replace its logged charges, written with its Finish.
+	countedAt  time.Time
+	used       map[string]int64
+	reconciles []store.Op
 	// cancelled holds the options of a Cancel that reached the run.
 	cancelled *CancelOptions
 	// lastBeat is the time of the last heartbeat written (Unix ns).
@@ -257,6 +265,11 @@ func (d *Engine) write(r *run, op store.Op) error {
 	case *store.Finish:
 		r.mem.finOps[0] = op
 		r.mem.finReq = writer.Request{Ops: r.mem.finOps[:], Sink: (*finishSink)(r)}
+		if len(r.reconciles) > 0 {
+			// In the Finish's transaction: a crash keeps both or neither.
+			r.mem.finReq.Ops = append(r.mem.finOps[:1:1], r.reconciles...)
+			r.reconciles = nil
+		}
 		req = &r.mem.finReq
 		d.uncommitted++
 		if op.State.Terminal() {
@@ -403,6 +416,13 @@ func (d *Engine) settleReservations(r *run, start, wall time.Time) {
 		d.markStatus(res)
 		d.wake(res) // a place freed, or its time is known now
 	}
+	r.countedAt = start
+	if used := r.used; used != nil && !start.IsZero() {
+		r.used = nil
+		if ops := d.reconcile(r, used); len(ops) > 0 {
+			d.submit(ops...)
+		}
+	}
 }
 
 // deadlinePassed ends r at its deadline: it fails (timeout) whether or not
@@ -468,6 +488,8 @@ func (d *Engine) end(r *run, returned bool, v verdict) {
 func (d *Engine) finished(r *run, e Ending) {
 	if e.NotStarted {
 		d.settleReservations(r, time.Time{}, time.Time{})
+	} else {
+		d.noteUsed(r, e.Used)
 	}
 	if r.over() {
 		// Decided at its deadline or grace: a late result is discarded,

@@ -124,6 +124,11 @@ type Ending struct {
 	// NotStarted: the handler was never called (its start was refused, or
 	// the run failed before it).
 	NotStarted bool
+	// Used are the amounts the run reports it actually used, by amount
+	// (tokens, bytes): each meter that counts one replaces the start's
+	// charge per its charge policy (see broker.Charge). Nil: the
+	// estimates stand.
+	Used map[string]int64
 }
 
 // Class is what a run's error means to the engine.

@@ -67,10 +67,11 @@ func (t *resourceTable) priorLog(name, class string, s store.ServiceDef, horizon
 	return times
 }
 
-// extraHorizon is how far back r's extra meters need the log.
+// extraHorizon is how far back r's meters that say so (Horizoned) need
+// the log.
 func extraHorizon(r *resource) time.Duration {
 	var h time.Duration
-	for _, m := range r.Extra {
+	for _, m := range r.Meters() {
 		if hm, ok := m.(broker.Horizoned); ok {
 			h = max(h, hm.Horizon())
 		}
@@ -105,8 +106,8 @@ func (t *resourceTable) restoreMeters(r *resource, prior []store.Logged, now tim
 func (t *resourceTable) priorSince(s store.ServiceDef, now time.Time) time.Time {
 	lag := t.cfg.MaxStartDelay
 	var since time.Time
-	if s.RateLimit > 0 && now.Sub(t.startMono) < hold(s)+lag {
-		since = t.started.Add(-hold(s) - lag)
+	if h := s.LogHold(); h > 0 && now.Sub(t.startMono) < h+lag {
+		since = t.started.Add(-h - lag)
 	}
 	if b := budgetsSince(s, t.wall(), lag+margin(s)); !b.IsZero() && b.Before(t.started) {
 		since = earliest(since, b) // a current period began before this owner took over
@@ -149,15 +150,15 @@ func (t *resourceTable) logCutoffs(now time.Time) map[string]time.Time {
 	return out
 }
 
-// logCut is the time before which s's window and budgets need no log
+// logCut is the time before which s's windows and budgets need no log
 // entry: a logged decision may count for MaxStartDelay more than its
 // window and margin, at a restart (see priorLog), and as long as the
 // current period of a budget (its margin and MaxStartDelay before it
 // included). Zero if s has neither.
 func (t *resourceTable) logCut(s store.ServiceDef, now time.Time) time.Time {
 	var cut time.Time
-	if s.RateLimit > 0 {
-		cut = now.Add(-hold(s) - t.cfg.MaxStartDelay)
+	if h := s.LogHold(); h > 0 {
+		cut = now.Add(-h - t.cfg.MaxStartDelay)
 	}
 	if b := budgetsSince(s, now, t.cfg.MaxStartDelay+margin(s)); !b.IsZero() && (cut.IsZero() || b.Before(cut)) {
 		cut = b

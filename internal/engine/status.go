@@ -126,6 +126,13 @@ func (t *resourceTable) statusOf(r *resource, now time.Time) ServiceStatus {
 	for i, b := range r.Budgets {
 		st.Budgets = append(st.Budgets, budgetStatus(r.budgetSpecs[i], b, now))
 	}
+	for _, a := range r.Amounts {
+		ms := MeterStatus{Name: a.Name(), Used: a.Used(now), Limit: a.Limit(), Window: a.Length()}
+		if at, ok := a.Oldest(now); ok {
+			ms.Frees = t.toWall(at.Add(a.Hold()))
+		}
+		st.Meters = append(st.Meters, ms)
+	}
 	st.NextCapacity = t.toWall(t.nextCapacity(r, now))
 	return st
 }

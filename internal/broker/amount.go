@@ -1,0 +1,304 @@
+package broker
+
+import (
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Charge says what a start's charge in an amount meter becomes once its
+// run reports the amount it actually used (see AmountWindow.Reconcile).
+type Charge uint8
+
+const (
+	// ChargeActual replaces the estimate with the actual amount: a
+	// provider that counts what was used (output tokens corrected when the
+	// response ends).
+	ChargeActual Charge = iota
+	// ChargeLarger keeps the larger of the estimate and the actual amount.
+	ChargeLarger
+	// ChargeEstimate keeps the estimate whatever was used: a provider that
+	// charges at admission.
+	ChargeEstimate
+)
+
+// Charged returns what a start estimated at est is charged once actual is
+// known, under c.
+func (c Charge) Charged(est, actual int64) int64 {
+	switch c {
+	case ChargeLarger:
+		return max(est, actual)
+	case ChargeEstimate:
+		return est
+	}
+	return actual
+}
+
+// AmountWindow is an exact sliding log of starts, each with an amount (the
+// tokens or bytes it charged): the amounts of the starts within any
+// interval of length Length plus Margin sum to at most Limit, counting the
+// reservations of dispatches decided and not yet started as if they had
+// started at the instant asked about. Its memory follows its entries, not
+// its limit: a start of 4,000 tokens is one entry.
+//
+// The margin is the wire's, as for Window: a service that counts a request
+// when it arrives, at most Margin later than any other started at the same
+// instant, sees at most Limit in any interval of length Length.
+//
+// An entry's amount may be replaced once its run reports what it used
+// (Reconcile): an actual charge smaller than the estimate frees the
+// difference at once, a larger one holds later dispatches back. A start
+// whose actual charge exceeds its estimate can make the window hold more
+// than Limit; only estimates at least the actual charge keep the promise.
+//
+// An AmountWindow reads no clock and is not safe for concurrent use.
+type AmountWindow struct {
+	name    string
+	limit   int64
+	length  time.Duration
+	margin  time.Duration
+	charge  Charge
+	es      []amountEntry // sorted by start; the live ones are es[head:]
+	head    int
+	sum     int64 // the amounts of es[head:]
+	pending int64 // reserved, not yet started or released
+}
+
+type amountEntry struct {
+	at     int64 // Unix ns on the scheduling timeline
+	amount int64
+}
+
+// NewAmountWindow returns an empty window counting name: at most limit in
+// any interval of length plus margin, reconciled per charge.
+func NewAmountWindow(name string, limit int64, length, margin time.Duration, charge Charge) *AmountWindow {
+	return &AmountWindow{name: name, limit: limit, length: length, margin: max(margin, 0), charge: charge}
+}
+
+// Name, Limit, Length and ChargePolicy return the window's settings; Hold
+// is how long an entry counts: Length plus Margin.
+func (w *AmountWindow) Name() string          { return w.name }
+func (w *AmountWindow) Limit() int64          { return w.limit }
+func (w *AmountWindow) Length() time.Duration { return w.length }
+func (w *AmountWindow) ChargePolicy() Charge  { return w.charge }
+func (w *AmountWindow) Hold() time.Duration   { return w.length + w.margin }
+
+// SetLimits changes the window's settings in place, keeping its entries
+// and reservations.
+func (w *AmountWindow) SetLimits(limit int64, length, margin time.Duration, charge Charge) {
+	w.limit, w.length, w.margin, w.charge = limit, length, max(margin, 0), charge
+}
+
+// first returns the index of the first entry that counts at t.
+func (w *AmountWindow) first(t time.Time) int {
+	cut := t.UnixNano() - int64(w.Hold())
+	live := w.es[w.head:]
+	return w.head + sort.Search(len(live), func(i int) bool { return live[i].at > cut })
+}
+
+// Sum returns the amounts of the entries that count at t, reservations
+// aside.
+func (w *AmountWindow) Sum(t time.Time) int64 {
+	s := w.sum
+	for _, e := range w.es[w.head:w.first(t)] {
+		s -= e.amount
+	}
+	return s
+}
+
+// Oldest returns the oldest start that counts at t, and false if none does.
+func (w *AmountWindow) Oldest(t time.Time) (time.Time, bool) {
+	if i := w.first(t); i < len(w.es) {
+		return time.Unix(0, w.es[i].at), true
+	}
+	return time.Time{}, false
+}
+
+// Pending returns the amounts reserved and not yet started or released.
+func (w *AmountWindow) Pending() int64 { return w.pending }
+
+// Used returns the amounts that count at now, reservations included.
+func (w *AmountWindow) Used(now time.Time) int64 { return w.Sum(now) + w.pending }
+
+// Expire drops the entries that left the window by now (which must not be
+// ahead of the present).
+func (w *AmountWindow) Expire(now time.Time) {
+	i := w.first(now)
+	for _, e := range w.es[w.head:i] {
+		w.sum -= e.amount
+	}
+	w.head = i
+	if w.head > 0 && 2*w.head >= len(w.es) {
+		n := copy(w.es, w.es[w.head:])
+		clear(w.es[n:])
+		w.es, w.head = w.es[:n], 0
+	}
+}
+
+// Counts names the amount the window counts.
+func (w *AmountWindow) Counts() string { return w.name }
+
+// Horizon is how far back recovery reads the service log for it.
+func (w *AmountWindow) Horizon() time.Duration { return w.Hold() }
+
+// Refusal admits a dispatch of cost at now while the amounts counting at
+// now, the reservations and cost sum to at most Limit (a cost of zero is
+// always admitted). Refused, it says until when enough entries leave the
+// window, or zero when the reservations alone leave no room for cost (a
+// start or release must come first).
+func (w *AmountWindow) Refusal(now time.Time, cost int64) (Refusal, bool) {
+	used := w.Used(now)
+	if cost <= 0 || used+cost <= w.limit {
+		return Refusal{}, false
+	}
+	if w.pending+cost > w.limit {
+		return Refusal{Kind: RefuseMeter, Meter: w.name}, true
+	}
+	for _, e := range w.es[w.first(now):] { // the oldest leave first
+		used -= e.amount
+		if used+cost <= w.limit {
+			return Refusal{Kind: RefuseMeter, Meter: w.name, Until: time.Unix(0, e.at+int64(w.Hold()))}, true
+		}
+	}
+	return Refusal{Kind: RefuseMeter, Meter: w.name}, true
+}
+
+// NextFree returns when a dispatch of cost may be decided: now if it may,
+// zero if only a start or release can make room.
+func (w *AmountWindow) NextFree(now time.Time, cost int64) time.Time {
+	rf, refused := w.Refusal(now, cost)
+	if !refused {
+		return now
+	}
+	return rf.Until
+}
+
+func (w *AmountWindow) Take(now time.Time, cost int64) {
+	w.Expire(now)
+	w.pending += max(cost, 0)
+}
+
+func (w *AmountWindow) Start(start, wall time.Time, cost int64) {
+	w.pending = max(w.pending-max(cost, 0), 0)
+	w.add(start.UnixNano(), cost)
+}
+
+func (w *AmountWindow) Release(cost int64) { w.pending = max(w.pending-max(cost, 0), 0) }
+
+func (w *AmountWindow) End(cost int64) {}
+
+// add logs a start of amount at (Unix ns), in order among the entries.
+func (w *AmountWindow) add(at, amount int64) {
+	if amount <= 0 {
+		return
+	}
+	i := len(w.es)
+	for i > w.head && w.es[i-1].at > at {
+		i--
+	}
+	w.es = append(w.es, amountEntry{})
+	copy(w.es[i+1:], w.es[i:])
+	w.es[i] = amountEntry{at, amount}
+	w.sum += amount
+}
+
+// Reconcile replaces the charge of the start at start (timeline) that was
+// charged from with to. It reports whether such an entry was still in the
+// window; one that has left it changes nothing.
+func (w *AmountWindow) Reconcile(start time.Time, from, to int64) bool {
+	at := start.UnixNano()
+	live := w.es[w.head:]
+	i := sort.Search(len(live), func(i int) bool { return live[i].at >= at })
+	for ; i < len(live) && live[i].at == at; i++ {
+		if live[i].amount != from {
+			continue
+		}
+		w.sum -= from
+		if to > 0 {
+			live[i].amount = to
+			w.sum += to
+		} else { // nothing used: the entry goes
+			copy(w.es[w.head+i:], w.es[w.head+i+1:])
+			w.es = w.es[:len(w.es)-1]
+		}
+		return true
+	}
+	return false
+}
+
+// Restore adds the logged starts that still count at now.
+func (w *AmountWindow) Restore(starts []Logged, now time.Time) {
+	cut := now.Add(-w.Hold())
+	for _, s := range starts {
+		if s.At.After(cut) {
+			w.add(s.At.UnixNano(), s.Amount)
+		}
+	}
+}
+
+func (w *AmountWindow) Quiet(now time.Time) (bool, time.Time) {
+	if w.pending > 0 {
+		return false, time.Time{}
+	}
+	if i := w.first(now); i < len(w.es) {
+		return false, time.Unix(0, w.es[len(w.es)-1].at+int64(w.Hold()))
+	}
+	return true, time.Time{}
+}
+
+// Reconciler is implemented by a meter whose charges may be replaced by
+// what a run actually used.
+type Reconciler interface {
+	Meter
+	// ChargePolicy says what a start's charge becomes (see Charge).
+	ChargePolicy() Charge
+	// Reconcile replaces the charge from of the start at start with to.
+	Reconcile(start time.Time, from, to int64) bool
+}
+
+// Expirer is implemented by a meter that drops what no longer counts when
+// Admit is asked at the present.
+type Expirer interface {
+	Expire(now time.Time)
+}
+
+// Unfit is implemented by a meter that can tell a cost it can never admit,
+// whatever ends or leaves it: one above its limit.
+type Unfit interface {
+	// Unfit says why cost can never be admitted, or "" if it can.
+	Unfit(cost int64) string
+}
+
+func (w *AmountWindow) Unfit(cost int64) string {
+	if cost > w.limit {
+		return fmt.Sprintf("a cost of %d %s is above the limit of %d per %v", cost, w.name, w.limit, w.length)
+	}
+	return ""
+}
+
+func (w *Window) Unfit(cost int64) string {
+	if cost > int64(w.limit) {
+		return fmt.Sprintf("a cost of %d requests is above the limit of %d per %v", cost, w.limit, w.length)
+	}
+	return ""
+}
+
+func (b *Budget) Unfit(cost int64) string {
+	if cost > int64(b.Limit) {
+		return fmt.Sprintf("a cost of %d requests is above a budget of %d", cost, b.Limit)
+	}
+	return ""
+}
+
+// Unfit says why r can never admit a unit of costs (a cost above the limit
+// of one of its meters), or "" if it can.
+func (r *Resource) Unfit(costs Costs) string {
+	for _, m := range r.Meters() {
+		if u, ok := m.(Unfit); ok {
+			if why := u.Unfit(costs.Of(amountOf(m))); why != "" {
+				return why
+			}
+		}
+	}
+	return ""
+}

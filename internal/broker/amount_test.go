@@ -1,0 +1,179 @@
+package broker
+
+import (
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+func TestAmountWindowRefusal(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	w := NewAmountWindow("tokens", 100, time.Minute, 10*time.Millisecond, ChargeActual)
+	if _, refused := w.Refusal(t0, 101); !refused {
+		t.Fatal("a cost above the limit is admitted")
+	}
+	w.Take(t0, 60)
+	if rf, refused := w.Refusal(t0, 50); !refused || !rf.Until.IsZero() || rf.Meter != "tokens" {
+		t.Fatalf("60 reserved, 50 more: %+v %v (only a start can make room)", rf, refused)
+	}
+	if _, refused := w.Refusal(t0, 40); refused {
+		t.Fatal("60 reserved, 40 more is refused")
+	}
+	w.Start(t0.Add(time.Second), t0, 60)
+	rf, refused := w.Refusal(t0.Add(2*time.Second), 50)
+	if want := t0.Add(time.Second + time.Minute + 10*time.Millisecond); !refused || !rf.Until.Equal(want) {
+		t.Fatalf("refusal %+v, want until %v", rf, want)
+	}
+	if _, refused := w.Refusal(rf.Until, 50); refused {
+		t.Fatal("refused at the instant it said")
+	}
+	if _, refused := w.Refusal(t0, 0); refused {
+		t.Fatal("a cost of zero is refused")
+	}
+	// The run used 20: the window frees 40 at once.
+	if !w.Reconcile(t0.Add(time.Second), 60, 20) {
+		t.Fatal("reconcile found no entry")
+	}
+	if got := w.Used(t0.Add(2 * time.Second)); got != 20 {
+		t.Fatalf("used %d after reconciling to 20", got)
+	}
+	if w.Reconcile(t0.Add(time.Second), 60, 10) {
+		t.Fatal("reconciled an entry whose charge is no longer 60")
+	}
+	if !w.Reconcile(t0.Add(time.Second), 20, 0) || w.Used(t0.Add(2*time.Second)) != 0 {
+		t.Fatal("a charge reconciled to zero stays")
+	}
+	if q, _ := w.Quiet(t0.Add(2 * time.Second)); !q {
+		t.Fatal("empty window not quiet")
+	}
+}
+
+func TestChargePolicies(t *testing.T) {
+	for _, c := range []struct {
+		p               Charge
+		est, act, wantV int64
+	}{{ChargeActual, 50, 20, 20}, {ChargeActual, 50, 80, 80}, {ChargeLarger, 50, 20, 50}, {ChargeLarger, 50, 80, 80},
+		{ChargeEstimate, 50, 20, 50}, {ChargeEstimate, 50, 80, 50}} {
+		if got := c.p.Charged(c.est, c.act); got != c.wantV {
+			t.Errorf("policy %d: est %d actual %d: %d, want %d", c.p, c.est, c.act, got, c.wantV)
+		}
+	}
+}
+
+// TestAmountWindowProperty: dispatches of random costs decided whenever
+// the window admits them, each started after a random delay (some never),
+// some reconciled below their estimate, never sum to more than the limit
+// in any interval of the hold, counted at the starts. Logged seed.
+func TestAmountWindowProperty(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	const limit = 1000
+	hold := time.Second + 5*time.Millisecond
+	w := NewAmountWindow("tokens", limit, time.Second, 5*time.Millisecond, ChargeActual)
+	type start struct {
+		at     time.Time
+		amount int64
+	}
+	var starts []start
+	type pendingRun struct {
+		startAt time.Time
+		cost    int64
+	}
+	var runs []pendingRun
+	now := time.Unix(0, 0)
+	for step := 0; step < 20000; step++ {
+		now = now.Add(time.Duration(rnd.IntN(20)) * time.Millisecond)
+		// Start the runs whose time came.
+		kept := runs[:0]
+		for _, r := range runs {
+			if r.startAt.After(now) {
+				kept = append(kept, r)
+				continue
+			}
+			if rnd.IntN(20) == 0 {
+				w.Release(r.cost)
+				continue
+			}
+			w.Start(r.startAt, r.startAt, r.cost)
+			amount := r.cost
+			if rnd.IntN(3) == 0 {
+				amount = rnd.Int64N(r.cost + 1)
+				if !w.Reconcile(r.startAt, r.cost, amount) {
+					t.Fatalf("step %d: no entry to reconcile", step)
+				}
+			}
+			if amount > 0 {
+				starts = append(starts, start{r.startAt, amount})
+			}
+		}
+		runs = kept
+		cost := 1 + rnd.Int64N(limit/10)
+		if _, refused := w.Refusal(now, cost); !refused {
+			w.Expire(now)
+			w.Take(now, cost)
+			runs = append(runs, pendingRun{now.Add(time.Duration(rnd.IntN(30)) * time.Millisecond), cost})
+		}
+	}
+	// Starts reported out of order are sorted for the check.
+	for i := 1; i < len(starts); i++ {
+		for j := i; j > 0 && starts[j].at.Before(starts[j-1].at); j-- {
+			starts[j], starts[j-1] = starts[j-1], starts[j]
+		}
+	}
+	var total int64
+	for i := range starts {
+		var sum int64
+		for j := i; j < len(starts) && starts[j].at.Sub(starts[i].at) < hold; j++ {
+			sum += starts[j].amount
+		}
+		if sum > limit {
+			t.Fatalf("%d in the hold from %v", sum, starts[i].at)
+		}
+		total += starts[i].amount
+	}
+	if len(starts) < 1000 {
+		t.Fatalf("only %d starts", len(starts))
+	}
+	t.Logf("%d starts, %d charged over %v", len(starts), total, now.Sub(time.Unix(0, 0)))
+}
+
+// TestHeld: room held for a refused dispatch counts against every other
+// until it lapses; the largest refused dispatch takes the hold.
+func TestHeld(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	r := &Resource{}
+	r.SetAmounts([]AmountLimits{{Name: "tokens", Limit: 100, Window: time.Second}}, 0)
+	r.Take(t0, false, Costs{"tokens": 60})
+	r.Start(t0, t0, Costs{"tokens": 60})
+	big, small, bigger := "big", "small", "bigger"
+	if _, refused := r.RefusalFor(t0, Costs{"tokens": 90}, big); !refused {
+		t.Fatal("90 admitted beside 60")
+	}
+	r.Hold(big, Costs{"tokens": 90}, "tokens", t0, t0.Add(2*time.Second))
+	rf, refused := r.RefusalFor(t0, Costs{"tokens": 20}, small)
+	if !refused || !rf.Held || !rf.Until.Equal(t0.Add(2*time.Second)) {
+		t.Fatalf("a small dispatch beside the hold: %+v %v", rf, refused)
+	}
+	at := t0.Add(time.Second + time.Nanosecond) // the 60 left
+	if _, refused := r.RefusalFor(at, Costs{"tokens": 10}, small); refused {
+		t.Fatal("10 fits beside the held 90 once the window is empty")
+	}
+	if _, refused := r.RefusalFor(at, Costs{"tokens": 20}, small); !refused {
+		t.Fatal("20 does not fit beside the held 90")
+	}
+	if _, refused := r.RefusalFor(at, Costs{"tokens": 90}, big); refused {
+		t.Fatal("the holder is refused by its own hold")
+	}
+	r.Hold(small, Costs{"tokens": 20}, "tokens", t0, t0.Add(3*time.Second))
+	if r.Held.For != big {
+		t.Fatal("a smaller dispatch took the hold")
+	}
+	r.Hold(bigger, Costs{"tokens": 95}, "tokens", t0, t0.Add(3*time.Second))
+	if r.Held.For != bigger {
+		t.Fatal("a larger dispatch did not take the hold")
+	}
+	if _, refused := r.RefusalFor(t0.Add(3*time.Second), Costs{"tokens": 20}, small); refused {
+		t.Fatal("the hold did not lapse")
+	}
+}
