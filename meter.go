@@ -175,6 +175,29 @@ func (m *Meter) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
+// Observation is what a service said of its limits in one response (see
+// Work.Observe).
+type Observation struct {
+	// Limits are the limits the response named.
+	Limits []ObservedLimit
+	// Services names the services of the run the response came from;
+	// empty: every service of the run with a meter of a named amount
+	// (a rate window for "requests").
+	Services []string
+}
+
+// ObservedLimit is one limit as a response reported it.
+type ObservedLimit struct {
+	// Name is the amount, as meters name it: "requests" (the rate
+	// window), "tokens", "input_tokens", "output_tokens", ...
+	Name string
+	// Remaining is what the service has left of it; -1 if not reported.
+	Remaining int64
+	// Reset is how long after the response the limit is whole again; 0
+	// if not reported.
+	Reset time.Duration
+}
+
 // validCosts checks a submission's costs: amounts named as meters are,
 // from 0 to MaxCost.
 func validCosts(cs Costs) error {

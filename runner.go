@@ -64,6 +64,19 @@ func (l *localRun) use(amounts Costs) {
 	}
 }
 
+// observe implements runHandle.
+func (l *localRun) observe(o Observation) { l.p.Observe(engineObservation(o)) }
+
+// engineObservation converts o, with its values bounded.
+func engineObservation(o Observation) engine.Observation {
+	out := engine.Observation{Services: o.Services, Limits: make([]engine.ObservedLimit, 0, len(o.Limits))}
+	for _, l := range o.Limits {
+		out.Limits = append(out.Limits, engine.ObservedLimit{Name: l.Name, Remaining: min(l.Remaining, MaxCost),
+			Reset: min(max(l.Reset, 0), MaxTimeout)})
+	}
+	return out
+}
+
 // takeUsed returns the amounts reported; later reports are ignored.
 func (l *localRun) takeUsed() map[string]int64 {
 	l.mu.Lock()

@@ -101,6 +101,7 @@ type runHandle interface {
 	progress(b []byte)
 	heartbeat()
 	use(amounts Costs)
+	observe(o Observation)
 }
 
 // Progress reports how far the handler has got: any JSON-encodable value
@@ -144,6 +145,21 @@ func (w *Work) Heartbeat() {
 func (w *Work) Used(amounts Costs) {
 	if w.run != nil {
 		w.run.use(amounts)
+	}
+}
+
+// Observe reports what a service said of its limits in a response (see
+// Observation; httplimit.Report reads it from HTTP headers): where the
+// service has less left of a limit than the meter counting it thinks, the
+// difference was used from elsewhere (another process, another key on the
+// same quota) and counts as such until the service said the limit is
+// whole again, at most a window; a limit with nothing left holds its meter
+// until its reset, at most a window. Reports apply in the order they are
+// made; a meter ignores one older than the latest it took. The usage is
+// logged, so a new owner counts it too.
+func (w *Work) Observe(o Observation) {
+	if w.run != nil {
+		w.run.observe(o)
 	}
 }
 

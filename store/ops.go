@@ -255,6 +255,18 @@ type Reconcile struct {
 	Amount         int64
 }
 
+// LogUsage logs Amount of Meter as used at At on Service by something
+// this owner did not start: another process or key sharing the
+// provider's quota, as the provider's response reported it. It is a
+// service log entry of no unit, counted by the meters like a start at At
+// and pruned like one. Owner op.
+type LogUsage struct {
+	Epoch          int64
+	Service, Meter string
+	At             time.Time
+	Amount         int64
+}
+
 // AppendEvent appends an event not tied to a unit transition. Epoch is the
 // owner's for an owner's event (zero for anyone else's).
 type AppendEvent struct {
@@ -329,6 +341,7 @@ func (*Prune) isOp()         {}
 func (*FailQueued) isOp()    {}
 func (*PutMeterState) isOp() {}
 func (*Reconcile) isOp()     {}
+func (*LogUsage) isOp()      {}
 
 // Batch is the outcome of Apply: one Result per op, and Follows: every
 // event with a Seq up to Follows was committed before the batch's events
@@ -346,5 +359,6 @@ func (o *Heartbeat) OwnerEpoch() int64     { return o.Epoch }
 func (o *FailQueued) OwnerEpoch() int64    { return o.Epoch }
 func (o *PutMeterState) OwnerEpoch() int64 { return o.Epoch }
 func (o *Reconcile) OwnerEpoch() int64     { return o.Epoch }
+func (o *LogUsage) OwnerEpoch() int64      { return o.Epoch }
 func (o *AppendEvent) OwnerEpoch() int64   { return o.Epoch }
 func (o *Prune) OwnerEpoch() int64         { return o.Epoch }

@@ -202,6 +202,11 @@ func (w *AmountWindow) add(at, amount int64) {
 	w.sum += amount
 }
 
+// AddUsage counts amount as used at at (on the timeline) by something
+// the window did not admit: usage from elsewhere that the service
+// reported.
+func (w *AmountWindow) AddUsage(at time.Time, amount int64) { w.add(at.UnixNano(), amount) }
+
 // Reconcile replaces the charge of the start at start (timeline) that was
 // charged from with to. It reports whether such an entry was still in the
 // window; one that has left it changes nothing.

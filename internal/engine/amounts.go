@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/runcue/runcue/internal/broker"
@@ -84,4 +86,94 @@ func (d *Engine) reconcile(r *run, used map[string]int64) []store.Op {
 		}
 	}
 	return ops
+}
+
+// Observation is what a service said of its limits in one response: the
+// amounts left of the limits it names (Remaining, -1 if unknown) and how
+// long until each is whole again (Reset, 0 if unknown). Services, when
+// set, names the services of the run it is about; otherwise every service
+// of the run with a meter of a named amount takes it.
+type Observation struct {
+	Limits   []ObservedLimit
+	Services []string
+}
+
+// ObservedLimit is one limit as a response reported it.
+type ObservedLimit struct {
+	Name      string
+	Remaining int64
+	Reset     time.Duration
+}
+
+// observe applies what run r's service said of its limits at at (on the
+// timeline) to the meters of its resources that count the amounts named:
+// where the service has less left than the meter thinks (its limit less
+// what it counts now), the difference was used from elsewhere (another
+// process or key sharing the quota) and is counted as such, leaving the
+// window when the service said the limit is whole again, at most a whole
+// window later; a limit with nothing left holds the meter until its reset,
+// again at most a window. Each meter takes reports in the order they were
+// made: an older one than it already took is stale and ignored.
+func (d *Engine) observe(r *run, o Observation, at time.Time) {
+	for _, res := range r.lane.resources {
+		if res.class == "" || (len(o.Services) > 0 && !slices.Contains(o.Services, res.name) && !slices.Contains(o.Services, res.class)) {
+			continue
+		}
+		for _, l := range o.Limits {
+			if l.Remaining < 0 {
+				continue
+			}
+			var limit, counted int64
+			var hold time.Duration
+			switch a := res.Amount(l.Name); {
+			case a != nil:
+				limit, counted, hold = a.Limit(), a.Sum(at), a.Hold()
+			case l.Name == store.MeterRequests && res.Window != nil:
+				limit, counted, hold = int64(res.Window.Limit()), int64(res.Window.Count(at)), res.Window.Hold()
+			default:
+				continue // no meter counts it: it is not this service's business
+			}
+			if !res.observedAfter(l.Name, at) {
+				continue
+			}
+			ext := limit - counted - l.Remaining
+			if l.Remaining == 0 && l.Reset > 0 {
+				ext = limit // nothing left until the reset: the meter is held till then
+			}
+			if ext <= 0 {
+				continue
+			}
+			leaves := hold
+			if l.Reset > 0 {
+				leaves = min(l.Reset, hold)
+			}
+			place := at.Add(leaves - hold) // an entry there leaves the window at at+leaves
+			if a := res.Amount(l.Name); a != nil {
+				a.AddUsage(place, ext)
+			} else {
+				for range min(ext, limit) {
+					res.Window.Add(place)
+				}
+			}
+			d.submit(&store.LogUsage{Epoch: d.epoch, Service: res.name, Meter: l.Name, At: d.toWall(place), Amount: ext})
+			d.markStatus(res)
+			if d.log.Enabled(bg, slog.LevelDebug) {
+				d.log.Debug("service_usage_observed", "service", res.name, "meter", l.Name, "remaining", l.Remaining,
+					"from_elsewhere", ext, "reset", l.Reset)
+			}
+		}
+	}
+}
+
+// observedAfter records a report of amount's limit made at at, and says
+// whether it is the latest the resource has taken.
+func (r *resource) observedAfter(amount string, at time.Time) bool {
+	if last, ok := r.observed[amount]; ok && at.Before(last) {
+		return false
+	}
+	if r.observed == nil {
+		r.observed = make(map[string]time.Time, 1)
+	}
+	r.observed[amount] = at
+	return true
 }

@@ -290,6 +290,8 @@ func (d *Engine) handle(m message) {
 		d.cancelUnit(m.id, m.opts, m.reply)
 	case msgHeartbeat:
 		d.heartbeat(m.run)
+	case msgObserved:
+		d.observe(m.run, m.obs, m.at)
 	case msgPruned:
 		d.pruning = false
 		next := d.cfg.pruneInterval()

@@ -166,6 +166,13 @@ type msgScoreOverrun struct{ pass uint64 }
 // msgFed: a Feed call finished.
 type msgFed struct{ err error }
 
+// msgObserved: a run's Runner reported what a service said of its limits.
+type msgObserved struct {
+	run *run
+	obs Observation
+	at  time.Time // when it was reported, on the timeline
+}
+
 // msgProgress: a handler reported progress; emit it at due (on the
 // scheduling timeline).
 type msgProgress struct {
@@ -195,6 +202,7 @@ func (msgDrain) isMessage()          {}
 func (msgSync) isMessage()           {}
 func (msgCancel) isMessage()         {}
 func (msgHeartbeat) isMessage()      {}
+func (msgObserved) isMessage()       {}
 func (msgPruned) isMessage()         {}
 func (msgApplied) isMessage()        {}
 func (msgServiceChanged) isMessage() {}

@@ -85,6 +85,9 @@ type resource struct {
 	statusTimer bool
 	// svcAttrs is the metric attribute of its class, built once.
 	svcAttrs metric.MeasurementOption
+	// observed is, by amount, the instant of the latest report of the
+	// service's limits it took (see observe).
+	observed map[string]time.Time
 }
 
 func (r *resource) attrs() metric.MeasurementOption {

@@ -99,6 +99,10 @@ func (p *Run) Done(e Ending) { p.r.d.reportEnd(p, e) }
 // work_progress event at most once a second, the latest value winning.
 func (p *Run) Progress(b []byte) { p.r.d.reportProgress(p, b) }
 
+// Observe reports what a service the run uses said of its limits in a
+// response (see Observation). Reports apply in the order they are made.
+func (p *Run) Observe(o Observation) { p.r.d.in.Push(msgObserved{run: p.r, obs: o, at: p.r.d.now()}) }
+
 // Heartbeat reports that the handler is alive: its lease is extended,
 // with at most one write a second.
 func (p *Run) Heartbeat() { p.r.d.reportHeartbeat(p) }

@@ -331,6 +331,11 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 			op.Amount, op.Service, op.Meter, op.WorkID, ns(op.At))
 		r.Applied = ok
 		return err
+	case *store.LogUsage:
+		_, err := t.exec(`INSERT INTO service_log(service, meter, amount, started_at, work_id) VALUES(?,?,?,?,NULL)`,
+			t.box(op.Service), t.box(op.Meter), op.Amount, ns(op.At))
+		r.Applied = err == nil
+		return err
 	case *store.SetPause:
 		return t.setPause(op, r)
 	case *store.Ack:

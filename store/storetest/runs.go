@@ -247,6 +247,28 @@ func testReconcile(t *testing.T, h *harness) {
 	assert.True(t, byMeter["tokens"].At.Equal(at))
 }
 
+// testLogUsage: usage reported from elsewhere is a service log entry of
+// its own, read back with the starts, in order.
+func testLogUsage(t *testing.T, h *harness) {
+	u := h.unit("a")
+	h.insert(u)
+	at := h.tick()
+	require.True(t, h.apply(&store.Claim{ID: u.ID, Owner: "o", Run: 1, At: at, LeaseExpires: at.Add(time.Minute),
+		Log: []store.LogEntry{{Service: "llm", Meter: "tokens", Amount: 900}}})[0].Applied)
+	later := h.tick()
+	require.True(t, h.apply(&store.LogUsage{Service: "llm", Meter: "tokens", At: later, Amount: 2500})[0].Applied)
+	log, err := h.st.ServiceLog(h.ctx, "llm", time.Time{})
+	require.NoError(t, err)
+	require.Len(t, log, 2)
+	assert.Equal(t, int64(900), log[0].Amount)
+	assert.Equal(t, int64(2500), log[1].Amount)
+	assert.True(t, log[1].At.Equal(later))
+	assert.Equal(t, "tokens", log[1].Meter)
+	byPrefix, err := h.st.ServiceLogPrefix(h.ctx, "ll", time.Time{})
+	require.NoError(t, err)
+	assert.Len(t, byPrefix["llm"], 2)
+}
+
 func testHeartbeat(t *testing.T, h *harness) {
 	u := h.unit("a")
 	h.insert(u)

@@ -44,6 +44,7 @@ func Run(t *testing.T, open Opener) {
 		{"Recover", testRecover},
 		{"Fencing", testFencing},
 		{"Reconcile", testReconcile},
+		{"LogUsage", testLogUsage},
 		{"Cancel", testCancel},
 		{"Requeue", testRequeue},
 		{"Heartbeat", testHeartbeat},
