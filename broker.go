@@ -237,8 +237,45 @@ func (c *Cue) storedKeyStatus(ctx context.Context, name string) (ServiceStatus, 
 	if st.Budgets, err = c.storedBudgets(ctx, name, st.Limits); err != nil {
 		return ServiceStatus{}, c.readErr(err)
 	}
+	if st.Meters, err = c.storedMeters(ctx, name, st.Limits, now); err != nil {
+		return ServiceStatus{}, c.readErr(err)
+	}
 	storedCircuit(keyRec.Meters[store.MeterCircuit], now, &st)
 	return st, nil
+}
+
+// storedMeters reports the amount meters of service name (of limits l) as
+// the service log holds them at now: the amounts logged within each
+// meter's window and margin (reservations of dispatches not started are
+// the owner's alone).
+func (c *Cue) storedMeters(ctx context.Context, name string, l Service, now time.Time) ([]MeterStatus, error) {
+	if len(l.Meters) == 0 {
+		return nil, nil
+	}
+	var longest time.Duration
+	for _, m := range l.Meters {
+		longest = max(longest, m.Window)
+	}
+	logged, err := c.st.ServiceLog(ctx, name, now.Add(-longest-l.margin()).Add(1))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]MeterStatus, 0, len(l.Meters))
+	for _, m := range l.Meters {
+		ms := MeterStatus{Name: m.Name, Limit: m.Limit, Window: m.Window}
+		hold := m.Window + l.margin()
+		for _, e := range logged {
+			if e.Meter != m.Name || !e.At.After(now.Add(-hold)) {
+				continue
+			}
+			if ms.Frees.IsZero() {
+				ms.Frees = e.At.Add(hold) // the log is oldest first
+			}
+			ms.Used += e.Amount
+		}
+		out = append(out, ms)
+	}
+	return out, nil
 }
 
 // requestLog returns the request starts of service logged at or after
@@ -335,6 +372,9 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 			st.InWindow = len(log)
 		}
 		if st.Budgets, err = c.storedBudgets(ctx, r.Name, st.Limits); err != nil {
+			return nil, c.readErr(err)
+		}
+		if st.Meters, err = c.storedMeters(ctx, r.Name, st.Limits, now); err != nil {
 			return nil, c.readErr(err)
 		}
 		storedCircuit(r.Meters[store.MeterCircuit], now, &st)

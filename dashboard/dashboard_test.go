@@ -50,8 +50,17 @@ func newFixture(t *testing.T, o dashboard.Options) *fixture {
 			}
 			return map[string]string{"got": w.Target}, nil
 		}}))
+	require.NoError(t, c.Service("llm", runcue.Service{Meters: []runcue.Meter{{Name: "tokens", Limit: 10000, Window: time.Minute}}}))
+	require.NoError(t, c.Task("chat", runcue.Task{Services: []string{"llm"},
+		Estimate: func(runcue.Submission) runcue.Costs { return runcue.Costs{"tokens": 1000} },
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			w.Used(runcue.Costs{"tokens": 640})
+			return nil, nil
+		}}))
 	f := &fixture{c: c, ids: map[string]string{}}
 	ctx := context.Background()
+	_, err = c.Submit(ctx, runcue.Submission{Task: "chat"})
+	require.NoError(t, err)
 	for _, target := range []string{"ok-1", "ok-2", "bad-1"} {
 		s, err := c.Submit(ctx, runcue.Submission{Task: "fetch", Target: target, Params: map[string]int{"n": len(target)}})
 		require.NoError(t, err)
@@ -107,7 +116,7 @@ func TestPagesRender(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, `<base href="/ops/">`, "links resolve under the mount point")
 	assert.Contains(t, body, `<title>Ops</title>`)
-	assert.Contains(t, body, `data-state="completed">2<`)
+	assert.Contains(t, body, `data-state="completed">3<`) // two fetches and a chat
 	assert.Contains(t, body, `data-state="failed">1<`)
 	assert.Contains(t, body, `data-state="queued">2<`)
 	assert.Contains(t, body, `<svg class="chart"`)
@@ -117,6 +126,8 @@ func TestPagesRender(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, `data-service="api"`)
 	assert.Contains(t, body, "per 1m0s")
+	assert.Contains(t, body, `data-meter="tokens"`)
+	assert.Contains(t, body, "tokens 640/10000 per 1m0s", "the meter as the service log holds it, reconciled")
 
 	code, body = f.get(t, "work?state=failed")
 	require.Equal(t, http.StatusOK, code, body)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/runcue/runcue"
 )
 
 // Duration is a time.Duration in YAML: a Go duration string ("200ms",
@@ -135,6 +137,73 @@ type ServiceConfig struct {
 	// for none).
 	Margin   Duration `yaml:"margin,omitempty" json:"margin,omitzero"`
 	Behavior Behavior `yaml:"behavior" json:"behavior"`
+	// Tokens, when set, makes the service an LLM API that also limits
+	// tokens.
+	Tokens *Tokens `yaml:"tokens,omitempty" json:"tokens,omitempty"`
+}
+
+// Tokens is an LLM API's token limit and its calls' token use. runcue
+// meters "tokens" (Limit per Window, Charge); each call uses Input plus
+// Output tokens (uniform in [min, max], drawn from the seed and the unit),
+// which the mock counts at the call's arrival and the handler reports
+// (Work.Used). The unit's cost, estimated at submit, is its input
+// overestimated by up to EstimateError (uniform) plus MaxTokens, the
+// output it reserves (or, without MaxTokens, its output overestimated the
+// same way), so an estimate is never below the call's use. The mock
+// answers with its own count in the headers of Headers' shape (openai or
+// anthropic; none: no headers), which the handler reports
+// (httplimit.Report).
+type Tokens struct {
+	Limit         int64    `yaml:"limit" json:"limit"`
+	Window        Duration `yaml:"window" json:"window"`
+	Charge        string   `yaml:"charge,omitempty" json:"charge,omitempty"`
+	Input         Span     `yaml:"input" json:"input"`
+	Output        Span     `yaml:"output" json:"output"`
+	MaxTokens     int64    `yaml:"max_tokens,omitempty" json:"max_tokens,omitempty"`
+	EstimateError float64  `yaml:"estimate_error,omitempty" json:"estimate_error,omitempty"`
+	Headers       string   `yaml:"headers,omitempty" json:"headers,omitempty"`
+	// MockLimit is the mock's own token limit per Window (default Limit).
+	MockLimit int64 `yaml:"mock_limit,omitempty" json:"mock_limit,omitempty"`
+}
+
+// Span is a uniform range of token counts.
+type Span struct {
+	Min int64 `yaml:"min" json:"min"`
+	Max int64 `yaml:"max" json:"max"`
+}
+
+// mean returns the calls' mean use.
+func (t *Tokens) mean() float64 {
+	return float64(t.Input.Min+t.Input.Max+t.Output.Min+t.Output.Max) / 2
+}
+
+// normalize fills the defaults and checks t.
+func (t *Tokens) normalize() error {
+	switch {
+	case t.Limit <= 0 || t.Window <= 0:
+		return errors.New("tokens: set limit and window")
+	case t.Input.Min < 0 || t.Input.Max < t.Input.Min || t.Output.Min < 0 || t.Output.Max < t.Output.Min:
+		return errors.New("tokens: input and output need 0 <= min <= max")
+	case t.MaxTokens > 0 && t.MaxTokens < t.Output.Max:
+		return errors.New("tokens: max_tokens below output's max")
+	case t.EstimateError < 0:
+		return errors.New("tokens: negative estimate_error")
+	}
+	switch t.Headers {
+	case "":
+		t.Headers = "openai"
+	case "openai", "anthropic", "none":
+	default:
+		return fmt.Errorf("tokens: unknown headers %q (openai, anthropic or none)", t.Headers)
+	}
+	var c runcue.Charge
+	if err := c.UnmarshalText([]byte(t.Charge)); err != nil {
+		return fmt.Errorf("tokens: %w", err)
+	}
+	if t.MockLimit == 0 {
+		t.MockLimit = t.Limit
+	}
+	return nil
 }
 
 // capacity returns the units per second the service can take: the least
@@ -148,6 +217,9 @@ func (s ServiceConfig) capacity() float64 {
 	}
 	if s.RateLimit > 0 && s.RateWindow > 0 {
 		c = min(c, float64(s.RateLimit)/s.RateWindow.D().Seconds())
+	}
+	if t := s.Tokens; t != nil && t.mean() > 0 {
+		c = min(c, float64(t.Limit)/t.Window.D().Seconds()/t.mean())
 	}
 	return c
 }
@@ -215,6 +287,9 @@ type Expect struct {
 	// Deferrals: some calls were answered 429 and runcue held the service
 	// back for their Retry-After.
 	Deferrals bool `yaml:"deferrals,omitempty" json:"deferrals,omitempty"`
+	// TokenUtilisation bounds from below each token-limited mock's use of
+	// its limit while work is submitted (see checks.TokenUtilisation).
+	TokenUtilisation float64 `yaml:"token_utilisation,omitempty" json:"token_utilisation,omitempty"`
 	// Refused: circular groups were submitted and every one was refused.
 	Refused bool `yaml:"refused,omitempty" json:"refused,omitempty"`
 }
@@ -350,6 +425,11 @@ func (c *Config) normalize() error {
 		}
 		if x := b.ErrorRate + b.TimeoutRate + b.PermanentErrorRate + b.RateLimitedRate; x > 1 {
 			return fmt.Errorf("service %s: failure rates add up to %v > 1", n, x)
+		}
+		if s.Tokens != nil {
+			if err := s.Tokens.normalize(); err != nil {
+				return fmt.Errorf("service %s: %w", n, err)
+			}
 		}
 		c.Services[n] = s
 	}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/runcue/runcue"
 	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/httplimit"
 )
 
 // epoch is the start of every virtual run: reports count from it, so a
@@ -81,6 +83,7 @@ func newEngine(cfg Config, opt options) (*engine, error) {
 	e.park.moved = make(chan struct{}, 1)
 	for _, name := range cfg.serviceNames() {
 		e.mocks[name] = newMock(name, cfg.Services[name], cfg.Seed, e.epoch)
+		e.mocks[name].until = cfg.Duration.D()
 	}
 	db := opt.DB
 	if db == "" {
@@ -157,9 +160,15 @@ func priorityFunc(aging time.Duration) runcue.PriorityFunc {
 func (e *engine) register(c *runcue.Cue, handle func(task string) runcue.Handler) error {
 	for _, name := range e.cfg.serviceNames() {
 		s := e.cfg.Services[name]
-		if err := c.Service(name, runcue.Service{MaxConcurrent: s.MaxConcurrent, RateLimit: s.RateLimit,
+		svc := runcue.Service{MaxConcurrent: s.MaxConcurrent, RateLimit: s.RateLimit,
 			RateWindow: s.RateWindow.D(), CircuitThreshold: s.CircuitThreshold, CircuitTimeout: s.CircuitTimeout.D(),
-			Margin: s.Margin.D()}); err != nil {
+			Margin: s.Margin.D()}
+		if t := s.Tokens; t != nil {
+			var charge runcue.Charge
+			_ = charge.UnmarshalText([]byte(t.Charge)) // checked by normalize
+			svc.Meters = []runcue.Meter{{Name: "tokens", Limit: t.Limit, Window: t.Window.D(), Charge: charge}}
+		}
+		if err := c.Service(name, svc); err != nil {
 			return fmt.Errorf("service %s: %w", name, err)
 		}
 	}
@@ -189,8 +198,37 @@ func (e *engine) handler(task string) runcue.Handler {
 		if cut {
 			return nil, context.Cause(ctx)
 		}
+		for _, m := range ms {
+			if m.cfg.Tokens == nil {
+				continue
+			}
+			// The response: what the call used, and the mock's own count
+			// of its limit in its headers.
+			use, _ := m.tokens(w.ID)
+			w.Used(runcue.Costs{"tokens": use})
+			status := http.StatusOK
+			if v == answerTooMany {
+				status = http.StatusTooManyRequests
+			}
+			if m.cfg.Tokens.Headers != "none" {
+				now := e.clk.Now()
+				_ = httplimit.Report(w, m.tokenHeaders(now), status, now) // the answer's own error is answerErr's
+			}
+		}
 		return nil, answerErr(v, bad)
 	}
+}
+
+// costs returns a submission's cost: the tokens of its call to the first
+// token-limited service of its task, as estimated at submit.
+func (e *engine) costs(s runcue.Submission) runcue.Costs {
+	for _, m := range e.taskMocks(s.Task) {
+		if m.cfg.Tokens != nil {
+			_, est := m.tokens(s.ID)
+			return runcue.Costs{"tokens": est}
+		}
+	}
+	return nil
 }
 
 // taskMocks returns the mocks of a task type's services.
@@ -391,7 +429,11 @@ func (e *engine) record(ctx context.Context) (closeAll func(), err error) {
 // submit submits a group at the clock's current time.
 func (e *engine) submit(ctx context.Context, gr group) error {
 	at := e.clk.Now()
-	_, err := e.cue.SubmitBatch(ctx, gr.submissions())
+	subs := gr.submissions()
+	for i := range subs {
+		subs[i].Cost = e.costs(subs[i])
+	}
+	_, err := e.cue.SubmitBatch(ctx, subs)
 	if err != nil && !isCycle(err) && !isBackpressure(err) {
 		return fmt.Errorf("submit group %s: %w", gr.pattern, err)
 	}

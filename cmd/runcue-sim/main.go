@@ -259,6 +259,10 @@ func printSummary(w io.Writer, r *Report, quiet bool) {
 			sm := r.Services[name]
 			fmt.Fprintf(w, "  %-12s calls %d, max %d in a window (mock limit %d), max %d at once, rate-limited %v, circuit opened %d\n",
 				name, sm.Checks.Calls, sm.Checks.MaxInWindow, r.Config.Services[name].Behavior.MockLimit, sm.Checks.MaxConcurrent, sm.RateLimited.D().Round(time.Second), sm.Opened)
+			if t := r.Config.Services[name].Tokens; t != nil {
+				fmt.Fprintf(w, "  %-12s tokens: max %d in a window (mock limit %d per %v), %.1f%% of the limit used while work was submitted\n",
+					"", sm.Checks.MaxTokensInWindow, t.MockLimit, t.Window.D(), 100*sm.Checks.TokenUtilisation)
+			}
 		}
 		if rc := r.Recovery; rc != nil {
 			fmt.Fprintf(w, "  recovery: %d kills, %d restarts, %d executions, %d repeated by the kills\n", rc.Kills, rc.Restarts, rc.Executions, rc.Repeated)

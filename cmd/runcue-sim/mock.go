@@ -5,7 +5,9 @@ import (
 	"hash/fnv"
 	"math"
 	"math/rand/v2"
+	"net/http"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -35,6 +37,7 @@ type call struct {
 	start   time.Time // the arrival
 	end     time.Time
 	answer  verdict
+	tokens  int64 // what the call used, counted at its arrival
 }
 
 // mock is a simulated service. It decides each call from the run's seed
@@ -47,6 +50,9 @@ type mock struct {
 	cfg   ServiceConfig
 	seed  uint64
 	epoch time.Time
+	// until is how long after epoch work is submitted (the token
+	// utilisation's span ends there).
+	until time.Duration
 
 	// Interactive overrides (the TUI's keys), read on handler goroutines.
 	errorRate    atomic.Uint64 // math.Float64bits; NaN: the configured rate
@@ -139,12 +145,69 @@ func (m *mock) latency(r *rand.Rand) time.Duration {
 	return max(time.Millisecond, time.Duration(d).Round(time.Millisecond))
 }
 
+// tokens returns what a unit's call uses (input and output tokens, the
+// same at every attempt) and the cost runcue is told at submit: its input
+// overestimated by up to EstimateError, plus MaxTokens (or its output
+// overestimated likewise). Zero without a token limit.
+func (m *mock) tokens(unit string) (use, estimate int64) {
+	t := m.cfg.Tokens
+	if t == nil {
+		return 0, 0
+	}
+	h := fnv.New64a()
+	fmt.Fprintf(h, "tokens/%s/%s", m.name, unit)
+	r := rand.New(rand.NewPCG(m.seed, h.Sum64()))
+	draw := func(s Span) int64 { return s.Min + r.Int64N(s.Max-s.Min+1) }
+	over := func(n int64) int64 { return int64(math.Ceil(float64(n) * (1 + r.Float64()*t.EstimateError))) }
+	in, out := draw(t.Input), draw(t.Output)
+	estimate = over(in)
+	if t.MaxTokens > 0 {
+		estimate += t.MaxTokens
+	} else {
+		estimate += over(out)
+	}
+	return in + out, estimate
+}
+
+// tokenState returns what the mock has left of its token limit at now
+// (its own count of the arrivals within its window), and how long until
+// all of them have left it.
+func (m *mock) tokenState(now time.Time) (remaining int64, reset time.Duration) {
+	t := m.cfg.Tokens
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	cut := now.Add(-t.Window.D())
+	var used int64
+	var last time.Time
+	for i := len(m.calls) - 1; i >= 0; i-- {
+		c := m.calls[i]
+		if c.start.After(now) {
+			continue // not arrived yet at now
+		}
+		if !c.start.After(cut) {
+			if c.start.Before(cut.Add(-time.Second)) {
+				break // calls are appended in arrival order, give or take the wire's jitter
+			}
+			continue
+		}
+		used += c.tokens
+		if c.start.After(last) {
+			last = c.start
+		}
+	}
+	if !last.IsZero() {
+		reset = last.Add(t.Window.D()).Sub(now)
+	}
+	return max(t.MockLimit-used, 0), reset
+}
+
 // arrive records a call arriving at start (its arrival) and returns its
 // index.
 func (m *mock) arrive(unit string, attempt int, start time.Time) int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.calls = append(m.calls, call{unit: unit, attempt: attempt, start: start})
+	use, _ := m.tokens(unit)
+	m.calls = append(m.calls, call{unit: unit, attempt: attempt, start: start, tokens: use})
 	m.inflight++
 	if m.cfg.Behavior.MockWindow > 0 {
 		s := start.Sub(m.epoch).Seconds()
@@ -200,10 +263,48 @@ type checks struct {
 	// ConcurrencyViolations counts arrivals beyond MockConcurrent.
 	MaxConcurrent         int `json:"max_concurrent"`
 	ConcurrencyViolations int `json:"concurrency_violations"`
-	// RetryAfterViolations counts calls that arrived while a Retry-After
-	// this mock answered was still running.
+	// RetryAfterViolations counts calls sent after a Retry-After this mock
+	// answered (their arrival less the wire's delay) that arrived while it
+	// was still running.
 	RetryAfterViolations int            `json:"retry_after_violations"`
 	Answers              map[string]int `json:"answers"`
+	// With a token limit: TokenViolations counts arrivals that took the
+	// tokens in a sliding window of the limit's beyond Tokens.MockLimit;
+	// MaxTokensInWindow is the most tokens seen in one; TokenUtilisation
+	// is the tokens that arrived from one window after the first arrival
+	// to the end of submissions, against MockLimit per window over that
+	// span (0 when the span is shorter than a window).
+	TokenViolations   int     `json:"token_violations,omitempty"`
+	MaxTokensInWindow int64   `json:"max_tokens_in_window,omitempty"`
+	TokenUtilisation  float64 `json:"token_utilisation,omitempty"`
+}
+
+// checkTokens computes the token verdicts of the calls cs, by arrival.
+func (m *mock) checkTokens(ch *checks, cs []call, t *Tokens) {
+	win := t.Window.D()
+	var sum int64
+	j := 0
+	for i := range cs {
+		sum += cs[i].tokens
+		for !cs[j].start.After(cs[i].start.Add(-win)) {
+			sum -= cs[j].tokens
+			j++
+		}
+		ch.MaxTokensInWindow = max(ch.MaxTokensInWindow, sum)
+		if sum > t.MockLimit {
+			ch.TokenViolations++
+		}
+	}
+	from, to := cs[0].start.Add(win), m.epoch.Add(m.until)
+	if span := to.Sub(from); span >= win {
+		var used int64
+		for _, c := range cs {
+			if c.start.After(from) && !c.start.After(to) {
+				used += c.tokens
+			}
+		}
+		ch.TokenUtilisation = round4(float64(used) / (float64(t.MockLimit) * span.Seconds() / win.Seconds()))
+	}
 }
 
 // sortedCalls returns the calls by arrival, ties by unit and attempt: an
@@ -251,6 +352,9 @@ func (m *mock) check() checks {
 			}
 		}
 	}
+	if t := m.cfg.Tokens; t != nil && len(cs) > 0 {
+		m.checkTokens(&ch, cs, t)
+	}
 	// Concurrency: calls are [start, end); an end at an instant frees its
 	// place before a start at that instant.
 	type edge struct {
@@ -291,8 +395,31 @@ func (m *mock) check() checks {
 			return -1
 		})
 		for ; i < len(cs) && cs[i].start.Before(h.until); i++ {
-			ch.RetryAfterViolations++
+			// A call its client sent before the 429 was answered could not
+			// have been held back: only those sent after it count.
+			if sent := cs[i].start.Add(-m.wire(cs[i].unit, cs[i].attempt)); !sent.Before(h.from) {
+				ch.RetryAfterViolations++
+			}
 		}
 	}
 	return ch
+}
+
+// tokenHeaders are the headers of a response at now, in the shape of
+// Tokens.Headers: the limit, what the mock's own count leaves of it, and
+// when it is whole again.
+func (m *mock) tokenHeaders(now time.Time) http.Header {
+	t := m.cfg.Tokens
+	rem, reset := m.tokenState(now)
+	h := http.Header{}
+	if t.Headers == "anthropic" {
+		h.Set("Anthropic-Ratelimit-Tokens-Limit", strconv.FormatInt(t.MockLimit, 10))
+		h.Set("Anthropic-Ratelimit-Tokens-Remaining", strconv.FormatInt(rem, 10))
+		h.Set("Anthropic-Ratelimit-Tokens-Reset", now.Add(reset).UTC().Format(time.RFC3339))
+		return h
+	}
+	h.Set("X-Ratelimit-Limit-Tokens", strconv.FormatInt(t.MockLimit, 10))
+	h.Set("X-Ratelimit-Remaining-Tokens", strconv.FormatInt(rem, 10))
+	h.Set("X-Ratelimit-Reset-Tokens", reset.String())
+	return h
 }

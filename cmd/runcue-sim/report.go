@@ -626,6 +626,19 @@ func (e *engine) verdicts(r *Report) {
 	add("server_side_rate_limit", rate == 0, "%d calls beyond a mock's own sliding-window limit", rate)
 	add("server_side_concurrency", conc == 0, "%d calls beyond a mock's concurrency limit", conc)
 	add("retry_after_honoured", ra == 0, "%d calls during a Retry-After the mock answered", ra)
+	for _, name := range e.cfg.serviceNames() {
+		t := e.cfg.Services[name].Tokens
+		if t == nil {
+			continue
+		}
+		ch := r.Services[name].Checks
+		add("server_side_token_limit:"+name, ch.TokenViolations == 0, "%d calls beyond %d tokens per %v at the mock (busiest window %d)",
+			ch.TokenViolations, t.MockLimit, t.Window.D(), ch.MaxTokensInWindow)
+		if x := e.cfg.Expect.TokenUtilisation; x > 0 {
+			expect("token_utilisation:"+name, ch.TokenUtilisation >= x, "%.1f%% of %d tokens per %v used while work was submitted (bound %.0f%%)",
+				100*ch.TokenUtilisation, t.MockLimit, t.Window.D(), 100*x)
+		}
+	}
 	u := r.Units
 	add("no_lost_units", u.Lost == 0, "%d of %d accepted units not in the database", u.Lost, r.Submission.Units)
 	add("no_double_completion", u.CompletedTwice == 0, "%d units with two completion records", u.CompletedTwice)

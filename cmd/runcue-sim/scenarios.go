@@ -138,12 +138,20 @@ expect:
   max_low_wait: 6m
 `,
 	"llm_api": `
-description: An LLM API limited to 60 requests per minute that answers 5% of calls 429 with a Retry-After of 20s; runcue holds the service back for each Retry-After and stays under the limit.
+description: An LLM API limited to 60 requests and 100,000 tokens per minute that answers 5% of calls 429 with a Retry-After of 20s. Each call reserves its input (overestimated by up to 10%) plus max_tokens (1,000), reports the tokens it used, and reads the mock's own count from Anthropic's headers; runcue holds the service back for each Retry-After and stays under both limits, counted at the mock.
 services:
   llm:
     max_concurrent: 10
     rate_limit: 60
     rate_window: 1m
+    tokens:
+      limit: 100000
+      window: 1m
+      input: {min: 100, max: 1500}
+      output: {min: 50, max: 1000}
+      max_tokens: 1000
+      estimate_error: 0.1
+      headers: anthropic
     behavior:
       latency: {distribution: lognormal, median: 800ms, sigma: 0.5, outlier_rate: 0.02, outlier_multiplier: 5}
       rate_limited_rate: 0.05
@@ -158,6 +166,30 @@ workload:
   timeout: 30s
 expect:
   deferrals: true
+`,
+	"llm_tokens": `
+description: An LLM API whose binding limit is 100,000 tokens per minute, with calls of 1,000 to 5,000 tokens (1-5% of the limit) estimated up to 10% high, the actual use reported when each ends, and OpenAI's headers read; offered 1.3 times what the limit lets through, so work always waits. The mock counts tokens at arrival, never more than the limit in a minute, and at least 95% of the limit is used while work is submitted.
+services:
+  llm:
+    max_concurrent: 20
+    tokens:
+      limit: 100000
+      window: 1m
+      input: {min: 500, max: 2500}
+      output: {min: 500, max: 2500}
+      estimate_error: 0.1
+      headers: openai
+    behavior:
+      latency: {distribution: lognormal, median: 1500ms, sigma: 0.4}
+workload:
+  pattern: none
+  task_types: [complete]
+  load: 1.3
+  timeout: 1m
+duration: 15m
+drain: 10m
+expect:
+  token_utilisation: 0.95
 `,
 	"recovery": `
 description: The Cue runs in a child process that is SIGKILLed at random moments and restarted; the mocks and their counters live in the parent, which checks that no unit is lost and none completes twice, and counts the handler executions the kills repeated. Real clock.

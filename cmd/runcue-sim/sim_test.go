@@ -62,7 +62,8 @@ func invariant(t *testing.T, r *Report, name string) Invariant {
 // to minute 3 and shortened to fit.
 func TestScenariosPassVirtual(t *testing.T) {
 	durations := map[string]time.Duration{"steady_load": 8 * time.Minute, "burst": 10 * time.Minute,
-		"cascade_failure": 10 * time.Minute, "priority_test": 12 * time.Minute, "starvation": 15 * time.Minute, "llm_api": 10 * time.Minute}
+		"cascade_failure": 10 * time.Minute, "priority_test": 12 * time.Minute, "starvation": 15 * time.Minute, "llm_api": 10 * time.Minute,
+		"llm_tokens": 6 * time.Minute}
 	for _, name := range scenarioNames() {
 		if name == "recovery" {
 			continue
@@ -99,6 +100,9 @@ func TestScenariosPassVirtual(t *testing.T) {
 				assert.Greater(t, rep.Priority.LowWait.P50, rep.Priority.HighWait.P50, "high priority waits less")
 			case "llm_api":
 				assert.Positive(t, rep.Retries.Deferred)
+				assert.Positive(t, rep.Services["llm"].Checks.MaxTokensInWindow)
+			case "llm_tokens":
+				assert.GreaterOrEqual(t, rep.Services["llm"].Checks.TokenUtilisation, 0.95)
 			}
 		})
 	}
@@ -124,6 +128,33 @@ func TestSameSeedSameReport(t *testing.T) {
 	assert.NotEqual(t, a, encode(runVirtual(t, cfg(8))))
 	assert.NotContains(t, a, "g0000", "no unit IDs in a report")
 	assert.NotContains(t, a, time.Now().Format("2006-01-02"), "no wall-clock dates in a report")
+}
+
+// A token limit at the mock below runcue's meter makes the mock count
+// violations: the token check can fail. The headers the mock answers
+// with, read by the handlers, correct runcue's own count: the provider's
+// real limit, 20% below the meter, is exceeded by far fewer calls than
+// without them (the correction comes with each response, so a window's
+// worth starting at once before one arrives still exceeds it).
+func TestTokenChecksCanFail(t *testing.T) {
+	run := func(headers string) checks {
+		cfg, err := scenario("llm_tokens")
+		require.NoError(t, err)
+		cfg.Duration, cfg.Seed = Duration(4*time.Minute), 1
+		s := cfg.Services["llm"]
+		tk := *s.Tokens
+		tk.MockLimit, tk.Headers = 80000, headers
+		s.Tokens = &tk
+		cfg.Services["llm"] = s
+		rep := runVirtual(t, cfg)
+		assert.False(t, rep.Pass)
+		return rep.Services["llm"].Checks
+	}
+	with, without := run("openai"), run("none")
+	t.Logf("mock limit 80,000 against runcue's 100,000: with headers %d violations (busiest window %d), without %d (%d)",
+		with.TokenViolations, with.MaxTokensInWindow, without.TokenViolations, without.MaxTokensInWindow)
+	assert.Positive(t, with.TokenViolations)
+	assert.Less(t, 2*with.TokenViolations, without.TokenViolations, "the headers held runcue below its own meter")
 }
 
 // A mock limit below runcue's makes the server-side counter count
@@ -407,4 +438,21 @@ func TestVirtualCallbackTimeout(t *testing.T) {
 	defer e.cleanup()
 	defer e.cue.Close()
 	assert.GreaterOrEqual(t, e.cueConfig().CallbackTimeout, time.Hour)
+}
+
+// The Retry-After check counts a call sent after the 429 was answered
+// that arrived during the hold, and not one sent before it (in flight:
+// no client could have held it back).
+func TestRetryAfterCheck(t *testing.T) {
+	cfg := ServiceConfig{Behavior: Behavior{WireMin: Duration(3 * time.Millisecond), WireMax: Duration(3 * time.Millisecond)}}
+	m := newMock("llm", cfg, 1, epoch)
+	answered := epoch.Add(time.Second)
+	i := m.arrive("u", 1, epoch)
+	m.leave(i, answered, answerTooMany, 20*time.Second)
+	inFlight := m.arrive("v", 1, answered.Add(time.Millisecond)) // sent 2 ms before the answer
+	m.leave(inFlight, answered.Add(time.Second), answerOK, 0)
+	assert.Zero(t, m.check().RetryAfterViolations, "a call in flight when the 429 was answered")
+	late := m.arrive("w", 1, answered.Add(5*time.Millisecond)) // sent 2 ms after it
+	m.leave(late, answered.Add(time.Second), answerOK, 0)
+	assert.Equal(t, 1, m.check().RetryAfterViolations)
 }

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -441,6 +443,9 @@ func (c *cli) serviceCmd() *cobra.Command {
 					fmt.Fprintf(w, "overridden\t%v\npaused\t%v (%d keys paused)\nactive\t%d\nin window\t%d\ncircuit\t%s\n", st.Overridden,
 						st.Paused, st.PausedKeys, st.Active, st.InWindow, st.Circuit)
 					fmt.Fprintf(w, "held until\t%s\nnext capacity\t%s\n", when(st.BlockedUntil), when(st.NextCapacity))
+					for _, m := range st.Meters {
+						fmt.Fprintf(w, "meter %s\t%s\n", m.Name, meterLine(m))
+					}
 				})
 			})
 		},
@@ -511,6 +516,29 @@ func (c *cli) serviceCmd() *cobra.Command {
 	set.Flags().BoolVar(&pace, "pace", false, "space the starts of a backlog rate-window/rate-limit apart")
 	svc.AddCommand(set)
 	return svc
+}
+
+// meterLine describes an amount meter now: "7,900 of 8,000 in the last
+// 1m0s; frees at 12:01:07" (its oldest start's leaving).
+func meterLine(m runcue.MeterStatus) string {
+	s := fmt.Sprintf("%s of %s in the last %v", grouped(m.Used), grouped(m.Limit), m.Window)
+	if !m.Frees.IsZero() {
+		s += "; frees at " + m.Frees.Local().Format("15:04:05")
+	}
+	return s
+}
+
+// grouped writes n with its thousands separated by commas.
+func grouped(n int64) string {
+	s := strconv.FormatInt(max(n, 0), 10)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
 }
 
 // inWindow is a service's starts in its rate window against its limit.
