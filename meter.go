@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/runcue/runcue/store"
@@ -53,6 +54,17 @@ type Meter struct {
 	// Charge is what a start's charge becomes once its run reports what
 	// it used (Work.Used): ChargeActual by default.
 	Charge Charge
+	// Bucket counts as a continuously refilling bucket instead of a
+	// sliding window, for a provider that documents one (Anthropic): it
+	// holds Limit and refills Limit per Window, so a full bucket lets a
+	// whole Limit start at once and then Limit per Window, where a window
+	// lets at most Limit start in any Window. (A window of the same Limit
+	// and Window never exceeds such a bucket: it is the safe choice when
+	// the provider's shape is unknown.) The margin counts as its refill:
+	// the bucket admits as if it held Limit less Margin's refill. A new
+	// owner takes the bucket to have been empty a Window and Margin before
+	// it took over, and counts what started since.
+	Bucket bool
 }
 
 // Charge says what a start's charge in a Meter becomes once its handler
@@ -138,7 +150,7 @@ func validateMeters(ms []Meter) error {
 }
 
 func (m Meter) def() store.MeterDef {
-	def := store.MeterDef{Name: m.Name, Limit: m.Limit, Window: m.Window}
+	def := store.MeterDef{Name: m.Name, Limit: m.Limit, Window: m.Window, Bucket: m.Bucket}
 	if m.Charge != ChargeActual {
 		def.Charge = m.Charge.String()
 	}
@@ -146,7 +158,7 @@ func (m Meter) def() store.MeterDef {
 }
 
 func meterFrom(def store.MeterDef) Meter {
-	m := Meter{Name: def.Name, Limit: def.Limit, Window: def.Window}
+	m := Meter{Name: def.Name, Limit: def.Limit, Window: def.Window, Bucket: def.Bucket}
 	_ = m.Charge.UnmarshalText([]byte(def.Charge)) // an unknown stored policy reads as actual, as the engine reads it
 	return m
 }
@@ -157,12 +169,13 @@ type meterJSON struct {
 	Limit    int64  `json:"limit"`
 	WindowMS int64  `json:"window_ms"`
 	Charge   Charge `json:"charge"`
+	Bucket   bool   `json:"bucket,omitempty"`
 }
 
 // MarshalJSON writes m in runcue's JSON convention (the window in
 // milliseconds).
 func (m Meter) MarshalJSON() ([]byte, error) {
-	return json.Marshal(meterJSON{m.Name, m.Limit, m.Window.Milliseconds(), m.Charge})
+	return json.Marshal(meterJSON{m.Name, m.Limit, m.Window.Milliseconds(), m.Charge, m.Bucket})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -171,7 +184,7 @@ func (m *Meter) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*m = Meter{Name: j.Name, Limit: j.Limit, Window: time.Duration(j.WindowMS) * time.Millisecond, Charge: j.Charge}
+	*m = Meter{Name: j.Name, Limit: j.Limit, Window: time.Duration(j.WindowMS) * time.Millisecond, Charge: j.Charge, Bucket: j.Bucket}
 	return nil
 }
 
@@ -301,11 +314,16 @@ func fits(u *store.Unit, name string, def store.ServiceDef) error {
 	}
 	for _, m := range def.Meters {
 		n, ok := costs[m.Name]
+		limit := m.Limit
+		if m.Bucket {
+			// What the bucket admits against: Limit less the margin's refill.
+			limit -= int64(math.Ceil(float64(m.Limit) * float64(def.MarginInForce()) / float64(m.Window)))
+		}
 		switch {
 		case !ok:
 			return fmt.Errorf("%w: task %q uses %s, which meters %s: the unit has no cost of it (Submission.Cost or Task.Estimate)",
 				ErrInvalid, u.Task, name, m.Name)
-		case n > m.Limit:
+		case n > limit:
 			return fmt.Errorf("%w: a cost of %d %s is above %s's limit of %d per %v", ErrCostTooLarge, n, m.Name, name, m.Limit, m.Window)
 		}
 	}

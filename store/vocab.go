@@ -80,14 +80,16 @@ type ServiceDef struct {
 }
 
 // MeterDef is a meter of an amount other than requests as stored: at most
-// Limit of Name in any Window (plus the margin), each start charged the
-// unit's cost of Name, replaced per Charge ("" for the actual amount,
-// "larger", "estimate") once the run reports what it used.
+// Limit of Name in any Window (plus the margin), or with Bucket a bucket
+// of Limit refilling Limit per Window; each start charged the unit's cost
+// of Name, replaced per Charge ("" for the actual amount, "larger",
+// "estimate") once the run reports what it used.
 type MeterDef struct {
 	Name   string        `json:"name"`
 	Limit  int64         `json:"limit"`
 	Window time.Duration `json:"window"`
 	Charge string        `json:"charge,omitempty"`
+	Bucket bool          `json:"bucket,omitempty"`
 }
 
 // Meter returns def's meter of amount name, if it has one.

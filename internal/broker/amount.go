@@ -106,12 +106,13 @@ func (w *AmountWindow) Sum(t time.Time) int64 {
 	return s
 }
 
-// Oldest returns the oldest start that counts at t, and false if none does.
-func (w *AmountWindow) Oldest(t time.Time) (time.Time, bool) {
-	if i := w.first(t); i < len(w.es) {
-		return time.Unix(0, w.es[i].at), true
+// Frees returns when the oldest start that counts at now leaves the
+// window (zero if none counts).
+func (w *AmountWindow) Frees(now time.Time) time.Time {
+	if i := w.first(now); i < len(w.es) {
+		return time.Unix(0, w.es[i].at+int64(w.Hold()))
 	}
-	return time.Time{}, false
+	return time.Time{}
 }
 
 // Pending returns the amounts reserved and not yet started or released.
@@ -250,6 +251,32 @@ func (w *AmountWindow) Quiet(now time.Time) (bool, time.Time) {
 	}
 	return true, time.Time{}
 }
+
+// AmountMeter is a meter of an amount other than requests: a sliding
+// window (AmountWindow) or a refilling bucket (Bucket).
+type AmountMeter interface {
+	Reconciler
+	Horizoned
+	Expirer
+	Unfit
+	Name() string
+	Limit() int64
+	Length() time.Duration
+	Hold() time.Duration
+	// Used is what counts at now, reservations included; Sum without them.
+	Used(now time.Time) int64
+	Sum(now time.Time) int64
+	// AddUsage counts amount as used at at by something it did not admit.
+	AddUsage(at time.Time, amount int64)
+	// Frees is when what counts at now has left (zero: nothing counts).
+	Frees(now time.Time) time.Time
+	SetLimits(limit int64, length, margin time.Duration, charge Charge)
+}
+
+var (
+	_ AmountMeter = (*AmountWindow)(nil)
+	_ AmountMeter = (*Bucket)(nil)
+)
 
 // Reconciler is implemented by a meter whose charges may be replaced by
 // what a run actually used.

@@ -177,3 +177,123 @@ func TestHeld(t *testing.T) {
 		t.Fatal("the hold did not lapse")
 	}
 }
+
+// TestBucket: a full bucket lets its whole limit start at once, then
+// refills at limit per length; a reservation counts as taken; a reconciled
+// charge gives the difference back; a restored bucket was empty a hold
+// before the restore.
+func TestBucket(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := NewBucket("tokens", 600, time.Minute, 0, ChargeActual) // 10 a second
+	if _, refused := b.Refusal(t0, 600); refused {
+		t.Fatal("a full bucket refuses its limit")
+	}
+	b.Take(t0, 600)
+	rf, refused := b.Refusal(t0, 1)
+	if !refused || !rf.Until.IsZero() {
+		t.Fatalf("the reservation empties it: %+v %v", rf, refused)
+	}
+	b.Start(t0, t0, 600)
+	rf, refused = b.Refusal(t0, 50)
+	if want := t0.Add(5 * time.Second); !refused || !rf.Until.Equal(want) {
+		t.Fatalf("50 after emptying: %+v, want until %v", rf, want)
+	}
+	if _, refused := b.Refusal(rf.Until, 50); refused {
+		t.Fatal("refused when it said")
+	}
+	if !b.Reconcile(t0, 600, 100) {
+		t.Fatal("no entry to reconcile")
+	}
+	if got := b.Used(t0); got != 100 {
+		t.Fatalf("used %d after reconciling to 100", got)
+	}
+	if q, until := b.Quiet(t0); q || !until.After(t0.Add(10*time.Second)) {
+		t.Fatalf("quiet %v until %v", q, until)
+	}
+	r := NewBucket("tokens", 600, time.Minute, 0, ChargeActual)
+	r.Restore([]Logged{{At: t0.Add(-30 * time.Second), Amount: 100}}, t0)
+	// Empty at t0-60s: 300 refilled by t0-30s, then 100 taken: 400 taken
+	// at t0-30s, 100 at t0.
+	if got := r.Used(t0); got != 100 {
+		t.Fatalf("restored: used %d, want 100", got)
+	}
+	if got := r.Used(t0.Add(-30 * time.Second)); got != 400 {
+		t.Fatalf("restored: used %d at the entry, want 400", got)
+	}
+}
+
+// TestBucketProperty: dispatches of random costs decided whenever the
+// bucket admits them, started after a random delay (some never), some
+// reconciled below their estimate, folded as time passes: the amounts
+// started within any interval of length d never exceed limit plus d's
+// refill, counted at the starts. Logged seed.
+func TestBucketProperty(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 2))
+	const limit = 1000
+	length := time.Second
+	b := NewBucket("tokens", limit, length, 0, ChargeActual)
+	type start struct {
+		at     time.Time
+		amount int64
+	}
+	var starts []start
+	type pendingRun struct {
+		startAt time.Time
+		cost    int64
+	}
+	var runs []pendingRun
+	now := time.Unix(0, 0)
+	for step := 0; step < 20000; step++ {
+		now = now.Add(time.Duration(rnd.IntN(20)) * time.Millisecond)
+		kept := runs[:0]
+		for _, r := range runs {
+			if r.startAt.After(now) {
+				kept = append(kept, r)
+				continue
+			}
+			if rnd.IntN(20) == 0 {
+				b.Release(r.cost)
+				continue
+			}
+			b.Start(r.startAt, r.startAt, r.cost)
+			amount := r.cost
+			if rnd.IntN(3) == 0 {
+				amount = rnd.Int64N(r.cost + 1)
+				b.Reconcile(r.startAt, r.cost, amount)
+			}
+			if amount > 0 {
+				starts = append(starts, start{r.startAt, amount})
+			}
+		}
+		runs = kept
+		cost := 1 + rnd.Int64N(limit/5)
+		if _, refused := b.Refusal(now, cost); !refused {
+			b.Take(now, cost)
+			runs = append(runs, pendingRun{now.Add(time.Duration(rnd.IntN(30)) * time.Millisecond), cost})
+		}
+	}
+	for i := 1; i < len(starts); i++ {
+		for j := i; j > 0 && starts[j].at.Before(starts[j-1].at); j-- {
+			starts[j], starts[j-1] = starts[j-1], starts[j]
+		}
+	}
+	rate := float64(limit) / float64(length)
+	for i := range starts {
+		var sum int64
+		for j := i; j < len(starts); j++ {
+			sum += starts[j].amount
+			if allowed := float64(limit) + rate*float64(starts[j].at.Sub(starts[i].at)); float64(sum) > allowed+1e-6 {
+				t.Fatalf("%d started in [%v, %v], allowed %.0f", sum, starts[i].at, starts[j].at, allowed)
+			}
+			if starts[j].at.Sub(starts[i].at) > 20*length {
+				break
+			}
+		}
+	}
+	if len(starts) < 1000 {
+		t.Fatalf("only %d starts", len(starts))
+	}
+	t.Logf("%d starts over %v", len(starts), now.Sub(time.Unix(0, 0)))
+}

@@ -30,7 +30,7 @@ type Resource struct {
 	Budgets []*Budget
 	// Amounts are the sliding windows of amounts other than requests
 	// (tokens, bytes), in the order they were configured.
-	Amounts []*AmountWindow
+	Amounts []AmountMeter
 	// Extra are meters beyond the built-in ones.
 	Extra []Meter
 	// Held is room in the amount windows kept for one waiting dispatch
@@ -392,37 +392,41 @@ func (r *Resource) SetLimits(l Limits) {
 	}
 }
 
-// AmountLimits are the limits of an AmountWindow.
+// AmountLimits are the limits of an amount meter: a sliding window, or
+// a refilling bucket with Bucket.
 type AmountLimits struct {
 	Name   string
 	Limit  int64
 	Window time.Duration
 	Charge Charge
+	Bucket bool
 }
 
-// SetAmounts makes r's amount windows those of ls, with margin: a window
-// of an amount already there keeps its entries and reservations; one no
-// longer listed is dropped.
+// SetAmounts makes r's amount meters those of ls, with margin: a meter of
+// an amount already there, of the same kind, keeps its entries and
+// reservations; one no longer listed is dropped.
 func (r *Resource) SetAmounts(ls []AmountLimits, margin time.Duration) {
 	old := r.Amounts
 	r.Amounts = nil
 	for _, l := range ls {
-		var w *AmountWindow
+		var m AmountMeter
 		for _, o := range old {
-			if o.Name() == l.Name {
-				w = o
-				w.SetLimits(l.Limit, l.Window, margin, l.Charge)
+			if _, isBucket := o.(*Bucket); o.Name() == l.Name && isBucket == l.Bucket {
+				m = o
+				m.SetLimits(l.Limit, l.Window, margin, l.Charge)
 			}
 		}
-		if w == nil {
-			w = NewAmountWindow(l.Name, l.Limit, l.Window, margin, l.Charge)
+		if m == nil && l.Bucket {
+			m = NewBucket(l.Name, l.Limit, l.Window, margin, l.Charge)
+		} else if m == nil {
+			m = NewAmountWindow(l.Name, l.Limit, l.Window, margin, l.Charge)
 		}
-		r.Amounts = append(r.Amounts, w)
+		r.Amounts = append(r.Amounts, m)
 	}
 }
 
-// Amount returns r's window of amount name, or nil.
-func (r *Resource) Amount(name string) *AmountWindow {
+// Amount returns r's meter of amount name, or nil.
+func (r *Resource) Amount(name string) AmountMeter {
 	for _, a := range r.Amounts {
 		if a.Name() == name {
 			return a

@@ -153,9 +153,13 @@ func (d *Engine) resourceReason(r *resource, now time.Time, costs broker.Costs, 
 // now: "blocked on output_tokens: 7,900 of 8,000 in the last 1m0s (cost
 // 400); frees at 12:01:07 UTC" (free is on the wall clock; zero when only
 // a start or a run's end can make room).
-func amountDetail(name string, a *broker.AmountWindow, now time.Time, cost int64, free time.Time) string {
+func amountDetail(name string, a broker.AmountMeter, now time.Time, cost int64, free time.Time) string {
 	s := fmt.Sprintf("%s: blocked on %s: %s of %s in the last %v (cost %s)", name, a.Name(), grouped(a.Used(now)),
 		grouped(a.Limit()), a.Length(), grouped(cost))
+	if _, ok := a.(*broker.Bucket); ok {
+		s = fmt.Sprintf("%s: blocked on %s: %s of its bucket of %s taken, refilling %s per %v (cost %s)", name, a.Name(),
+			grouped(a.Used(now)), grouped(a.Limit()), grouped(a.Limit()), a.Length(), grouped(cost))
+	}
 	if free.IsZero() {
 		return s + "; room frees as reserved starts are counted"
 	}

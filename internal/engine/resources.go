@@ -225,7 +225,7 @@ func (t *resourceTable) applyLimits(r *resource, s store.ServiceDef) {
 	t.applyBudgets(r, s)
 	var amounts []broker.AmountLimits
 	for _, m := range s.Meters {
-		amounts = append(amounts, broker.AmountLimits{Name: m.Name, Limit: m.Limit, Window: m.Window, Charge: chargeOf(m.Charge)})
+		amounts = append(amounts, broker.AmountLimits{Name: m.Name, Limit: m.Limit, Window: m.Window, Charge: chargeOf(m.Charge), Bucket: m.Bucket})
 	}
 	r.SetAmounts(amounts, margin(s))
 }

@@ -128,9 +128,7 @@ func (t *resourceTable) statusOf(r *resource, now time.Time) ServiceStatus {
 	}
 	for _, a := range r.Amounts {
 		ms := MeterStatus{Name: a.Name(), Used: a.Used(now), Limit: a.Limit(), Window: a.Length()}
-		if at, ok := a.Oldest(now); ok {
-			ms.Frees = t.toWall(at.Add(a.Hold()))
-		}
+		ms.Frees = t.toWall(a.Frees(now))
 		st.Meters = append(st.Meters, ms)
 	}
 	st.NextCapacity = t.toWall(t.nextCapacity(r, now))
