@@ -187,7 +187,6 @@ workload:
   load: 1.3
   timeout: 1m
 duration: 15m
-drain: 10m
 expect:
   token_utilisation: 0.95
 `,
