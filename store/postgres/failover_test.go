@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -38,7 +39,32 @@ const (
 	failoverTTL    = time.Second // the children's LeaseTTL
 	failoverLimit  = 10          // the service's RateLimit per failoverWindow
 	failoverWindow = 500 * time.Millisecond
+	failoverTokens = 400 // the service's token meter per failoverWindow
 )
+
+// failoverService is the service every process of a failover test
+// registers: requests and tokens per failoverWindow.
+var failoverService = runcue.Service{RateLimit: failoverLimit, RateWindow: failoverWindow,
+	Meters: []runcue.Meter{{Name: "tokens", Limit: failoverTokens, Window: failoverWindow}}}
+
+// tokenCost is a unit's cost in tokens (20 to 100, fixed by its ID),
+// stated at submit; tokenUse what its call uses of it (half to all).
+func tokenCost(id string) int64 { return 20 + int64(hashOf("cost/"+id)%81) }
+func tokenUse(id string) int64  { c := tokenCost(id); return c/2 + int64(hashOf("use/"+id)%uint64(c/2+1)) }
+
+func hashOf(s string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(s))
+	return h.Sum64()
+}
+
+// costed gives each submission its token cost.
+func costed(subs []runcue.Submission) []runcue.Submission {
+	for i := range subs {
+		subs[i].Cost = runcue.Costs{"tokens": tokenCost(subs[i].ID)}
+	}
+	return subs
+}
 
 // A failover test's scheduler process runs childMain instead of the tests.
 func init() {
@@ -72,7 +98,7 @@ func childMain() {
 	seed, _ := strconv.ParseUint(os.Getenv("RUNCUE_PG_SEED"), 10, 64)
 	var mu sync.Mutex
 	rnd := rand.New(rand.NewPCG(seed, uint64(os.Getpid())))
-	if err := c.Service("api", runcue.Service{RateLimit: failoverLimit, RateWindow: failoverWindow}); err != nil {
+	if err := c.Service("api", failoverService); err != nil {
 		fmt.Fprintln(os.Stderr, "child: service:", err)
 		os.Exit(2)
 	}
@@ -83,13 +109,14 @@ func childMain() {
 		mu.Unlock()
 		time.Sleep(wire)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, mock+"?id="+w.ID+"&pid="+strconv.Itoa(os.Getpid())+
-			"&started="+strconv.FormatInt(w.Started.UnixNano(), 10), nil)
+			"&started="+strconv.FormatInt(w.Started.UnixNano(), 10)+"&tokens="+strconv.FormatInt(tokenUse(w.ID), 10), nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return nil, err
 		}
 		resp.Body.Close()
 		time.Sleep(work) // the service's reply: a kill now loses the run's outcome
+		w.Used(runcue.Costs{"tokens": tokenUse(w.ID)})
 		return nil, nil
 	}}); err != nil {
 		fmt.Fprintln(os.Stderr, "child: task:", err)
@@ -147,6 +174,7 @@ type arrival struct {
 	id      string
 	pid     int
 	started time.Time
+	tokens  int64
 }
 
 // mockService counts arrivals.
@@ -159,8 +187,9 @@ func (m *mockService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
 	pid, _ := strconv.Atoi(r.URL.Query().Get("pid"))
 	started, _ := strconv.ParseInt(r.URL.Query().Get("started"), 10, 64)
+	tokens, _ := strconv.ParseInt(r.URL.Query().Get("tokens"), 10, 64)
 	m.mu.Lock()
-	m.arrivals = append(m.arrivals, arrival{at, r.URL.Query().Get("id"), pid, time.Unix(0, started)})
+	m.arrivals = append(m.arrivals, arrival{at, r.URL.Query().Get("id"), pid, time.Unix(0, started), tokens})
 	m.mu.Unlock()
 }
 
@@ -187,6 +216,21 @@ func busiestWindow(arrivals []arrival, when func(arrival) time.Time) (most, firs
 		}
 	}
 	return most, first, count
+}
+
+// busiestTokens returns the most tokens whose instants fall in one
+// failoverWindow, and where that window begins.
+func busiestTokens(arrivals []arrival, when func(arrival) time.Time) (most int64, first int) {
+	for i := range arrivals {
+		var sum int64
+		for j := i; j < len(arrivals) && when(arrivals[j]).Sub(when(arrivals[i])) < failoverWindow; j++ {
+			sum += arrivals[j].tokens
+		}
+		if sum > most {
+			most, first = sum, i
+		}
+	}
+	return most, first
 }
 
 // scheduler is a child process.
@@ -292,7 +336,7 @@ func TestFailover(t *testing.T) {
 
 	// The submitter knows the task (as the schedulers register it); it
 	// never starts, so it runs nothing.
-	require.NoError(t, c.Service("api", runcue.Service{RateLimit: failoverLimit, RateWindow: failoverWindow}))
+	require.NoError(t, c.Service("api", failoverService))
 	require.NoError(t, c.Task("t", runcue.Task{Services: []string{"api"}, Handler: func(context.Context, *runcue.Work) (any, error) {
 		return nil, nil
 	}}))
@@ -314,7 +358,7 @@ func TestFailover(t *testing.T) {
 		subs = append(subs, s)
 	}
 	rnd.Shuffle(len(subs), func(i, j int) { subs[i], subs[j] = subs[j], subs[i] })
-	_, err = c.SubmitBatch(ctx, subs)
+	_, err = c.SubmitBatch(ctx, costed(subs))
 	require.NoError(t, err)
 
 	mock := &mockService{}
@@ -385,6 +429,8 @@ func TestFailover(t *testing.T) {
 	require.NotEmpty(t, arrivals)
 	most, at, k := busiestWindow(arrivals, func(a arrival) time.Time { return a.at })
 	assert.LessOrEqual(t, k, failoverLimit, "arrivals in the window from %v", arrivals[at].at)
+	tokens, tat := busiestTokens(arrivals, func(a arrival) time.Time { return a.at })
+	assert.LessOrEqual(t, tokens, int64(failoverTokens), "tokens arriving in the window from %v", arrivals[tat].at)
 	first := map[string]time.Time{}
 	for _, a := range arrivals {
 		if _, ok := first[a.id]; !ok {
@@ -418,8 +464,8 @@ func TestFailover(t *testing.T) {
 	for _, d := range takeovers {
 		ms = append(ms, d.Round(time.Millisecond).String())
 	}
-	t.Logf("%d units, %d arrivals, at most %d in any %v (limit %d); runs by outcome %v; takeovers (kill to next arrival): %s",
-		n, len(arrivals), most, failoverWindow, failoverLimit, outcomes, strings.Join(ms, ", "))
+	t.Logf("%d units, %d arrivals, at most %d in any %v (limit %d) and %d tokens (limit %d); runs by outcome %v; takeovers (kill to next arrival): %s",
+		n, len(arrivals), most, failoverWindow, failoverLimit, tokens, failoverTokens, outcomes, strings.Join(ms, ", "))
 }
 
 // TestFencedAfterStop: a scheduler stopped with SIGSTOP past its lease's
@@ -440,12 +486,12 @@ func TestFencedAfterStop(t *testing.T) {
 	c, err := runcue.New(st, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer c.Close()
-	require.NoError(t, c.Service("api", runcue.Service{RateLimit: failoverLimit, RateWindow: failoverWindow}))
+	require.NoError(t, c.Service("api", failoverService))
 	require.NoError(t, c.Task("t", runcue.Task{Services: []string{"api"}, Handler: func(context.Context, *runcue.Work) (any, error) {
 		return nil, nil
 	}}))
 	const n = 120
-	_, err = c.SubmitBatch(ctx, batchOf("t", n))
+	_, err = c.SubmitBatch(ctx, costed(batchOf("t", n)))
 	require.NoError(t, err)
 	mock := &mockService{}
 	srv := httptest.NewServer(mock)
@@ -507,6 +553,8 @@ func TestFencedAfterStop(t *testing.T) {
 				x.started.Sub(stopped), x.at.Sub(stopped), tookOver.Sub(stopped), resumed.Sub(stopped))
 		}
 	}
+	tokens, ti := busiestTokens(arrivals, func(a arrival) time.Time { return a.started })
+	assert.LessOrEqual(t, tokens, int64(failoverTokens), "tokens started in the window from %v", arrivals[ti].started)
 	late := 0
 	for _, x := range arrivals {
 		if x.pid == a.cmd.Process.Pid && x.at.After(resumed) {
@@ -524,7 +572,7 @@ func TestFencedAfterStop(t *testing.T) {
 func batchOf(task string, n int) []runcue.Submission {
 	subs := make([]runcue.Submission, n)
 	for i := range subs {
-		subs[i] = runcue.Submission{Task: task}
+		subs[i] = runcue.Submission{Task: task, ID: fmt.Sprintf("%s%04d", task, i)}
 	}
 	return subs
 }
