@@ -50,7 +50,10 @@ var failoverService = runcue.Service{RateLimit: failoverLimit, RateWindow: failo
 // tokenCost is a unit's cost in tokens (20 to 100, fixed by its ID),
 // stated at submit; tokenUse what its call uses of it (half to all).
 func tokenCost(id string) int64 { return 20 + int64(hashOf("cost/"+id)%81) }
-func tokenUse(id string) int64  { c := tokenCost(id); return c/2 + int64(hashOf("use/"+id)%uint64(c/2+1)) }
+func tokenUse(id string) int64 {
+	c := tokenCost(id)
+	return c/2 + int64(hashOf("use/"+id)%uint64(c/2+1))
+}
 
 func hashOf(s string) uint64 {
 	h := fnv.New64a()
