@@ -216,7 +216,7 @@ type ObservedLimit struct {
 func validCosts(cs Costs) error {
 	for name, n := range cs {
 		if err := validName("meter", name); err != nil {
-			return fmt.Errorf("Cost: %w", err)
+			return fmt.Errorf("a cost's amount: %w", err)
 		}
 		if n < 0 || n > MaxCost {
 			return fmt.Errorf("%w: Cost of %s %d is not from 0 to %d", ErrInvalid, name, n, int64(MaxCost))

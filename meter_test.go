@@ -234,34 +234,47 @@ func TestTokenMeterAcrossOwners(t *testing.T) {
 		require.NoError(t, err)
 		clk.Advance(time.Duration(10+rnd.IntN(190)) * time.Millisecond)
 	}
-	for owner := range 4 {
-		for range 40 + rnd.IntN(80) {
-			step(c)
-		}
+	c = succeedOwners(t, ctx, c, open, step, func() int { return 40 + rnd.IntN(80) }, units, func(owner int) {
 		mu.Lock()
+		defer mu.Unlock()
 		t.Logf("owner %d stops after %d starts", owner, len(arrivals))
-		mu.Unlock()
-		require.NoError(t, c.StopAndCancel(ctx))
-		require.NoError(t, c.Close())
-		c = open()
-	}
+	})
 	defer c.Close()
-	for steps := 0; ; steps++ {
-		require.Less(t, steps, 50_000, "the units did not finish")
-		if steps%20 == 0 {
-			stats, err := c.Stats(ctx)
-			require.NoError(t, err)
-			if stats.States[runcue.StateCompleted] == units {
-				break
-			}
-		}
-		step(c)
-	}
 	mu.Lock()
 	defer mu.Unlock()
 	busiest, at := busiestWindowOf(arrivals, window)
 	t.Logf("%d calls (%d interrupted), busiest %v: %d tokens from %v", len(arrivals), len(arrivals)-units, window, busiest, at.Sub(epoch))
 	assert.LessOrEqual(t, busiest, int64(limit))
+}
+
+// succeedOwners steps c (on a fake clock, with step) through four owners,
+// each stopped mid-run (StopAndCancel: its running handlers interrupted)
+// after steps() steps, reported to stopped, and followed by open()'s,
+// which rebuilds its meters from the service log; then it steps the last
+// until units have completed, and returns it for the caller to close.
+func succeedOwners(t *testing.T, ctx context.Context, c *runcue.Cue, open func() *runcue.Cue, step func(*runcue.Cue),
+	steps func() int, units int, stopped func(owner int)) *runcue.Cue {
+	t.Helper()
+	for owner := range 4 {
+		for range steps() {
+			step(c)
+		}
+		stopped(owner)
+		require.NoError(t, c.StopAndCancel(ctx))
+		require.NoError(t, c.Close())
+		c = open()
+	}
+	for n := 0; ; n++ {
+		require.Less(t, n, 50_000, "the units did not finish")
+		if n%20 == 0 {
+			stats, err := c.Stats(ctx)
+			require.NoError(t, err)
+			if stats.States[runcue.StateCompleted] == units {
+				return c
+			}
+		}
+		step(c)
+	}
 }
 
 // TestCostRefusedAtSubmit: a cost above a meter's limit (or a requests

@@ -183,27 +183,12 @@ func TestMeterPortProperty(t *testing.T) {
 		}
 	}
 	assert.True(t, said, "no unit is held back by the widgets meter, says Explain")
-	for owner := range 4 {
-		for range 60 + rnd.IntN(120) {
-			step(c)
-		}
+	c = succeedOwners(t, ctx, c, open, step, func() int { return 60 + rnd.IntN(120) }, units, func(owner int) {
+		mu.Lock()
+		defer mu.Unlock()
 		t.Logf("owner %d stops after %d starts", owner, len(starts))
-		require.NoError(t, c.StopAndCancel(ctx))
-		require.NoError(t, c.Close())
-		c = open()
-	}
+	})
 	defer c.Close()
-	for steps := 0; ; steps++ {
-		require.Less(t, steps, 20_000, "the units did not finish")
-		if steps%20 == 0 {
-			stats, err := c.Stats(ctx)
-			require.NoError(t, err)
-			if stats.States[runcue.StateCompleted] == units {
-				break
-			}
-		}
-		step(c)
-	}
 
 	mu.Lock()
 	defer mu.Unlock()

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 )
@@ -67,60 +68,9 @@ func TestChargePolicies(t *testing.T) {
 func TestAmountWindowProperty(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	rnd := rand.New(rand.NewPCG(seed, 1))
 	const limit = 1000
 	hold := time.Second + 5*time.Millisecond
-	w := NewAmountWindow("tokens", limit, time.Second, 5*time.Millisecond, ChargeActual)
-	type start struct {
-		at     time.Time
-		amount int64
-	}
-	var starts []start
-	type pendingRun struct {
-		startAt time.Time
-		cost    int64
-	}
-	var runs []pendingRun
-	now := time.Unix(0, 0)
-	for step := 0; step < 20000; step++ {
-		now = now.Add(time.Duration(rnd.IntN(20)) * time.Millisecond)
-		// Start the runs whose time came.
-		kept := runs[:0]
-		for _, r := range runs {
-			if r.startAt.After(now) {
-				kept = append(kept, r)
-				continue
-			}
-			if rnd.IntN(20) == 0 {
-				w.Release(r.cost)
-				continue
-			}
-			w.Start(r.startAt, r.startAt, r.cost)
-			amount := r.cost
-			if rnd.IntN(3) == 0 {
-				amount = rnd.Int64N(r.cost + 1)
-				if !w.Reconcile(r.startAt, r.cost, amount) {
-					t.Fatalf("step %d: no entry to reconcile", step)
-				}
-			}
-			if amount > 0 {
-				starts = append(starts, start{r.startAt, amount})
-			}
-		}
-		runs = kept
-		cost := 1 + rnd.Int64N(limit/10)
-		if _, refused := w.Refusal(now, cost); !refused {
-			w.Expire(now)
-			w.Take(now, cost)
-			runs = append(runs, pendingRun{now.Add(time.Duration(rnd.IntN(30)) * time.Millisecond), cost})
-		}
-	}
-	// Starts reported out of order are sorted for the check.
-	for i := 1; i < len(starts); i++ {
-		for j := i; j > 0 && starts[j].at.Before(starts[j-1].at); j-- {
-			starts[j], starts[j-1] = starts[j-1], starts[j]
-		}
-	}
+	starts, span := driveMeter(t, rand.New(rand.NewPCG(seed, 1)), NewAmountWindow("tokens", limit, time.Second, 5*time.Millisecond, ChargeActual), limit/10)
 	var total int64
 	for i := range starts {
 		var sum int64
@@ -132,10 +82,67 @@ func TestAmountWindowProperty(t *testing.T) {
 		}
 		total += starts[i].amount
 	}
+	t.Logf("%d starts, %d charged over %v", len(starts), total, span)
+}
+
+// meterStart is a start a driven meter counted: when, and what it
+// charged in the end.
+type meterStart struct {
+	at     time.Time
+	amount int64
+}
+
+// driveMeter decides dispatches of random costs (1 to maxCost) whenever m
+// admits them, over 20,000 steps of 0-19 ms, starts each 0-29 ms after
+// its decision (reported in the order the steps reach them, so out of
+// order among themselves), releases one in 20 unstarted and reconciles one
+// in 3 to a random part of its cost. It returns the starts with their
+// final charges, sorted, and the time it covered.
+func driveMeter(t *testing.T, rnd *rand.Rand, m AmountMeter, maxCost int64) ([]meterStart, time.Duration) {
+	t.Helper()
+	type pendingRun struct {
+		startAt time.Time
+		cost    int64
+	}
+	var starts []meterStart
+	var runs []pendingRun
+	now := time.Unix(0, 0)
+	for step := 0; step < 20000; step++ {
+		now = now.Add(time.Duration(rnd.IntN(20)) * time.Millisecond)
+		kept := runs[:0]
+		for _, r := range runs {
+			if r.startAt.After(now) {
+				kept = append(kept, r)
+				continue
+			}
+			if rnd.IntN(20) == 0 {
+				m.Release(r.cost)
+				continue
+			}
+			m.Start(r.startAt, r.startAt, r.cost)
+			amount := r.cost
+			if rnd.IntN(3) == 0 {
+				amount = rnd.Int64N(r.cost + 1)
+				if !m.Reconcile(r.startAt, r.cost, amount) {
+					t.Fatalf("step %d: no entry to reconcile", step)
+				}
+			}
+			if amount > 0 {
+				starts = append(starts, meterStart{r.startAt, amount})
+			}
+		}
+		runs = kept
+		cost := 1 + rnd.Int64N(maxCost)
+		if _, refused := m.Refusal(now, cost); !refused {
+			m.Take(now, cost)
+			runs = append(runs, pendingRun{now.Add(time.Duration(rnd.IntN(30)) * time.Millisecond), cost})
+		}
+	}
+	slices.SortStableFunc(starts, func(a, b meterStart) int { return a.at.Compare(b.at) })
 	if len(starts) < 1000 {
 		t.Fatalf("only %d starts", len(starts))
 	}
-	t.Logf("%d starts, %d charged over %v", len(starts), total, now.Sub(time.Unix(0, 0)))
+	return starts, now.Sub(time.Unix(0, 0))
 }
 
 // TestHeld: room held for a refused dispatch counts against every other
@@ -230,55 +237,9 @@ func TestBucket(t *testing.T) {
 func TestBucketProperty(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
-	rnd := rand.New(rand.NewPCG(seed, 2))
 	const limit = 1000
 	length := time.Second
-	b := NewBucket("tokens", limit, length, 0, ChargeActual)
-	type start struct {
-		at     time.Time
-		amount int64
-	}
-	var starts []start
-	type pendingRun struct {
-		startAt time.Time
-		cost    int64
-	}
-	var runs []pendingRun
-	now := time.Unix(0, 0)
-	for step := 0; step < 20000; step++ {
-		now = now.Add(time.Duration(rnd.IntN(20)) * time.Millisecond)
-		kept := runs[:0]
-		for _, r := range runs {
-			if r.startAt.After(now) {
-				kept = append(kept, r)
-				continue
-			}
-			if rnd.IntN(20) == 0 {
-				b.Release(r.cost)
-				continue
-			}
-			b.Start(r.startAt, r.startAt, r.cost)
-			amount := r.cost
-			if rnd.IntN(3) == 0 {
-				amount = rnd.Int64N(r.cost + 1)
-				b.Reconcile(r.startAt, r.cost, amount)
-			}
-			if amount > 0 {
-				starts = append(starts, start{r.startAt, amount})
-			}
-		}
-		runs = kept
-		cost := 1 + rnd.Int64N(limit/5)
-		if _, refused := b.Refusal(now, cost); !refused {
-			b.Take(now, cost)
-			runs = append(runs, pendingRun{now.Add(time.Duration(rnd.IntN(30)) * time.Millisecond), cost})
-		}
-	}
-	for i := 1; i < len(starts); i++ {
-		for j := i; j > 0 && starts[j].at.Before(starts[j-1].at); j-- {
-			starts[j], starts[j-1] = starts[j-1], starts[j]
-		}
-	}
+	starts, span := driveMeter(t, rand.New(rand.NewPCG(seed, 2)), NewBucket("tokens", limit, length, 0, ChargeActual), limit/5)
 	rate := float64(limit) / float64(length)
 	for i := range starts {
 		var sum int64
@@ -292,8 +253,5 @@ func TestBucketProperty(t *testing.T) {
 			}
 		}
 	}
-	if len(starts) < 1000 {
-		t.Fatalf("only %d starts", len(starts))
-	}
-	t.Logf("%d starts over %v", len(starts), now.Sub(time.Unix(0, 0)))
+	t.Logf("%d starts over %v", len(starts), span)
 }
