@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sync"
@@ -349,4 +351,13 @@ func (e *env) quiesce(c *runcue.Cue) {
 			e.t.Fatalf("still in flight: %+v", st)
 		}
 	}
+}
+
+// arrival is when the request of a run that started at start reaches the
+// service: 0 to 5 ms later, drawn from seed and the run's identity.
+func arrival(seed uint64, id string, attempt int, start time.Time) time.Time {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%d", id, attempt)
+	r := rand.New(rand.NewPCG(seed, h.Sum64()))
+	return start.Add(time.Duration(r.Int64N(int64(5*time.Millisecond) + 1)))
 }

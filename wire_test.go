@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -130,15 +129,6 @@ func runToDrain(c *runcue.Cue) int {
 	must(c.Close())
 	fmt.Println("drained")
 	return 0
-}
-
-// arrival is when the request of a run that started at start reaches the
-// service: 0 to 5 ms later, drawn from seed and the run's identity.
-func arrival(seed uint64, id string, attempt int, start time.Time) time.Time {
-	h := fnv.New64a()
-	fmt.Fprintf(h, "%s/%d", id, attempt)
-	r := rand.New(rand.NewPCG(seed, h.Sum64()))
-	return start.Add(time.Duration(r.Int64N(int64(5*time.Millisecond) + 1)))
 }
 
 // started is a handler start read from a journal.
