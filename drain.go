@@ -28,14 +28,22 @@ func (c *Cue) Drain(ctx context.Context) error {
 	}
 	if d := c.disp.Load(); d != nil {
 		for {
+			// The log's end before the drain: a follow-up a consumer of
+			// DrainSubscriptions submits after this reading is looked at
+			// again; one submitted before it reached the dispatcher before
+			// the drain did (Submit returns after that), so the drain
+			// waits for it.
+			since, err := c.lastSeq(ctx)
+			if err != nil {
+				return err
+			}
 			if err := d.drain(ctx); err != nil {
 				return err
 			}
 			if err := c.w.Sync(ctx); err != nil {
 				return err
 			}
-			// Consumers of DrainSubscriptions may submit follow-ups.
-			if moved, err := c.waitAcked(ctx); err != nil || !moved {
+			if moved, err := c.waitAcked(ctx, since); err != nil || !moved {
 				return err
 			}
 		}
@@ -43,6 +51,10 @@ func (c *Cue) Drain(ctx context.Context) error {
 	warned := false
 	for {
 		changed := c.hub.Changed()
+		since, err := c.lastSeq(ctx) // before the counts (see above)
+		if err != nil {
+			return err
+		}
 		counts, err := c.st.CountActive(ctx)
 		if err != nil {
 			return c.readErr(err)
@@ -58,7 +70,7 @@ func (c *Cue) Drain(ctx context.Context) error {
 		}
 		c.mu.Unlock()
 		if busy == 0 {
-			moved, err := c.waitAcked(ctx)
+			moved, err := c.waitAcked(ctx, since)
 			if err != nil {
 				return err
 			}
@@ -78,6 +90,22 @@ func (c *Cue) Drain(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
+}
+
+// lastSeq is the log's end, for Drain's DrainSubscriptions (0 without
+// them: it is not read).
+func (c *Cue) lastSeq(ctx context.Context) (int64, error) {
+	if len(c.cfg.DrainSubscriptions) == 0 {
+		return 0, nil
+	}
+	if err := c.w.Sync(ctx); err != nil {
+		return 0, wrapStoreErr(err)
+	}
+	n, err := c.st.LastSeq(ctx)
+	if err != nil {
+		return 0, c.readErr(err)
+	}
+	return n, nil
 }
 
 // warnIfUnowned logs a warning when this Cue does not own the database and

@@ -193,9 +193,11 @@ func (c *Cue) knownDrainSubscriptions(ctx context.Context) error {
 }
 
 // waitAcked waits until every subscription of Config.DrainSubscriptions
-// has acknowledged the events committed, and reports whether new events
-// were committed meanwhile (follow-ups: Drain must look again).
-func (c *Cue) waitAcked(ctx context.Context) (moved bool, err error) {
+// has acknowledged the events committed, and reports whether events were
+// committed after since, the log's end the caller read before it found
+// the work done: follow-ups a consumer submitted, before or while this
+// waits, which Drain must look at again.
+func (c *Cue) waitAcked(ctx context.Context, since int64) (moved bool, err error) {
 	names := c.cfg.DrainSubscriptions
 	if len(names) == 0 {
 		return false, nil
@@ -232,7 +234,7 @@ func (c *Cue) waitAcked(ctx context.Context) (moved bool, err error) {
 			if err != nil {
 				return false, c.readErr(err)
 			}
-			return now != last, nil
+			return now != since, nil
 		}
 		// Acknowledged here (wake) or, from another process, seen at the
 		// next poll.
