@@ -63,7 +63,7 @@ func invariant(t *testing.T, r *Report, name string) Invariant {
 func TestScenariosPassVirtual(t *testing.T) {
 	durations := map[string]time.Duration{"steady_load": 8 * time.Minute, "burst": 10 * time.Minute,
 		"cascade_failure": 10 * time.Minute, "priority_test": 12 * time.Minute, "starvation": 15 * time.Minute, "llm_api": 10 * time.Minute,
-		"llm_tokens": 6 * time.Minute}
+		"llm_tokens": 4 * time.Minute}
 	for _, name := range scenarioNames() {
 		if name == "recovery" {
 			continue
@@ -140,7 +140,7 @@ func TestTokenChecksCanFail(t *testing.T) {
 	run := func(headers string) checks {
 		cfg, err := scenario("llm_tokens")
 		require.NoError(t, err)
-		cfg.Duration, cfg.Seed = Duration(4*time.Minute), 1
+		cfg.Duration, cfg.Seed = Duration(2*time.Minute), 1
 		s := cfg.Services["llm"]
 		tk := *s.Tokens
 		tk.MockLimit, tk.Headers = 80000, headers
