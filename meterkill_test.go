@@ -68,10 +68,10 @@ func tokensChild(c *runcue.Cue) int {
 	return runToDrain(c)
 }
 
-// TestTokenMeterAcrossKills: a meter of 3,000 tokens per second, 240 calls
+// TestTokenMeterAcrossKills: a meter of 3,000 tokens per second, 160 calls
 // estimated at 50-400 tokens each (stored at submit) that use half to all
 // of it and report it, submitted in one batch; the owner killed with
-// SIGKILL five times. At the service, which counts each call at its
+// SIGKILL four times. At the service, which counts each call at its
 // arrival (start plus a seeded 0-5 ms) at what it used (its estimate if
 // the kill came first: the call was sent, its use unknown), no second holds
 // more than 3,000 tokens, and every unit completes once.
@@ -88,7 +88,7 @@ func TestTokenMeterAcrossKills(t *testing.T) {
 	registerTokenService(c)
 	require.NoError(t, c.Task("gen", runcue.Task{Services: []string{"llm"}, Handler: noop}))
 	est := map[string]int64{}
-	subs := make([]runcue.Submission, 240)
+	subs := make([]runcue.Submission, 160)
 	for i := range subs {
 		id := fmt.Sprintf("g%03d", i)
 		est[id] = 50 + rnd.Int64N(351)
@@ -99,7 +99,7 @@ func TestTokenMeterAcrossKills(t *testing.T) {
 	require.NoError(t, c.Close())
 
 	env := []string{"RUNCUE_JOURNAL=" + jpath}
-	killLoop(t, rnd, "tokens", db, 0, 5, time.Second, 2*time.Second, 0, env...)
+	killLoop(t, rnd, "tokens", db, 0, 4, 800*time.Millisecond, 1500*time.Millisecond, 0, env...)
 	runToEnd(t, "tokens", db, 3*time.Minute, env...)
 
 	type key struct {
