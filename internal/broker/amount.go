@@ -115,9 +115,6 @@ func (w *AmountWindow) Frees(now time.Time) time.Time {
 	return time.Time{}
 }
 
-// Pending returns the amounts reserved and not yet started or released.
-func (w *AmountWindow) Pending() int64 { return w.pending }
-
 // Used returns the amounts that count at now, reservations included.
 func (w *AmountWindow) Used(now time.Time) int64 { return w.Sum(now) + w.pending }
 
@@ -162,16 +159,6 @@ func (w *AmountWindow) Refusal(now time.Time, cost int64) (Refusal, bool) {
 		}
 	}
 	return Refusal{Kind: RefuseMeter, Meter: w.name}, true
-}
-
-// NextFree returns when a dispatch of cost may be decided: now if it may,
-// zero if only a start or release can make room.
-func (w *AmountWindow) NextFree(now time.Time, cost int64) time.Time {
-	rf, refused := w.Refusal(now, cost)
-	if !refused {
-		return now
-	}
-	return rf.Until
 }
 
 func (w *AmountWindow) Take(now time.Time, cost int64) {
