@@ -285,6 +285,13 @@ func encodeReport(v any) []byte {
 		out = QueueStatus(v)
 	case engine.BudgetEvent:
 		out = budgetEventData{Service: v.Service, Class: v.Class, Budget: budgetStatusOf(v.Budget)}
+	case engine.AdaptEvent:
+		st := serviceStatusOf(engine.ServiceStatus{Name: v.Service, Class: v.Class, Adaptive: v.Limits, AdaptCounts: v.Counts})
+		change := "raised"
+		if v.Lowered {
+			change = "lowered"
+		}
+		out = adaptEventData{Service: v.Service, Class: v.Class, Adaptive: *st.Adaptive, Change: change}
 	case engine.Explanation:
 		ex := explanationOf(v)
 		ex.Live = true
@@ -309,6 +316,13 @@ func serviceStatusOf(s engine.ServiceStatus) ServiceStatus {
 	}
 	for _, m := range s.Meters {
 		st.Meters = append(st.Meters, MeterStatus{Name: m.Name, Used: m.Used, Limit: m.Limit, Window: m.Window, Frees: m.Frees})
+	}
+	if len(s.Adaptive) > 0 {
+		st.Adaptive = &AdaptiveStatus{Throttled: s.AdaptCounts.Throttled, Unavailable: s.AdaptCounts.Unavailable, Timeouts: s.AdaptCounts.Timeouts}
+		for _, a := range s.Adaptive {
+			st.Adaptive.Limits = append(st.Adaptive.Limits, AdaptiveLimit{Limit: a.Limit, Configured: a.Configured, Effective: a.Effective,
+				Overloads: a.Overloads})
+		}
 	}
 	return st
 }

@@ -89,6 +89,11 @@ type ServiceStatus struct {
 	Budgets []BudgetStatus `json:"budgets,omitempty"`
 	// Meters report the amount meters (Limits.Meters) now, in the owner.
 	Meters []MeterStatus `json:"meters,omitempty"`
+	// Adaptive reports the adaptive limits (Limits.Adaptive): each in
+	// force beside its configured value, and the overloads behind them.
+	// Limits and Meters state the configured limits; a meter's Limit in
+	// Meters is the one in force.
+	Adaptive *AdaptiveStatus `json:"adaptive,omitempty"`
 	// BlockedUntil is set while a Retry-After holds the service.
 	BlockedUntil time.Time `json:"blocked_until,omitzero"`
 	// NextCapacity is when the service may next admit a dispatch: now if it
@@ -241,6 +246,7 @@ func (c *Cue) storedKeyStatus(ctx context.Context, name string) (ServiceStatus, 
 		return ServiceStatus{}, c.readErr(err)
 	}
 	storedCircuit(keyRec.Meters[store.MeterCircuit], now, &st)
+	st.Adaptive = storedAdaptive(keyRec.Meters[store.MeterAdapt], st.Limits)
 	return st, nil
 }
 

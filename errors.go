@@ -74,6 +74,9 @@ var (
 	// ErrPermanent matches every error made with Permanent: the run fails
 	// without a retry.
 	ErrPermanent = errors.New("runcue: permanent failure")
+	// ErrOverloaded matches every error made with Overloaded: the service
+	// said it is overloaded (see Adaptive).
+	ErrOverloaded = errors.New("runcue: service overloaded")
 	// ErrFinished is returned by Cancel for a unit that is already
 	// completed, failed or cancelled; the unit is unchanged.
 	ErrFinished = errors.New("runcue: work unit already finished")

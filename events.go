@@ -71,6 +71,13 @@ const (
 	// unit's. Service names the service (or keyed instance), Budget the
 	// budget and when it resets.
 	EventBudgetExhausted EventType = "budget_exhausted"
+	// EventLimitAdapted: an adaptive limit (Service.Adaptive) changed:
+	// Reason "lowered" by an overload signal (every cut is announced), or
+	// "raised" (each rise of 5% of its configured value, and its return
+	// to it). Stored with the Finish of the run whose end made the
+	// change: WorkID, Task and Target are its unit's. Service names the
+	// service (or keyed instance), with Adaptive set.
+	EventLimitAdapted EventType = "limit_adapted"
 	// EventTaskChanged: a task type was paused or resumed (PauseTask,
 	// ResumeTask); Task names it, Reason is "paused" or "resumed".
 	EventTaskChanged EventType = "task_changed"
@@ -173,6 +180,14 @@ type budgetEventData struct {
 	Budget  BudgetStatus `json:"budget"`
 }
 
+// adaptEventData is the data of limit_adapted.
+type adaptEventData struct {
+	Service  string         `json:"service"`
+	Class    string         `json:"class"`
+	Adaptive AdaptiveStatus `json:"adaptive"`
+	Change   string         `json:"change"`
+}
+
 // backpressureData is the data of backpressure_active and
 // backpressure_cleared.
 type backpressureData struct {
@@ -215,6 +230,13 @@ func eventFrom(se *store.Event) Event {
 		var data budgetEventData
 		if json.Unmarshal(se.Data, &data) == nil {
 			ev.Service, ev.Budget = &ServiceStatus{Name: data.Service, Class: data.Class}, &data.Budget
+		}
+		return ev
+	case EventLimitAdapted:
+		var data adaptEventData
+		if json.Unmarshal(se.Data, &data) == nil {
+			ev.Service = &ServiceStatus{Name: data.Service, Class: data.Class, Adaptive: &data.Adaptive}
+			ev.Reason = data.Change
 		}
 		return ev
 	case EventOwnerAsked, EventOwnerAnswered:

@@ -267,6 +267,32 @@ func (c *Cue) requeued(r store.Result) {
 	}
 }
 
+// OverloadedError marks a failure as the service's overload: it answered
+// 503 Service Unavailable, or shed the request, without saying how long
+// to wait. Make one with Overloaded.
+type OverloadedError struct{ Err error }
+
+func (e *OverloadedError) Error() string {
+	if e.Err == nil {
+		return ErrOverloaded.Error()
+	}
+	return "overloaded: " + e.Err.Error()
+}
+
+// Unwrap returns the underlying error.
+func (e *OverloadedError) Unwrap() error { return e.Err }
+
+// Is makes every OverloadedError match ErrOverloaded.
+func (e *OverloadedError) Is(target error) bool { return target == ErrOverloaded }
+
+// Overloaded returns err marked as the service's overload. The run is a
+// failure like any other (retried per the task's policy, counted by the
+// circuit breaker); besides, it cuts the adaptive limits (Service.Adaptive)
+// of every service the unit uses. A Retry-After (RetryAfter, a 429) is an
+// overload signal by itself, and so is a run cut off by its timeout: a
+// handler needs Overloaded only for an overload that says neither.
+func Overloaded(err error) error { return &OverloadedError{Err: err} }
+
 // RetryAfterError asks runcue to try a unit again after Delay because a
 // service answered "not now" (HTTP 429 or 503 with Retry-After). Make one
 // with RetryAfter.

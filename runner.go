@@ -168,6 +168,7 @@ func classify(e *engine.Ending) {
 		return
 	}
 	e.Permanent = errors.Is(err, ErrPermanent)
+	e.Overload = errors.Is(err, ErrOverloaded)
 	if errors.Is(err, engine.ErrLateStart) {
 		e.Class = engine.ClassLateStart
 		return

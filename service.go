@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -19,7 +20,7 @@ import (
 //
 // Its JSON follows runcue's convention: max_concurrent, rate_limit,
 // rate_window_ms, circuit_threshold, circuit_timeout_ms, budgets, margin_ms,
-// pace, meters.
+// pace, meters, adaptive, share, weight, min_concurrent.
 type Service struct {
 	// MaxConcurrent caps the units using the service at once.
 	MaxConcurrent int
@@ -60,6 +61,86 @@ type Service struct {
 	// unit of a task using the service must state a cost of every
 	// metered amount.
 	Meters []Meter
+	// Adaptive, when set, makes the service's limits (MaxConcurrent,
+	// RateLimit, each meter's Limit) ceilings under which runcue finds
+	// the limit the service really grants, from its overload signals
+	// (see Adaptive).
+	Adaptive *Adaptive
+	// Share, on a service used with keys (Task.ServiceKeys: "tenant:a",
+	// "tenant:b"), divides among its keys what they share (another
+	// service they all use, a meter of it, the Cue's MaxConcurrent) in
+	// proportion to their Weights, counted in the amount it names:
+	// "requests" counts each dispatch as one, a meter's amount ("tokens")
+	// counts each unit's cost of it. Empty: the keys' units go in
+	// submission order, so the key with the longest backlog takes most.
+	// See Weight and MinConcurrent; MaxConcurrent, set on the service or
+	// a key's override, is a key's burst maximum.
+	Share string
+	// Weight is a key's share relative to the others' (zero means one).
+	// Set on the class it applies to every key; a key's own override
+	// (SetServiceLimits("tenant:a", ...)) gives it its own.
+	Weight float64
+	// MinConcurrent is a key's guaranteed minimum: while fewer of its
+	// units run, its next unit goes before any other key's. At most
+	// MaxConcurrent when that is set.
+	MinConcurrent int
+}
+
+// Adaptive configures adaptive limits (AIMD: additive increase,
+// multiplicative decrease). Every limit the service configures is a
+// ceiling: an overload signal from a run of the service cuts each
+// effective limit to Decrease of itself (one cut per burst: signals from
+// runs started before the last cut do not cut again), and successes raise
+// each by Increase of its ceiling per window's worth (as many requests as
+// the limit, or as many tokens), never above the ceiling nor below Floor
+// of it. Each key of a keyed service adapts on its own.
+//
+// The overload signals: a Retry-After (RetryAfter, or httplimit.Report
+// for a 429 or a 503), an error made with Overloaded (a 503 without
+// Retry-After), and a run cut off by its timeout. The effective limits
+// are persisted (a new owner goes on from them), shown in ServiceStatus
+// (Adaptive), Explain, the command line and the dashboard, announced by
+// an EventLimitAdapted event and exported as the metric
+// runcue.service.limit_effective.
+//
+// Zero fields take the defaults: Floor 0.1, Decrease 0.8, Increase 0.02.
+// A gentler Decrease than the classic 0.5 keeps more throughput against
+// a limit that is steady, at the cost of more cuts to reach it: against
+// a hidden limit at 60% of the configured one, 0.8 keeps about 94% of it
+// with under 1% of requests refused, 0.5 about 79%.
+type Adaptive struct {
+	Floor    float64 `json:"floor,omitempty"`
+	Decrease float64 `json:"decrease,omitempty"`
+	Increase float64 `json:"increase,omitempty"`
+}
+
+func (a *Adaptive) validate() error {
+	if a == nil {
+		return nil
+	}
+	switch {
+	case a.Floor < 0 || a.Floor > 1 || math.IsNaN(a.Floor):
+		return fmt.Errorf("%w: Adaptive.Floor %v is not within [0, 1]", ErrInvalid, a.Floor)
+	case a.Decrease < 0 || a.Decrease >= 1 || math.IsNaN(a.Decrease):
+		return fmt.Errorf("%w: Adaptive.Decrease %v is not within (0, 1)", ErrInvalid, a.Decrease)
+	case a.Increase < 0 || a.Increase > 1 || math.IsNaN(a.Increase):
+		return fmt.Errorf("%w: Adaptive.Increase %v is not within (0, 1]", ErrInvalid, a.Increase)
+	}
+	return nil
+}
+
+func (a *Adaptive) def() *store.AdaptDef {
+	if a == nil {
+		return nil
+	}
+	return &store.AdaptDef{Floor: a.Floor, Decrease: a.Decrease, Increase: a.Increase}
+}
+
+func adaptiveFrom(d *store.AdaptDef) *Adaptive {
+	if d == nil {
+		return nil
+	}
+	return &Adaptive{Floor: d.Floor, Decrease: d.Decrease, Increase: d.Increase}
 }
 
 // MaxRateWindow is the longest RateWindow accepted.
@@ -103,6 +184,17 @@ func (s Service) validate() error {
 		return fmt.Errorf("%w: Margin %v is longer than %v", ErrInvalid, s.Margin, MaxMargin)
 	case s.Pace && s.RateLimit == 0:
 		return fmt.Errorf("%w: Pace needs a RateLimit", ErrInvalid)
+	case s.Weight < 0 || math.IsNaN(s.Weight) || math.IsInf(s.Weight, 0):
+		return fmt.Errorf("%w: Weight %v must be a finite positive number", ErrInvalid, s.Weight)
+	case s.MinConcurrent < 0:
+		return fmt.Errorf("%w: MinConcurrent must not be negative", ErrInvalid)
+	case s.MaxConcurrent > 0 && s.MinConcurrent > s.MaxConcurrent:
+		return fmt.Errorf("%w: MinConcurrent %d is above MaxConcurrent %d", ErrInvalid, s.MinConcurrent, s.MaxConcurrent)
+	case s.Share != "" && validName("amount", s.Share) != nil:
+		return fmt.Errorf("%w: Share %q is not an amount's name", ErrInvalid, s.Share)
+	}
+	if err := s.Adaptive.validate(); err != nil {
+		return err
 	}
 	if err := validateMeters(s.Meters); err != nil {
 		return err
@@ -118,7 +210,8 @@ func (s Service) validate() error {
 // def is s's stored form.
 func (s Service) def() store.ServiceDef {
 	def := store.ServiceDef{MaxConcurrent: s.MaxConcurrent, RateLimit: s.RateLimit, RateWindow: s.RateWindow,
-		CircuitThreshold: s.CircuitThreshold, CircuitTimeout: s.CircuitTimeout, Margin: s.Margin, Pace: s.Pace}
+		CircuitThreshold: s.CircuitThreshold, CircuitTimeout: s.CircuitTimeout, Margin: s.Margin, Pace: s.Pace,
+		Adaptive: s.Adaptive.def(), Share: s.Share, Weight: s.Weight, MinConcurrent: s.MinConcurrent}
 	for _, b := range s.Budgets {
 		def.Budgets = append(def.Budgets, b.def())
 	}
@@ -131,7 +224,8 @@ func (s Service) def() store.ServiceDef {
 // serviceFrom reads a stored definition.
 func serviceFrom(def store.ServiceDef) Service {
 	s := Service{MaxConcurrent: def.MaxConcurrent, RateLimit: def.RateLimit, RateWindow: def.RateWindow,
-		CircuitThreshold: def.CircuitThreshold, CircuitTimeout: def.CircuitTimeout, Margin: def.Margin, Pace: def.Pace}
+		CircuitThreshold: def.CircuitThreshold, CircuitTimeout: def.CircuitTimeout, Margin: def.Margin, Pace: def.Pace,
+		Adaptive: adaptiveFrom(def.Adaptive), Share: def.Share, Weight: def.Weight, MinConcurrent: def.MinConcurrent}
 	for _, b := range def.Budgets {
 		s.Budgets = append(s.Budgets, budgetFrom(b))
 	}
@@ -161,9 +255,13 @@ type serviceJSON struct {
 	Budgets          []Budget `json:"budgets,omitempty"`
 	// MarginMS is the margin in milliseconds, rounded up; -1 for none,
 	// omitted for the default.
-	MarginMS int64   `json:"margin_ms,omitempty"`
-	Pace     bool    `json:"pace,omitempty"`
-	Meters   []Meter `json:"meters,omitempty"`
+	MarginMS      int64     `json:"margin_ms,omitempty"`
+	Pace          bool      `json:"pace,omitempty"`
+	Meters        []Meter   `json:"meters,omitempty"`
+	Adaptive      *Adaptive `json:"adaptive,omitempty"`
+	Share         string    `json:"share,omitempty"`
+	Weight        float64   `json:"weight,omitempty"`
+	MinConcurrent int       `json:"min_concurrent,omitempty"`
 }
 
 // MarshalJSON writes s in runcue's JSON convention (durations in
@@ -177,7 +275,7 @@ func (s Service) MarshalJSON() ([]byte, error) {
 		margin = int64((s.Margin + time.Millisecond - 1) / time.Millisecond)
 	}
 	return json.Marshal(serviceJSON{s.MaxConcurrent, s.RateLimit, s.RateWindow.Milliseconds(), s.CircuitThreshold,
-		s.CircuitTimeout.Milliseconds(), s.Budgets, margin, s.Pace, s.Meters})
+		s.CircuitTimeout.Milliseconds(), s.Budgets, margin, s.Pace, s.Meters, s.Adaptive, s.Share, s.Weight, s.MinConcurrent})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -188,7 +286,8 @@ func (s *Service) UnmarshalJSON(b []byte) error {
 	}
 	*s = Service{MaxConcurrent: j.MaxConcurrent, RateLimit: j.RateLimit, RateWindow: time.Duration(j.RateWindowMS) * time.Millisecond,
 		CircuitThreshold: j.CircuitThreshold, CircuitTimeout: time.Duration(j.CircuitTimeoutMS) * time.Millisecond, Budgets: j.Budgets,
-		Margin: time.Duration(j.MarginMS) * time.Millisecond, Pace: j.Pace, Meters: j.Meters}
+		Margin: time.Duration(j.MarginMS) * time.Millisecond, Pace: j.Pace, Meters: j.Meters, Adaptive: j.Adaptive,
+		Share: j.Share, Weight: j.Weight, MinConcurrent: j.MinConcurrent}
 	if j.MarginMS < 0 {
 		s.Margin = -1
 	}

@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/runcue/runcue"
 	"github.com/runcue/runcue/httplimit"
 )
 
@@ -141,4 +143,19 @@ func ExampleParse() {
 		fmt.Println(l.Remaining, l.Reset)
 	}
 	// Output: 149984 6m0s
+}
+
+// TestReportUnavailable: a 503 is an overload signal: runcue.Overloaded,
+// inside a RetryAfter when the response says how long to wait.
+func TestReportUnavailable(t *testing.T) {
+	err := httplimit.Report(nil, http.Header{}, http.StatusServiceUnavailable, now)
+	assert.ErrorIs(t, err, runcue.ErrOverloaded)
+	assert.ErrorIs(t, err, httplimit.ErrUnavailable)
+	var ra *runcue.RetryAfterError
+	assert.False(t, errors.As(err, &ra))
+	err = httplimit.Report(nil, http.Header{"Retry-After": {"7"}}, http.StatusServiceUnavailable, now)
+	require.True(t, errors.As(err, &ra))
+	assert.Equal(t, 7*time.Second, ra.Delay)
+	assert.ErrorIs(t, err, runcue.ErrOverloaded)
+	assert.NoError(t, httplimit.Report(nil, http.Header{}, http.StatusOK, now))
 }

@@ -12,6 +12,11 @@ import (
 // wrapped in runcue.RetryAfter.
 var ErrThrottled = errors.New("httplimit: the service answered 429 Too Many Requests")
 
+// ErrUnavailable is the error Report returns for a 503 (Service
+// Unavailable): wrapped in runcue.Overloaded, and in runcue.RetryAfter
+// when the response says how long to wait.
+var ErrUnavailable = errors.New("httplimit: the service answered 503 Service Unavailable")
+
 // DefaultThrottle is how long Report holds a service that answered 429
 // without saying how long to wait (no Retry-After, no exhausted limit
 // with a reset).
@@ -56,7 +61,11 @@ func (r Reading) Throttle() time.Duration {
 // meter until its reset, each at most a window. For a 429 it returns the
 // error the handler should return, runcue.RetryAfter wrapping
 // ErrThrottled, so that runcue holds the service for Throttle and runs
-// the unit again without spending its retry budget; nil otherwise.
+// the unit again without spending its retry budget. For a 503 it returns
+// runcue.Overloaded wrapping ErrUnavailable (a failure, retried per the
+// task's policy), inside runcue.RetryAfter if Retry-After is given. Both
+// are overload signals to adaptive limits (runcue.Adaptive). Nil
+// otherwise.
 func Report(w *runcue.Work, h http.Header, status int, now time.Time) error {
 	r := Parse(h, status, now)
 	if len(r.Limits) > 0 {
@@ -64,6 +73,12 @@ func Report(w *runcue.Work, h http.Header, status int, now time.Time) error {
 	}
 	if d := r.Throttle(); d > 0 {
 		return runcue.RetryAfter(d, ErrThrottled)
+	}
+	if status == http.StatusServiceUnavailable {
+		if r.RetryAfter > 0 {
+			return runcue.RetryAfter(r.RetryAfter, runcue.Overloaded(ErrUnavailable))
+		}
+		return runcue.Overloaded(ErrUnavailable)
 	}
 	return nil
 }

@@ -532,8 +532,26 @@ type Logged struct {
 }
 
 // The meters runcue's engine names: a service's requests (its rate window
-// and calendar budgets count them) and its circuit breaker's state.
+// and calendar budgets count them), its circuit breaker's state, and its
+// adaptive limits' state (AdaptRecord).
 const (
 	MeterRequests = "requests"
 	MeterCircuit  = "circuit"
+	MeterAdapt    = "adapt"
 )
+
+// AdaptRecord is the persisted state of a service's adaptive limits: each
+// limit's effective value (by "concurrency", "requests" or a meter's
+// amount) and the overloads behind them, by kind.
+type AdaptRecord struct {
+	Limits      map[string]AdaptLimitRecord `json:"limits"`
+	Throttled   int                         `json:"throttled,omitempty"`
+	Unavailable int                         `json:"unavailable,omitempty"`
+	Timeouts    int                         `json:"timeouts,omitempty"`
+}
+
+// AdaptLimitRecord is one adaptive limit's state.
+type AdaptLimitRecord struct {
+	Effective float64 `json:"effective"`
+	Overloads int     `json:"overloads,omitempty"`
+}

@@ -33,6 +33,7 @@ const (
 	TypeBackpressureActive  = "backpressure_active"
 	TypeBackpressureCleared = "backpressure_cleared"
 	TypeBudgetExhausted     = "budget_exhausted"
+	TypeLimitAdapted        = "limit_adapted"
 	TypeTaskChanged         = "task_changed"
 	TypeQueueChanged        = "queue_changed"
 	TypeOwnerAsked          = "owner_asked"
@@ -77,6 +78,37 @@ type ServiceDef struct {
 	Margin           time.Duration `json:"margin,omitempty"`
 	Pace             bool          `json:"pace,omitempty"`
 	Meters           []MeterDef    `json:"meters,omitempty"`
+	Adaptive         *AdaptDef     `json:"adaptive,omitempty"`
+	Share            string        `json:"share,omitempty"`
+	Weight           float64       `json:"weight,omitempty"`
+	MinConcurrent    int           `json:"min_concurrent,omitempty"`
+}
+
+// AdaptDef makes a service's limits adaptive: each lowered to Decrease of
+// itself by an overload, raised by Increase of its configured limit per
+// window's worth of successes, never below Floor of it (fractions; zero
+// means the default: see DefaultAdapt).
+type AdaptDef struct {
+	Floor    float64 `json:"floor,omitempty"`
+	Decrease float64 `json:"decrease,omitempty"`
+	Increase float64 `json:"increase,omitempty"`
+}
+
+// DefaultAdapt are the fractions an AdaptDef's zero fields take.
+var DefaultAdapt = AdaptDef{Floor: 0.1, Decrease: 0.8, Increase: 0.02}
+
+// InForce returns a with its zero fields defaulted.
+func (a AdaptDef) InForce() AdaptDef {
+	if a.Floor == 0 {
+		a.Floor = DefaultAdapt.Floor
+	}
+	if a.Decrease == 0 {
+		a.Decrease = DefaultAdapt.Decrease
+	}
+	if a.Increase == 0 {
+		a.Increase = DefaultAdapt.Increase
+	}
+	return a
 }
 
 // MeterDef is a meter of an amount other than requests as stored: at most

@@ -1,16 +1,37 @@
 package broker
 
 import (
+	"fmt"
 	"math"
+	"strings"
 	"time"
 )
+
+// OverloadSummary lists overload signals by kind, in words: "3 429s,
+// 1 timeout" ("" for none).
+func OverloadSummary(throttled, unavailable, timeouts int) string {
+	var parts []string
+	add := func(n int, one, many string) {
+		switch {
+		case n == 1:
+			parts = append(parts, "1 "+one)
+		case n > 1:
+			parts = append(parts, fmt.Sprintf("%d %s", n, many))
+		}
+	}
+	add(throttled, "429", "429s")
+	add(unavailable, "503", "503s")
+	add(timeouts, "timeout", "timeouts")
+	return strings.Join(parts, ", ")
+}
 
 // AIMD finds a limit below a configured ceiling from what the service says
 // (additive increase, multiplicative decrease): an overload signal (a 429,
 // a 503, a timeout) multiplies the effective limit by Decrease, and each
-// success adds Increase times the ceiling divided by the effective limit,
-// so that a window's worth of successes (as many as the limit) raises it
-// by Increase of the ceiling. It never leaves [Floor, Ceiling].
+// success of amount a adds Increase times the ceiling times a divided by
+// the effective limit, so that a window's worth of successes (their
+// amounts summing to the limit: as many requests, or as many tokens)
+// raises it by Increase of the ceiling. It never leaves [Floor, Ceiling].
 //
 // Overload signals come in bursts: every request sent past the service's
 // real limit is refused, and those in flight when the first refusal
@@ -61,14 +82,14 @@ func (a *AIMD) Overload(start, now time.Time) bool {
 	return a.Limit() != before
 }
 
-// Success records a run that the service served, and reports whether
-// Limit changed.
-func (a *AIMD) Success() bool {
-	if a.effective >= a.Ceiling {
+// Success records a run that the service served, of amount (one request,
+// or the tokens it used), and reports whether Limit changed.
+func (a *AIMD) Success(amount float64) bool {
+	if a.effective >= a.Ceiling || amount <= 0 {
 		return false
 	}
 	before := a.Limit()
-	a.effective = min(a.Ceiling, a.effective+a.Increase*a.Ceiling/max(a.effective, 1))
+	a.effective = min(a.Ceiling, a.effective+a.Increase*a.Ceiling*amount/max(a.effective, 1))
 	if a.effective >= a.Ceiling {
 		a.overloads = 0
 	}

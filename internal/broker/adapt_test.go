@@ -20,7 +20,7 @@ func TestAIMDBounds(t *testing.T) {
 		if rnd.IntN(10) == 0 {
 			a.Overload(now.Add(-time.Duration(rnd.IntN(2000))*time.Millisecond), now)
 		} else {
-			a.Success()
+			a.Success(1)
 		}
 		if l := a.Limit(); l < 6 || l > 60 || a.Effective() < 6 || a.Effective() > 60 {
 			t.Fatalf("limit %d (effective %v) outside [6, 60]", l, a.Effective())
@@ -44,7 +44,7 @@ func TestAIMDBounds(t *testing.T) {
 	}
 	n := 0
 	for b.Limit() < 60 {
-		b.Success()
+		b.Success(1)
 		n++
 	}
 	if b.Overloads() != 0 || n < 100 {
@@ -106,7 +106,7 @@ func TestAIMDFindsHiddenLimit(t *testing.T) {
 				}
 			} else {
 				served = append(served, now)
-				a.Success()
+				a.Success(1)
 				if second {
 					ok2++
 				}

@@ -314,7 +314,7 @@ func (b *Budget) Unfit(cost int64) string {
 func (r *Resource) Unfit(costs Costs) string {
 	for _, m := range r.Meters() {
 		if u, ok := m.(Unfit); ok {
-			if why := u.Unfit(costs.Of(amountOf(m))); why != "" {
+			if why := u.Unfit(r.asked(m, costs)); why != "" {
 				return why
 			}
 		}

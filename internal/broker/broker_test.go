@@ -86,14 +86,20 @@ func TestWindowSetLimits(t *testing.T) {
 	}
 	w.Reserve(t0)
 	w.SetLimits(2, time.Minute)
-	if w.Count(t0.Add(5*time.Second)) != 2 || w.Pending() != 1 {
-		t.Fatal("shrinking keeps the newest entries that fit and the reservations")
+	if w.Count(t0.Add(5*time.Second)) != 5 || w.Pending() != 1 || w.Allow(t0.Add(5*time.Second)) {
+		t.Fatal("shrinking keeps every entry and reservation")
 	}
-	if last, _ := w.Last(); !last.Equal(t0.Add(4 * time.Second)) {
-		t.Fatal("newest kept")
+	// Five entries and a reservation against two: refused until all five
+	// entries leave (the reservation stays), the newest's end.
+	if got := w.NextFree(t0.Add(5 * time.Second)); !got.Equal(t0.Add(4*time.Second + time.Minute)) {
+		t.Fatalf("lowered window frees at %v", got.Sub(t0))
+	}
+	w.SetLimits(5, time.Minute)
+	if w.Allow(t0.Add(5 * time.Second)) {
+		t.Fatal("raised back, the window still counts every start: full")
 	}
 	w.SetLimits(10, time.Minute)
-	if w.Count(t0.Add(5*time.Second)) != 2 || !w.Allow(t0.Add(5*time.Second)) {
+	if w.Count(t0.Add(5*time.Second)) != 5 || !w.Allow(t0.Add(5*time.Second)) {
 		t.Fatal("a larger window has room")
 	}
 }

@@ -36,6 +36,12 @@ type Resource struct {
 	// Held is room in the amount windows kept for one waiting dispatch
 	// that they refused, so that smaller ones do not take it first.
 	Held Held
+	// Ceilings are, by amount, the configured limits of meters whose
+	// limit an adaptive controller has lowered (see AIMD): a dispatch
+	// costing more than the lowered limit, but no more than the ceiling,
+	// is admitted when the meter is otherwise empty (it starts alone)
+	// instead of never.
+	Ceilings map[string]int64
 	// Paused refuses every dispatch (PauseService).
 	Paused bool
 	// BlockedUntil is a Retry-After hold's end; BlockedFor its length when
@@ -151,7 +157,7 @@ func (r *Resource) RefusalFor(now time.Time, costs Costs, who any) (Refusal, boo
 		better(Refusal{Kind: RefuseRetryAfter, Until: r.BlockedUntil})
 	}
 	for _, m := range r.Meters() {
-		if rf, refused := m.Refusal(now, costs.Of(amountOf(m))); refused {
+		if rf, refused := m.Refusal(now, r.asked(m, costs)); refused {
 			if rf.Kind == 0 {
 				rf.Kind, rf.Meter = RefuseMeter, m.Counts()
 			}
@@ -195,6 +201,30 @@ func (r *Resource) Hold(who any, costs Costs, amount string, now, until time.Tim
 // amountOf is the amount m counts, for its cost: a meter that counts
 // nothing costs one.
 func amountOf(m Meter) string { return m.Counts() }
+
+// asked is the cost a dispatch of costs asks of m: its cost of m's
+// amount, or m's limit where that is lower and Ceilings admits the cost
+// (a lowered adaptive limit: the dispatch starts alone).
+func (r *Resource) asked(m Meter, costs Costs) int64 {
+	c := costs.Of(amountOf(m))
+	if len(r.Ceilings) == 0 {
+		return c
+	}
+	ceiling, ok := r.Ceilings[m.Counts()]
+	if !ok || c > ceiling {
+		return c
+	}
+	var limit int64
+	switch m := m.(type) {
+	case AmountMeter:
+		limit = m.Limit()
+	case *Window:
+		limit = int64(m.Limit())
+	default:
+		return c
+	}
+	return min(c, limit)
+}
 
 // SpentBudget returns the budget that refuses r at now and frees latest,
 // or nil if none does.

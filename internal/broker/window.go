@@ -203,11 +203,10 @@ func (w *Window) Last() (time.Time, bool) {
 // Cap returns the entries the window has room for without allocating.
 func (w *Window) Cap() int { return cap(w.ts) }
 
-// SetLimits changes the window's limit and length in place, keeping the
-// newest entries that fit and every reservation.
+// SetLimits changes the window's limit and length in place, keeping every
+// entry and reservation: a limit lowered and raised again (an adaptive
+// limit, an override undone) still counts every start of the window, so
+// the higher limit holds across the change.
 func (w *Window) SetLimits(limit int, length time.Duration) {
 	w.limit, w.length = limit, length
-	if n := len(w.ts) - w.head; n > limit {
-		w.head += n - limit
-	}
 }

@@ -146,7 +146,36 @@ func (d *Engine) resourceReason(r *resource, now time.Time, costs broker.Costs, 
 				r.Window.Length()/time.Duration(r.Window.Limit()), r.Window.Limit(), r.Window.Length())
 		}
 	}
+	switch {
+	case reason.Kind == ReasonServiceBusy:
+		reason.Detail += adaptNote(r, LimitConcurrency)
+	case reason.Kind == ReasonRateLimited && rf.Kind == broker.RefuseMeter:
+		reason.Detail += adaptNote(r, rf.Meter)
+	case reason.Kind == ReasonRateLimited:
+		reason.Detail += adaptNote(r, LimitRequests)
+	}
 	return reason, true
+}
+
+// adaptNote says, for a limit of r an adaptive controller lowered, what
+// is in force: "; effective limit 42 (configured 60), lowered after 3
+// 429s"; "" for any other limit.
+func adaptNote(r *resource, limit string) string {
+	if r.adapt == nil {
+		return ""
+	}
+	for _, l := range r.adapt.limits {
+		if l.name != limit || l.ctl.Effective() >= l.ctl.Ceiling {
+			continue
+		}
+		s := fmt.Sprintf("; effective limit %d (configured %d)", l.ctl.Limit(), int64(l.ctl.Ceiling))
+		c := r.adapt.counts
+		if why := broker.OverloadSummary(c.Throttled, c.Unavailable, c.Timeouts); why != "" {
+			s += ", lowered after " + why
+		}
+		return s
+	}
+	return ""
 }
 
 // amountDetail says why amount window a of service name refuses a cost at

@@ -33,6 +33,9 @@ type ending struct {
 	delay      time.Duration
 	services   []string
 	result     []byte
+	// overload: the Runner marked the error as the service's overload
+	// (Ending.Overload).
+	overload bool
 	// cancelled: a Cancel reached the run (its options).
 	cancelled *CancelOptions
 	// shutdown: StopAndCancel cut the run short.

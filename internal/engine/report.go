@@ -22,6 +22,8 @@ type ServiceStatus struct {
 	Paused           bool
 	Budgets          []BudgetStatus
 	Meters           []MeterStatus
+	Adaptive         []AdaptStatus
+	AdaptCounts      AdaptCounts
 	BlockedUntil     time.Time
 	NextCapacity     time.Time
 	Keys             int

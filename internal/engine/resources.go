@@ -88,6 +88,8 @@ type resource struct {
 	// observed is, by amount, the instant of the latest report of the
 	// service's limits it took (see observe).
 	observed map[string]time.Time
+	// adapt holds its adaptive limits' controllers (nil: not adaptive).
+	adapt *adaptive
 }
 
 func (r *resource) attrs() metric.MeasurementOption {
@@ -205,6 +207,9 @@ func (t *resourceTable) newServiceResource(name, class string, reg store.Service
 	for _, f := range t.hooks.Meters[class] {
 		r.Extra = append(r.Extra, f())
 	}
+	if r.adapt.lowered() {
+		t.publishAdaptGauges() // restored below a ceiling
+	}
 	if r.Counted() {
 		t.restoreMeters(r, t.priorLog(name, class, s, extraHorizon(r), now), now)
 	}
@@ -220,6 +225,7 @@ func (t *resourceTable) newServiceResource(name, class string, reg store.Service
 // applyLimits sets r's limits from s, keeping its window's entries and its
 // circuit's state.
 func (t *resourceTable) applyLimits(r *resource, s store.ServiceDef) {
+	s = t.adaptLimits(r, s)
 	r.SetLimits(broker.Limits{Concurrency: s.MaxConcurrent, Rate: s.RateLimit, Window: s.RateWindow, Margin: margin(s), Pace: s.Pace,
 		Threshold: s.CircuitThreshold, Timeout: s.CircuitTimeout})
 	t.applyBudgets(r, s)

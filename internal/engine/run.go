@@ -504,7 +504,7 @@ func (d *Engine) finished(r *run, e Ending) {
 		return
 	}
 	d.conclude(r, ending{returned: true, err: e.Err, class: e.Class, permanent: e.Permanent, skipReason: e.SkipReason, delay: e.Delay, services: e.Services,
-		result: e.Result, cancelled: r.cancelled, shutdown: errors.Is(r.cause, ErrShutdown), at: e.At})
+		result: e.Result, cancelled: r.cancelled, shutdown: errors.Is(r.cause, ErrShutdown), at: e.At, overload: e.Overload})
 }
 
 // conclude ends r as e says: the run leaves the running set (its
@@ -522,6 +522,12 @@ func (d *Engine) conclude(r *run, e ending) {
 		return
 	}
 	o := decide(d.facts(r), e, d.rnd.Float64())
+	if r.lane.adaptive() {
+		if sig, success := overloadOf(e, o); sig != OverloadNone || success {
+			held, _ := heldServices(r.lane.serviceNames(), e.services)
+			o.fin.Events = append(o.fin.Events, d.adaptRun(r, sig, success, held)...)
+		}
+	}
 	d.end(r, e.returned, o.verdict)
 	u.failures, u.deferrals, u.probeFails = int32(o.failures), int32(o.deferrals), uint8(o.probeFails)
 	if o.hold > 0 {

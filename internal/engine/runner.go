@@ -123,6 +123,9 @@ type Ending struct {
 	SkipReason string
 	Delay      time.Duration
 	Services   []string
+	// Overload marks Err as the service saying it is overloaded (a 503
+	// without Retry-After): a signal to the services' adaptive limits.
+	Overload bool
 	// At is when it ended, on the wall clock.
 	At time.Time
 	// NotStarted: the handler was never called (its start was refused, or

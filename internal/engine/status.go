@@ -131,6 +131,9 @@ func (t *resourceTable) statusOf(r *resource, now time.Time) ServiceStatus {
 		ms.Frees = t.toWall(a.Frees(now))
 		st.Meters = append(st.Meters, ms)
 	}
+	if r.adapt != nil {
+		st.Adaptive, st.AdaptCounts = t.adaptStatus(r), r.adapt.counts
+	}
 	st.NextCapacity = t.toWall(t.nextCapacity(r, now))
 	return st
 }

@@ -35,6 +35,7 @@ import (
 //	runcue.service.budget_spent gauge      services (or keyed instances) whose budget is spent {service, period}
 //	runcue.service.budget_exhausted counter budgets spent, once per period {service, period}
 //	runcue.subscription.gaps    counter    durable subscriptions resumed past deleted events {subscription}
+//	runcue.service.limit_effective gauge   an adaptive limit in force {service, limit: concurrency, requests or a meter's amount}; a keyed class's lowest
 //	runcue.circuit.open         gauge      open (or half-open) circuits {service}
 //	runcue.callback.duration    histogram  seconds per priority or dependency callback call {outcome: priority, dependency}
 //	runcue.callback.errors      counter    callback calls that failed {callback: priority, dependency, service_keys; reason: panic, nan, out_of_range, timeout, error}
@@ -61,6 +62,7 @@ type Telemetry struct {
 	queued      func() (queued, unloaded int64, ok bool)
 	openCircuit atomic.Pointer[map[string]int64]
 	budgets     atomic.Pointer[[]budgetUsage]
+	adaptive    atomic.Pointer[map[[2]string]int64] // effective limits by class and limit
 	reg         metric.Registration
 	// explicitTP: Config.TracerProvider was set. Otherwise spans are made
 	// only once the application has set a global provider (see tracing).
@@ -148,6 +150,11 @@ func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 	if err != nil {
 		return nil, err
 	}
+	effGauge, err := m.Int64ObservableGauge("runcue.service.limit_effective",
+		metric.WithDescription("An adaptive limit in force, below or at its configured value."), metric.WithUnit("{limit}"))
+	if err != nil {
+		return nil, err
+	}
 	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
 		if n, unloaded, ok := t.queued(); ok {
 			o.ObserveInt64(queuedGauge, n)
@@ -162,9 +169,14 @@ func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 					o.ObserveInt64(spentGauge, b.spent, attrs)
 				}
 			}
+			if g := t.adaptive.Load(); g != nil {
+				for k, v := range *g {
+					o.ObserveInt64(effGauge, v, metric.WithAttributes(attribute.String("service", k[0]), attribute.String("limit", k[1])))
+				}
+			}
 		}
 		return nil
-	}, queuedGauge, unloadedGauge, openGauge, usedGauge, spentGauge)
+	}, queuedGauge, unloadedGauge, openGauge, usedGauge, spentGauge, effGauge)
 	return t, err
 }
 

@@ -1,0 +1,234 @@
+package runcue_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runcue/runcue"
+)
+
+// adaptiveLimit returns the adaptive limit named of service name now.
+func adaptiveLimit(t *testing.T, c *runcue.Cue, name, limit string) (runcue.AdaptiveLimit, *runcue.AdaptiveStatus) {
+	t.Helper()
+	st, err := c.ServiceStatus(context.Background(), name)
+	require.NoError(t, err)
+	require.NotNil(t, st.Adaptive, "service %s reports no adaptive limits", name)
+	for _, l := range st.Adaptive.Limits {
+		if l.Limit == limit {
+			return l, st.Adaptive
+		}
+	}
+	t.Fatalf("no adaptive limit %s of %s", limit, name)
+	return runcue.AdaptiveLimit{}, nil
+}
+
+// TestAdaptiveLimits: a service's 429s (RetryAfter), 503s (Overloaded)
+// and timeouts cut each of its limits (concurrency, rate window, meter)
+// to Decrease of itself, one cut per burst; successes raise them back to
+// the configured ones, never beyond; every cut is announced by a durable
+// event, the state shown in status and Explain and kept by the next
+// owner.
+func TestAdaptiveLimits(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	svc := runcue.Service{MaxConcurrent: 10, RateLimit: 100, RateWindow: time.Minute,
+		Meters:   []runcue.Meter{{Name: "tokens", Limit: 10_000, Window: time.Minute}},
+		Adaptive: &runcue.Adaptive{}}
+	require.NoError(t, e.c.Service("api", svc))
+	hung := make(chan struct{}, 1)
+	var mu sync.Mutex
+	answerErr := errors.New("none") // the error the service answers
+	answer := struct {
+		Store func(error)
+		Load  func() error
+	}{
+		func(err error) { mu.Lock(); answerErr = err; mu.Unlock() },
+		func() error { mu.Lock(); defer mu.Unlock(); return answerErr }}
+	task := runcue.Task{Services: []string{"api"}, Retry: runcue.RetryPolicy{MaxAttempts: 1}, Timeout: time.Minute,
+		Estimate: func(runcue.Submission) runcue.Costs { return runcue.Costs{"tokens": 100} },
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			if w.Attempt > 1 {
+				return nil, nil // a deferred unit's next run: served
+			}
+			switch err := answer.Load(); err.Error() {
+			case "none":
+				return nil, nil
+			case "hang":
+				hung <- struct{}{}
+				<-ctx.Done()
+				return nil, ctx.Err()
+			default:
+				return nil, err
+			}
+		}}
+	require.NoError(t, e.c.Task("call", task))
+	e.start()
+	events := e.c.Events(e.ctx)
+	// run submits n units and waits for their ends (a Retry-After's:
+	// its deferral).
+	run := func(n int) {
+		t.Helper()
+		ids := make([]string, n)
+		for i := range ids {
+			ids[i] = e.submit("call")
+		}
+		if _, ok := answer.Load().(*runcue.RetryAfterError); ok {
+			// Deferred: they run again once the hold passes. Wait for
+			// their handlers' return and its consequences.
+			for {
+				running, err := e.c.Settle(e.ctx)
+				require.NoError(t, err)
+				if running == 0 {
+					break
+				}
+			}
+			e.settle()
+			return
+		}
+		for _, id := range ids {
+			e.wait(id)
+		}
+	}
+	effective := func(limit string) int64 {
+		l, _ := adaptiveLimit(t, e.c, "api", limit)
+		return l.Effective
+	}
+	nextAdapted := func() runcue.Event {
+		t.Helper()
+		for {
+			select {
+			case ev := <-events:
+				if ev.Type == runcue.EventLimitAdapted {
+					return ev
+				}
+			case <-e.ctx.Done():
+				t.Fatal("no limit_adapted event")
+			}
+		}
+	}
+
+	// A 429: every limit is cut to 0.8 of itself.
+	answer.Store(runcue.RetryAfter(time.Second, errors.New("429")))
+	run(1)
+	assert.Equal(t, int64(80), effective("requests"))
+	assert.Equal(t, int64(8), effective("concurrency"))
+	assert.Equal(t, int64(8000), effective("tokens"))
+	ev := nextAdapted()
+	assert.Equal(t, "lowered", ev.Reason)
+	require.NotNil(t, ev.Service)
+	assert.Equal(t, "api", ev.Service.Name)
+	assert.Equal(t, 1, ev.Service.Adaptive.Throttled)
+	assert.NotEmpty(t, ev.WorkID, "stored with the Finish of the run that made the change")
+
+	// A burst: three runs started together, each answered 503, make one
+	// cut (the second and third started before it).
+	e.clk.Advance(2 * time.Second) // the Retry-After passes
+	hold := make(chan struct{})
+	var started sync.WaitGroup
+	started.Add(3)
+	task.Handler = func(ctx context.Context, w *runcue.Work) (any, error) {
+		started.Done()
+		<-hold
+		return nil, runcue.Overloaded(errors.New("503"))
+	}
+	require.NoError(t, e.c.Task("burst", task))
+	var ids []string
+	for range 3 {
+		ids = append(ids, e.submit("burst"))
+	}
+	e.settle()
+	started.Wait()
+	close(hold)
+	for _, id := range ids {
+		e.wait(id)
+	}
+	e.settle()
+	assert.Equal(t, int64(64), effective("requests"), "one burst, one cut")
+	_, st := adaptiveLimit(t, e.c, "api", "requests")
+	assert.Equal(t, 3, st.Unavailable)
+	l, _ := adaptiveLimit(t, e.c, "api", "requests")
+	assert.Equal(t, 4, l.Overloads, "every signal counted")
+	assert.Equal(t, "lowered", nextAdapted().Reason)
+
+	// A timeout cuts too (a run started after the last cut).
+	e.clk.Advance(time.Second)
+	answer.Store(errors.New("hang"))
+	id := e.submit("call")
+	<-hung
+	e.clk.Advance(time.Minute + time.Second)
+	e.wait(id)
+	e.settle()
+	assert.Equal(t, int64(51), effective("requests"))
+	_, st = adaptiveLimit(t, e.c, "api", "requests")
+	assert.Equal(t, 1, st.Timeouts)
+	full, err := e.c.ServiceStatus(e.ctx, "api")
+	require.NoError(t, err)
+	assert.Contains(t, st.Describe(full.Limits), "effective limit 51/min (configured 100), lowered after 1 429, 3 503s, 1 timeout")
+	for _, m := range full.Meters {
+		assert.Equal(t, effective("tokens"), m.Limit, "a meter's status gives the limit in force")
+		assert.Less(t, m.Limit, int64(6000))
+	}
+
+	// Explain: a unit held back by the lowered rate window says so.
+	answer.Store(errors.New("none"))
+	run(51) // successes: the limit rises by 2 (0.02 x 100 per 51)
+	e.clk.Advance(time.Second)
+	var extra []string
+	for range 5 {
+		id = e.submit("call")
+		extra = append(extra, id)
+	}
+	e.settle()
+	ex, err := e.c.Explain(e.ctx, id)
+	require.NoError(t, err)
+	found := false
+	for _, r := range ex.Reasons {
+		if r.Kind == runcue.ReasonRateLimited {
+			found = true
+			assert.Contains(t, r.Detail, "effective limit")
+			assert.Contains(t, r.Detail, "configured 100")
+		}
+	}
+	assert.True(t, found, "rate limited: %+v", ex.Reasons)
+
+	e.clk.Advance(time.Minute + time.Second)
+	for _, id := range extra {
+		e.wait(id)
+	}
+
+	// Successes raise every limit back to its ceiling, never beyond.
+	for range 30 {
+		e.clk.Advance(time.Minute + time.Second)
+		run(int(effective("requests")))
+		if effective("requests") == 100 {
+			break
+		}
+	}
+	assert.Equal(t, int64(100), effective("requests"))
+	assert.Equal(t, int64(10), effective("concurrency"))
+	assert.Equal(t, int64(10_000), effective("tokens"))
+	_, st = adaptiveLimit(t, e.c, "api", "requests")
+	assert.Zero(t, st.Throttled+st.Unavailable+st.Timeouts, "back at the ceilings, the signals are forgotten")
+	assert.False(t, st.Lowered())
+
+	// A new owner goes on from the stored state: cut once more, restart.
+	e.clk.Advance(time.Minute + time.Second)
+	answer.Store(runcue.RetryAfter(time.Second, errors.New("429")))
+	run(1)
+	require.Equal(t, int64(80), effective("requests"))
+	require.NoError(t, e.c.Close())
+	c := e.open(runcue.Config{})
+	require.NoError(t, c.Service("api", svc))
+	require.NoError(t, c.Task("call", task))
+	require.NoError(t, c.Start(e.ctx))
+	l, st = adaptiveLimit(t, c, "api", "requests")
+	assert.Equal(t, int64(80), l.Effective, "restored, not reset to the ceiling")
+	assert.Equal(t, 1, st.Throttled)
+	assert.True(t, strings.HasPrefix(st.Describe(svc)[0], "effective limit 8 at once (configured 10)"), st.Describe(svc))
+}
