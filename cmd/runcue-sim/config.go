@@ -114,6 +114,14 @@ type Behavior struct {
 	// lower limit to see the check fail.
 	MockLimit  int      `yaml:"mock_limit,omitempty" json:"mock_limit,omitempty"`
 	MockWindow Duration `yaml:"mock_window,omitempty" json:"mock_window,omitzero"`
+	// HiddenLimit, when set, is the service's real limit per
+	// rate_window, below the rate_limit runcue is told: a call arriving
+	// when the calls the mock served in the window ending at its arrival
+	// reach it is answered 429 with a Retry-After of RetryAfter, and no
+	// header says more. HiddenUntil, when set, is when the hidden limit
+	// is lifted (from then on the service grants rate_limit).
+	HiddenLimit int      `yaml:"hidden_limit,omitempty" json:"hidden_limit,omitempty"`
+	HiddenUntil Duration `yaml:"hidden_until,omitempty" json:"hidden_until,omitzero"`
 	// MockConcurrent is the server-side concurrency limit (default the
 	// service's max_concurrent).
 	MockConcurrent int `yaml:"mock_concurrent,omitempty" json:"mock_concurrent,omitempty"`
@@ -140,6 +148,9 @@ type ServiceConfig struct {
 	// Tokens, when set, makes the service an LLM API that also limits
 	// tokens.
 	Tokens *Tokens `yaml:"tokens,omitempty" json:"tokens,omitempty"`
+	// Adaptive makes runcue's limits of the service adaptive
+	// (runcue.Service.Adaptive, default fractions).
+	Adaptive bool `yaml:"adaptive,omitempty" json:"adaptive,omitempty"`
 }
 
 // Tokens is an LLM API's token limit and its calls' token use. runcue
@@ -292,6 +303,15 @@ type Expect struct {
 	TokenUtilisation float64 `yaml:"token_utilisation,omitempty" json:"token_utilisation,omitempty"`
 	// Refused: circular groups were submitted and every one was refused.
 	Refused bool `yaml:"refused,omitempty" json:"refused,omitempty"`
+	// HiddenRefusals bounds from above, and HiddenThroughput from below,
+	// the 429s a hidden limit answered (a fraction of the calls) and the
+	// calls it served (a fraction of the hidden limit) over the second
+	// half of the time it was hidden (see hiddenStats); HiddenFollow
+	// bounds how long after it was lifted the served calls reach 90% of
+	// the rate limit in a window.
+	HiddenRefusals   float64  `yaml:"hidden_refusals,omitempty" json:"hidden_refusals,omitempty"`
+	HiddenThroughput float64  `yaml:"hidden_throughput,omitempty" json:"hidden_throughput,omitempty"`
+	HiddenFollow     Duration `yaml:"hidden_follow,omitempty" json:"hidden_follow,omitzero"`
 }
 
 // Config is a simulation: the services, the workload and what to expect.

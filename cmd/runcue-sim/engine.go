@@ -163,6 +163,9 @@ func (e *engine) register(c *runcue.Cue, handle func(task string) runcue.Handler
 		svc := runcue.Service{MaxConcurrent: s.MaxConcurrent, RateLimit: s.RateLimit,
 			RateWindow: s.RateWindow.D(), CircuitThreshold: s.CircuitThreshold, CircuitTimeout: s.CircuitTimeout.D(),
 			Margin: s.Margin.D()}
+		if s.Adaptive {
+			svc.Adaptive = &runcue.Adaptive{}
+		}
 		if t := s.Tokens; t != nil {
 			var charge runcue.Charge
 			_ = charge.UnmarshalText([]byte(t.Charge)) // checked by normalize
@@ -276,7 +279,11 @@ func (e *engine) callMocks(ms []*mock, id string, attempt int, start time.Time) 
 		wire := m.wire(id, attempt)
 		at := start.Add(wire)
 		l, a := m.decide(id, attempt, at)
-		idx[i] = m.arrive(id, attempt, at)
+		var hidden bool
+		idx[i], hidden = m.arrive(id, attempt, at)
+		if hidden {
+			l, a = min(l, m.wire(id, attempt)), answerTooMany // refused at once
+		}
 		lat = max(lat, wire+l)
 		if v == answerOK && a != answerOK {
 			v, bad = a, m

@@ -38,6 +38,8 @@ type call struct {
 	end     time.Time
 	answer  verdict
 	tokens  int64 // what the call used, counted at its arrival
+	// refused: the hidden limit answered it 429 (Behavior.HiddenLimit).
+	refused bool
 }
 
 // mock is a simulated service. It decides each call from the run's seed
@@ -202,12 +204,13 @@ func (m *mock) tokenState(now time.Time) (remaining int64, reset time.Duration) 
 }
 
 // arrive records a call arriving at start (its arrival) and returns its
-// index.
-func (m *mock) arrive(unit string, attempt int, start time.Time) int {
+// index, and whether the hidden limit refuses it.
+func (m *mock) arrive(unit string, attempt int, start time.Time) (int, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	use, _ := m.tokens(unit)
-	m.calls = append(m.calls, call{unit: unit, attempt: attempt, start: start, tokens: use})
+	refused := m.overHidden(start)
+	m.calls = append(m.calls, call{unit: unit, attempt: attempt, start: start, tokens: use, refused: refused})
 	m.inflight++
 	if m.cfg.Behavior.MockWindow > 0 {
 		s := start.Sub(m.epoch).Seconds()
@@ -218,7 +221,41 @@ func (m *mock) arrive(unit string, attempt int, start time.Time) int {
 		}
 		m.window = append(m.window[i:], s)
 	}
-	return len(m.calls) - 1
+	return len(m.calls) - 1, refused
+}
+
+// hiddenAt is the hidden limit in force at t (0: none).
+func (m *mock) hiddenAt(t time.Time) int {
+	b := m.cfg.Behavior
+	if b.HiddenLimit == 0 || (b.HiddenUntil > 0 && t.Sub(m.epoch) >= b.HiddenUntil.D()) {
+		return 0
+	}
+	return b.HiddenLimit
+}
+
+// overHidden reports whether the hidden limit refuses a call arriving at
+// t: the calls served in the rate window ending at t reach it. m.mu is
+// held.
+func (m *mock) overHidden(t time.Time) bool {
+	limit := m.hiddenAt(t)
+	if limit == 0 {
+		return false
+	}
+	cut := t.Add(-m.cfg.RateWindow.D())
+	served := 0
+	for i := len(m.calls) - 1; i >= 0; i-- {
+		c := m.calls[i]
+		if !c.start.After(cut) {
+			if c.start.Before(cut.Add(-time.Second)) {
+				break // calls are appended in arrival order, give or take the wire's jitter
+			}
+			continue
+		}
+		if !c.refused && !c.start.After(t) {
+			served++
+		}
+	}
+	return served >= limit
 }
 
 // leave records the end of call i and its answer.
@@ -277,6 +314,74 @@ type checks struct {
 	TokenViolations   int     `json:"token_violations,omitempty"`
 	MaxTokensInWindow int64   `json:"max_tokens_in_window,omitempty"`
 	TokenUtilisation  float64 `json:"token_utilisation,omitempty"`
+	// Hidden reports a hidden limit's effect (Behavior.HiddenLimit).
+	Hidden *hiddenStats `json:"hidden,omitempty"`
+}
+
+// hiddenStats is what a hidden limit did over the second half of the
+// time it was hidden (From to To: of HiddenUntil, or of the submissions
+// when it is never lifted): the calls that arrived, those it refused
+// (429), and those served as a fraction of the hidden limit over that
+// span (Throughput); once lifted, how long until the calls served in a
+// rate window first reached 90% of rate_limit (Follow; -1 if never).
+type hiddenStats struct {
+	From       Duration `json:"from"`
+	To         Duration `json:"to"`
+	Calls      int      `json:"calls"`
+	Refused    int      `json:"refused"`
+	RefusedPct float64  `json:"refused_pct"`
+	Throughput float64  `json:"throughput"`
+	Follow     Duration `json:"follow,omitzero"`
+}
+
+// checkHidden computes the hidden limit's figures of the calls cs, by
+// arrival.
+func (m *mock) checkHidden(cs []call) *hiddenStats {
+	b := m.cfg.Behavior
+	end := m.until
+	if b.HiddenUntil > 0 {
+		end = b.HiddenUntil.D()
+	}
+	hs := &hiddenStats{From: Duration(end / 2), To: Duration(end)}
+	from, to := m.epoch.Add(end/2), m.epoch.Add(end)
+	served := 0
+	for _, c := range cs {
+		if c.start.After(from) && !c.start.After(to) {
+			hs.Calls++
+			if c.refused {
+				hs.Refused++
+			} else {
+				served++
+			}
+		}
+	}
+	win := m.cfg.RateWindow.D()
+	if hs.Calls > 0 {
+		hs.RefusedPct = round4(100 * float64(hs.Refused) / float64(hs.Calls))
+	}
+	if end > 0 {
+		hs.Throughput = round4(float64(served) / (float64(b.HiddenLimit) * (end / 2).Seconds() / win.Seconds()))
+	}
+	if b.HiddenUntil > 0 {
+		hs.Follow = -1
+		lifted := m.epoch.Add(b.HiddenUntil.D())
+		goal := int(math.Ceil(0.9 * float64(m.cfg.RateLimit)))
+		var in []time.Time // served arrivals after the lift, in the window
+		for _, c := range cs {
+			if c.refused || !c.start.After(lifted) {
+				continue
+			}
+			in = append(in, c.start)
+			for len(in) > 0 && !in[0].After(c.start.Add(-win)) {
+				in = in[1:]
+			}
+			if len(in) >= goal {
+				hs.Follow = Duration(c.start.Sub(lifted))
+				break
+			}
+		}
+	}
+	return hs
 }
 
 // checkTokens computes the token verdicts of the calls cs, by arrival.
@@ -354,6 +459,9 @@ func (m *mock) check() checks {
 	}
 	if t := m.cfg.Tokens; t != nil && len(cs) > 0 {
 		m.checkTokens(&ch, cs, t)
+	}
+	if b.HiddenLimit > 0 && m.cfg.RateWindow > 0 {
+		ch.Hidden = m.checkHidden(cs)
 	}
 	// Concurrency: calls are [start, end); an end at an instant frees its
 	// place before a start at that instant.

@@ -639,6 +639,26 @@ func (e *engine) verdicts(r *Report) {
 				100*ch.TokenUtilisation, t.MockLimit, t.Window.D(), 100*x)
 		}
 	}
+	x := e.cfg.Expect
+	for _, name := range e.cfg.serviceNames() {
+		h := r.Services[name].Checks.Hidden
+		if h == nil {
+			continue
+		}
+		s := e.cfg.Services[name]
+		if x.HiddenRefusals > 0 {
+			expect("hidden_limit_refusals:"+name, h.RefusedPct < 100*x.HiddenRefusals, "%.2f%% of %d calls answered 429 from %v to %v (bound %.0f%%)",
+				h.RefusedPct, h.Calls, h.From.D(), h.To.D(), 100*x.HiddenRefusals)
+		}
+		if x.HiddenThroughput > 0 {
+			expect("hidden_limit_throughput:"+name, h.Throughput >= x.HiddenThroughput, "%.1f%% of the hidden %d per %v served from %v to %v (bound %.0f%%)",
+				100*h.Throughput, s.Behavior.HiddenLimit, s.RateWindow.D(), h.From.D(), h.To.D(), 100*x.HiddenThroughput)
+		}
+		if x.HiddenFollow > 0 {
+			expect("hidden_limit_follow:"+name, h.Follow >= 0 && h.Follow <= x.HiddenFollow, "90%% of %d per %v served in a window %v after the hidden limit was lifted (bound %v)",
+				s.RateLimit, s.RateWindow.D(), h.Follow.D(), x.HiddenFollow.D())
+		}
+	}
 	u := r.Units
 	add("no_lost_units", u.Lost == 0, "%d of %d accepted units not in the database", u.Lost, r.Submission.Units)
 	add("no_double_completion", u.CompletedTwice == 0, "%d units with two completion records", u.CompletedTwice)
@@ -652,7 +672,6 @@ func (e *engine) verdicts(r *Report) {
 		expect("circular_refused", r.Submission.RefusedCycles == n && n > 0,
 			"%d circular groups refused at submit with ErrCycle (%d cycle refusals in all)", n, r.Submission.RefusedCycles)
 	}
-	x := e.cfg.Expect
 	if x.NoInversions {
 		add("priority_order", r.Priority.Inversions == 0, "%d priority inversions", r.Priority.Inversions)
 	}

@@ -190,6 +190,31 @@ duration: 15m
 expect:
   token_utilisation: 0.95
 `,
+	"hidden_limit": `
+description: An API that grants only 36 of the 60 calls a minute runcue is told (its real limit, 60% of the configured one, hidden), answering 429 with a 2 s Retry-After beyond it and saying nothing else; after an hour it grants all 60. Offered 1.3 times the configured limit, so work always waits. runcue's adaptive limit finds the hidden one (under 2% of calls refused, at least 85% of it used over the second half-hour) and follows the rise. Set adaptive to false to see the same run without.
+services:
+  api:
+    max_concurrent: 10
+    rate_limit: 60
+    rate_window: 1m
+    adaptive: true
+    behavior:
+      latency: {distribution: lognormal, median: 300ms, sigma: 0.3}
+      hidden_limit: 36
+      hidden_until: 1h
+      retry_after: 2s
+workload:
+  pattern: none
+  task_types: [call]
+  load: 1.3
+  timeout: 30s
+  max_attempts: 5
+duration: 90m
+expect:
+  hidden_refusals: 0.02
+  hidden_throughput: 0.85
+  hidden_follow: 20m
+`,
 	"recovery": `
 description: The Cue runs in a child process that is SIGKILLed at random moments and restarted; the mocks and their counters live in the parent, which checks that no unit is lost and none completes twice, and counts the handler executions the kills repeated. Real clock.
 services:

@@ -63,7 +63,7 @@ func invariant(t *testing.T, r *Report, name string) Invariant {
 func TestScenariosPassVirtual(t *testing.T) {
 	durations := map[string]time.Duration{"steady_load": 8 * time.Minute, "burst": 10 * time.Minute,
 		"cascade_failure": 10 * time.Minute, "priority_test": 12 * time.Minute, "starvation": 15 * time.Minute, "llm_api": 10 * time.Minute,
-		"llm_tokens": 4 * time.Minute}
+		"llm_tokens": 4 * time.Minute, "hidden_limit": 45 * time.Minute}
 	for _, name := range scenarioNames() {
 		if name == "recovery" {
 			continue
@@ -76,6 +76,11 @@ func TestScenariosPassVirtual(t *testing.T) {
 			cfg.Duration, cfg.Seed = Duration(durations[name]), 1
 			if cfg.Workload.BurstLength > 0 {
 				cfg.Workload.BurstAt, cfg.Workload.BurstLength = Duration(3*time.Minute), Duration(4*time.Minute)
+			}
+			if s, ok := cfg.Services["api"]; ok && s.Behavior.HiddenLimit > 0 {
+				// Half the calls: 30 a minute told, 18 granted until 30m.
+				s.RateLimit, s.Behavior.HiddenLimit, s.Behavior.HiddenUntil = 30, 18, Duration(30*time.Minute)
+				cfg.Services["api"] = s
 			}
 			if s, ok := cfg.Services["mock_flaky"]; ok {
 				s.Behavior.FailFrom, s.Behavior.FailFor = Duration(3*time.Minute), Duration(3*time.Minute)
@@ -103,6 +108,10 @@ func TestScenariosPassVirtual(t *testing.T) {
 				assert.Positive(t, rep.Services["llm"].Checks.MaxTokensInWindow)
 			case "llm_tokens":
 				assert.GreaterOrEqual(t, rep.Services["llm"].Checks.TokenUtilisation, 0.95)
+			case "hidden_limit":
+				h := rep.Services["api"].Checks.Hidden
+				require.NotNil(t, h)
+				t.Logf("hidden limit: %.2f%% refused, %.1f%% of it served, 90%% of the rise reached after %v", h.RefusedPct, 100*h.Throughput, h.Follow.D())
 			}
 		})
 	}
@@ -447,12 +456,12 @@ func TestRetryAfterCheck(t *testing.T) {
 	cfg := ServiceConfig{Behavior: Behavior{WireMin: Duration(3 * time.Millisecond), WireMax: Duration(3 * time.Millisecond)}}
 	m := newMock("llm", cfg, 1, epoch)
 	answered := epoch.Add(time.Second)
-	i := m.arrive("u", 1, epoch)
+	i, _ := m.arrive("u", 1, epoch)
 	m.leave(i, answered, answerTooMany, 20*time.Second)
-	inFlight := m.arrive("v", 1, answered.Add(time.Millisecond)) // sent 2 ms before the answer
+	inFlight, _ := m.arrive("v", 1, answered.Add(time.Millisecond)) // sent 2 ms before the answer
 	m.leave(inFlight, answered.Add(time.Second), answerOK, 0)
 	assert.Zero(t, m.check().RetryAfterViolations, "a call in flight when the 429 was answered")
-	late := m.arrive("w", 1, answered.Add(5*time.Millisecond)) // sent 2 ms after it
+	late, _ := m.arrive("w", 1, answered.Add(5*time.Millisecond)) // sent 2 ms after it
 	m.leave(late, answered.Add(time.Second), answerOK, 0)
 	assert.Equal(t, 1, m.check().RetryAfterViolations)
 }

@@ -396,6 +396,7 @@ func (d *Engine) dispatch() {
 		spent := d.acquire(l, now, probes, costs)
 		if l.units.Len() > 0 {
 			l.inReady = true
+			d.tagLane(l)
 			d.ready.Push(l)
 			d.noteFresh(l)
 		} else {

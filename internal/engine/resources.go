@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"context"
 	"log/slog"
 	"slices"
 	"strings"
@@ -45,6 +44,8 @@ type resourceTable struct {
 	// of the previous owner (see priorLog).
 	stored    map[string]store.ServiceRecord
 	classLogs map[string]map[string][]store.Logged
+	// shares are the fair classes' virtual times, by class (shares.go).
+	shares map[string]*shareState
 	// limitsGen counts the changes of limits applied at run time: a lane
 	// whose loggedGen differs lists its logged resources again.
 	limitsGen uint64
@@ -54,7 +55,7 @@ func newResourceTable(env *env, tl *timeline, board *statusBoard, tasks *taskTab
 	stored []store.ServiceRecord) resourceTable {
 	t := resourceTable{env: env, timeline: tl, statusBoard: board, taskTable: tasks, persist: persist, services: make(map[string]*resource), keyed: make(map[string]*resource),
 		lanes: make(map[string]*lane), stored: make(map[string]store.ServiceRecord),
-		classLogs: make(map[string]map[string][]store.Logged)}
+		classLogs: make(map[string]map[string][]store.Logged), shares: make(map[string]*shareState)}
 	for _, rec := range stored {
 		t.stored[rec.Name] = rec
 	}
@@ -90,6 +91,9 @@ type resource struct {
 	observed map[string]time.Time
 	// adapt holds its adaptive limits' controllers (nil: not adaptive).
 	adapt *adaptive
+	// finish is a keyed instance's virtual finish in its class's fair
+	// shares (shares.go).
+	finish float64
 }
 
 func (r *resource) attrs() metric.MeasurementOption {
@@ -147,6 +151,14 @@ type lane struct {
 	awaiting  bool
 	awaitPass uint64
 	rescore   bool
+	// fair is its keyed service whose class shares by Share (as of
+	// limitsGen fairGen-1), nil for none; tag its virtual start and
+	// underMin its key's being below MinConcurrent, when it last entered
+	// a heap (shares.go).
+	fair     *resource
+	fairGen  uint64
+	tag      float64
+	underMin bool
 }
 
 // laneBefore orders lanes by their first unit: by submission, or with a
@@ -154,6 +166,9 @@ type lane struct {
 func (t *resourceTable) laneBefore(a, b *lane) bool {
 	if t.cfg.Priority != nil {
 		return unitBefore(a.units.Peek(), b.units.Peek())
+	}
+	if before, ok := fairBefore(a, b); ok {
+		return before
 	}
 	return a.units.Peek().seq < b.units.Peek().seq
 }
@@ -387,6 +402,7 @@ func (t *resourceTable) admit(l *lane, now time.Time, costs broker.Costs) (block
 // spent: the dispatch's claim stores them, in its transaction.
 func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource, costs broker.Costs) (spent []store.Event) {
 	l.running++
+	t.chargeShare(l, costs)
 	for _, r := range l.resources {
 		r.Take(now, slices.Contains(probes, r), costs) // a window's or budget's charge counts at the handler's start
 		if r.Held.For == l {
@@ -409,6 +425,7 @@ func (t *resourceTable) release(l *lane, costs broker.Costs) {
 		t.markStatus(r)
 		t.wake(r)
 	}
+	t.reshare(l)
 	t.maybeDropLane(l)
 }
 
@@ -427,6 +444,7 @@ func (t *resourceTable) park(l *lane, r *resource, until time.Time) {
 		}
 	}
 	l.parkedOn = r
+	t.tagLane(l)
 	r.waiters.Push(l)
 	if !until.IsZero() {
 		t.resourceTimer(r, t.budgetRecheck(r, until))
@@ -458,6 +476,7 @@ func (t *resourceTable) wake(r *resource) {
 	r.waiters.Remove(l.idx)
 	l.parkedOn = nil
 	l.inReady = true
+	t.tagLane(l)
 	t.ready.Push(l)
 	t.noteFresh(l)
 	if t.cfg.Priority != nil && l.staleDue(t.now(), t.cfg.PriorityTTL) {
@@ -524,67 +543,4 @@ func ns(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixNano()
-}
-
-// reloadService re-reads a service's stored record (its override or pause
-// changed), on the reader goroutine, applies it, and closes applied (if
-// not nil). Reads are answered in order, so a change is never overtaken
-// by an older read.
-func (d *Engine) reloadService(name string, applied chan struct{}) {
-	d.read(func(ctx context.Context) func(*Engine) {
-		svcs, err := d.st.Services(ctx)
-		return func(d *Engine) {
-			if applied != nil {
-				defer close(applied)
-			}
-			if err != nil {
-				d.log.Error("runcue: read services", "error", err)
-				return
-			}
-			d.applyService(name, svcs)
-		}
-	})
-}
-
-// applyService applies the stored record of name, from svcs: a service
-// (and so its keyed instances) or one keyed instance ("host:example.org").
-func (t *resourceTable) applyService(name string, svcs []store.ServiceRecord) {
-	for _, rec := range svcs {
-		if rec.Name == name {
-			cur := t.stored[name]
-			rec.Meters = cur.Meters // the owner's own state wins
-			t.stored[name] = rec
-		}
-	}
-	apply := func(r *resource) {
-		s, ok := t.limits(r.name, r.class)
-		if !ok {
-			return
-		}
-		t.applyLimits(r, s)
-		t.limitsGen++ // lanes list their logged resources again
-		wasPaused := r.Paused
-		r.Paused = t.pausedOf(r.name, r.class)
-		if wasPaused != r.Paused {
-			state := "resumed"
-			if r.Paused {
-				state = "paused"
-			}
-			t.log.Info("runcue: service "+state, "service", r.name)
-		}
-		t.markStatus(r)
-		t.wakeAll(r) // limits may have grown
-	}
-	if r := t.keyed[name]; r != nil {
-		apply(r) // a keyed instance; one not in memory reads its record when made
-		return
-	}
-	if r := t.services[name]; r != nil {
-		apply(r)
-	}
-	for _, r := range t.keyed {
-		if r.class == name {
-			apply(r)
-		}
-	}
 }

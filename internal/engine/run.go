@@ -490,6 +490,7 @@ func (d *Engine) finished(r *run, e Ending) {
 		d.settleReservations(r, time.Time{}, time.Time{})
 	} else {
 		d.noteUsed(r, e.Used)
+		d.shareUsed(r, e.Used)
 	}
 	if r.over() {
 		// Decided at its deadline or grace: a late result is discarded,

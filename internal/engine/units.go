@@ -380,6 +380,7 @@ func (t *resourceTable) laneChanged(l *lane) {
 		l.parkedOn.waiters.Fix(l.idx)
 	default:
 		l.inReady = true
+		t.tagLane(l)
 		t.ready.Push(l)
 		t.noteFresh(l)
 	}
