@@ -277,6 +277,15 @@ type Workload struct {
 	BurstAt     Duration `yaml:"burst_at,omitempty" json:"burst_at,omitzero"`
 	BurstLength Duration `yaml:"burst_length,omitempty" json:"burst_length,omitzero"`
 	BurstFactor float64  `yaml:"burst_factor,omitempty" json:"burst_factor,omitempty"`
+	// Tenants, when set, spread the units among tenants (each unit's
+	// drawn from its ID, in proportion to their loads, which sum to the
+	// workload's load when neither rate nor load is set); every unit
+	// uses the keyed service "tenant:<name>", whose class shares what
+	// they use by the tenants' weights, counted per TenantShare
+	// ("requests" or "tokens"; empty: no sharing, first come first
+	// served).
+	Tenants     []Tenant `yaml:"tenants,omitempty" json:"tenants,omitempty"`
+	TenantShare string   `yaml:"tenant_share,omitempty" json:"tenant_share,omitempty"`
 }
 
 // Expect are the scenario's own invariants, besides those every run
@@ -303,6 +312,9 @@ type Expect struct {
 	TokenUtilisation float64 `yaml:"token_utilisation,omitempty" json:"token_utilisation,omitempty"`
 	// Refused: circular groups were submitted and every one was refused.
 	Refused bool `yaml:"refused,omitempty" json:"refused,omitempty"`
+	// TenantShares: each tenant's share is within 10% of its weight's
+	// (see TenantShare).
+	TenantShares bool `yaml:"tenant_shares,omitempty" json:"tenant_shares,omitempty"`
 	// HiddenRefusals bounds from above, and HiddenThroughput from below,
 	// the 429s a hidden limit answered (a fraction of the calls) and the
 	// calls it served (a fraction of the hidden limit) over the second
@@ -454,6 +466,16 @@ func (c *Config) normalize() error {
 		c.Services[n] = s
 	}
 	if w.Rate == 0 {
+		sum := 0.0
+		for _, t := range w.Tenants {
+			if t.Load <= 0 || t.Name == "" {
+				return fmt.Errorf("tenant %q: set a name and a positive load", t.Name)
+			}
+			sum += t.Load
+		}
+		if w.Load == 0 {
+			w.Load = sum
+		}
 		if w.Load == 0 {
 			w.Load = 0.8
 		}

@@ -175,9 +175,12 @@ func (e *engine) register(c *runcue.Cue, handle func(task string) runcue.Handler
 			return fmt.Errorf("service %s: %w", name, err)
 		}
 	}
+	if err := e.registerTenants(c); err != nil {
+		return fmt.Errorf("tenants: %w", err)
+	}
 	w := e.cfg.Workload
 	for _, t := range w.TaskTypes {
-		if err := c.Task(t, runcue.Task{Services: w.TaskServices[t], Handler: handle(t), Timeout: w.Timeout.D(),
+		if err := c.Task(t, runcue.Task{Services: w.TaskServices[t], Handler: handle(t), Timeout: w.Timeout.D(), ServiceKeys: e.serviceKeys(),
 			Retry:                runcue.RetryPolicy{MaxAttempts: w.MaxAttempts, BaseDelay: w.BaseDelay.D(), Jitter: runcue.JitterFull},
 			HoldSlotsUntilReturn: true}); err != nil {
 			return fmt.Errorf("task %s: %w", t, err)

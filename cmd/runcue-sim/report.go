@@ -32,8 +32,10 @@ type Report struct {
 	Latency    Latencies                 `json:"latency"`
 	Retries    Retries                   `json:"retries"`
 	Services   map[string]ServiceMetrics `json:"services"`
-	Priority   PriorityMetrics           `json:"priority"`
-	QueueDepth []DepthPoint              `json:"queue_depth"`
+	// Tenants are the tenants' shares (Workload.Tenants).
+	Tenants    map[string]TenantShare `json:"tenants,omitempty"`
+	Priority   PriorityMetrics        `json:"priority"`
+	QueueDepth []DepthPoint           `json:"queue_depth"`
 	// Recovery is filled by the recovery scenario.
 	Recovery   *RecoveryMetrics `json:"recovery,omitempty"`
 	Invariants []Invariant      `json:"invariants"`
@@ -194,6 +196,7 @@ func (e *engine) report(ctx context.Context) (*Report, error) {
 	}
 	unitMetrics(r, units, stored, rec.units)
 	e.serviceMetrics(r, units, rec.circuits)
+	r.Tenants = e.tenantShares()
 	r.Priority = inversions(units)
 	r.QueueDepth = queueDepth(units, r.Ended.D())
 	e.verdicts(r)
@@ -658,6 +661,9 @@ func (e *engine) verdicts(r *Report) {
 			expect("hidden_limit_follow:"+name, h.Follow >= 0 && h.Follow <= x.HiddenFollow, "90%% of %d per %v served in a window %v after the hidden limit was lifted (bound %v)",
 				s.RateLimit, s.RateWindow.D(), h.Follow.D(), x.HiddenFollow.D())
 		}
+	}
+	if x.TenantShares {
+		tenantChecks(r, expect)
 	}
 	u := r.Units
 	add("no_lost_units", u.Lost == 0, "%d of %d accepted units not in the database", u.Lost, r.Submission.Units)

@@ -215,6 +215,31 @@ expect:
   hidden_throughput: 0.85
   hidden_follow: 20m
 `,
+	"tenants": `
+description: Two tenants share an LLM API's 100,000 tokens a minute, tenant a offering 60% of what it lets through and tenant b 90% (both more than their shares, so both always have work waiting); tenant b has weight 2. Shares are counted in tokens, not requests, so each tenant's share of the tokens is within 10% of its weight's (a third and two thirds), whatever its backlog. Set tenant_share to "" to see first come, first served (shares follow the offered load instead).
+services:
+  llm:
+    max_concurrent: 20
+    tokens:
+      limit: 100000
+      window: 1m
+      input: {min: 500, max: 2500}
+      output: {min: 500, max: 2500}
+      headers: openai
+    behavior:
+      latency: {distribution: lognormal, median: 1500ms, sigma: 0.4}
+workload:
+  pattern: none
+  task_types: [complete]
+  tenants:
+    - {name: a, load: 0.6}
+    - {name: b, load: 0.9, weight: 2}
+  tenant_share: tokens
+  timeout: 1m
+duration: 20m
+expect:
+  tenant_shares: true
+`,
 	"recovery": `
 description: The Cue runs in a child process that is SIGKILLed at random moments and restarted; the mocks and their counters live in the parent, which checks that no unit is lost and none completes twice, and counts the handler executions the kills repeated. Real clock.
 services:

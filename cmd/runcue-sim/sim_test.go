@@ -63,7 +63,7 @@ func invariant(t *testing.T, r *Report, name string) Invariant {
 func TestScenariosPassVirtual(t *testing.T) {
 	durations := map[string]time.Duration{"steady_load": 8 * time.Minute, "burst": 10 * time.Minute,
 		"cascade_failure": 10 * time.Minute, "priority_test": 12 * time.Minute, "starvation": 15 * time.Minute, "llm_api": 10 * time.Minute,
-		"llm_tokens": 4 * time.Minute, "hidden_limit": 45 * time.Minute}
+		"llm_tokens": 4 * time.Minute, "hidden_limit": 45 * time.Minute, "tenants": 12 * time.Minute}
 	for _, name := range scenarioNames() {
 		if name == "recovery" {
 			continue
@@ -112,6 +112,9 @@ func TestScenariosPassVirtual(t *testing.T) {
 				h := rep.Services["api"].Checks.Hidden
 				require.NotNil(t, h)
 				t.Logf("hidden limit: %.2f%% refused, %.1f%% of it served, 90%% of the rise reached after %v", h.RefusedPct, 100*h.Throughput, h.Follow.D())
+			case "tenants":
+				require.Len(t, rep.Tenants, 2)
+				t.Logf("tenant shares: a %.1f%%, b %.1f%%", 100*rep.Tenants["a"].Share, 100*rep.Tenants["b"].Share)
 			}
 		})
 	}

@@ -20,6 +20,14 @@ import (
 // not take it first: for at most the window's hold plus MaxStartDelay,
 // by when everything that counted at now has left it (broker.Held).
 func (t *resourceTable) hold(l *lane, r *resource, now time.Time, costs broker.Costs) {
+	if h, ok := r.Held.For.(*lane); ok && h != l && now.Before(r.Held.Until) {
+		if before, fair := fairBefore(l, h); fair {
+			if !before {
+				return // the holder's turn in the fair shares comes first
+			}
+			r.Held = broker.Held{} // l's turn comes first: it takes the hold over
+		}
+	}
 	rf, refused := r.RefusalFor(now, costs, l)
 	if !refused || rf.Kind != broker.RefuseMeter || rf.Held {
 		return

@@ -92,8 +92,10 @@ type resource struct {
 	// adapt holds its adaptive limits' controllers (nil: not adaptive).
 	adapt *adaptive
 	// finish is a keyed instance's virtual finish in its class's fair
-	// shares (shares.go).
-	finish float64
+	// shares, backlogged whether units of its waited at its last
+	// dispatch (shares.go).
+	finish     float64
+	backlogged bool
 }
 
 func (r *resource) attrs() metric.MeasurementOption {
@@ -464,10 +466,21 @@ func (t *resourceTable) wake(r *resource) {
 	}
 	now := t.now()
 	l := r.waiters.Peek()
-	if h, ok := r.Held.For.(*lane); ok && h != l && h.parkedOn == r && now.Before(r.Held.Until) {
-		l = h // the lane room is held for goes first
+	if h, ok := r.Held.For.(*lane); ok && h != l && now.Before(r.Held.Until) {
+		if before, fair := fairBefore(l, h); fair && before {
+			// Fair shares: the room is held for the lane whose turn it
+			// is, not for the one refused last.
+			r.Held = broker.Held{For: l, Costs: l.units.Peek().costs(), Until: r.Held.Until}
+		} else if h.parkedOn == r {
+			l = h // the lane room is held for goes first
+		}
 	}
 	if ok, until, _ := t.check(r, now, l.units.Peek().costs(), l); !ok {
+		if l.fair != nil {
+			// Its turn in the fair shares: room accumulates for it, so
+			// that smaller units of others do not keep taking it.
+			t.hold(l, r, now, l.units.Peek().costs())
+		}
 		if !until.IsZero() {
 			t.resourceTimer(r, t.budgetRecheck(r, until))
 		}

@@ -69,7 +69,14 @@ func (t *resourceTable) tagLane(l *lane) {
 		return
 	}
 	_, minimum, _ := t.shareLimits(r)
-	l.tag = max(t.shareClass(r.class).v, r.finish)
+	l.tag = r.finish
+	if !r.backlogged {
+		// Idle until now: it starts at the class's virtual time, with
+		// no credit saved up. A key that stayed backlogged keeps its
+		// own finish: dispatches of others that fit beside room held
+		// for it may run the class's time ahead of it.
+		l.tag = max(t.shareClass(r.class).v, r.finish)
+	}
 	l.underMin = r.Active < minimum
 }
 
@@ -91,8 +98,9 @@ func (t *resourceTable) chargeShare(l *lane, costs broker.Costs) {
 	}
 	weight, _, share := t.shareLimits(r)
 	cls := t.shareClass(r.class)
-	start := max(cls.v, r.finish)
+	start := max(l.tag, r.finish) // a sibling lane of the key may have moved it on
 	r.finish = start + float64(shareCost(share, costs))/weight
+	r.backlogged = l.units.Len() > 1 // more of its units wait
 	cls.v = max(cls.v, start)
 }
 
