@@ -384,6 +384,7 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 			return nil, c.readErr(err)
 		}
 		storedCircuit(r.Meters[store.MeterCircuit], now, &st)
+		st.Adaptive = storedAdaptive(r.Meters[store.MeterAdapt], st.Limits)
 		// The instances: those that started in the window (a minute
 		// without one) and those with a stored state.
 		window := time.Minute

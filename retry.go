@@ -272,11 +272,12 @@ func (c *Cue) requeued(r store.Result) {
 // to wait. Make one with Overloaded.
 type OverloadedError struct{ Err error }
 
+// Error is the underlying error's text (the service's own words).
 func (e *OverloadedError) Error() string {
 	if e.Err == nil {
 		return ErrOverloaded.Error()
 	}
-	return "overloaded: " + e.Err.Error()
+	return e.Err.Error()
 }
 
 // Unwrap returns the underlying error.

@@ -331,6 +331,7 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferred map[stri
 				k.Limits = ov
 			}
 			storedCircuit(r.Meters[store.MeterCircuit], now, k)
+			k.Adaptive = storedAdaptive(r.Meters[store.MeterAdapt], k.Limits)
 		}
 		for _, k := range keys {
 			out[i].Keys = append(out[i].Keys, *k)

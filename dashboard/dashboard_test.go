@@ -41,12 +41,12 @@ func newFixture(t *testing.T, o dashboard.Options) *fixture {
 	c, err := runcue.Open(filepath.Join(t.TempDir(), "d.db"), runcue.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
-	require.NoError(t, c.Service("api", runcue.Service{MaxConcurrent: 4, RateLimit: 60, RateWindow: time.Minute}))
+	require.NoError(t, c.Service("api", runcue.Service{MaxConcurrent: 4, RateLimit: 60, RateWindow: time.Minute, Adaptive: &runcue.Adaptive{}}))
 	fail := errors.New("upstream said 500")
 	require.NoError(t, c.Task("fetch", runcue.Task{Services: []string{"api"}, Retry: runcue.RetryPolicy{MaxAttempts: 1},
 		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
 			if strings.HasPrefix(w.Target, "bad") {
-				return nil, fail
+				return nil, runcue.Overloaded(fail) // a 503: api's adaptive limits are cut
 			}
 			return map[string]string{"got": w.Target}, nil
 		}}))
@@ -128,6 +128,7 @@ func TestPagesRender(t *testing.T) {
 	assert.Contains(t, body, "per 1m0s")
 	assert.Contains(t, body, `data-meter="tokens"`)
 	assert.Contains(t, body, "tokens 640/10000 per 1m0s", "the meter as the service log holds it, reconciled")
+	assert.Contains(t, body, "effective limit 48/min (configured 60), lowered after 1 503", "api's adaptive limit, as stored")
 
 	code, body = f.get(t, "work?state=failed")
 	require.Equal(t, http.StatusOK, code, body)

@@ -373,15 +373,16 @@ func TestEmbeddedRunDrain(t *testing.T) {
 // until interrupted.
 func TestMoreCommands(t *testing.T) {
 	db, c := newDB(t)
-	require.NoError(t, c.Service("api", runcue.Service{MaxConcurrent: 2}))
+	require.NoError(t, c.Service("api", runcue.Service{MaxConcurrent: 2, Adaptive: &runcue.Adaptive{}}))
 	require.NoError(t, c.Task("fetch", runcue.Task{Services: []string{"api"}, Retry: runcue.RetryPolicy{MaxAttempts: 1},
-		Handler: func(context.Context, *runcue.Work) (any, error) { return nil, errors.New("boom") }}))
+		Handler: func(context.Context, *runcue.Work) (any, error) { return nil, runcue.Overloaded(errors.New("boom")) }}))
 	ctx := t.Context()
 
 	ok(t, db, "service", "set", "api", "--rate-limit", "5", "--rate-window", "1m")
 	var st runcue.ServiceStatus
 	require.NoError(t, json.Unmarshal([]byte(ok(t, db, "service", "show", "api", "-o", "json")), &st))
-	assert.Equal(t, runcue.Service{MaxConcurrent: 2, RateLimit: 5, RateWindow: time.Minute}, st.Limits, "the flags given, the rest kept")
+	assert.Equal(t, runcue.Service{MaxConcurrent: 2, RateLimit: 5, RateWindow: time.Minute, Adaptive: &runcue.Adaptive{}}, st.Limits,
+		"the flags given, the rest kept")
 	assert.True(t, st.Overridden)
 	ok(t, db, "service", "reset", "api")
 	ok(t, db, "task", "pause", "fetch")
@@ -421,6 +422,8 @@ func TestMoreCommands(t *testing.T) {
 	}
 	require.NoError(t, tail.Process.Signal(os.Interrupt))
 	require.NoError(t, tail.Wait(), "an interrupt ends tail cleanly")
+	assert.Contains(t, ok(t, db, "service", "show", "api"), "effective limit 1 at once (configured 2), lowered after 1 503",
+		"the failure was a 503: api's adaptive limit was cut")
 
 	assert.Equal(t, "1 would be requeued (dry run)\n", ok(t, db, "retry", "--failed", "--error", "boom", "--dry-run"))
 	_, _, code = run(t, db, "retry", sub.ID, "--failed")

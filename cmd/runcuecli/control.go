@@ -446,6 +446,12 @@ func (c *cli) serviceCmd() *cobra.Command {
 					for _, m := range st.Meters {
 						fmt.Fprintf(w, "meter %s\t%s\n", m.Name, meterLine(m))
 					}
+					if st.Adaptive != nil && !st.Adaptive.Lowered() {
+						fmt.Fprintf(w, "adaptive\tat the configured limits\n")
+					}
+					for _, line := range st.Adaptive.Describe(l) {
+						fmt.Fprintf(w, "adaptive\t%s\n", line)
+					}
 				})
 			})
 		},
