@@ -3,6 +3,7 @@ package runcue_test
 import (
 	"context"
 	"errors"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -231,4 +232,25 @@ func TestAdaptiveLimits(t *testing.T) {
 	assert.Equal(t, int64(80), l.Effective, "restored, not reset to the ceiling")
 	assert.Equal(t, 1, st.Throttled)
 	assert.True(t, strings.HasPrefix(st.Describe(svc)[0], "effective limit 8 at once (configured 10)"), st.Describe(svc))
+}
+
+// TestAdaptiveAndShareValidation: fractions outside their ranges, a
+// negative or non-finite weight, a minimum above the maximum and a share
+// that is no amount's name are refused.
+func TestAdaptiveAndShareValidation(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	for _, s := range []runcue.Service{
+		{RateLimit: 1, RateWindow: time.Second, Adaptive: &runcue.Adaptive{Decrease: 1}},
+		{RateLimit: 1, RateWindow: time.Second, Adaptive: &runcue.Adaptive{Floor: 1.5}},
+		{RateLimit: 1, RateWindow: time.Second, Adaptive: &runcue.Adaptive{Increase: -0.1}},
+		{Weight: -1},
+		{Weight: math.Inf(1)},
+		{MaxConcurrent: 1, MinConcurrent: 2},
+		{MinConcurrent: -1},
+		{Share: "two words"},
+	} {
+		assert.ErrorIs(t, e.c.Service("x", s), runcue.ErrInvalid, "%+v", s)
+	}
+	assert.NoError(t, e.c.Service("ok", runcue.Service{MaxConcurrent: 2, MinConcurrent: 2, Weight: 0.5, Share: "tokens",
+		Adaptive: &runcue.Adaptive{Floor: 0.5, Decrease: 0.5, Increase: 0.1}}))
 }

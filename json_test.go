@@ -69,6 +69,22 @@ func TestJSONConvention(t *testing.T) {
 	var svc runcue.Service
 	require.NoError(t, json.Unmarshal([]byte(`{"rate_limit":4,"rate_window_ms":1000,"margin_ms":-1}`), &svc))
 	assert.Equal(t, runcue.Service{RateLimit: 4, RateWindow: time.Second, Margin: -1}, svc)
+
+	// Adaptive limits and fair shares, and an adaptive status.
+	adaptive := runcue.ServiceStatus{Name: "tenant:a", Class: "tenant", Circuit: runcue.CircuitClosed,
+		Limits: runcue.Service{RateLimit: 60, RateWindow: time.Minute, Adaptive: &runcue.Adaptive{Decrease: 0.7}, Share: "tokens",
+			Weight: 2, MinConcurrent: 1},
+		Adaptive: &runcue.AdaptiveStatus{Limits: []runcue.AdaptiveLimit{{Limit: "requests", Configured: 60, Effective: 42, Overloads: 3}},
+			Throttled: 3}}
+	b, err = json.Marshal(adaptive)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"name":"tenant:a","class":"tenant","active":0,"circuit":"closed",
+		"limits":{"rate_limit":60,"rate_window_ms":60000,"adaptive":{"decrease":0.7},"share":"tokens","weight":2,"min_concurrent":1},
+		"adaptive":{"limits":[{"limit":"requests","configured":60,"effective":42,"overloads":3}],"throttled":3}}`, string(b))
+	var adaptiveBack runcue.ServiceStatus
+	require.NoError(t, json.Unmarshal(b, &adaptiveBack))
+	assert.Equal(t, adaptive, adaptiveBack)
+	assert.Equal(t, []string{"effective limit 42/min (configured 60), lowered after 3 429s"}, adaptive.Adaptive.Describe(adaptive.Limits))
 }
 
 // Every work event carries its unit's target, delivered live and read
