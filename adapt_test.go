@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/runcue/runcue"
 )
@@ -253,4 +255,34 @@ func TestAdaptiveAndShareValidation(t *testing.T) {
 	}
 	assert.NoError(t, e.c.Service("ok", runcue.Service{MaxConcurrent: 2, MinConcurrent: 2, Weight: 0.5, Share: "tokens",
 		Adaptive: &runcue.Adaptive{Floor: 0.5, Decrease: 0.5, Increase: 0.1}}))
+}
+
+// TestAdaptiveMetric: runcue.service.limit_effective reports an adaptive
+// limit in force, by class and limit.
+func TestAdaptiveMetric(t *testing.T) {
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	t.Cleanup(func() { _ = mp.Shutdown(context.Background()) })
+	e := newEnv(t, runcue.Config{MeterProvider: mp})
+	require.NoError(t, e.c.Service("api", runcue.Service{RateLimit: 60, RateWindow: time.Minute, Adaptive: &runcue.Adaptive{}}))
+	require.NoError(t, e.c.Task("call", runcue.Task{Services: []string{"api"}, Retry: runcue.RetryPolicy{MaxAttempts: 1},
+		Handler: func(context.Context, *runcue.Work) (any, error) { return nil, runcue.Overloaded(errors.New("503")) }}))
+	e.start()
+	e.wait(e.submit("call"))
+	e.settle()
+	var rm metricdata.ResourceMetrics
+	require.NoError(t, reader.Collect(e.ctx, &rm))
+	var got []int64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if g, ok := m.Data.(metricdata.Gauge[int64]); ok && m.Name == "runcue.service.limit_effective" {
+				for _, dp := range g.DataPoints {
+					if matches(dp.Attributes, map[string]string{"service": "api", "limit": "requests"}) {
+						got = append(got, dp.Value)
+					}
+				}
+			}
+		}
+	}
+	assert.Equal(t, []int64{48}, got)
 }

@@ -334,10 +334,10 @@ func overloadOf(e ending, o outcome) (sig Overload, success bool) {
 	switch {
 	case e.returned && e.err == nil:
 		return OverloadNone, true
+	case e.returned && e.overload:
+		return OverloadUnavailable, false // a 503, with a Retry-After or not
 	case e.returned && e.class == ClassRetryAfter:
 		return OverloadThrottled, false
-	case e.returned && e.overload:
-		return OverloadUnavailable, false
 	case o.fin.ErrorKind == "timeout":
 		return OverloadTimeout, false
 	}
