@@ -205,8 +205,14 @@ func TestAdaptiveLimits(t *testing.T) {
 		e.wait(id)
 	}
 
-	// Successes raise every limit back to its ceiling, never beyond.
-	for range 30 {
+	// Successes raise every limit back to its ceiling, never beyond (an
+	// override with a steeper Increase, so that it takes a few windows:
+	// each success adds 0.5 x 100 / the effective limit).
+	fast := svc
+	fast.Adaptive = &runcue.Adaptive{Increase: 0.5}
+	require.NoError(t, e.c.SetService(e.ctx, "api", fast))
+	e.settle()
+	for range 10 {
 		e.clk.Advance(time.Minute + time.Second)
 		run(int(effective("requests")))
 		if effective("requests") == 100 {

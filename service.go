@@ -74,7 +74,8 @@ type Service struct {
 	// counts each unit's cost of it. Empty: the keys' units go in
 	// submission order, so the key with the longest backlog takes most.
 	// See Weight and MinConcurrent; MaxConcurrent, set on the service or
-	// a key's override, is a key's burst maximum.
+	// a key's override, is a key's burst maximum. A Cue with a Priority
+	// function orders every unit by it instead.
 	Share string
 	// Weight is a key's share relative to the others' (zero means one).
 	// Set on the class it applies to every key; a key's own override

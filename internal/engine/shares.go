@@ -31,12 +31,16 @@ type shareState struct {
 }
 
 // fairOf returns the keyed resource of l whose class shares by Share,
-// refreshed when limits change; nil for none.
+// refreshed when limits change; nil for none, and with a Priority
+// function, which orders every lane instead.
 func (t *resourceTable) fairOf(l *lane) *resource {
 	if l.fairGen == t.limitsGen+1 {
 		return l.fair
 	}
 	l.fair, l.fairGen = nil, t.limitsGen+1
+	if t.cfg.Priority != nil {
+		return nil
+	}
 	for _, r := range l.resources {
 		if !r.keyed {
 			continue
