@@ -74,8 +74,9 @@ type Service struct {
 	// counts each unit's cost of it. Empty: the keys' units go in
 	// submission order, so the key with the longest backlog takes most.
 	// See Weight and MinConcurrent; MaxConcurrent, set on the service or
-	// a key's override, is a key's burst maximum. A Cue with a Priority
-	// function orders every unit by it instead.
+	// a key's override, is a key's burst maximum. With a Priority
+	// function, shares divide among units scored alike, approximately
+	// while scoring lags behind a burst of submissions.
 	Share string
 	// Weight is a key's share relative to the others' (zero means one).
 	// Set on the class it applies to every key; a key's own override

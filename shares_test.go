@@ -27,8 +27,8 @@ type shareRun struct {
 // twice a's on average, so equal shares in cost are not equal shares in
 // requests. weights give a key its override's Weight (none: the
 // class's). It returns what each got until b's queue emptied.
-func runShares(t *testing.T, seed uint64, nb int, weights map[string]float64, class runcue.Service) shareRun {
-	e := newEnv(t, runcue.Config{MaxConcurrent: 1000})
+func runShares(t *testing.T, seed uint64, nb int, weights map[string]float64, class runcue.Service, prio runcue.PriorityFunc) shareRun {
+	e := newEnv(t, runcue.Config{MaxConcurrent: 1000, Priority: prio})
 	require.NoError(t, e.c.Service("llm", runcue.Service{Meters: []runcue.Meter{{Name: "tokens", Limit: 100_000, Window: time.Minute}}}))
 	require.NoError(t, e.c.Service("tenant", class))
 	for key, w := range weights {
@@ -126,19 +126,19 @@ func runShares(t *testing.T, seed uint64, nb int, weights map[string]float64, cl
 // first, takes nearly everything.
 func TestFairShares(t *testing.T) {
 	seed := testSeed(t, "RUNCUE_SHARES_SEED")
-	equal := runShares(t, seed, 400, nil, runcue.Service{Share: "tokens"})
+	equal := runShares(t, seed, 400, nil, runcue.Service{Share: "tokens"}, nil)
 	ratio := float64(equal.cost["a"]) / float64(equal.cost["b"])
 	t.Logf("equal weights: %d dispatches, tokens a %d, b %d (a/b %.3f)", equal.dispatches, equal.cost["a"], equal.cost["b"], ratio)
 	assert.GreaterOrEqual(t, equal.dispatches, 1000)
 	assert.InDelta(t, 1.0, ratio, 0.1)
 
-	weighted := runShares(t, seed, 550, map[string]float64{"b": 2}, runcue.Service{Share: "tokens"})
+	weighted := runShares(t, seed, 550, map[string]float64{"b": 2}, runcue.Service{Share: "tokens"}, nil)
 	ratio = float64(weighted.cost["b"]) / float64(weighted.cost["a"])
 	t.Logf("weights 1:2: %d dispatches, tokens a %d, b %d (b/a %.3f)", weighted.dispatches, weighted.cost["a"], weighted.cost["b"], ratio)
 	assert.GreaterOrEqual(t, weighted.dispatches, 1000)
 	assert.InDelta(t, 2.0, ratio, 0.2)
 
-	unfair := runShares(t, seed, 60, nil, runcue.Service{})
+	unfair := runShares(t, seed, 60, nil, runcue.Service{}, nil)
 	t.Logf("without Share: %d dispatches, tokens a %d, b %d", unfair.dispatches, unfair.cost["a"], unfair.cost["b"])
 	assert.Greater(t, unfair.cost["a"], 4*unfair.cost["b"], "submission order: the longer backlog first")
 }

@@ -21,7 +21,7 @@ import (
 // by when everything that counted at now has left it (broker.Held).
 func (t *resourceTable) hold(l *lane, r *resource, now time.Time, costs broker.Costs) {
 	if h, ok := r.Held.For.(*lane); ok && h != l && now.Before(r.Held.Until) {
-		if before, fair := fairBefore(l, h); fair {
+		if before, fair := t.fairOrder(l, h); fair {
 			if !before {
 				return // the holder's turn in the fair shares comes first
 			}

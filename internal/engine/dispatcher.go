@@ -363,6 +363,7 @@ func (d *Engine) dispatch() {
 		defer func() {
 			for _, l := range awaiting { // back in the ready heap
 				l.inReady = true
+				d.tagLane(l)
 				d.ready.Push(l)
 			}
 		}()

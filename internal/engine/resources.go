@@ -166,11 +166,11 @@ type lane struct {
 // laneBefore orders lanes by their first unit: by submission, or with a
 // priority function by unitBefore.
 func (t *resourceTable) laneBefore(a, b *lane) bool {
+	if before, ok := t.fairOrder(a, b); ok {
+		return before // fair shares, among equal priorities
+	}
 	if t.cfg.Priority != nil {
 		return unitBefore(a.units.Peek(), b.units.Peek())
-	}
-	if before, ok := fairBefore(a, b); ok {
-		return before
 	}
 	return a.units.Peek().seq < b.units.Peek().seq
 }
@@ -467,7 +467,7 @@ func (t *resourceTable) wake(r *resource) {
 	now := t.now()
 	l := r.waiters.Peek()
 	if h, ok := r.Held.For.(*lane); ok && h != l && now.Before(r.Held.Until) {
-		if before, fair := fairBefore(l, h); fair && before {
+		if before, fair := t.fairOrder(l, h); fair && before {
 			// Fair shares: the room is held for the lane whose turn it
 			// is, not for the one refused last.
 			r.Held = broker.Held{For: l, Costs: l.units.Peek().costs(), Until: r.Held.Until}

@@ -31,16 +31,12 @@ type shareState struct {
 }
 
 // fairOf returns the keyed resource of l whose class shares by Share,
-// refreshed when limits change; nil for none, and with a Priority
-// function, which orders every lane instead.
+// refreshed when limits change; nil for none.
 func (t *resourceTable) fairOf(l *lane) *resource {
 	if l.fairGen == t.limitsGen+1 {
 		return l.fair
 	}
 	l.fair, l.fairGen = nil, t.limitsGen+1
-	if t.cfg.Priority != nil {
-		return nil
-	}
 	for _, r := range l.resources {
 		if !r.keyed {
 			continue
@@ -145,6 +141,21 @@ func (t *resourceTable) reshare(l *lane) {
 	case l.parkedOn != nil:
 		l.parkedOn.waiters.Fix(l.idx)
 	}
+}
+
+// fairOrder orders two lanes by their fair shares, if that decides: they
+// are lanes of one sharing class and, with a Priority function, their
+// first units are scored alike (priority comes first; a unit waiting for
+// its score goes by priority.go's rules, so shares are approximate while
+// scoring lags behind a burst).
+func (t *resourceTable) fairOrder(a, b *lane) (before, ok bool) {
+	if t.cfg.Priority != nil {
+		ua, ub := a.units.Peek(), b.units.Peek()
+		if !ua.scored || !ub.scored || ua.score != ub.score {
+			return false, false
+		}
+	}
+	return fairBefore(a, b)
 }
 
 // fairBefore orders two lanes of one fair class: a key under its minimum
