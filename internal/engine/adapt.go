@@ -2,7 +2,6 @@ package engine
 
 import (
 	"encoding/json"
-	"maps"
 	"math"
 	"slices"
 
@@ -297,15 +296,7 @@ func (t *resourceTable) persistAdapt(r *resource) {
 		rec.Limits[l.name] = store.AdaptLimitRecord{Effective: st.Effective, Overloads: st.Overloads}
 	}
 	blob, _ := json.Marshal(rec)
-	stored := t.stored[r.name]
-	stored.Name = r.name
-	stored.Meters = maps.Clone(stored.Meters)
-	if stored.Meters == nil {
-		stored.Meters = make(map[string][]byte, 1)
-	}
-	stored.Meters[store.MeterAdapt] = blob
-	t.stored[r.name] = stored
-	t.persist(&store.PutMeterState{Epoch: t.epoch, Service: r.name, Meter: store.MeterAdapt, State: blob})
+	t.putMeterState(r.name, store.MeterAdapt, blob)
 }
 
 // publishAdaptGauges hands the effective limits to the metrics' callback:

@@ -111,13 +111,19 @@ func (t *resourceTable) persistBroker(r *resource) {
 	if cr != (store.CircuitRecord{}) {
 		blob, _ = json.Marshal(cr)
 	}
-	rec := t.stored[r.name]
-	rec.Name = r.name
+	t.putMeterState(r.name, store.MeterCircuit, blob)
+}
+
+// putMeterState records meter's state of service as stored (for a
+// reload of the service's record, and Quiet) and persists it.
+func (t *resourceTable) putMeterState(service, meter string, blob []byte) {
+	rec := t.stored[service]
+	rec.Name = service
 	rec.Meters = maps.Clone(rec.Meters)
 	if rec.Meters == nil {
 		rec.Meters = make(map[string][]byte, 1)
 	}
-	rec.Meters[store.MeterCircuit] = blob
-	t.stored[r.name] = rec
-	t.persist(&store.PutMeterState{Epoch: t.epoch, Service: r.name, Meter: store.MeterCircuit, State: blob})
+	rec.Meters[meter] = blob
+	t.stored[service] = rec
+	t.persist(&store.PutMeterState{Epoch: t.epoch, Service: service, Meter: meter, State: blob})
 }
