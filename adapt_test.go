@@ -240,6 +240,15 @@ func TestAdaptiveLimits(t *testing.T) {
 	assert.Equal(t, int64(80), l.Effective, "restored, not reset to the ceiling")
 	assert.Equal(t, 1, st.Throttled)
 	assert.True(t, strings.HasPrefix(st.Describe(svc)[0], "effective limit 8 at once (configured 10)"), st.Describe(svc))
+
+	// A ceiling changed at run time: the effective limit keeps its
+	// fraction of it (0.8 of 50).
+	lower := svc
+	lower.RateLimit = 50
+	require.NoError(t, c.SetService(e.ctx, "api", lower))
+	e.settle(c)
+	l, _ = adaptiveLimit(t, c, "api", "requests")
+	assert.Equal(t, runcue.AdaptiveLimit{Limit: "requests", Configured: 50, Effective: 40, Overloads: 1}, l)
 }
 
 // TestAdaptiveAndShareValidation: fractions outside their ranges, a
@@ -256,6 +265,8 @@ func TestAdaptiveAndShareValidation(t *testing.T) {
 		{MaxConcurrent: 1, MinConcurrent: 2},
 		{MinConcurrent: -1},
 		{Share: "two words"},
+		{Meters: []runcue.Meter{{Name: "concurrency", Limit: 1, Window: time.Second}}}, // the adaptive limits' own names
+		{Meters: []runcue.Meter{{Name: "adapt", Limit: 1, Window: time.Second}}},
 	} {
 		assert.ErrorIs(t, e.c.Service("x", s), runcue.ErrInvalid, "%+v", s)
 	}

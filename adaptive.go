@@ -3,7 +3,6 @@ package runcue
 import (
 	"encoding/json"
 	"fmt"
-	"math"
 	"time"
 
 	"github.com/runcue/runcue/internal/broker"
@@ -114,16 +113,14 @@ func storedAdaptive(raw []byte, l Service) *AdaptiveStatus {
 		_ = json.Unmarshal(raw, &rec) // unreadable: reported at the ceilings
 	}
 	st := &AdaptiveStatus{Throttled: rec.Throttled, Unavailable: rec.Unavailable, Timeouts: rec.Timeouts}
-	floor := l.Adaptive.def().InForce().Floor
+	def := l.Adaptive.def().InForce()
 	add := func(name string, configured int64) {
-		eff := configured
-		lim := AdaptiveLimit{Limit: name, Configured: configured}
-		if r, ok := rec.Limits[name]; ok && r.Effective > 0 {
-			eff = min(configured, max(int64(math.Floor(r.Effective)), int64(math.Ceil(floor*float64(configured))), 1))
-			lim.Overloads = r.Overloads
+		// The owner's rule: the stored state within this configuration.
+		ctl := broker.NewAIMD(float64(configured), def.Floor*float64(configured), def.Decrease, def.Increase)
+		if r, ok := rec.Limits[name]; ok {
+			ctl.Restore(broker.AIMDState{Effective: r.Effective, Overloads: r.Overloads})
 		}
-		lim.Effective = eff
-		st.Limits = append(st.Limits, lim)
+		st.Limits = append(st.Limits, AdaptiveLimit{Limit: name, Configured: configured, Effective: ctl.Limit(), Overloads: ctl.Overloads()})
 	}
 	if l.MaxConcurrent > 0 {
 		add("concurrency", int64(l.MaxConcurrent))

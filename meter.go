@@ -122,8 +122,8 @@ func (m Meter) validate() error {
 		return err
 	}
 	switch {
-	case m.Name == store.MeterRequests || m.Name == store.MeterCircuit:
-		return fmt.Errorf("%w: a meter may not be named %q (RateLimit and Budgets count requests)", ErrInvalid, m.Name)
+	case m.Name == store.MeterRequests || m.Name == store.MeterCircuit || m.Name == store.MeterAdapt || m.Name == "concurrency":
+		return fmt.Errorf("%w: a meter may not be named %q (requests, circuit, adapt and concurrency are runcue's own)", ErrInvalid, m.Name)
 	case m.Limit <= 0 || m.Limit > MaxCost:
 		return fmt.Errorf("%w: meter %q: Limit %d is not from 1 to %d", ErrInvalid, m.Name, m.Limit, int64(MaxCost))
 	case m.Window < time.Millisecond || m.Window > MaxRateWindow:

@@ -158,6 +158,7 @@ func TestShareMinimum(t *testing.T) {
 			require.NoError(t, e.c.SetService(e.ctx, "tenant:"+key, s))
 		}
 		release := make(chan struct{})
+		started := make(chan struct{}, 64) // room for every unit: the ones after the six never block
 		var mu sync.Mutex
 		now := map[string]int{}
 		require.NoError(t, e.c.Task("job", runcue.Task{Services: []string{"api"},
@@ -166,6 +167,7 @@ func TestShareMinimum(t *testing.T) {
 				mu.Lock()
 				now[w.ID[:1]]++
 				mu.Unlock()
+				started <- struct{}{}
 				<-release
 				return nil, nil
 			}}))
@@ -179,11 +181,13 @@ func TestShareMinimum(t *testing.T) {
 		_, err := e.c.SubmitBatch(e.ctx, subs)
 		require.NoError(t, err)
 		e.start()
-		require.Eventually(t, func() bool {
-			mu.Lock()
-			defer mu.Unlock()
-			return now["a"]+now["b"]+now["c"] == 6
-		}, wait, time.Millisecond)
+		for range 6 { // api's six slots
+			select {
+			case <-started:
+			case <-e.ctx.Done():
+				t.Fatal("six handlers did not start")
+			}
+		}
 		e.settle()
 		mu.Lock()
 		out := map[string]int{"a": now["a"], "b": now["b"], "c": now["c"]}

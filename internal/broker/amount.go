@@ -53,11 +53,7 @@ func (c Charge) Charged(est, actual int64) int64 {
 //
 // An AmountWindow reads no clock and is not safe for concurrent use.
 type AmountWindow struct {
-	name    string
-	limit   int64
-	length  time.Duration
-	margin  time.Duration
-	charge  Charge
+	amountSpec
 	es      []amountEntry // sorted by start; the live ones are es[head:]
 	head    int
 	sum     int64 // the amounts of es[head:]
@@ -72,21 +68,44 @@ type amountEntry struct {
 // NewAmountWindow returns an empty window counting name: at most limit in
 // any interval of length plus margin, reconciled per charge.
 func NewAmountWindow(name string, limit int64, length, margin time.Duration, charge Charge) *AmountWindow {
-	return &AmountWindow{name: name, limit: limit, length: length, margin: max(margin, 0), charge: charge}
+	return &AmountWindow{amountSpec: newAmountSpec(name, limit, length, margin, charge)}
 }
 
-// Name, Limit, Length and ChargePolicy return the window's settings; Hold
-// is how long an entry counts: Length plus Margin.
-func (w *AmountWindow) Name() string          { return w.name }
-func (w *AmountWindow) Limit() int64          { return w.limit }
-func (w *AmountWindow) Length() time.Duration { return w.length }
-func (w *AmountWindow) ChargePolicy() Charge  { return w.charge }
-func (w *AmountWindow) Hold() time.Duration   { return w.length + w.margin }
+// amountSpec is an amount meter's settings, the same for a window and a
+// bucket: the amount it counts (Name), at most Limit per Length, the
+// wire's Margin, and how a start's charge is reconciled.
+type amountSpec struct {
+	name   string
+	limit  int64
+	length time.Duration
+	margin time.Duration
+	charge Charge
+}
 
-// SetLimits changes the window's settings in place, keeping its entries
+func newAmountSpec(name string, limit int64, length, margin time.Duration, charge Charge) amountSpec {
+	return amountSpec{name: name, limit: limit, length: length, margin: max(margin, 0), charge: charge}
+}
+
+// Name, Limit, Length and ChargePolicy return the meter's settings; Hold
+// is how long a start's entry counts (or, in a bucket, is kept): Length
+// plus Margin.
+func (s *amountSpec) Name() string          { return s.name }
+func (s *amountSpec) Limit() int64          { return s.limit }
+func (s *amountSpec) Length() time.Duration { return s.length }
+func (s *amountSpec) Margin() time.Duration { return s.margin }
+func (s *amountSpec) ChargePolicy() Charge  { return s.charge }
+func (s *amountSpec) Hold() time.Duration   { return s.length + s.margin }
+
+// Counts is the amount the meter counts, its name.
+func (s *amountSpec) Counts() string { return s.name }
+
+// Horizon is how far back recovery reads the service log for it.
+func (s *amountSpec) Horizon() time.Duration { return s.Hold() }
+
+// SetLimits changes the meter's settings in place, keeping its entries
 // and reservations.
-func (w *AmountWindow) SetLimits(limit int64, length, margin time.Duration, charge Charge) {
-	w.limit, w.length, w.margin, w.charge = limit, length, max(margin, 0), charge
+func (s *amountSpec) SetLimits(limit int64, length, margin time.Duration, charge Charge) {
+	*s = newAmountSpec(s.name, limit, length, margin, charge)
 }
 
 // first returns the index of the first entry that counts at t.
@@ -132,12 +151,6 @@ func (w *AmountWindow) Expire(now time.Time) {
 		w.es, w.head = w.es[:n], 0
 	}
 }
-
-// Counts names the amount the window counts.
-func (w *AmountWindow) Counts() string { return w.name }
-
-// Horizon is how far back recovery reads the service log for it.
-func (w *AmountWindow) Horizon() time.Duration { return w.Hold() }
 
 // Refusal admits a dispatch of cost at now while the amounts counting at
 // now, the reservations and cost sum to at most Limit (a cost of zero is
@@ -249,6 +262,7 @@ type AmountMeter interface {
 	Name() string
 	Limit() int64
 	Length() time.Duration
+	Margin() time.Duration
 	Hold() time.Duration
 	// Used is what counts at now, reservations included; Sum without them.
 	Used(now time.Time) int64

@@ -31,11 +31,7 @@ import (
 //
 // A Bucket reads no clock and is not safe for concurrent use.
 type Bucket struct {
-	name    string
-	limit   int64
-	length  time.Duration
-	margin  time.Duration
-	charge  Charge
+	amountSpec
 	tc      int64 // the checkpoint (Unix ns, timeline): deficit dc then
 	dc      float64
 	es      []amountEntry // the starts after tc, sorted
@@ -45,24 +41,7 @@ type Bucket struct {
 // NewBucket returns a full bucket of name: limit, refilling limit per
 // length, with margin, reconciled per charge.
 func NewBucket(name string, limit int64, length, margin time.Duration, charge Charge) *Bucket {
-	return &Bucket{name: name, limit: limit, length: length, margin: max(margin, 0), charge: charge}
-}
-
-// Name, Limit, Length and ChargePolicy return the bucket's settings; Hold
-// is how long a start's entry is kept: Length plus Margin.
-func (b *Bucket) Name() string          { return b.name }
-func (b *Bucket) Limit() int64          { return b.limit }
-func (b *Bucket) Length() time.Duration { return b.length }
-func (b *Bucket) ChargePolicy() Charge  { return b.charge }
-func (b *Bucket) Hold() time.Duration   { return b.length + b.margin }
-func (b *Bucket) Counts() string        { return b.name }
-func (b *Bucket) Horizon() time.Duration {
-	return b.Hold()
-}
-
-// SetLimits changes the settings in place, keeping what it counted.
-func (b *Bucket) SetLimits(limit int64, length, margin time.Duration, charge Charge) {
-	b.limit, b.length, b.margin, b.charge = limit, length, max(margin, 0), charge
+	return &Bucket{amountSpec: newAmountSpec(name, limit, length, margin, charge)}
 }
 
 // rate is the refill per nanosecond.

@@ -158,3 +158,35 @@ func TestExtraMeter(t *testing.T) {
 	rf, _ = r.Refusal(t0, costs)
 	assert.Equal(t, RefusePaused, rf.Kind, "a pause comes first")
 }
+
+// TestCeilings: a meter's limit lowered by an adaptive controller below a
+// unit's cost, with its configured limit in Ceilings, admits the unit
+// when nothing else counts (it starts alone) instead of never; a cost
+// above the configured limit stays unfit; without Ceilings the lowered
+// limit is all there is.
+func TestCeilings(t *testing.T) {
+	r := &Resource{}
+	r.SetAmounts([]AmountLimits{{Name: "tokens", Limit: 60, Window: time.Minute}}, 0)
+	big := Costs{"tokens": 80}
+	if why := r.Unfit(big); why == "" {
+		t.Fatal("without Ceilings, 80 never fits a limit of 60")
+	}
+	r.Ceilings = map[string]int64{"tokens": 100}
+	if why := r.Unfit(big); why != "" {
+		t.Fatalf("within the configured 100: %s", why)
+	}
+	if r.Unfit(Costs{"tokens": 101}) == "" {
+		t.Fatal("above the configured limit: unfit")
+	}
+	if ok, _, _ := r.Admit(t0, big); !ok {
+		t.Fatal("alone, 80 starts under a lowered limit of 60")
+	}
+	r.Take(t0, false, big)
+	r.Start(t0, t0, big)
+	if ok, _, _ := r.Admit(t0, Costs{"tokens": 1}); ok {
+		t.Fatal("beside it, nothing: 80 already counts against 60")
+	}
+	if ok, _, _ := r.Admit(t0.Add(time.Minute+time.Nanosecond), big); !ok {
+		t.Fatal("once it left the window, the next alone")
+	}
+}

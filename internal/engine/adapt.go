@@ -104,9 +104,15 @@ func (t *resourceTable) adaptLimits(r *resource, s store.ServiceDef) store.Servi
 		r.adapt = a
 	}
 	a.def = def
-	var rec store.AdaptRecord
-	if raw := t.stored[r.name].Meters[store.MeterAdapt]; len(raw) > 0 {
-		_ = json.Unmarshal(raw, &rec) // unreadable: start at the ceilings
+	var rec *store.AdaptRecord // the stored state, read when a controller is made
+	stored := func() *store.AdaptRecord {
+		if rec == nil {
+			rec = &store.AdaptRecord{}
+			if raw := t.stored[r.name].Meters[store.MeterAdapt]; len(raw) > 0 {
+				_ = json.Unmarshal(raw, rec) // unreadable: start at the ceilings
+			}
+		}
+		return rec
 	}
 	old := a.limits
 	a.limits = nil
@@ -121,7 +127,7 @@ func (t *resourceTable) adaptLimits(r *resource, s store.ServiceDef) store.Servi
 			}
 		}
 		c := broker.NewAIMD(ceiling, def.Floor*ceiling, def.Decrease, def.Increase)
-		if st, ok := rec.Limits[name]; ok {
+		if st, ok := stored().Limits[name]; ok {
 			c.Restore(broker.AIMDState{Effective: st.Effective, Overloads: st.Overloads})
 			a.counts = AdaptCounts{rec.Throttled, rec.Unavailable, rec.Timeouts}
 		}
@@ -201,11 +207,7 @@ func (t *resourceTable) adaptRun(r *run, sig Overload, success bool, held []stri
 		if !changed {
 			continue
 		}
-		s, ok := t.limits(res.name, res.class)
-		if !ok {
-			continue
-		}
-		t.applyLimits(res, s)
+		t.applyEffective(res)
 		t.markStatus(res)
 		if !cut {
 			t.wakeAll(res) // room grew
@@ -215,6 +217,37 @@ func (t *resourceTable) adaptRun(r *run, sig Overload, success bool, held []stri
 		}
 	}
 	return evs
+}
+
+// applyEffective gives r's meters its adaptive limits' effective values,
+// in place (applyLimits, which also sets them, rebuilds every limit from
+// the service's definition: for a change of limits, not of a value).
+func (t *resourceTable) applyEffective(r *resource) {
+	for _, l := range r.adapt.limits {
+		eff := l.ctl.Limit()
+		switch l.name {
+		case LimitConcurrency:
+			r.Limit = int(eff)
+		case LimitRequests:
+			if r.Window != nil {
+				r.Window.SetLimits(int(eff), r.Window.Length())
+			}
+		default:
+			a := r.Amount(l.name)
+			if a == nil {
+				continue
+			}
+			a.SetLimits(eff, a.Length(), a.Margin(), a.ChargePolicy())
+			if ceiling := int64(l.ctl.Ceiling); eff < ceiling {
+				if r.Ceilings == nil {
+					r.Ceilings = map[string]int64{}
+				}
+				r.Ceilings[l.name] = ceiling
+			} else {
+				delete(r.Ceilings, l.name)
+			}
+		}
+	}
 }
 
 // announceStep is the rise, in fractions of its ceiling, that a limit

@@ -93,9 +93,14 @@ type resource struct {
 	adapt *adaptive
 	// finish is a keyed instance's virtual finish in its class's fair
 	// shares, backlogged whether units of its waited at its last
-	// dispatch (shares.go).
+	// dispatch; shareBy, weight and minimum are its class's Share and
+	// its own Weight and MinConcurrent, as of its last applyLimits
+	// (shares.go).
 	finish     float64
 	backlogged bool
+	shareBy    string
+	weight     float64
+	minimum    int
 }
 
 func (r *resource) attrs() metric.MeasurementOption {
@@ -242,6 +247,9 @@ func (t *resourceTable) newServiceResource(name, class string, reg store.Service
 // applyLimits sets r's limits from s, keeping its window's entries and its
 // circuit's state.
 func (t *resourceTable) applyLimits(r *resource, s store.ServiceDef) {
+	if r.class != "" && r.name != r.class {
+		t.shareSettings(r, s)
+	}
 	s = t.adaptLimits(r, s)
 	r.SetLimits(broker.Limits{Concurrency: s.MaxConcurrent, Rate: s.RateLimit, Window: s.RateWindow, Margin: margin(s), Pace: s.Pace,
 		Threshold: s.CircuitThreshold, Timeout: s.CircuitTimeout})

@@ -38,10 +38,7 @@ func (t *resourceTable) fairOf(l *lane) *resource {
 	}
 	l.fair, l.fairGen = nil, t.limitsGen+1
 	for _, r := range l.resources {
-		if !r.keyed {
-			continue
-		}
-		if s, ok := t.effective(r.class); ok && s.Share != "" {
+		if r.keyed && r.shareBy != "" {
 			l.fair = r
 			return r
 		}
@@ -49,16 +46,18 @@ func (t *resourceTable) fairOf(l *lane) *resource {
 	return nil
 }
 
-// shareLimits are a key's Weight (at least a tiny positive number) and
-// MinConcurrent: its own override's, else its class's.
-func (t *resourceTable) shareLimits(r *resource) (weight float64, minimum int, share string) {
-	s, _ := t.limits(r.name, r.class)
+// shareSettings caches on keyed instance r the settings its shares read
+// at every push and dispatch: its class's Share, and its Weight (at least
+// a tiny positive number; zero means one) and MinConcurrent from s, its
+// limits in force (its own override's, else its class's).
+func (t *resourceTable) shareSettings(r *resource, s store.ServiceDef) {
 	class, _ := t.effective(r.class)
-	weight = s.Weight
-	if weight <= 0 || math.IsNaN(weight) || math.IsInf(weight, 0) {
-		weight = 1
+	r.shareBy, r.minimum = class.Share, s.MinConcurrent
+	r.weight = s.Weight
+	if r.weight <= 0 || math.IsNaN(r.weight) || math.IsInf(r.weight, 0) {
+		r.weight = 1
 	}
-	return max(weight, 1e-9), s.MinConcurrent, class.Share
+	r.weight = max(r.weight, 1e-9)
 }
 
 // tagLane sets l's place among the lanes of its fair class, before it
@@ -68,7 +67,6 @@ func (t *resourceTable) tagLane(l *lane) {
 	if r == nil {
 		return
 	}
-	_, minimum, _ := t.shareLimits(r)
 	l.tag = r.finish
 	if !r.backlogged {
 		// Idle until now: it starts at the class's virtual time, with
@@ -77,7 +75,7 @@ func (t *resourceTable) tagLane(l *lane) {
 		// for it may run the class's time ahead of it.
 		l.tag = max(t.shareClass(r.class).v, r.finish)
 	}
-	l.underMin = r.Active < minimum
+	l.underMin = r.Active < r.minimum
 }
 
 func (t *resourceTable) shareClass(class string) *shareState {
@@ -96,10 +94,9 @@ func (t *resourceTable) chargeShare(l *lane, costs broker.Costs) {
 	if r == nil {
 		return
 	}
-	weight, _, share := t.shareLimits(r)
 	cls := t.shareClass(r.class)
 	start := max(l.tag, r.finish) // a sibling lane of the key may have moved it on
-	r.finish = start + float64(shareCost(share, costs))/weight
+	r.finish = start + float64(shareCost(r.shareBy, costs))/r.weight
 	r.backlogged = l.units.Len() > 1 // more of its units wait
 	cls.v = max(cls.v, start)
 }
@@ -111,12 +108,11 @@ func (t *resourceTable) shareUsed(r *run, used map[string]int64) {
 	if res == nil || len(used) == 0 {
 		return
 	}
-	weight, _, share := t.shareLimits(res)
-	actual, ok := used[share]
-	if !ok || share == store.MeterRequests {
+	actual, ok := used[res.shareBy]
+	if !ok || res.shareBy == store.MeterRequests {
 		return
 	}
-	res.finish += float64(actual-shareCost(share, r.u.costs())) / weight
+	res.finish += float64(actual-shareCost(res.shareBy, r.u.costs())) / res.weight
 }
 
 // shareCost is what a dispatch of costs counts in a share of amount
