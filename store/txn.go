@@ -100,6 +100,9 @@ type Tx interface {
 	// lease and appending attempt to its history; it reports whether the
 	// unit was running on that run.
 	EndRunning(id string, runs int, st State, at time.Time, attempt Attempt, errMsg, errKind string) (bool, error)
+	// Unassign deletes the assignment of run runs of unit id (see Assign),
+	// if any.
+	Unassign(id string, runs int) error
 
 	// PruneFinished deletes up to limit units (all when limit is 0) that
 	// finished before before, with their history and dependency edges,
@@ -132,6 +135,12 @@ type RunningRef struct {
 	Epoch           int64
 	LeaseExpires    time.Time
 	CancelRequested bool
+	// Executor is the executor the run is assigned to ("" when none), and
+	// ExecutorSeen and ExecutorTTL its registration's last heartbeat and
+	// TTL (ExecutorSeen zero when it is not registered).
+	Executor     string
+	ExecutorSeen time.Time
+	ExecutorTTL  time.Duration
 }
 
 // UnitRef names a unit, its task and its target.

@@ -19,7 +19,10 @@ import (
 // dependents), requeued otherwise, with an "abandoned" attempt and an
 // event. A run whose lease still holds is left running (r.Held): its owner
 // may be alive (partitioned, paused) and its handler running, so it counts
-// against its services until its lease ends.
+// against its services until its lease ends. A run assigned to an executor
+// is held while its lease holds and its executor is registered and
+// heartbeating, whatever became of the earlier owner; otherwise it is over
+// too, and its assignment is deleted.
 func ApplyRecover(tx Tx, op *Recover, r *Result) error {
 	runs, err := tx.RunningUnits(op.Only)
 	if err != nil {
@@ -29,11 +32,24 @@ func ApplyRecover(tx Tx, op *Recover, r *Result) error {
 		if x.Epoch >= op.Epoch {
 			continue // this owner's own run
 		}
-		if !op.PreviousDead && x.LeaseExpires.After(op.At) {
+		held := !op.PreviousDead && x.LeaseExpires.After(op.At)
+		why := "owner stopped before the run finished"
+		if x.Executor != "" {
+			// Its lease is its executor's, whose heartbeat keeps it: the
+			// earlier owner's death says nothing of it.
+			held = x.LeaseExpires.After(op.At) && op.At.Before(x.ExecutorSeen.Add(x.ExecutorTTL))
+			why = "executor stopped before the run finished"
+		}
+		if held {
 			r.Held = append(r.Held, x.ID)
 			continue
 		}
-		att := Attempt{Run: x.Runs, Start: x.Started, End: op.At, Outcome: "abandoned", Error: "owner stopped before the run finished"}
+		if x.Executor != "" {
+			if err := tx.Unassign(x.ID, x.Runs); err != nil {
+				return err
+			}
+		}
+		att := Attempt{Run: x.Runs, Start: x.Started, End: op.At, Outcome: "abandoned", Error: why}
 		if x.CancelRequested {
 			ok, err := tx.EndRunning(x.ID, x.Runs, Cancelled, op.At, att, "cancelled", "cancelled")
 			if err != nil || !ok {

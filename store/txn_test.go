@@ -379,3 +379,6 @@ func TestActivityOf(t *testing.T) {
 	a := store.Attempt{Run: 2, Start: time.Unix(1, 0), End: time.Unix(2, 0), Outcome: "failed", Error: "a \"quote\""}
 	assert.Equal(t, `{"run":2,"start":1000000000,"end":2000000000,"outcome":"failed","error":"a \"quote\""}`, store.AttemptJSON(a))
 }
+
+// Unassign implements store.Tx: memTx keeps no assignments.
+func (m *memTx) Unassign(string, int) error { return nil }

@@ -36,6 +36,9 @@ type txn struct {
 	// until then) with the lease row locked: no owner change commits
 	// before this transaction does.
 	epoch int64
+	// notify: an executor's op (an assignment, a report) applied, which
+	// the other side waits for (see remote.go).
+	notify bool
 }
 
 // Apply runs ops in one transaction. See store.Store.
@@ -89,7 +92,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 	if err := t.flushActivity(); err != nil {
 		return store.Batch{}, err
 	}
-	if t.nextSeq > t.follows+1 {
+	if t.nextSeq > t.follows+1 || t.notify {
 		// One notification per commit, never per unit (NOTIFY takes a
 		// lock at commit): the listeners read the log themselves.
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel); err != nil {
@@ -234,6 +237,9 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 		return store.ApplyPrune(t, op, r)
 	case *store.FailQueued:
 		return store.ApplyFailQueued(t, op, r)
+	}
+	if ok, err := t.applyRemote(op, r); ok {
+		return err
 	}
 	return fmt.Errorf("runcue: postgres: unknown op %T", op)
 }

@@ -282,23 +282,26 @@ func (t *txn) AppendEvent(ev *store.Event, at time.Time) error { return t.event(
 
 // RunningUnits implements store.Tx.
 func (t *txn) RunningUnits(ids []string) ([]store.RunningRef, error) {
-	q := `SELECT id, task, target, runs, started_at, epoch, lease_expires_at, cancel_requested FROM work_units
-		WHERE state='running'`
+	q := `SELECT w.id, w.task, w.target, w.runs, w.started_at, w.epoch, w.lease_expires_at, w.cancel_requested,
+			coalesce(a.executor, ''), coalesce(e.seen_at, 0), coalesce(e.ttl_ns, 0)
+		FROM work_units w LEFT JOIN assignments a ON a.work_id = w.id AND a.run = w.runs LEFT JOIN executors e ON e.id = a.executor
+		WHERE w.state='running'`
 	args := []any{}
 	if len(ids) > 0 {
-		q += ` AND id = ANY($1)`
+		q += ` AND w.id = ANY($1)`
 		args = append(args, ids)
 	}
-	rows, err := t.query(q+` ORDER BY seq FOR UPDATE`, args...)
+	rows, err := t.query(q+` ORDER BY w.seq FOR UPDATE OF w`, args...)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.RunningRef, error) {
 		var r store.RunningRef
-		var started, expires int64
+		var started, expires, seen, ttl int64
 		var cancel int
-		err := row.Scan(&r.ID, &r.Task, &r.Target, &r.Runs, &started, &r.Epoch, &expires, &cancel)
+		err := row.Scan(&r.ID, &r.Task, &r.Target, &r.Runs, &started, &r.Epoch, &expires, &cancel, &r.Executor, &seen, &ttl)
 		r.Started, r.LeaseExpires, r.CancelRequested = tm(started), tm(expires), cancel != 0
+		r.ExecutorSeen, r.ExecutorTTL = tm(seen), time.Duration(ttl)
 		return r, err
 	})
 }

@@ -358,6 +358,9 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 	case *store.FailQueued:
 		return store.ApplyFailQueued(t, op, r)
 	}
+	if ok, err := t.applyRemote(op, r); ok {
+		return err
+	}
 	return fmt.Errorf("runcue: sqlite: unknown op %T", op)
 }
 

@@ -258,8 +258,10 @@ func (t *txn) finishMerged(op *store.Finish, applied bool, r *store.Result) erro
 // runningQuery reads the running units a new owner looks at. Its state
 // NOT IN term is the open-units index's condition: a long history of
 // finished units is not walked at every start (TestOpenUnitQueriesUseIndex).
-const runningQuery = `SELECT id, task, target, runs, started_at, epoch, lease_expires_at, cancel_requested FROM work_units
-	WHERE state='running' AND state NOT IN ('completed', 'skipped') ORDER BY seq`
+const runningQuery = `SELECT w.id, w.task, w.target, w.runs, w.started_at, w.epoch, w.lease_expires_at, w.cancel_requested,
+		coalesce(a.executor, ''), coalesce(e.seen_at, 0), coalesce(e.ttl_ns, 0)
+	FROM work_units w LEFT JOIN assignments a ON a.work_id = w.id AND a.run = w.runs LEFT JOIN executors e ON e.id = a.executor
+	WHERE w.state='running' AND w.state NOT IN ('completed', 'skipped') ORDER BY w.seq`
 
 // RunningUnits implements store.Tx. (SQLite's writer holds the database:
 // no row lock is needed.)
@@ -283,7 +285,7 @@ func (t *txn) RunningUnits(ids []string) ([]store.RunningRef, error) {
 		}
 		out = append(out, store.RunningRef{UnitRef: store.UnitRef{ID: id, Task: asStr(row[1]), Target: asStr(row[2])},
 			Runs: int(asInt(row[3])), Started: tm(asInt(row[4])), Epoch: asInt(row[5]), LeaseExpires: tm(asInt(row[6])),
-			CancelRequested: asInt(row[7]) != 0})
+			CancelRequested: asInt(row[7]) != 0, Executor: asStr(row[8]), ExecutorSeen: tm(asInt(row[9])), ExecutorTTL: time.Duration(asInt(row[10]))})
 	}
 	return out, nil
 }

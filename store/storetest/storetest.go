@@ -76,6 +76,7 @@ func Run(t *testing.T, open Opener) {
 		{"Stats", testStats},
 		{"Subscriptions", testSubscriptions},
 		{"EventTargets", testEventTargets},
+		{"Executors", testExecutors},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

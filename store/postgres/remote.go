@@ -1,0 +1,171 @@
+package postgres
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/runcue/runcue/store"
+)
+
+// Executors' ops and reads (store.ExecutorStore). The store's clock is the
+// server's (clock_timestamp(), not the transaction's start): every host's
+// executors and the scheduler measure their offsets to it.
+
+// nowNS is the server's clock in Unix nanoseconds (microsecond precision).
+const nowNS = `(extract(epoch from clock_timestamp()) * 1000000000)::bigint`
+
+// Now implements store.ExecutorStore.
+func (s *Store) Now(ctx context.Context) (time.Time, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT `+nowNS).Scan(&n)
+	return tm(n), err
+}
+
+// applyRemote applies an executor's or an assignment's op; ok is false
+// for any other op.
+func (t *txn) applyRemote(op store.Op, r *store.Result) (ok bool, err error) {
+	switch op := op.(type) {
+	case *store.RegisterExecutor:
+		e := op.Executor
+		tasks, err := json.Marshal(e.Tasks)
+		if err != nil {
+			return true, err
+		}
+		_, err = t.exec(`INSERT INTO executors(id, host, pid, tasks, capacity, poll_ns, ttl_ns, registered_at, seen_at)
+			VALUES($1,$2,$3,$4,$5,$6,$7,`+nowNS+`,`+nowNS+`)
+			ON CONFLICT(id) DO UPDATE SET host=excluded.host, pid=excluded.pid, tasks=excluded.tasks, capacity=excluded.capacity,
+				poll_ns=excluded.poll_ns, ttl_ns=excluded.ttl_ns, registered_at=excluded.registered_at, seen_at=excluded.seen_at`,
+			e.ID, e.Host, e.PID, string(tasks), e.Capacity, int64(e.Poll), int64(e.TTL))
+		r.Applied = err == nil
+		t.notify = true
+		return true, err
+	case *store.RemoveExecutor:
+		r.Applied, err = t.changed(`DELETE FROM executors WHERE id=$1`, op.ID)
+		t.notify = true
+		return true, err
+	case *store.ExecutorBeat:
+		r.Applied, err = t.changed(`UPDATE executors SET seen_at=`+nowNS+` WHERE id=$1`, op.ID)
+		if err != nil || !r.Applied {
+			return true, err
+		}
+		_, err = t.exec(`UPDATE work_units SET lease_expires_at=greatest(lease_expires_at, `+nowNS+` + $1), heartbeat_at=`+nowNS+`
+			WHERE id IN (SELECT work_id FROM assignments WHERE executor=$2 AND state < 2) AND state='running'`,
+			int64(op.TTL), op.ID)
+		return true, err
+	case *store.Assign:
+		r.Applied, err = t.changed(`INSERT INTO assignments(work_id, run, executor, task, start_by, timeout_ns)
+			SELECT id, runs, $1, task, $2, $3 FROM work_units WHERE id=$4 AND state='running' AND runs=$5 AND leased_by=$6
+			ON CONFLICT(work_id) DO UPDATE SET run=excluded.run, executor=excluded.executor, task=excluded.task,
+				start_by=excluded.start_by, timeout_ns=excluded.timeout_ns, state=0, cancel=NULL, started_at=0, ending=NULL`,
+			op.Executor, ns(op.StartBy), int64(op.Timeout), op.ID, op.Run, op.Owner)
+		t.notify = t.notify || r.Applied
+		return true, err
+	case *store.CancelAssigned:
+		r.Applied, err = t.changed(`UPDATE assignments SET cancel=$1 WHERE work_id=$2 AND run=$3 AND cancel IS NULL`, op.Cause, op.ID, op.Run)
+		t.notify = t.notify || r.Applied
+		return true, err
+	case *store.Unassign:
+		r.Applied, err = t.changed(`DELETE FROM assignments WHERE work_id=$1 AND run=$2`, op.ID, op.Run)
+		return true, err
+	case *store.ReportStart:
+		r.Applied, err = t.changed(`UPDATE assignments SET state=1, started_at=$1 WHERE work_id=$2 AND run=$3 AND executor=$4 AND state=0`,
+			ns(op.At), op.ID, op.Run, op.Executor)
+		if err == nil && !r.Applied {
+			r.Err, err = t.assignedTo(op.Executor, op.ID, op.Run)
+		}
+		t.notify = t.notify || r.Applied
+		return true, err
+	case *store.ReportEnd:
+		r.Applied, err = t.changed(`UPDATE assignments SET state=2, ending=$1 WHERE work_id=$2 AND run=$3 AND executor=$4 AND state < 2`,
+			orNil(op.Ending), op.ID, op.Run, op.Executor)
+		if err == nil && !r.Applied {
+			r.Err, err = t.assignedTo(op.Executor, op.ID, op.Run)
+		}
+		t.notify = t.notify || r.Applied
+		return true, err
+	}
+	return false, nil
+}
+
+// assignedTo is the Err of a report that did not apply: ErrStaleRun unless
+// run is still assigned to executor (a repeated report).
+func (t *txn) assignedTo(executor, id string, run int) (error, error) {
+	var one int
+	ok, err := t.one(`SELECT 1 FROM assignments WHERE work_id=$1 AND run=$2 AND executor=$3`, []any{id, run, executor}, &one)
+	if err != nil || ok {
+		return nil, err
+	}
+	return store.ErrStaleRun, nil
+}
+
+// Unassign implements store.Tx.
+func (t *txn) Unassign(id string, runs int) error {
+	_, err := t.exec(`DELETE FROM assignments WHERE work_id=$1 AND run=$2`, id, runs)
+	return err
+}
+
+// Executors implements store.ExecutorStore.
+func (s *Store) Executors(ctx context.Context) ([]store.ExecutorRecord, time.Time, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, host, pid, tasks, capacity, poll_ns, ttl_ns, registered_at, seen_at, `+nowNS+` FROM executors ORDER BY id`)
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	var now int64
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.ExecutorRecord, error) {
+		var e store.ExecutorRecord
+		var tasks string
+		var poll, ttl, reg, seen int64
+		if err := row.Scan(&e.ID, &e.Host, &e.PID, &tasks, &e.Capacity, &poll, &ttl, &reg, &seen, &now); err != nil {
+			return e, err
+		}
+		e.Poll, e.TTL, e.Registered, e.Seen = time.Duration(poll), time.Duration(ttl), tm(reg), tm(seen)
+		return e, json.Unmarshal([]byte(tasks), &e.Tasks)
+	})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	if len(out) == 0 {
+		t, err := s.Now(ctx)
+		return nil, t, err
+	}
+	return out, tm(now), nil
+}
+
+// Assigned implements store.ExecutorStore.
+func (s *Store) Assigned(ctx context.Context, executor string) ([]store.Assignment, error) {
+	return s.assignments(ctx, `SELECT a.work_id, a.run, a.executor, a.task, a.start_by, a.timeout_ns, a.state, a.cancel, a.started_at, NULL::bytea,
+			CASE WHEN a.state = 0 THEN w.target END, CASE WHEN a.state = 0 THEN w.params END
+		FROM assignments a LEFT JOIN work_units w ON w.id = a.work_id WHERE a.executor = $1`, executor)
+}
+
+// Reported implements store.ExecutorStore.
+func (s *Store) Reported(ctx context.Context) ([]store.Assignment, error) {
+	return s.assignments(ctx, `SELECT work_id, run, executor, task, start_by, timeout_ns, state, cancel, started_at, ending, NULL::text, NULL::bytea
+		FROM assignments WHERE state > 0`)
+}
+
+func (s *Store) assignments(ctx context.Context, query string, args ...any) ([]store.Assignment, error) {
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (store.Assignment, error) {
+		var a store.Assignment
+		var startBy, timeout, started int64
+		var state int
+		var cancel, target *string
+		err := row.Scan(&a.ID, &a.Run, &a.Executor, &a.Task, &startBy, &timeout, &state, &cancel, &started, &a.Ending, &target, &a.Params)
+		a.StartBy, a.Timeout, a.Started, a.State = tm(startBy), time.Duration(timeout), tm(started), store.AssignState(state)
+		if cancel != nil {
+			a.Cancel = *cancel
+		}
+		if target != nil {
+			a.Target = *target
+		}
+		return a, err
+	})
+}
+
+var _ store.ExecutorStore = (*Store)(nil)

@@ -1,0 +1,149 @@
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runcue/runcue/store"
+)
+
+// testExecutors: the executors' protocol (store.ExecutorStore). An
+// assignment is made only for the run the owner holds; reports apply only
+// to the run still assigned to their executor (ErrStaleRun otherwise, nil
+// for a repeat); an executor's heartbeat keeps its runs' leases, which a
+// new owner's recovery holds while it lives, even when the earlier owner
+// is proven dead; once it is gone, its runs are requeued and their
+// assignments deleted, and its late reports refused.
+func testExecutors(t *testing.T, h *harness) {
+	es, ok := h.st.(store.ExecutorStore)
+	if !ok {
+		t.Skip("the store does not implement store.ExecutorStore")
+	}
+	now, err := es.Now(h.ctx)
+	require.NoError(t, err)
+	assert.WithinDuration(t, time.Now(), now, time.Minute, "the store's clock (this host's, or the server's on it)")
+	rec := store.ExecutorRecord{ID: "ex-1", Host: "h1", PID: 7, Tasks: []string{"a", "b"}, Capacity: 4, Poll: 50 * time.Millisecond, TTL: time.Minute}
+	assert.True(t, h.apply(&store.RegisterExecutor{Executor: rec})[0].Applied)
+	execs, at, err := es.Executors(h.ctx)
+	require.NoError(t, err)
+	require.Len(t, execs, 1)
+	got := execs[0]
+	assert.Equal(t, []string{"a", "b"}, got.Tasks)
+	assert.Equal(t, 4, got.Capacity)
+	assert.Equal(t, time.Minute, got.TTL)
+	assert.True(t, got.Live(at), "just registered")
+	assert.False(t, got.Live(at.Add(time.Minute)), "a TTL after its last heartbeat, gone")
+
+	own, err := h.st.Acquire(h.ctx, store.Holder{Owner: "sched-1"})
+	require.NoError(t, err)
+	e1 := own.Epoch()
+	require.NoError(t, own.Release())
+	u, v := h.unit("a", func(u *store.Unit) { u.Target = "t-u"; u.Params = []byte(`{"p":1}`) }), h.unit("b")
+	h.insert(u, v)
+	wall := time.Now()
+	for _, x := range []*store.Unit{u, v} {
+		require.True(t, h.apply(&store.Claim{Epoch: e1, ID: x.ID, Owner: "sched-1", Run: 1, At: wall, LeaseExpires: wall.Add(time.Second)})[0].Applied)
+	}
+	startBy := wall.Add(time.Second)
+	res := h.apply(
+		&store.Assign{Epoch: e1, ID: u.ID, Owner: "sched-1", Run: 2, Executor: "ex-1"},
+		&store.Assign{Epoch: e1, ID: u.ID, Owner: "other", Run: 1, Executor: "ex-1"},
+		&store.Assign{Epoch: e1, ID: u.ID, Owner: "sched-1", Run: 1, Executor: "ex-1", StartBy: startBy, Timeout: time.Minute},
+		&store.Assign{Epoch: e1, ID: v.ID, Owner: "sched-1", Run: 1, Executor: "ex-1", Timeout: time.Minute})
+	assert.False(t, res[0].Applied, "not the unit's run")
+	assert.False(t, res[1].Applied, "not the unit's owner")
+	assert.True(t, res[2].Applied)
+	assert.True(t, res[3].Applied)
+	as, err := es.Assigned(h.ctx, "ex-1")
+	require.NoError(t, err)
+	require.Len(t, as, 2)
+	byID := map[string]store.Assignment{}
+	for _, a := range as {
+		byID[a.ID] = a
+	}
+	a := byID[u.ID]
+	assert.Equal(t, store.Assignment{ID: u.ID, Run: 1, Executor: "ex-1", Task: "a", Target: "t-u", Params: []byte(`{"p":1}`),
+		StartBy: time.Unix(0, startBy.UnixNano()), Timeout: time.Minute}, a)
+	none, err := es.Assigned(h.ctx, "ex-2")
+	require.NoError(t, err)
+	assert.Empty(t, none)
+
+	started := time.Now()
+	res = h.apply(
+		&store.ReportStart{Executor: "ex-2", ID: u.ID, Run: 1, At: started},
+		&store.ReportStart{Executor: "ex-1", ID: u.ID, Run: 2, At: started},
+		&store.ReportStart{Executor: "ex-1", ID: u.ID, Run: 1, At: started},
+		&store.ReportStart{Executor: "ex-1", ID: u.ID, Run: 1, At: started.Add(time.Second)},
+		&store.CancelAssigned{Epoch: e1, ID: v.ID, Run: 1, Cause: "cancelled"})
+	assert.ErrorIs(t, res[0].Err, store.ErrStaleRun, "another executor's report")
+	assert.ErrorIs(t, res[1].Err, store.ErrStaleRun, "another run's report")
+	assert.True(t, res[2].Applied)
+	assert.False(t, res[3].Applied, "a repeated start is not applied")
+	assert.NoError(t, res[3].Err, "nor refused")
+	assert.True(t, res[4].Applied)
+	rep, err := es.Reported(h.ctx)
+	require.NoError(t, err)
+	require.Len(t, rep, 1)
+	assert.Equal(t, store.AssignStarted, rep[0].State)
+	assert.Equal(t, time.Unix(0, started.UnixNano()), rep[0].Started)
+	as, err = es.Assigned(h.ctx, "ex-1")
+	require.NoError(t, err)
+	for _, a := range as {
+		if a.ID == v.ID {
+			assert.Equal(t, "cancelled", a.Cancel)
+		}
+	}
+
+	// The executor's heartbeat extends its runs' leases past the owner's.
+	before := time.Now()
+	assert.True(t, h.apply(&store.ExecutorBeat{ID: "ex-1", TTL: time.Hour})[0].Applied)
+	assert.False(t, h.apply(&store.ExecutorBeat{ID: "ex-2", TTL: time.Hour})[0].Applied, "not registered")
+	assert.False(t, h.get(u.ID).LeaseExpiresAt.Before(before.Add(time.Hour)))
+
+	// A new owner, the earlier one proven dead: the executor's runs hold.
+	own, err = h.st.Acquire(h.ctx, store.Holder{Owner: "sched-2"})
+	require.NoError(t, err)
+	defer own.Release()
+	e2 := own.Epoch()
+	r := h.apply(&store.Recover{Epoch: e2, At: time.Now(), PreviousDead: true})[0]
+	assert.ElementsMatch(t, []string{u.ID, v.ID}, r.Held, "runs of a live executor survive the owner")
+	assert.Empty(t, r.IDs)
+
+	// v ends: its report, then the owner's Finish with its Unassign.
+	res = h.apply(&store.ReportEnd{Executor: "ex-1", ID: v.ID, Run: 1, Ending: []byte(`{"ok":true}`)})
+	assert.True(t, res[0].Applied)
+	rep, err = es.Reported(h.ctx)
+	require.NoError(t, err)
+	require.Len(t, rep, 2)
+	for _, a := range rep {
+		if a.ID == v.ID {
+			assert.Equal(t, store.AssignEnded, a.State)
+			assert.JSONEq(t, `{"ok":true}`, string(a.Ending))
+		}
+	}
+	fin := time.Now()
+	res = h.apply(&store.Finish{Epoch: e2, ID: v.ID, Owner: "sched-1", Run: 1, At: fin, State: store.Completed,
+		Attempt: store.Attempt{Run: 1, Start: wall, End: fin, Outcome: "completed"}},
+		&store.Unassign{Epoch: e2, ID: v.ID, Run: 1})
+	assert.True(t, res[0].Applied, "the new owner finishes the run under its lease's name")
+	assert.True(t, res[1].Applied)
+	assert.Equal(t, store.Completed, h.get(v.ID).State)
+
+	// The executor goes: its run is requeued, its late report refused.
+	assert.True(t, h.apply(&store.RemoveExecutor{ID: "ex-1"})[0].Applied)
+	r = h.apply(&store.Recover{Epoch: e2, At: time.Now()})[0]
+	assert.Equal(t, []string{u.ID}, r.IDs)
+	got2 := h.get(u.ID)
+	assert.Equal(t, store.Queued, got2.State)
+	require.Len(t, got2.Attempts, 1)
+	assert.Equal(t, "executor stopped before the run finished", got2.Attempts[0].Error)
+	rep, err = es.Reported(h.ctx)
+	require.NoError(t, err)
+	assert.Empty(t, rep, "the requeued run's assignment is deleted")
+	res = h.apply(&store.ReportEnd{Executor: "ex-1", ID: u.ID, Run: 1, Ending: []byte(`{}`)})
+	assert.ErrorIs(t, res[0].Err, store.ErrStaleRun)
+	assert.Equal(t, store.Queued, h.get(u.ID).State)
+}
