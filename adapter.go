@@ -51,6 +51,8 @@ func (c *Cue) newMachinery() error {
 // engine exited before answering.
 type dispatcher struct {
 	e *engine.Engine
+	// remote runs the remote tasks' runs (nil: the store has no executors).
+	remote *remoteRunner
 }
 
 // startEngine makes the engine of an owner that took ownership (own):
@@ -95,6 +97,9 @@ func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.Servic
 		}
 	}
 	d := &dispatcher{}
+	if _, ok := c.st.(store.ExecutorStore); ok {
+		d.remote = newRemoteRunner(c)
+	}
 	d.e = engine.New(ecfg, engine.Deps{
 		Store: c.st, Writer: c.w, Hub: c.hub, Tel: c.mach.tel, Stats: &c.mach.stats, Hooks: c.mach.hooks,
 		UnitRetry: func(raw []byte) (engine.RetryPolicy, error) {
@@ -104,18 +109,21 @@ func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.Servic
 		Encode:        encodeReport,
 		ReportOrphans: c.reportOrphans,
 		Detach:        func(*engine.Engine) { c.disp.CompareAndSwap(d, nil) },
-	}, owner, own, stored, pauses, c.registry())
+	}, owner, own, stored, pauses, c.registry(d.remote))
+	if d.remote != nil {
+		d.remote.e = d.e
+	}
 	return d
 }
 
 // registry copies the registrations for the engine; the caller holds c.mu.
-func (c *Cue) registry() engine.Registry {
+func (c *Cue) registry(rr *remoteRunner) engine.Registry {
 	reg := engine.Registry{Services: make(map[string]store.ServiceDef, len(c.services)), Tasks: make(map[string]*engine.TaskSpec, len(c.tasks))}
 	for name, s := range c.services {
 		reg.Services[name] = s.def()
 	}
 	for name, t := range c.tasks {
-		reg.Tasks[name] = c.taskSpec(name, t)
+		reg.Tasks[name] = c.taskSpec(name, t, rr)
 	}
 	return reg
 }
@@ -128,22 +136,29 @@ func (c *Cue) notifyRegistry() {
 	d := c.disp.Load()
 	var reg engine.Registry
 	if d != nil {
-		reg = c.registry()
+		reg = c.registry(d.remote)
 	}
 	c.mu.Unlock()
 	if d != nil {
 		d.e.SetRegistry(reg)
+		if d.remote != nil && d.remote.hasTasks() {
+			d.remote.start()
+		}
 	}
 }
 
 // taskSpec is task t as the engine runs it.
-func (c *Cue) taskSpec(name string, t *Task) *engine.TaskSpec {
+func (c *Cue) taskSpec(name string, t *Task, rr *remoteRunner) *engine.TaskSpec {
 	policy := t.Retry.withDefaults()
 	spec := &engine.TaskSpec{
 		Name: name, Services: t.Services, Timeout: t.Timeout, MaxConcurrent: t.MaxConcurrent,
 		Retry: retryOf(policy), Retryable: policy.retryable, MaxDeferrals: t.maxDeferrals(),
 		HoldSlotsUntilReturn: t.HoldSlotsUntilReturn, FailOnSkippedDependency: t.FailOnSkippedDependency,
 		Runner: &localRunner{h: t.Handler, maxPayload: c.cfg.MaxPayload, clock: c.clock, showDeadline: clock.IsReal(c.clock)},
+	}
+	if t.Remote && rr != nil {
+		spec.Runner, spec.Remote = rr, true
+		rr.addTask(name)
 	}
 	if f := c.mach.runner; f != nil {
 		spec.Runner = f(name, spec.Runner)
@@ -199,7 +214,12 @@ func (d *dispatcher) recover(ctx context.Context) error {
 	return nil
 }
 
-func (d *dispatcher) run()                  { go d.e.Run() }
+func (d *dispatcher) run() {
+	go d.e.Run()
+	if d.remote != nil && d.remote.hasTasks() {
+		d.remote.start()
+	}
+}
 func (d *dispatcher) done() <-chan struct{} { return d.e.Done() }
 func (d *dispatcher) owner() string         { return d.e.Owner() }
 func (d *dispatcher) stopping() bool        { return d.e.Stopping() }

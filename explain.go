@@ -53,8 +53,13 @@ const (
 	// ReasonCommitBacklog: Config.MaxUncommitted ended runs wait for the
 	// database to record their outcomes.
 	ReasonCommitBacklog ReasonKind = "commit_backlog"
-	// ReasonTaskCap: the task's MaxConcurrent units are running.
+	// ReasonTaskCap: the task's MaxConcurrent units are running (for a
+	// task run by executors, as many as its live executors have room
+	// for, when that is fewer).
 	ReasonTaskCap ReasonKind = "task_cap"
+	// ReasonNoExecutor: the task runs in executors (Task.Remote) and none
+	// that runs it is alive.
+	ReasonNoExecutor ReasonKind = "no_executor"
 	// ReasonBackoff: it failed and retries at Until.
 	ReasonBackoff ReasonKind = "retry_backoff"
 	// ReasonRetryAfter: its last run was deferred by a Retry-After; it runs

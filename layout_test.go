@@ -13,7 +13,7 @@ import (
 )
 
 // The root package holds the user's vocabulary; the engine is in
-// internal/engine, reached through two adapter files, and the SQLite
+// internal/engine, reached through three adapter files, and the SQLite
 // backend only through Open's file. These are the numbers the Engine
 // issue set, checked on every run.
 const (
@@ -27,8 +27,8 @@ const (
 
 // adapterFiles are the root files that may import internal/engine: the
 // adapter (configuration, registry, the engine's reports in the public
-// types) and the local Runner.
-var adapterFiles = map[string]bool{"adapter.go": true, "runner.go": true}
+// types), the local Runner and the remote one (executors').
+var adapterFiles = map[string]bool{"adapter.go": true, "runner.go": true, "remote.go": true}
 
 // TestRootImports: only the adapter files import internal/engine, only the
 // file that declares Open imports store/sqlite, and the machinery (the

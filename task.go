@@ -23,8 +23,16 @@ type Task struct {
 	// registered first. A unit is dispatched only when all of them have
 	// capacity, and holds all of them while it runs.
 	Services []string
-	// Handler performs a unit. Required.
+	// Handler performs a unit. Required, unless Remote.
 	Handler Handler
+	// Remote makes the task's handlers run in executors (NewExecutor): in
+	// other processes on this host (SQLite) or on other hosts
+	// (PostgreSQL). This Cue still decides every start, under every
+	// limit; a run goes to a live executor that registered the task and
+	// has room, and none is dispatched while no such executor lives (see
+	// ReasonNoExecutor). The store must implement store.ExecutorStore.
+	// A remote task has no Handler here.
+	Remote bool
 	// Timeout bounds a run. Default Config.DefaultTimeout. A submission's
 	// own Timeout takes precedence. At the deadline the handler's context is
 	// cancelled with cause ErrTimeout and the run is recorded as failed (kind
@@ -198,7 +206,14 @@ func (c *Cue) Task(name string, t Task) error {
 	if err := validName("task", name); err != nil {
 		return err
 	}
-	if t.Handler == nil {
+	switch {
+	case t.Remote && t.Handler != nil:
+		return fmt.Errorf("%w: task %q is remote: its handler runs in executors, not here", ErrInvalid, name)
+	case t.Remote:
+		if _, ok := c.st.(store.ExecutorStore); !ok {
+			return fmt.Errorf("%w: task %q is remote, and the store has no executors (store.ExecutorStore)", ErrInvalid, name)
+		}
+	case t.Handler == nil:
 		return fmt.Errorf("%w: task %q has no handler", ErrInvalid, name)
 	}
 	if t.Timeout < 0 || t.MaxConcurrent < 0 || t.MaxDeferrals < 0 {

@@ -44,6 +44,9 @@ type Resource struct {
 	Ceilings map[string]int64
 	// Paused refuses every dispatch (PauseService).
 	Paused bool
+	// NoRunner refuses every dispatch: nothing can run them now (a task
+	// whose handlers run in executors, none of which is alive).
+	NoRunner bool
 	// BlockedUntil is a Retry-After hold's end; BlockedFor its length when
 	// it was set.
 	BlockedUntil time.Time
@@ -62,6 +65,7 @@ type RefusalKind uint8
 // the first of them (and of one kind, the one that frees latest).
 const (
 	RefusePaused       RefusalKind = iota + 1 // the service is paused
+	RefuseNoRunner                            // nothing can run the dispatch (no executor)
 	RefuseBudget                              // a calendar budget is spent for its period
 	RefuseRetryAfter                          // a Retry-After holds the service
 	RefuseCircuitOpen                         // the circuit is open
@@ -145,6 +149,9 @@ func (r *Resource) Refusal(now time.Time, costs Costs) (Refusal, bool) {
 func (r *Resource) RefusalFor(now time.Time, costs Costs, who any) (Refusal, bool) {
 	if r.Paused {
 		return Refusal{Kind: RefusePaused}, true
+	}
+	if r.NoRunner {
+		return Refusal{Kind: RefuseNoRunner}, true
 	}
 	var best Refusal
 	found := false

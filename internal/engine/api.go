@@ -36,6 +36,11 @@ func (d *Engine) Stop(cancel bool) {
 	d.in.Push(msgStop{cancel: cancel})
 }
 
+// SetRoom holds task's cap at room, what the live executors that run it
+// have room for (negative: no bound of theirs; zero: none is alive, and
+// its units wait).
+func (d *Engine) SetRoom(task string, room int) { d.in.Push(msgRoom{task: task, room: room}) }
+
 // Abandon makes the dispatcher exit now, leaving running handlers behind
 // (their units stay running in the store; the next owner recovers them).
 func (d *Engine) Abandon() { d.in.Push(msgAbandon{}) }
@@ -183,3 +188,6 @@ func (d *Engine) Queued() (queued, unloaded int64) { return d.queued.Load(), d.u
 
 // Wall returns the engine's wall clock (its timeline's reading).
 func (d *Engine) Wall() time.Time { return d.wall() }
+
+// Now returns the current instant on the engine's timeline (see Run.Now).
+func (d *Engine) Now() time.Time { return d.now() }

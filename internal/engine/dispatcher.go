@@ -280,6 +280,8 @@ func (d *Engine) handle(m message) {
 		d.abandon = true
 	case msgRegistry:
 		d.refreshRegistry(m.reg.Services, m.reg.Tasks)
+	case msgRoom:
+		d.setRoom(m.task, m.room)
 	case msgStoreFailed:
 		d.failed = m.err
 	case msgDrain:

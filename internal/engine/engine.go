@@ -130,6 +130,9 @@ type TaskSpec struct {
 	FailOnSkippedDependency bool
 	// Runner starts the task's runs.
 	Runner Runner
+	// Remote: the task's runs go to executors; none is dispatched until
+	// the Runner tells their room (SetRoom).
+	Remote bool
 }
 
 // RetryPolicy is a retry policy as the engine uses it: how many runs may

@@ -100,7 +100,7 @@ func (d *Engine) resourceReason(r *resource, now time.Time, costs broker.Costs, 
 	if refused && r.class == "" && rf.Kind == broker.RefusePaused {
 		return TaskPausedReason(r.name[len("task "):]), true
 	}
-	if !refused || (r.class == "" && rf.Kind != broker.RefuseTaskCap) {
+	if !refused || (r.class == "" && rf.Kind != broker.RefuseTaskCap && rf.Kind != broker.RefuseNoRunner) {
 		return Reason{}, false
 	}
 	name := r.name
@@ -108,6 +108,11 @@ func (d *Engine) resourceReason(r *resource, now time.Time, costs broker.Costs, 
 	switch reason.Kind {
 	case ReasonTaskCap:
 		reason.Service, reason.Detail = "", fmt.Sprintf("%d units of the task are running, its MaxConcurrent", r.Active)
+		if r.roomed {
+			reason.Detail = fmt.Sprintf("%d units of the task are running, all its live executors have room for", r.Active)
+		}
+	case ReasonNoExecutor:
+		reason.Service, reason.Detail = "", "no live executor runs the task"
 	case ReasonPaused:
 		reason.Detail = name + " is paused"
 	case ReasonBudgetExhausted:

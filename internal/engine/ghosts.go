@@ -127,3 +127,64 @@ func (d *Engine) letGo(g *ghost) {
 		d.release(l, g.costs)
 	}
 }
+
+// adopt makes su, a run an earlier owner handed to a Runner whose runs
+// outlive it (an Adopter: an executor's), a run of this engine: it holds
+// its services' slots (its start is counted from the service log), ends
+// at its deadline if its Runner is silent, and its end is decided and
+// recorded here, under the lease name its claim wrote. It reports false,
+// having changed nothing, when su cannot be adopted (its task is not
+// registered here, or its keys cannot be derived): it is then a ghost.
+func (d *Engine) adopt(su *store.Unit) bool {
+	rt := d.tasks[su.Task]
+	if rt == nil {
+		return false
+	}
+	a, ok := rt.spec.Runner.(Adopter)
+	if !ok || su.LeasedBy == "" {
+		return false
+	}
+	u := d.index(su)
+	if u == nil {
+		return false
+	}
+	l := rt.base
+	if m := u.more; m != nil && (len(m.keys) > 0 || m.keyErr != nil) {
+		l = d.laneFor(rt, m.keys, m.keyErr)
+	}
+	if l.keyErr != nil {
+		d.forget(u)
+		return false
+	}
+	now := d.now()
+	costs := u.costs()
+	l.running++
+	for _, res := range l.resources {
+		res.Take(now, false, costs)
+		res.Release(costs)
+		d.markStatus(res)
+	}
+	u.state = uRunning
+	timeout := rt.spec.Timeout
+	if u.more != nil && u.more.timeout > 0 {
+		timeout = u.more.timeout
+	}
+	if timeout <= 0 {
+		timeout = d.cfg.DefaultTimeout
+	}
+	start := su.StartedAt
+	r := &run{d: d, u: u, lane: l, no: su.Runs, start: start, deadline: start.Add(timeout), state: runLaunched}
+	ctx, span := d.tel.startSpan(context.Background(), u.traceCtx(), u.task, u.id, r.no)
+	r.span = span
+	r.pub = Run{ID: u.id, Task: u.task, Target: u.target, Attempt: r.no, Deadline: r.deadline, Ctx: ctx,
+		Owner: su.LeasedBy, Epoch: d.epoch, Adopted: true, r: r}
+	d.runs[u.id] = r
+	d.inflight++
+	d.live++
+	d.activity.Add(1)
+	r.mem.deadline = timerEntry{at: d.fromWall(r.deadline), kind: tDeadline, r: r}
+	r.deadlineTimer = &r.mem.deadline
+	d.pushTimer(r.deadlineTimer)
+	a.Adopt(&r.pub)
+	return true
+}

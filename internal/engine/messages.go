@@ -50,6 +50,12 @@ type msgAbandon struct{}
 // its registrations.
 type msgRegistry struct{ reg Registry }
 
+// msgRoom: what the executors of a task have room for (SetRoom).
+type msgRoom struct {
+	task string
+	room int
+}
+
 // msgStoreFailed: the store failed; nothing more is dispatched.
 type msgStoreFailed struct{ err error }
 
@@ -197,6 +203,7 @@ func (msgRunWritten) isMessage()     {}
 func (msgStop) isMessage()           {}
 func (msgAbandon) isMessage()        {}
 func (msgRegistry) isMessage()       {}
+func (msgRoom) isMessage()           {}
 func (msgStoreFailed) isMessage()    {}
 func (msgDrain) isMessage()          {}
 func (msgSync) isMessage()           {}

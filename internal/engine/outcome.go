@@ -155,6 +155,15 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		fin.Attempt.Outcome, fin.Attempt.Error = "interrupted", errText
 		fin.Events = []store.Event{{Type: store.TypeWorkRequeued, Task: f.task, Attempt: f.run,
 			Detail: &store.EventData{Reason: "shutdown"}}}
+	case e.returned && e.class == ClassLost:
+		// Its Runner lost it (the executor running it stopped): back to
+		// the queue, no budget spent, as a run its owner's death left.
+		o.requeue = true
+		fin.State = store.Queued
+		fin.Error, fin.ErrorKind = errText, "interrupted"
+		fin.Attempt.Outcome, fin.Attempt.Error = "abandoned", errText
+		fin.Events = []store.Event{{Type: store.TypeWorkRequeued, Task: f.task, Attempt: f.run,
+			Detail: &store.EventData{Reason: "executor_lost"}}}
 	case e.returned && e.class == ClassLateStart:
 		// Never started (see Config.MaxStartDelay): nothing ran.
 		o.requeue = true
@@ -300,7 +309,7 @@ func (d *Engine) facts(r *run) runFacts {
 	if u.more != nil && u.more.retry != nil {
 		policy = u.more.retry // its RetryOn is not stored: the task's applies
 	}
-	return runFacts{lease: r.deadline.Add(d.cfg.LeaseBuffer), id: u.id, task: u.task, target: u.target, owner: d.owner, run: r.no, start: r.start,
+	return runFacts{lease: r.deadline.Add(d.cfg.LeaseBuffer), id: u.id, task: u.task, target: u.target, owner: r.pub.Owner, run: r.no, start: r.start,
 		failures: int(u.failures), deferrals: int(u.deferrals), policy: policy, retryable: spec.Retryable,
 		maxDeferrals: spec.MaxDeferrals, services: r.lane.serviceNames(), probe: len(r.probes) > 0, probeFails: int(u.probeFails)}
 }

@@ -68,11 +68,20 @@ func (d *Engine) recover(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		haunted := 0
 		for _, su := range units {
-			d.haunt(su)
+			if !d.adopt(su) {
+				d.haunt(su)
+				haunted++
+			}
 		}
-		d.log.Warn("runcue: units left running by an earlier owner that may still be alive wait for their leases to end",
-			"units", len(units))
+		if adopted := len(units) - haunted; adopted > 0 {
+			d.log.Info("runcue: adopted runs an earlier owner handed to executors", "units", adopted)
+		}
+		if haunted > 0 {
+			d.log.Warn("runcue: units left running by an earlier owner that may still be alive wait for their leases to end",
+				"units", haunted)
+		}
 	}
 	first := firstLoad
 	if ahead := d.cfg.LoadAhead; ahead >= 0 {

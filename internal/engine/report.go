@@ -101,6 +101,7 @@ const (
 	ReasonGlobalCap           ReasonKind = "global_cap"
 	ReasonCommitBacklog       ReasonKind = "commit_backlog"
 	ReasonTaskCap             ReasonKind = "task_cap"
+	ReasonNoExecutor          ReasonKind = "no_executor"
 	ReasonBackoff             ReasonKind = "retry_backoff"
 	ReasonRetryAfter          ReasonKind = "retry_after"
 	ReasonRunAt               ReasonKind = "run_at"

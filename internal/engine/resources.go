@@ -70,6 +70,8 @@ type resource struct {
 	broker.Resource
 	name  string
 	class string // the service whose limits apply; "" for a task cap
+	// roomed: a task cap held at its executors' room (SetRoom).
+	roomed bool
 	// budgetSpecs are the Budgets that Resource.Budgets count, in order.
 	budgetSpecs []store.BudgetDef
 	// byPeriod are its metric attributes per budget period, built once.
@@ -382,6 +384,7 @@ func (t *resourceTable) check(r *resource, now time.Time, costs broker.Costs, l 
 // report.
 var reasons = [...]ReasonKind{
 	broker.RefusePaused:       ReasonPaused,
+	broker.RefuseNoRunner:     ReasonNoExecutor,
 	broker.RefuseBudget:       ReasonBudgetExhausted,
 	broker.RefuseRetryAfter:   ReasonServiceRetryAfter,
 	broker.RefuseCircuitOpen:  ReasonCircuitOpen,

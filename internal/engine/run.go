@@ -190,7 +190,7 @@ func (d *Engine) start(u *unit, l *lane, now time.Time, probes []*resource, spen
 	}
 	ctx, span := d.tel.startSpan(context.Background(), u.traceCtx(), u.task, u.id, r.no)
 	r.span = span
-	r.pub = Run{ID: u.id, Task: u.task, Target: u.target, Attempt: r.no, Deadline: r.deadline, Ctx: ctx, r: r}
+	r.pub = Run{ID: u.id, Task: u.task, Target: u.target, Attempt: r.no, Deadline: r.deadline, Ctx: ctx, Owner: d.owner, Epoch: d.epoch, r: r}
 	tel := d.tel
 	tel.queueWait.Record(bg, seconds(now.Sub(time.Unix(0, u.readyAt))), t.attrs.rec...)
 	for _, res := range l.resources {
@@ -269,6 +269,9 @@ func (d *Engine) write(r *run, op store.Op) error {
 			// In the Finish's transaction: a crash keeps both or neither.
 			r.mem.finReq.Ops = append(r.mem.finOps[:1:1], r.reconciles...)
 			r.reconciles = nil
+		}
+		if ew, ok := r.lane.task.spec.Runner.(EndWriter); ok {
+			r.mem.finReq.Ops = append(r.mem.finReq.Ops[:len(r.mem.finReq.Ops):len(r.mem.finReq.Ops)], ew.EndOps(&r.pub)...)
 		}
 		req = &r.mem.finReq
 		d.uncommitted++

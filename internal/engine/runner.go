@@ -36,6 +36,28 @@ type InProcess interface {
 	InProcess()
 }
 
+// Adopter is implemented by a Runner whose runs outlive the owner that
+// launched them (executors: their heartbeats keep their runs' leases). A
+// new owner adopts such a run an earlier owner left, with its lease
+// still held (store.Recover's Held), instead of waiting for its lease to
+// end: Adopt hands the Runner the Run, which then reports its start and
+// end as for a run it launched (a start already counted by the earlier
+// owner's log is counted again at most at StartBy's bound: it is not
+// reported). Adopt must not block.
+type Adopter interface {
+	Runner
+	Adopt(r *Run)
+}
+
+// EndWriter is implemented by a Runner that keeps its own record of a run
+// in the store (an executor's assignment): the ops EndOps returns are
+// written in the transaction of the run's Finish, so that the record
+// ends with the run.
+type EndWriter interface {
+	Runner
+	EndOps(r *Run) []store.Op
+}
+
 // Run is one dispatch of a unit, as its Runner sees it. The engine owns
 // it; a Runner reads its fields, keeps its own state in Handle, and passes
 // the Run back when it reports.
@@ -53,6 +75,13 @@ type Run struct {
 	Ctx context.Context
 	// Handle is the Runner's own.
 	Handle any
+	// Owner is the lease name the run's claim wrote (the unit's
+	// leased_by), Epoch the engine's owner epoch: a Runner that writes its
+	// own ops for the run (store.Assign) makes them with both.
+	Owner string
+	Epoch int64
+	// Adopted: the run was launched by an earlier owner (see Adopter).
+	Adopted bool
 
 	r *run
 }
@@ -155,6 +184,10 @@ const (
 	// ClassTimeout is a failure of kind timeout: the handler returned its
 	// context's cause (the deadline) before the engine ended the run.
 	ClassTimeout
+	// ClassLost: the Runner lost the run (the executor running it
+	// stopped); it is requeued with no budget spent, as a run its owner's
+	// death left, and its start still counts.
+	ClassLost
 )
 
 // gate is the start gate of an in-process Runner, called on the goroutine

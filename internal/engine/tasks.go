@@ -56,6 +56,7 @@ func (d *Engine) refreshRegistry(services map[string]store.ServiceDef, tasks map
 		rt := &taskRT{name: name, spec: t, cap: d.newResource("task "+name, "", t.MaxConcurrent),
 			attrs: taskAttr(name), byOutcome: map[string]metricOpts{}}
 		rt.cap.Paused = d.pausedTasks[name]
+		rt.cap.NoRunner = t.Remote // until its Runner tells its executors' room
 		for _, s := range t.Services {
 			rt.services = append(rt.services, d.services[s])
 		}
@@ -76,4 +77,26 @@ func (d *Engine) refreshRegistry(services map[string]store.ServiceDef, tasks map
 			d.resolveDeps(withDeps)
 		}
 	}
+}
+
+// setRoom holds task's cap at room, what the live executors that run it
+// have room for (negative: no bound of theirs), under its MaxConcurrent; a
+// room of zero refuses its dispatches (no executor).
+func (d *Engine) setRoom(task string, room int) {
+	rt := d.tasks[task]
+	if rt == nil {
+		return
+	}
+	c := rt.cap
+	limit := rt.spec.MaxConcurrent
+	c.roomed = room >= 0 && (limit == 0 || room < limit)
+	if c.roomed {
+		limit = room
+	}
+	if c.Limit == limit && c.NoRunner == (room == 0) {
+		return
+	}
+	c.Limit, c.NoRunner = limit, room == 0
+	d.markStatus(c)
+	d.wakeAll(c)
 }

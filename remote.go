@@ -1,0 +1,413 @@
+package runcue
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/runcue/runcue/internal/clocksync"
+	"github.com/runcue/runcue/internal/engine"
+	"github.com/runcue/runcue/internal/writer"
+	"github.com/runcue/runcue/store"
+)
+
+// The remote Runner: the runs of remote tasks (Task.Remote), handed to
+// executors (Executor) through the store. The scheduler still decides every
+// start; the Runner picks a live executor with room that runs the task,
+// writes the assignment with its start deadline on the store's clock (the
+// run's StartBy, or its deadline, less this host's offset uncertainty),
+// and reads the executors' reports back: each start (on the store's clock,
+// the latest it can have been, converted back with the same care) and each
+// end. A run whose executor stops heartbeating ends as lost (requeued, no
+// budget spent); its Finish deletes the assignment in its transaction, so
+// that a late report from that executor is refused (store.ErrStaleRun).
+
+// remoteRunner is one engine's Runner of its remote tasks. The engine calls
+// Launch, Cancel, Adopt and EndOps on its goroutine; the loop (run) reads
+// the store; mu guards the rest.
+type remoteRunner struct {
+	c    *Cue
+	es   store.ExecutorStore
+	e    *engine.Engine
+	loop sync.Once
+
+	mu      sync.Mutex
+	remote  []string              // the remote tasks
+	runs    map[string]*remoteRun // by unit ID, launched or adopted and not ended
+	pending []*remoteRun          // launched, waiting for an executor with room
+	execs   map[string]*execState // the live executors, as last read
+	rooms   map[string]int        // the room last told the engine, by task
+	clock   clocksync.Estimator   // this host's offset to the store's clock (engine timeline)
+	synced  time.Time             // when the offset was last measured
+
+	wake chan struct{}
+}
+
+// remoteRun is a run handed (or to be handed) to an executor.
+type remoteRun struct {
+	p        *engine.Run
+	exec     string // "" until assigned (or, adopted, until its assignment is read)
+	started  bool   // its start was reported to the engine
+	ended    bool   // its end was reported to the engine
+	unseen   int    // reads of the assignments that did not find it (adopted)
+	assigned bool   // its Assign committed
+}
+
+// execState is a live executor and the runs this scheduler assigned it.
+type execState struct {
+	rec      store.ExecutorRecord
+	inflight int
+}
+
+// errNotAssigned ends a run whose assignment the store did not apply (its
+// claim was refused: the unit was cancelled meanwhile).
+var errNotAssigned = errors.New("runcue: the run could not be assigned to an executor")
+
+// ErrExecutorLost is the error recorded for a run whose executor stopped
+// heartbeating before it reported the run's end: the unit is requeued, no
+// retry budget spent (attempt outcome "abandoned").
+var ErrExecutorLost = errors.New("runcue: the executor running the unit stopped")
+
+func newRemoteRunner(c *Cue) *remoteRunner {
+	es, _ := c.st.(store.ExecutorStore)
+	return &remoteRunner{c: c, es: es, runs: map[string]*remoteRun{}, execs: map[string]*execState{},
+		rooms: map[string]int{}, clock: clocksync.Estimator{}, wake: make(chan struct{}, 1)}
+}
+
+// addTask records a remote task (registration, under the Cue's mu).
+func (rr *remoteRunner) addTask(name string) {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if !slices.Contains(rr.remote, name) {
+		rr.remote = append(rr.remote, name)
+	}
+}
+
+// hasTasks reports whether a remote task is registered.
+func (rr *remoteRunner) hasTasks() bool {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	return len(rr.remote) > 0
+}
+
+// start starts the loop, once; it ends with the engine.
+func (rr *remoteRunner) start() { rr.loop.Do(func() { go rr.run() }) }
+
+// Launch implements engine.Runner.
+func (rr *remoteRunner) Launch(p *engine.Run) {
+	x := &remoteRun{p: p}
+	p.Handle = x
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rr.runs[p.ID] = x
+	if !rr.place(x) {
+		rr.pending = append(rr.pending, x)
+	}
+}
+
+// Adopt implements engine.Adopter: x's executor is learnt from the next
+// read of the assignments.
+func (rr *remoteRunner) Adopt(p *engine.Run) {
+	x := &remoteRun{p: p, assigned: true}
+	p.Handle = x
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rr.runs[p.ID] = x
+	rr.poke()
+}
+
+// Cancel implements engine.Runner: a run not assigned yet ends now; an
+// assigned one's executor is asked to stop its handler.
+func (rr *remoteRunner) Cancel(p *engine.Run, cause error) {
+	x := p.Handle.(*remoteRun)
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if x.ended {
+		return
+	}
+	if i := slices.Index(rr.pending, x); i >= 0 {
+		rr.pending = slices.Delete(rr.pending, i, i+1)
+		x.ended = true
+		p.Done(engine.Ending{Err: publicCause(cause), NotStarted: true, At: rr.c.clock.Now()})
+		return
+	}
+	why := "cancelled"
+	switch cause {
+	case engine.ErrTimeout:
+		why = "timeout"
+	case engine.ErrShutdown:
+		why = "shutdown"
+	}
+	rr.submit(&store.CancelAssigned{Epoch: p.Epoch, ID: p.ID, Run: p.Attempt, Cause: why}, nil)
+}
+
+// publicCause is the engine's cause of a stop as runcue names it.
+func publicCause(cause error) error {
+	switch cause {
+	case engine.ErrTimeout:
+		return ErrTimeout
+	case engine.ErrShutdown:
+		return ErrShutdown
+	case engine.ErrCancelled:
+		return ErrCancelled
+	}
+	return cause
+}
+
+// EndOps implements engine.EndWriter: the run's assignment is deleted with
+// its Finish, and its executor's slot freed.
+func (rr *remoteRunner) EndOps(p *engine.Run) []store.Op {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	if x := rr.runs[p.ID]; x != nil && x.p == p {
+		delete(rr.runs, p.ID)
+		x.ended = true
+		if i := slices.Index(rr.pending, x); i >= 0 {
+			rr.pending = slices.Delete(rr.pending, i, i+1)
+		}
+		if ex := rr.execs[x.exec]; ex != nil && !p.Adopted {
+			ex.inflight--
+		}
+		rr.placePending()
+	}
+	return []store.Op{&store.Unassign{Epoch: p.Epoch, ID: p.ID, Run: p.Attempt}}
+}
+
+// place assigns x to the live executor with the most room that runs its
+// task; false when none has room (or the offset is not measured yet).
+// rr.mu is held.
+func (rr *remoteRunner) place(x *remoteRun) bool {
+	p := x.p
+	var best *execState
+	for _, ex := range rr.execs {
+		if ex.inflight < ex.rec.Capacity && slices.Contains(ex.rec.Tasks, p.Task) &&
+			(best == nil || ex.rec.Capacity-ex.inflight > best.rec.Capacity-best.inflight) {
+			best = ex
+		}
+	}
+	now := rr.e.Now()
+	offset, unc, ok := rr.clock.Estimate(now)
+	if best == nil || !ok {
+		return false
+	}
+	// The last instant the handler may start, on this engine's timeline:
+	// StartBy for a run its windows count, else its deadline (wall).
+	by := now.Add(p.Deadline.Sub(rr.c.clock.Now()))
+	if !p.StartBy.IsZero() && p.StartBy.Before(by) {
+		by = p.StartBy
+	}
+	best.inflight++
+	x.exec = best.rec.ID
+	op := &store.Assign{Epoch: p.Epoch, ID: p.ID, Task: p.Task, Owner: p.Owner, Run: p.Attempt, Executor: best.rec.ID,
+		// The earliest store instant that can be by here.
+		StartBy: by.Add(offset - unc), Timeout: p.Deadline.Sub(rr.c.clock.Now())}
+	rr.submit(op, func(r store.Result) {
+		rr.mu.Lock()
+		defer rr.mu.Unlock()
+		if r.Applied {
+			x.assigned = true
+			return
+		}
+		if !x.ended {
+			x.ended = true
+			p.Done(engine.Ending{Err: errNotAssigned, NotStarted: true, Class: engine.ClassLateStart, At: rr.c.clock.Now()})
+		}
+	})
+	return true
+}
+
+// placePending assigns the pending runs that now have room. rr.mu is held.
+func (rr *remoteRunner) placePending() {
+	kept := rr.pending[:0]
+	for _, x := range rr.pending {
+		if x.ended || !rr.place(x) {
+			if !x.ended {
+				kept = append(kept, x)
+			}
+		}
+	}
+	clear(rr.pending[len(kept):])
+	rr.pending = kept
+}
+
+// submit writes op; then, if set, calls done with its result (on the
+// writer's goroutine).
+func (rr *remoteRunner) submit(op store.Op, done func(store.Result)) {
+	err := rr.c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+		if done == nil {
+			return
+		}
+		if err != nil {
+			done(store.Result{Err: err})
+			return
+		}
+		done(res[0])
+	}})
+	if err != nil && done != nil {
+		go done(store.Result{Err: err}) // the writer is closed: the engine is stopping
+	}
+}
+
+// poke wakes the loop.
+func (rr *remoteRunner) poke() {
+	select {
+	case rr.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run is the loop: it reads the executors and the assignments every
+// PollInterval (and at the store's notifications), until stop.
+func (rr *remoteRunner) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var notes <-chan struct{}
+	if w, ok := rr.c.st.(store.Watcher); ok {
+		notes, _ = w.Watch(ctx)
+	}
+	tick := time.NewTicker(rr.c.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		if err := rr.read(ctx); err != nil && ctx.Err() == nil {
+			rr.c.log.Warn("runcue: read the executors", "error", err)
+		}
+		select {
+		case <-rr.e.Done():
+			return
+		case <-tick.C:
+		case <-rr.wake:
+		case <-notes:
+		}
+	}
+}
+
+// syncEvery is how often the scheduler measures its offset to the store's
+// clock.
+const syncEvery = 10 * time.Second
+
+// read measures the offset when due, reads the executors and the
+// assignments, and applies them: starts and ends reported, runs of
+// executors gone, the tasks' room, the pending runs placed.
+func (rr *remoteRunner) read(ctx context.Context) error {
+	if now := rr.e.Now(); rr.synced.IsZero() || now.Sub(rr.synced) >= syncEvery {
+		if err := rr.sync(ctx); err != nil {
+			return err
+		}
+	}
+	execs, storeNow, err := rr.es.Executors(ctx)
+	if err != nil {
+		return err
+	}
+	as, err := rr.es.Reported(ctx)
+	if err != nil {
+		return err
+	}
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	live := make(map[string]*execState, len(execs))
+	for _, rec := range execs {
+		if rec.Live(storeNow) {
+			ex := rr.execs[rec.ID]
+			if ex == nil {
+				ex = &execState{}
+			}
+			ex.rec = rec
+			live[rec.ID] = ex
+		}
+	}
+	rr.execs = live
+	offset, unc, _ := rr.clock.Estimate(rr.e.Now())
+	seen := make(map[string]bool, len(as))
+	for _, a := range as {
+		x := rr.runs[a.ID]
+		if x == nil || x.p.Attempt != a.Run || x.ended || (x.exec != "" && x.exec != a.Executor) {
+			continue
+		}
+		seen[a.ID] = true
+		x.unseen = 0
+		if x.exec == "" {
+			x.exec = a.Executor // adopted
+		}
+		if a.State >= store.AssignStarted && !x.started {
+			x.started = true
+			// The latest local instant the reported start can have been.
+			x.p.Started(a.Started.Add(-offset + unc))
+		}
+		if a.State == store.AssignEnded {
+			x.ended = true
+			x.p.Done(endingOf(a.Ending, rr.c.clock.Now()))
+		}
+	}
+	for _, x := range rr.runs {
+		switch {
+		case x.ended || !x.assigned:
+		case x.exec == "" && !seen[x.p.ID]:
+			// Adopted, and no assignment names it: the earlier owner died
+			// before its Assign committed, so no executor runs it.
+			if x.unseen++; x.unseen >= 2 {
+				x.ended = true
+				x.p.Done(engine.Ending{Err: ErrExecutorLost, Class: engine.ClassLost, At: rr.c.clock.Now()})
+			}
+		case x.exec != "" && live[x.exec] == nil:
+			x.ended = true
+			x.p.Done(engine.Ending{Err: ErrExecutorLost, Class: engine.ClassLost, At: rr.c.clock.Now()})
+		}
+	}
+	for _, task := range rr.remote {
+		room := 0
+		for _, ex := range live {
+			if slices.Contains(ex.rec.Tasks, task) {
+				room += ex.rec.Capacity
+			}
+		}
+		if old, ok := rr.rooms[task]; !ok || old != room {
+			rr.rooms[task] = room
+			rr.e.SetRoom(task, room)
+		}
+	}
+	rr.placePending()
+	return nil
+}
+
+// sync measures the offset of the engine's timeline to the store's clock.
+func (rr *remoteRunner) sync(ctx context.Context) error {
+	sent := rr.e.Now()
+	remote, err := rr.es.Now(ctx)
+	if err != nil {
+		return err
+	}
+	received := rr.e.Now()
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rr.clock.Add(clocksync.Sample{Sent: sent, Received: received, Remote: remote})
+	rr.synced = received
+	return nil
+}
+
+// endingOf decodes an executor's report of a run's end (see remoteEnding).
+func endingOf(b []byte, at time.Time) engine.Ending {
+	var r remoteEnding
+	if err := json.Unmarshal(b, &r); err != nil {
+		return engine.Ending{Err: Permanent(errors.New("runcue: an executor's report could not be read: " + err.Error())), At: at}
+	}
+	e := engine.Ending{Result: r.Result, NotStarted: r.NotStarted, Used: r.Used, Permanent: r.Permanent, Overload: r.Overload, At: at}
+	if r.Error != "" {
+		e.Err = errors.New(r.Error)
+	}
+	switch {
+	case r.Late:
+		e.Class = engine.ClassLateStart
+	case r.Skip != nil:
+		e.Class, e.SkipReason = engine.ClassSkip, *r.Skip
+	case r.RetryAfter != nil:
+		e.Class, e.Delay, e.Services = engine.ClassRetryAfter, time.Duration(*r.RetryAfter)*time.Millisecond, r.Services
+	case r.Timeout:
+		e.Class = engine.ClassTimeout
+	case r.Panic:
+		e.Class = engine.ClassPanic
+	}
+	return e
+}

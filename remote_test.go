@@ -1,0 +1,65 @@
+package runcue_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/store/sqlite"
+)
+
+// TestExecutorInProcess: a remote task's units run in an executor (here in
+// this process, on its own handle of the database), and none is
+// dispatched before an executor that runs the task lives.
+func TestExecutorInProcess(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runcue.db")
+	c, err := runcue.Open(path, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: quietLogger})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Task("echo", runcue.Task{Remote: true}))
+	ctx := t.Context()
+	require.NoError(t, c.Start(ctx))
+	var subs []runcue.Submission
+	for i := range 40 {
+		subs = append(subs, runcue.Submission{ID: fmt.Sprintf("u%02d", i), Task: "echo", Target: fmt.Sprint(i)})
+	}
+	_, err = c.SubmitBatch(ctx, subs)
+	require.NoError(t, err)
+	time.Sleep(100 * time.Millisecond)
+	ex, err := c.Explain(ctx, "u00")
+	require.NoError(t, err)
+	require.NotEmpty(t, ex.Reasons)
+	assert.Equal(t, runcue.ReasonNoExecutor, ex.Reasons[0].Kind, "%+v", ex)
+
+	st, err := sqlite.Open(path, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	var ran atomic.Int32
+	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{Capacity: 3, PollInterval: 10 * time.Millisecond, Logger: quietLogger},
+		map[string]runcue.Handler{"echo": func(ctx context.Context, w *runcue.Work) (any, error) {
+			ran.Add(1)
+			return "echo " + w.Target, nil
+		}})
+	require.NoError(t, err)
+	xctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Run(xctx) }()
+	for _, s := range subs {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		info, err := c.Wait(wctx, s.ID)
+		cancel()
+		require.NoError(t, err)
+		assert.Equal(t, runcue.StateCompleted, info.State)
+		assert.JSONEq(t, fmt.Sprintf("%q", "echo "+s.Target), string(info.Result))
+	}
+	assert.EqualValues(t, 40, ran.Load())
+	stop()
+	require.NoError(t, <-done)
+}
