@@ -39,8 +39,12 @@ type Executor struct {
 	log   *slog.Logger
 	w     *writer.Writer
 
-	mu      sync.Mutex
-	runs    map[string]*execRun // by unit ID
+	mu   sync.Mutex
+	runs map[string]*execRun // by unit ID
+	// ended are the runs (unit ID to run number) whose handlers returned
+	// here, until their assignments leave the reads: a read made before
+	// their reports committed must not start them again.
+	ended   map[string]int
 	clock   clocksync.Estimator
 	synced  time.Time
 	trusted time.Time // a handler may start before this local instant
@@ -72,6 +76,9 @@ type ExecutorConfig struct {
 	MaxPayload int
 	// Logger, default slog.Default().
 	Logger *slog.Logger
+	// Clock is the executor's wall clock (default the system's): its
+	// offset to the store's clock is measured, whatever it reads.
+	Clock clock.Clock
 }
 
 // execRun is a run this executor holds.
@@ -88,6 +95,7 @@ type remoteEnding struct {
 	Result     json.RawMessage  `json:"result,omitempty"`
 	NotStarted bool             `json:"not_started,omitempty"`
 	Late       bool             `json:"late,omitempty"`
+	Lost       bool             `json:"lost,omitempty"`
 	Permanent  bool             `json:"permanent,omitempty"`
 	Overload   bool             `json:"overload,omitempty"`
 	Skip       *string          `json:"skip,omitempty"`
@@ -141,12 +149,15 @@ func NewExecutor(st store.Store, cfg ExecutorConfig, tasks map[string]Handler) (
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.Real()
+	}
 	if cfg.ID == "" {
 		host, _ := os.Hostname()
 		var g ulid.Generator
-		cfg.ID = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), g.New(time.Now()))
+		cfg.ID = fmt.Sprintf("%s:%d:%s", host, os.Getpid(), g.New(cfg.Clock.Now()))
 	}
-	return &Executor{cfg: cfg, st: st, es: es, tasks: tasks, log: cfg.Logger, runs: map[string]*execRun{}}, nil
+	return &Executor{cfg: cfg, st: st, es: es, tasks: tasks, log: cfg.Logger, runs: map[string]*execRun{}, ended: map[string]int{}}, nil
 }
 
 // ID returns the executor's name in the store.
@@ -167,7 +178,7 @@ func (x *Executor) Run(ctx context.Context) error {
 	slices.Sort(names)
 	rec := store.ExecutorRecord{ID: x.cfg.ID, Host: host, PID: os.Getpid(), Tasks: names, Capacity: x.cfg.Capacity,
 		Poll: x.cfg.PollInterval, TTL: x.cfg.TTL}
-	sent := time.Now()
+	sent := x.cfg.Clock.Now()
 	if _, err := x.w.Do(ctx, &store.RegisterExecutor{Executor: rec}); err != nil {
 		return err
 	}
@@ -184,7 +195,7 @@ func (x *Executor) Run(ctx context.Context) error {
 	defer beat.Stop()
 	var err error
 	for err == nil {
-		if time.Since(x.synced) >= x.cfg.ClockSync || x.synced.IsZero() {
+		if x.cfg.Clock.Now().Sub(x.synced) >= x.cfg.ClockSync || x.synced.IsZero() {
 			err = x.sync(ctx)
 		}
 		if err == nil {
@@ -196,7 +207,7 @@ func (x *Executor) Run(ctx context.Context) error {
 		case <-poll.C:
 		case <-notes:
 		case <-beat.C:
-			sent := time.Now()
+			sent := x.cfg.Clock.Now()
 			var res []store.Result
 			if res, err = x.w.Do(ctx, &store.ExecutorBeat{ID: x.cfg.ID, TTL: x.cfg.TTL}); err == nil {
 				if res[0].Applied {
@@ -227,12 +238,12 @@ func (x *Executor) trust(sent time.Time) {
 
 // sync measures this host's offset to the store's clock.
 func (x *Executor) sync(ctx context.Context) error {
-	sent := time.Now()
+	sent := x.cfg.Clock.Now()
 	remote, err := x.es.Now(ctx)
 	if err != nil {
 		return err
 	}
-	received := time.Now()
+	received := x.cfg.Clock.Now()
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.clock.Add(clocksync.Sample{Sent: sent, Received: received, Remote: remote})
@@ -250,10 +261,13 @@ func (x *Executor) poll(ctx context.Context) error {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	now := time.Now()
+	now := x.cfg.Clock.Now()
 	current := make(map[string]bool, len(as))
 	for _, a := range as {
 		current[a.ID] = true
+		if x.ended[a.ID] == a.Run {
+			continue // its end is reported, or about to be
+		}
 		r := x.runs[a.ID]
 		if r != nil && r.a.Run != a.Run {
 			r.cancel(ErrLeaseLost) // an earlier run, requeued and assigned again
@@ -264,6 +278,10 @@ func (x *Executor) poll(ctx context.Context) error {
 			if a.Cancel != "" {
 				r.cancel(cancelCause(a.Cancel))
 			}
+		case a.State == store.AssignStarted:
+			// Started by an earlier process of this executor's name, which
+			// died with its handler.
+			x.report(a, remoteEnding{Error: ErrExecutorLost.Error(), Lost: true})
 		case a.State != store.AssignPending || len(x.runs) >= x.cfg.Capacity:
 		case a.Cancel != "":
 			x.report(a, remoteEnding{Error: cancelCause(a.Cancel).Error(), NotStarted: true})
@@ -286,6 +304,11 @@ func (x *Executor) poll(ctx context.Context) error {
 			r.cancel(ErrLeaseLost)
 		}
 	}
+	for id := range x.ended {
+		if !current[id] {
+			delete(x.ended, id)
+		}
+	}
 	return nil
 }
 
@@ -305,7 +328,7 @@ func (x *Executor) launch(a store.Assignment) {
 	r := &execRun{a: a}
 	r.ctx.Context, r.cancel = context.WithCancelCause(context.Background())
 	if a.Timeout > 0 {
-		r.ctx.deadline = time.Now().Add(a.Timeout)
+		r.ctx.deadline = x.cfg.Clock.Now().Add(a.Timeout)
 	}
 	x.runs[a.ID] = r
 	x.wg.Add(1)
@@ -322,7 +345,7 @@ func (x *Executor) execute(r *execRun) {
 		defer t.Stop()
 	}
 	x.mu.Lock()
-	w.Started = time.Now()
+	w.Started = x.cfg.Clock.Now()
 	offset, unc, _ := x.clock.Estimate(w.Started)
 	x.mu.Unlock()
 	// The latest instant on the store's clock the start can have been.
@@ -345,6 +368,7 @@ func (x *Executor) execute(r *execRun) {
 	if x.runs[a.ID] == r {
 		delete(x.runs, a.ID)
 	}
+	x.ended[a.ID] = a.Run
 	x.report(a, e)
 	x.mu.Unlock()
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/runcue/runcue"
 	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/internal/hoststest"
 	"github.com/runcue/runcue/internal/testutil"
 	"github.com/runcue/runcue/store"
 	"github.com/runcue/runcue/store/sqlite"
@@ -32,6 +33,7 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(childEnv); mode != "" {
 		os.Exit(runChild(mode))
 	}
+	hoststest.Child(openHostsDB)
 	goleak.VerifyTestMain(m)
 }
 

@@ -400,6 +400,8 @@ func endingOf(b []byte, at time.Time) engine.Ending {
 	switch {
 	case r.Late:
 		e.Class = engine.ClassLateStart
+	case r.Lost:
+		e.Class = engine.ClassLost
 	case r.Skip != nil:
 		e.Class, e.SkipReason = engine.ClassSkip, *r.Skip
 	case r.RetryAfter != nil:

@@ -3,6 +3,7 @@ package runcue_test
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/internal/hoststest"
+	"github.com/runcue/runcue/store"
 	"github.com/runcue/runcue/store/sqlite"
 )
 
@@ -62,4 +65,31 @@ func TestExecutorInProcess(t *testing.T) {
 	assert.EqualValues(t, 40, ran.Load())
 	stop()
 	require.NoError(t, <-done)
+}
+
+// openHostsDB opens the database of TestExecutorsAcrossProcesses (in its
+// child processes too).
+func openHostsDB(context.Context) (store.Store, error) {
+	return sqlite.Open(os.Getenv("RUNCUE_HOSTS_DB"), sqlite.Options{})
+}
+
+// TestExecutorsAcrossProcesses: the executors' protocol on SQLite, with a
+// scheduler, a standby and three executors in processes of their own (one
+// executor's clock 250 ms off), at least 10 SIGKILLs of executors and 3 of
+// the scheduler while the units run (see internal/hoststest).
+func TestExecutorsAcrossProcesses(t *testing.T) {
+	seed := testSeed(t, "RUNCUE_HOSTS_SEED")
+	path := filepath.Join(t.TempDir(), "hosts.db")
+	t.Setenv("RUNCUE_HOSTS_DB", path)
+	hoststest.Run(t, openHostsDB, hoststest.Options{Env: []string{"RUNCUE_HOSTS_DB=" + path}, Units: 240,
+		ExecutorKills: 10, SchedulerKills: 3, Skew: 250 * time.Millisecond, Seed: seed})
+}
+
+// TestExecutorFrozen: an executor stopped with SIGSTOP past its lease and
+// resumed stores no outcome for the run that was requeued meanwhile (see
+// hoststest.Frozen).
+func TestExecutorFrozen(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "frozen.db")
+	t.Setenv("RUNCUE_HOSTS_DB", path)
+	hoststest.Frozen(t, openHostsDB, []string{"RUNCUE_HOSTS_DB=" + path})
 }

@@ -82,7 +82,9 @@ func extraHorizon(r *resource) time.Duration {
 // restoreMeters counts prior (the service log of previous owners, see
 // priorLog) in r's meters, by amount. Each entry at t counts as a start at
 // min(t+MaxStartDelay, this owner's start), the latest instant it can
-// have had, placed on the scheduling timeline.
+// have had, placed on the scheduling timeline; with remote tasks at
+// t+MaxStartDelay, since an executor may start a run an earlier owner
+// assigned after this owner took over (it adopts the run).
 func (t *resourceTable) restoreMeters(r *resource, prior []store.Logged, now time.Time) {
 	if len(prior) == 0 {
 		return
@@ -90,7 +92,7 @@ func (t *resourceTable) restoreMeters(r *resource, prior []store.Logged, now tim
 	starts := make(map[string][]broker.Logged, 1)
 	for _, e := range prior {
 		latest := e.At.Add(t.cfg.MaxStartDelay)
-		if latest.After(t.started) {
+		if latest.After(t.started) && !t.remote {
 			latest = t.started
 		}
 		starts[e.Meter] = append(starts[e.Meter], broker.Logged{At: t.startMono.Add(latest.Sub(t.started)), Wall: latest, Amount: e.Amount})

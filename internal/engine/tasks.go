@@ -14,6 +14,10 @@ type taskTable struct {
 	// applyPauses); a paused task's cap refuses every dispatch.
 	pausedTasks map[string]bool
 	queuePaused bool
+	// remote: a task runs in executors, whose runs an earlier owner
+	// assigned may start after this owner took over (adopted): the
+	// service log's entries are not clamped to this owner's start.
+	remote bool
 }
 
 type taskRT struct {
@@ -41,6 +45,9 @@ func (rt *taskRT) outcomeAttrs(outcome string) metricOpts {
 // now registered.
 func (d *Engine) refreshRegistry(services map[string]store.ServiceDef, tasks map[string]*TaskSpec) {
 	now := d.now()
+	for _, t := range tasks {
+		d.remote = d.remote || t.Remote
+	}
 	for name, s := range services {
 		d.regs[name] = s
 	}
