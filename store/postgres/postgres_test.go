@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/runcue/runcue/internal/hoststest"
 	"github.com/runcue/runcue/store"
 	"github.com/runcue/runcue/store/postgres"
 	"github.com/runcue/runcue/store/storetest"
@@ -25,6 +26,7 @@ import (
 // package; elsewhere go test says "[no tests to run]" on the package's ok
 // line, which it shows without -v, and the reason goes to stderr.
 func TestMain(m *testing.M) {
+	hoststest.Child(openHosts)
 	if os.Getenv("RUNCUE_TEST_POSTGRES") == "" {
 		if os.Getenv("CI") == "true" {
 			fmt.Fprintln(os.Stderr, "FAIL: CI=true and RUNCUE_TEST_POSTGRES is not set: .ci/run starts PostgreSQL (scripts/with-postgres)")

@@ -1,0 +1,42 @@
+package postgres_test
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/runcue/runcue/internal/hoststest"
+	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/postgres"
+)
+
+// openHosts opens the schema of TestExecutorsOnPostgres (in its child
+// processes too), with the failover tests' lease.
+func openHosts(ctx context.Context) (store.Store, error) {
+	return postgres.Open(ctx, os.Getenv("RUNCUE_HOSTS_PG"), postgres.Options{LeaseTTL: failoverTTL})
+}
+
+// TestExecutorsOnPostgres: the executors' protocol on PostgreSQL: a
+// scheduler, a standby and three executors in processes of their own (one
+// executor's clock 250 ms off), at least 10 SIGKILLs of executors and 3 of
+// the scheduler while the units run (see internal/hoststest). Takeover
+// times are logged.
+func TestExecutorsOnPostgres(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SKIP: -short: the executors' test kills processes for about 20 s")
+	}
+	seed := uint64(time.Now().UnixNano())
+	url := schemaURL(t)
+	t.Setenv("RUNCUE_HOSTS_PG", url)
+	hoststest.Run(t, openHosts, hoststest.Options{Env: []string{"RUNCUE_HOSTS_PG=" + url}, Units: 240,
+		ExecutorKills: 10, SchedulerKills: 3, Skew: 250 * time.Millisecond, Seed: seed})
+}
+
+// TestExecutorFrozenOnPostgres: an executor stopped with SIGSTOP past its
+// lease and resumed stores no outcome for the requeued run.
+func TestExecutorFrozenOnPostgres(t *testing.T) {
+	url := schemaURL(t)
+	t.Setenv("RUNCUE_HOSTS_PG", url)
+	hoststest.Frozen(t, openHosts, []string{"RUNCUE_HOSTS_PG=" + url})
+}
