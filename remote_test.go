@@ -81,7 +81,7 @@ func TestExecutorsAcrossProcesses(t *testing.T) {
 	seed := testSeed(t, "RUNCUE_HOSTS_SEED")
 	path := filepath.Join(t.TempDir(), "hosts.db")
 	t.Setenv("RUNCUE_HOSTS_DB", path)
-	hoststest.Run(t, openHostsDB, hoststest.Options{Env: []string{"RUNCUE_HOSTS_DB=" + path}, Units: 240,
+	hoststest.Run(t, openHostsDB, hoststest.Options{Env: []string{"RUNCUE_HOSTS_DB=" + path}, Units: 200,
 		ExecutorKills: 10, SchedulerKills: 3, Skew: 250 * time.Millisecond, Seed: seed})
 }
 

@@ -34,8 +34,8 @@ const (
 // The limits every process registers.
 const (
 	// Limit requests and Tokens tokens per Window arrive at the service.
-	Limit  = 12
-	Tokens = 500
+	Limit  = 20
+	Tokens = 800
 	Window = 500 * time.Millisecond
 	// Pool is the cap of the service every unit holds; Keys the keyed
 	// instances (host:0..Keys-1), each of concurrency one.

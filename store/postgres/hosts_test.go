@@ -29,7 +29,7 @@ func TestExecutorsOnPostgres(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	url := schemaURL(t)
 	t.Setenv("RUNCUE_HOSTS_PG", url)
-	hoststest.Run(t, openHosts, hoststest.Options{Env: []string{"RUNCUE_HOSTS_PG=" + url}, Units: 240,
+	hoststest.Run(t, openHosts, hoststest.Options{Env: []string{"RUNCUE_HOSTS_PG=" + url}, Units: 200,
 		ExecutorKills: 10, SchedulerKills: 3, Skew: 250 * time.Millisecond, Seed: seed})
 }
 
