@@ -40,6 +40,7 @@ type remoteRunner struct {
 	pending []*remoteRun          // launched, waiting for an executor with room
 	execs   map[string]*execState // the live executors, as last read
 	rooms   map[string]int        // the room last told the engine, by task
+	refused map[string]bool       // executors whose poll is too slow, warned of
 	clock   clocksync.Estimator   // this host's offset to the store's clock (engine timeline)
 	synced  time.Time             // when the offset was last measured
 
@@ -74,7 +75,7 @@ var ErrExecutorLost = errors.New("runcue: the executor running the unit stopped"
 func newRemoteRunner(c *Cue) *remoteRunner {
 	es, _ := c.st.(store.ExecutorStore)
 	return &remoteRunner{c: c, es: es, runs: map[string]*remoteRun{}, execs: map[string]*execState{},
-		rooms: map[string]int{}, clock: clocksync.Estimator{}, wake: make(chan struct{}, 1)}
+		rooms: map[string]int{}, refused: map[string]bool{}, clock: clocksync.Estimator{}, wake: make(chan struct{}, 1)}
 }
 
 // addTask records a remote task (registration, under the Cue's mu).
@@ -309,6 +310,15 @@ func (rr *remoteRunner) read(ctx context.Context) error {
 	defer rr.mu.Unlock()
 	live := make(map[string]*execState, len(execs))
 	for _, rec := range execs {
+		if rec.Poll > rr.c.cfg.MaxStartDelay/4 {
+			// It could read an assignment after its start deadline.
+			if !rr.refused[rec.ID] {
+				rr.refused[rec.ID] = true
+				rr.c.log.Warn("runcue: an executor's poll interval is not well inside MaxStartDelay (at most a quarter of it); no run is assigned to it",
+					"executor", rec.ID, "poll", rec.Poll, "max_start_delay", rr.c.cfg.MaxStartDelay)
+			}
+			continue
+		}
 		if rec.Live(storeNow) {
 			ex := rr.execs[rec.ID]
 			if ex == nil {

@@ -35,15 +35,23 @@ func TestExecutorInProcess(t *testing.T) {
 	}
 	_, err = c.SubmitBatch(ctx, subs)
 	require.NoError(t, err)
-	time.Sleep(100 * time.Millisecond)
+	st, err := sqlite.Open(path, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	// An executor whose poll is not well inside MaxStartDelay (2 s) is
+	// never assigned a run (NewExecutor refuses to make one: this one is
+	// registered by hand, as another version might).
+	_, err = st.Apply(ctx, []store.Op{&store.RegisterExecutor{Executor: store.ExecutorRecord{ID: "slow", Tasks: []string{"echo"},
+		Capacity: 4, Poll: time.Second, TTL: time.Hour}}})
+	require.NoError(t, err)
+	_, err = runcue.NewExecutor(st, runcue.ExecutorConfig{PollInterval: time.Second}, map[string]runcue.Handler{"echo": noop})
+	require.ErrorIs(t, err, runcue.ErrInvalid)
+	time.Sleep(200 * time.Millisecond) // a few of the scheduler's reads
 	ex, err := c.Explain(ctx, "u00")
 	require.NoError(t, err)
 	require.NotEmpty(t, ex.Reasons)
 	assert.Equal(t, runcue.ReasonNoExecutor, ex.Reasons[0].Kind, "%+v", ex)
 
-	st, err := sqlite.Open(path, sqlite.Options{})
-	require.NoError(t, err)
-	defer st.Close()
 	var ran atomic.Int32
 	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{Capacity: 3, PollInterval: 10 * time.Millisecond, Logger: quietLogger},
 		map[string]runcue.Handler{"echo": func(ctx context.Context, w *runcue.Work) (any, error) {

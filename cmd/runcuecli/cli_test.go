@@ -459,3 +459,42 @@ func TestTablesEscapeControlCharacters(t *testing.T) {
 	// The JSON output keeps the values as they are (encoded).
 	assert.Contains(t, ok(t, db, "show", s.ID, "-o", "json"), `\u001b]0;PWNED\u0007`)
 }
+
+// The executor command runs the program's handlers of the owner's remote
+// tasks until interrupted; a poll interval not well inside MaxStartDelay
+// is refused; the plain command has no executor.
+func TestEmbeddedExecutor(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "app.db")
+	owner, err := runcue.Open(db, runcue.Config{PollInterval: 20 * time.Millisecond})
+	require.NoError(t, err)
+	defer owner.Close()
+	require.NoError(t, owner.Task("summarize", runcue.Task{Remote: true}))
+	ctx := t.Context()
+	require.NoError(t, owner.Start(ctx))
+	for i := range 10 {
+		_, err := owner.Submit(ctx, runcue.Submission{ID: fmt.Sprint("s-", i), Task: "summarize", Target: fmt.Sprint(i)})
+		require.NoError(t, err)
+	}
+	var out, errOut bytes.Buffer
+	opts := runcuecli.Options{Name: "queue", Stdout: &out, Stderr: &errOut, Handlers: map[string]runcue.Handler{
+		"summarize": func(_ context.Context, w *runcue.Work) (any, error) { return "summary of " + w.Target, nil }}}
+	assert.Equal(t, 2, runcuecli.Main(opts, []string{"--db", db, "executor", "--poll", "1s"}), "a poll of half MaxStartDelay")
+	assert.Contains(t, errOut.String(), "not well inside MaxStartDelay")
+	xctx, stop := context.WithCancel(ctx)
+	cmd := runcuecli.New(opts)
+	cmd.SetArgs([]string{"--db", db, "executor", "--capacity", "2", "--poll", "10ms", "--id", "cli-1"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(xctx) }()
+	for i := range 10 {
+		wctx, cancel := context.WithTimeout(ctx, time.Minute)
+		wi, err := owner.Wait(wctx, fmt.Sprint("s-", i))
+		cancel()
+		require.NoError(t, err)
+		assert.JSONEq(t, fmt.Sprintf(`"summary of %d"`, i), string(wi.Result))
+	}
+	stop()
+	require.NoError(t, <-done)
+	assert.Contains(t, errOut.String(), "executor cli-1: 1 tasks, capacity 2")
+	assert.Equal(t, 2, runcuecli.Main(runcuecli.Options{Stdout: &out, Stderr: &errOut}, []string{"--db", db, "executor"}),
+		"the plain command has no executor: it has no handlers")
+}

@@ -40,6 +40,10 @@ type Options struct {
 	// for a file, or store/postgres for a postgres:// or postgresql:// URL
 	// (no handlers: run is not offered).
 	Open func(path string) (*runcue.Cue, error)
+	// Handlers are the handlers of remote tasks (runcue.Task.Remote) this
+	// program runs as an executor: the executor command is offered when
+	// set.
+	Handlers map[string]runcue.Handler
 	// Stdout and Stderr default to the process's.
 	Stdout, Stderr io.Writer
 }
@@ -149,6 +153,9 @@ argument, no --db).`,
 		c.tailCmd(), c.pruneCmd(), c.backupCmd(), c.serveCmd(), c.versionCmd())
 	if embedded {
 		root.AddCommand(c.runCmd())
+	}
+	if len(o.Handlers) > 0 {
+		root.AddCommand(c.executorCmd())
 	}
 	return root
 }
