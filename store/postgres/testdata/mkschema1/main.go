@@ -6,8 +6,8 @@
 //	pg_dump --inserts --no-owner --no-privileges --schema=fixture
 //
 // with pg_dump's \restrict and \unrestrict lines dropped and the schema's
-// name replaced by {{schema}}, for the test of the migration to executors. It must run against the runcue of schema 1
-// (commit 51edd78):
+// name replaced by {{schema}}, for the test of the migration to executors.
+// It must run against the runcue of schema 1 (commit 51edd78):
 //
 //	git worktree add /tmp/s12 51edd78
 //	cd /tmp/s12/store/postgres && go run ./testdata/mkschema1 'postgres://.../postgres?search_path=fixture'
