@@ -306,6 +306,17 @@ func (rr *remoteRunner) read(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if rr.adoptedUnknown() {
+		// Reported holds no pending assignment: read the live executors'
+		// for the adopted runs not started yet.
+		for _, rec := range execs {
+			mine, err := rr.es.Assigned(ctx, rec.ID)
+			if err != nil {
+				return err
+			}
+			as = append(as, mine...)
+		}
+	}
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	live := make(map[string]*execState, len(execs))
@@ -380,6 +391,19 @@ func (rr *remoteRunner) read(ctx context.Context) error {
 	}
 	rr.placePending()
 	return nil
+}
+
+// adoptedUnknown reports whether an adopted run's executor is not known
+// yet.
+func (rr *remoteRunner) adoptedUnknown() bool {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	for _, x := range rr.runs {
+		if x.exec == "" && x.p.Adopted && !x.ended {
+			return true
+		}
+	}
+	return false
 }
 
 // sync measures the offset of the engine's timeline to the store's clock.

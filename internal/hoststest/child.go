@@ -29,6 +29,7 @@ const (
 	envID    = "RUNCUE_HOSTS_ID"    // an executor's ID
 	envSkew  = "RUNCUE_HOSTS_SKEW"  // an executor's clock offset, in ns
 	envHold  = "RUNCUE_HOSTS_HOLD"  // how long a first run waits at the service
+	envCap   = "RUNCUE_HOSTS_CAP"   // a benchmark executor's capacity
 )
 
 // The limits every process registers.
@@ -52,7 +53,8 @@ const (
 type Opener func(ctx context.Context) (store.Store, error)
 
 // Child runs this process as a child of the test, if it is one (and then
-// never returns): a scheduler ("scheduler") or an executor ("executor").
+// never returns): a scheduler ("scheduler"), an executor ("executor"), or
+// a benchmark's executor of no-op "noop" and "capped" units ("bench").
 func Child(open Opener) {
 	mode := os.Getenv(envChild)
 	if mode == "" {
@@ -87,6 +89,16 @@ func Child(open Opener) {
 			PollInterval: 20 * time.Millisecond, Heartbeat: 100 * time.Millisecond, TTL: 600 * time.Millisecond,
 			Clock: skewed{time.Duration(skew)}, Logger: log},
 			map[string]runcue.Handler{"call": func(ctx context.Context, w *runcue.Work) (any, error) { return call(ctx, mock, w) }})
+		if err == nil {
+			err = x.Run(ctx)
+		}
+		fmt.Fprintln(os.Stderr, "hosts executor:", err)
+		os.Exit(2)
+	case "bench":
+		capacity, _ := strconv.Atoi(os.Getenv(envCap))
+		noop := func(context.Context, *runcue.Work) (any, error) { return nil, nil }
+		x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{ID: os.Getenv(envID), Capacity: capacity, Logger: log},
+			map[string]runcue.Handler{"noop": noop, "capped": noop})
 		if err == nil {
 			err = x.Run(ctx)
 		}

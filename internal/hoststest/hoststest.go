@@ -352,3 +352,23 @@ func (m *mock) summary() string {
 	return fmt.Sprintf("%d arrivals, at most %d (limit %d) and %d tokens (limit %d) in any %v, at most %d in the pool (cap %d) and %d on a key (cap 1); runs by outcome %v",
 		len(a), most, Limit, tokens, Tokens, Window, m.maxPool, Pool, m.maxKey, m.outcomes)
 }
+
+// StartBench starts n benchmark executors ("bench": no-op handlers of the
+// tasks "noop" and "capped") of the given capacity each; stop kills them.
+func StartBench(t testing.TB, env []string, n, capacity int) (stop func()) {
+	var cmds []*exec.Cmd
+	for i := range n {
+		cmd := exec.Command(os.Args[0], "-test.run=^$", "-test.bench=^$")
+		cmd.Env = append(append(os.Environ(), env...), envChild+"=bench", envID+"=bench-"+strconv.Itoa(i), envCap+"="+strconv.Itoa(capacity))
+		cmd.Stderr = os.Stderr
+		require.NoError(t, cmd.Start())
+		cmds = append(cmds, cmd)
+	}
+	stop = func() {
+		for _, cmd := range cmds {
+			kill(cmd)
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}

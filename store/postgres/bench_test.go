@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/internal/hoststest"
 	"github.com/runcue/runcue/store/postgres"
 )
 
@@ -138,4 +139,85 @@ func rawCycle(b *testing.B, n int) float64 {
 		require.NoError(b, err)
 	}
 	return float64(n) / time.Since(start).Seconds()
+}
+
+// BenchmarkExecutors is the same workload run by executors in processes of
+// their own (hoststest's "bench" children, no-op handlers, 64 runs each at
+// once), beside the raw cycle, interleaved, each run on a fresh schema:
+// with 1 executor, with 3, and with 3 running units of a service capped
+// at half their capacity (96 of 192). It reports the medians and the
+// ratios to the raw cycle, and the capped run's share of the uncapped one:
+//
+//	scripts/with-postgres bash -c 'cd store/postgres && go test -run ^$ -bench Executors -benchtime 5x'
+func BenchmarkExecutors(b *testing.B) {
+	const units, capacity = 20_000, 64
+	var raw, one, three, capped []float64
+	for b.Loop() {
+		raw = append(raw, rawCycle(b, units))
+		one = append(one, executorsRun(b, units, 1, capacity, false))
+		three = append(three, executorsRun(b, units, 3, capacity, false))
+		capped = append(capped, executorsRun(b, units, 3, capacity, true))
+	}
+	mr := median(raw)
+	b.ReportMetric(mr, "raw-units/s")
+	b.ReportMetric(median(one), "1-executor-units/s")
+	b.ReportMetric(median(three), "3-executors-units/s")
+	b.ReportMetric(median(capped), "capped-units/s")
+	b.ReportMetric(median(one)/mr, "1-executor-ratio")
+	b.ReportMetric(median(three)/mr, "3-executors-ratio")
+	b.ReportMetric(median(capped)/median(three), "capped-share")
+}
+
+// executorsRun runs n no-op units of a remote task through n executors of
+// capacity each, and returns units per second from the first submission
+// to the last completion; with capped, the units use a service whose
+// MaxConcurrent is half the executors' total capacity.
+func executorsRun(b *testing.B, n, executors, capacity int, capped bool) float64 {
+	ctx := context.Background()
+	u := schemaURL(b)
+	st, err := postgres.Open(ctx, u, postgres.Options{})
+	require.NoError(b, err)
+	defer st.Close()
+	c, err := runcue.New(st, runcue.Config{MaxConcurrent: 1000, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(b, err)
+	defer c.Close()
+	task := "noop"
+	require.NoError(b, c.Task("noop", runcue.Task{Remote: true}))
+	require.NoError(b, c.Service("half", runcue.Service{MaxConcurrent: executors * capacity / 2}))
+	require.NoError(b, c.Task("capped", runcue.Task{Remote: true, Services: []string{"half"}}))
+	if capped {
+		task = "capped"
+	}
+	stop := hoststest.StartBench(b, []string{"RUNCUE_HOSTS_PG=" + u}, executors, capacity)
+	defer stop()
+	done := make(chan struct{})
+	var completed int
+	evs := c.Events(ctx)
+	go func() {
+		for ev := range evs {
+			if ev.Type == runcue.EventWorkCompleted {
+				if completed++; completed == n {
+					close(done)
+				}
+			}
+		}
+	}()
+	require.NoError(b, c.Start(ctx))
+	batch := make([]runcue.Submission, 1000)
+	for i := range batch {
+		batch[i] = runcue.Submission{Task: task}
+	}
+	start := time.Now()
+	for range n / len(batch) {
+		_, err := c.SubmitBatch(ctx, batch)
+		require.NoError(b, err)
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		b.Fatal("the executors did not complete the units")
+	}
+	rate := float64(n) / time.Since(start).Seconds()
+	require.NoError(b, c.Stop(ctx))
+	return rate
 }

@@ -169,3 +169,104 @@ func (s *Store) assignments(ctx context.Context, query string, args ...any) ([]s
 }
 
 var _ store.ExecutorStore = (*Store)(nil)
+
+// remoteAll writes the executors' ops ops[idx] of a segment (see
+// segment), a statement per kind, and sets their results: with assigns,
+// the Assigns (after the segment's Claims, before its Finishes); without,
+// the rest (after the Finishes).
+func (t *txn) remoteAll(ops []store.Op, idx []int, results []store.Result, assigns bool) error {
+	type batch struct {
+		ids     []string
+		runs    []int32
+		names   []string // the owner (Assign) or the executor
+		execs   []string // an Assign's executor
+		at      []int64  // StartBy, or the reported start
+		timeout []int64
+		endings [][]byte
+		ops     []int // the ops' indexes
+	}
+	var as, un, st, en batch
+	for _, i := range idx {
+		switch op := ops[i].(type) {
+		case *store.Assign:
+			if assigns {
+				as.ids, as.runs, as.names, as.execs = append(as.ids, op.ID), append(as.runs, int32(op.Run)), append(as.names, op.Owner), append(as.execs, op.Executor)
+				as.at, as.timeout, as.ops = append(as.at, ns(op.StartBy)), append(as.timeout, int64(op.Timeout)), append(as.ops, i)
+			}
+		case *store.Unassign:
+			if !assigns {
+				un.ids, un.runs, un.ops = append(un.ids, op.ID), append(un.runs, int32(op.Run)), append(un.ops, i)
+			}
+		case *store.ReportStart:
+			if !assigns {
+				st.ids, st.runs, st.names, st.at, st.ops = append(st.ids, op.ID), append(st.runs, int32(op.Run)), append(st.names, op.Executor), append(st.at, ns(op.At)), append(st.ops, i)
+			}
+		case *store.ReportEnd:
+			if !assigns {
+				en.ids, en.runs, en.names, en.endings, en.ops = append(en.ids, op.ID), append(en.runs, int32(op.Run)), append(en.names, op.Executor), append(en.endings, orNil(op.Ending)), append(en.ops, i)
+			}
+		}
+	}
+	apply := func(b batch, query string, args ...any) (map[string]bool, error) {
+		if len(b.ids) == 0 {
+			return nil, nil
+		}
+		ids, err := t.strings(query, args...)
+		done := make(map[string]bool, len(ids))
+		for _, id := range ids {
+			done[id] = true
+		}
+		return done, err
+	}
+	set := func(b batch, done map[string]bool, report bool) error {
+		for k, i := range b.ops {
+			r := &results[i]
+			r.Applied = done[b.ids[k]]
+			t.notify = t.notify || r.Applied
+			if !r.Applied && report {
+				var err error
+				if r.Err, err = t.assignedTo(b.names[k], b.ids[k], int(b.runs[k])); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
+	if assigns {
+		done, err := apply(as, `INSERT INTO assignments(work_id, run, executor, task, start_by, timeout_ns)
+			SELECT w.id, w.runs, v.executor, w.task, v.start_by, v.timeout
+			FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::bigint[]) AS v(id, run, owner, executor, start_by, timeout)
+			JOIN work_units w ON w.id = v.id AND w.state = 'running' AND w.runs = v.run AND w.leased_by = v.owner
+			ON CONFLICT(work_id) DO UPDATE SET run=excluded.run, executor=excluded.executor, task=excluded.task,
+				start_by=excluded.start_by, timeout_ns=excluded.timeout_ns, state=0, cancel=NULL, started_at=0, ending=NULL
+			RETURNING work_id`, as.ids, as.runs, as.names, as.execs, as.at, as.timeout)
+		if err != nil {
+			return err
+		}
+		return set(as, done, false)
+	}
+	done, err := apply(un, `DELETE FROM assignments a USING unnest($1::text[], $2::int[]) AS v(id, run)
+		WHERE a.work_id = v.id AND a.run = v.run RETURNING a.work_id`, un.ids, un.runs)
+	if err != nil {
+		return err
+	}
+	for k, i := range un.ops {
+		results[i].Applied = done[un.ids[k]]
+	}
+	if done, err = apply(st, `UPDATE assignments a SET state = 1, started_at = v.at
+		FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[]) AS v(id, run, executor, at)
+		WHERE a.work_id = v.id AND a.run = v.run AND a.executor = v.executor AND a.state = 0 RETURNING a.work_id`,
+		st.ids, st.runs, st.names, st.at); err != nil {
+		return err
+	}
+	if err := set(st, done, true); err != nil {
+		return err
+	}
+	if done, err = apply(en, `UPDATE assignments a SET state = 2, ending = v.ending
+		FROM unnest($1::text[], $2::int[], $3::text[], $4::bytea[]) AS v(id, run, executor, ending)
+		WHERE a.work_id = v.id AND a.run = v.run AND a.executor = v.executor AND a.state < 2 RETURNING a.work_id`,
+		en.ids, en.runs, en.names, en.endings); err != nil {
+		return err
+	}
+	return set(en, done, true)
+}

@@ -9,14 +9,27 @@ import (
 // PostgreSQL a statement is a round trip.
 
 // segment returns how many ops from the first form a segment that
-// segmentApply writes with one statement for its Claims and one for its
-// Finishes: Claims and Finishes only, each unit claimed at most once and
-// finished at most once, no Claim of a unit after its Finish (a retry
-// claimed again in the same batch), and no Finish that propagates a
-// failure to dependents (its rules read what the segment's later claims
-// would already have written).
+// segmentApply writes with one statement per kind of op: Claims and
+// Finishes, each unit claimed at most once and finished at most once, no
+// Claim of a unit after its Finish (a retry claimed again in the same
+// batch), and no Finish that propagates a failure to dependents (its rules
+// read what the segment's later claims would already have written); and
+// the executors' ops (remote.go), each unit's at most once per kind, no
+// Assign of a unit after its Finish or Unassign, no start reported after
+// its end.
 func segment(ops []store.Op) int {
 	claimed, finished := map[string]bool{}, map[string]bool{}
+	var assigned, unassigned, started, ended map[string]bool
+	once := func(m *map[string]bool, id string) bool {
+		if *m == nil {
+			*m = map[string]bool{}
+		}
+		if (*m)[id] {
+			return false
+		}
+		(*m)[id] = true
+		return true
+	}
 	for n, op := range ops {
 		switch op := op.(type) {
 		case *store.Claim:
@@ -29,6 +42,23 @@ func segment(ops []store.Op) int {
 				return n
 			}
 			finished[op.ID] = true
+		case *store.Assign:
+			// Written after the Claims, before the Finishes.
+			if finished[op.ID] || unassigned[op.ID] || !once(&assigned, op.ID) {
+				return n
+			}
+		case *store.Unassign:
+			if !once(&unassigned, op.ID) {
+				return n
+			}
+		case *store.ReportStart:
+			if !once(&started, op.ID) || ended[op.ID] {
+				return n
+			}
+		case *store.ReportEnd:
+			if !once(&ended, op.ID) {
+				return n
+			}
 		default:
 			return n
 		}
@@ -42,7 +72,7 @@ func segment(ops []store.Op) int {
 // applied op's bookkeeping and events follow in the ops' order, so the log
 // is the same as when each is applied alone.
 func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
-	var claims, finishes []int
+	var claims, finishes, remote []int
 	for i, op := range ops {
 		fenced, err := t.fenced(op)
 		if err != nil {
@@ -52,18 +82,27 @@ func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
 			results[i] = store.Result{Err: store.ErrNotOwner}
 			continue
 		}
-		if _, ok := op.(*store.Claim); ok {
+		switch op.(type) {
+		case *store.Claim:
 			claims = append(claims, i)
-		} else {
+		case *store.Finish:
 			finishes = append(finishes, i)
+		default:
+			remote = append(remote, i)
 		}
 	}
 	claimed, err := t.claimAll(ops, claims)
 	if err != nil {
 		return err
 	}
+	if err := t.remoteAll(ops, remote, results, true); err != nil {
+		return err
+	}
 	finished, err := t.finishAll(ops, finishes)
 	if err != nil {
+		return err
+	}
+	if err := t.remoteAll(ops, remote, results, false); err != nil {
 		return err
 	}
 	var services, meters, workIDs []string

@@ -146,4 +146,48 @@ func testExecutors(t *testing.T, h *harness) {
 	res = h.apply(&store.ReportEnd{Executor: "ex-1", ID: u.ID, Run: 1, Ending: []byte(`{}`)})
 	assert.ErrorIs(t, res[0].Err, store.ErrStaleRun)
 	assert.Equal(t, store.Queued, h.get(u.ID).State)
+
+	// Batches of several units' ops (a backend may write them a statement
+	// per kind): each op's result is as if applied alone, in order.
+	assert.True(t, h.apply(&store.RegisterExecutor{Executor: rec})[0].Applied)
+	w, x, y := h.unit("a"), h.unit("a"), h.unit("b")
+	h.insert(w, x, y)
+	at = time.Now()
+	res = h.apply(
+		&store.Claim{Epoch: e2, ID: w.ID, Owner: "sched-2", Run: 1, At: at, LeaseExpires: at.Add(time.Minute)},
+		&store.Claim{Epoch: e2, ID: x.ID, Owner: "sched-2", Run: 1, At: at, LeaseExpires: at.Add(time.Minute)},
+		&store.Claim{Epoch: e2, ID: y.ID, Owner: "sched-2", Run: 1, At: at, LeaseExpires: at.Add(time.Minute)},
+		&store.Assign{Epoch: e2, ID: w.ID, Owner: "sched-2", Run: 1, Executor: "ex-1"},
+		&store.Assign{Epoch: e2, ID: x.ID, Owner: "sched-1", Run: 1, Executor: "ex-1"},
+		&store.Assign{Epoch: e2, ID: y.ID, Owner: "sched-2", Run: 1, Executor: "ex-1"},
+		&store.Unassign{Epoch: e2, ID: v.ID, Run: 1})
+	assert.Equal(t, []bool{true, true, true, true, false, true, false}, applied(res), "x's Assign names another owner; v has no assignment left")
+	res = h.apply(
+		&store.ReportStart{Executor: "ex-1", ID: w.ID, Run: 1, At: at},
+		&store.ReportStart{Executor: "ex-1", ID: x.ID, Run: 1, At: at},
+		&store.ReportStart{Executor: "ex-1", ID: y.ID, Run: 1, At: at},
+		&store.ReportEnd{Executor: "ex-1", ID: w.ID, Run: 1, Ending: []byte(`{"w":1}`)},
+		&store.ReportEnd{Executor: "ex-2", ID: y.ID, Run: 1, Ending: []byte(`{}`)})
+	assert.Equal(t, []bool{true, false, true, true, false}, applied(res))
+	assert.ErrorIs(t, res[1].Err, store.ErrStaleRun, "x was never assigned")
+	assert.ErrorIs(t, res[4].Err, store.ErrStaleRun, "y is another executor's")
+	rep, err = es.Reported(h.ctx)
+	require.NoError(t, err)
+	states := map[string]store.AssignState{}
+	for _, a := range rep {
+		states[a.ID] = a.State
+	}
+	assert.Equal(t, map[string]store.AssignState{w.ID: store.AssignEnded, y.ID: store.AssignStarted}, states)
+	for _, id := range []string{w.ID, x.ID, y.ID} {
+		h.apply(&store.Finish{Epoch: e2, ID: id, Owner: "sched-2", Run: 1, At: at, State: store.Completed,
+			Attempt: store.Attempt{Run: 1, Start: at, End: at, Outcome: "completed"}}, &store.Unassign{Epoch: e2, ID: id, Run: 1})
+	}
+}
+
+func applied(res []store.Result) []bool {
+	out := make([]bool, len(res))
+	for i, r := range res {
+		out[i] = r.Applied
+	}
+	return out
 }
