@@ -186,7 +186,9 @@ func (x *Executor) Run(ctx context.Context) error {
 	var notes <-chan struct{}
 	wctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
-	if w, ok := x.st.(store.Watcher); ok {
+	if w, ok := x.st.(store.ExecutorWatcher); ok {
+		notes, _ = w.WatchAssigned(wctx, x.cfg.ID)
+	} else if w, ok := x.st.(store.Watcher); ok {
 		notes, _ = w.Watch(wctx)
 	}
 	poll := time.NewTicker(x.cfg.PollInterval)
@@ -206,6 +208,7 @@ func (x *Executor) Run(ctx context.Context) error {
 			return x.shutdown()
 		case <-poll.C:
 		case <-notes:
+			time.Sleep(coalesce) // the assignments of that moment, in one read
 		case <-beat.C:
 			sent := x.cfg.Clock.Now()
 			var res []store.Result

@@ -266,24 +266,38 @@ func (rr *remoteRunner) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var notes <-chan struct{}
-	if w, ok := rr.c.st.(store.Watcher); ok {
+	if w, ok := rr.c.st.(store.ExecutorWatcher); ok {
+		notes, _ = w.WatchReported(ctx)
+	} else if w, ok := rr.c.st.(store.Watcher); ok {
 		notes, _ = w.Watch(ctx)
 	}
 	tick := time.NewTicker(rr.c.cfg.PollInterval)
 	defer tick.Stop()
+	full := true
 	for {
-		if err := rr.read(ctx); err != nil && ctx.Err() == nil {
+		if err := rr.read(ctx, full); err != nil && ctx.Err() == nil {
 			rr.c.log.Warn("runcue: read the executors", "error", err)
 		}
 		select {
 		case <-rr.e.Done():
 			return
 		case <-tick.C:
+			full = true
 		case <-rr.wake:
+			full = true
 		case <-notes:
+			// A report: the executors are read at the poll. The reports of
+			// the next moment are read with it, in one read.
+			full = false
+			time.Sleep(coalesce)
 		}
 	}
 }
+
+// coalesce is how long a read waits after a notification, so that the
+// commits of that moment are read at once (every read and every commit
+// costs the database more than the rows it carries).
+const coalesce = time.Millisecond
 
 // syncEvery is how often the scheduler measures its offset to the store's
 // clock.
@@ -292,21 +306,25 @@ const syncEvery = 10 * time.Second
 // read measures the offset when due, reads the executors and the
 // assignments, and applies them: starts and ends reported, runs of
 // executors gone, the tasks' room, the pending runs placed.
-func (rr *remoteRunner) read(ctx context.Context) error {
+func (rr *remoteRunner) read(ctx context.Context, full bool) error {
 	if now := rr.e.Now(); rr.synced.IsZero() || now.Sub(rr.synced) >= syncEvery {
 		if err := rr.sync(ctx); err != nil {
 			return err
 		}
 	}
-	execs, storeNow, err := rr.es.Executors(ctx)
-	if err != nil {
-		return err
+	var execs []store.ExecutorRecord
+	var storeNow time.Time
+	if full {
+		var err error
+		if execs, storeNow, err = rr.es.Executors(ctx); err != nil {
+			return err
+		}
 	}
 	as, err := rr.es.Reported(ctx)
 	if err != nil {
 		return err
 	}
-	if rr.adoptedUnknown() {
+	if full && rr.adoptedUnknown() {
 		// Reported holds no pending assignment: read the live executors'
 		// for the adopted runs not started yet.
 		for _, rec := range execs {
@@ -319,6 +337,21 @@ func (rr *remoteRunner) read(ctx context.Context) error {
 	}
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
+	if full {
+		rr.applyExecutors(execs, storeNow)
+	}
+	seen := rr.applyReports(as)
+	if full {
+		rr.endLost(seen)
+	}
+	rr.placePending()
+	return nil
+}
+
+// applyExecutors takes the executors read at storeNow (the store's clock):
+// the live ones whose poll is well inside MaxStartDelay, and each remote
+// task's room. rr.mu is held.
+func (rr *remoteRunner) applyExecutors(execs []store.ExecutorRecord, storeNow time.Time) {
 	live := make(map[string]*execState, len(execs))
 	for _, rec := range execs {
 		if rec.Poll > rr.c.cfg.MaxStartDelay/4 {
@@ -340,6 +373,23 @@ func (rr *remoteRunner) read(ctx context.Context) error {
 		}
 	}
 	rr.execs = live
+	for _, task := range rr.remote {
+		room := 0
+		for _, ex := range live {
+			if slices.Contains(ex.rec.Tasks, task) {
+				room += ex.rec.Capacity
+			}
+		}
+		if old, ok := rr.rooms[task]; !ok || old != room {
+			rr.rooms[task] = room
+			rr.e.SetRoom(task, room)
+		}
+	}
+}
+
+// applyReports tells the engine of the starts and ends reported, and
+// returns the runs the assignments named. rr.mu is held.
+func (rr *remoteRunner) applyReports(as []store.Assignment) map[string]bool {
 	offset, unc, _ := rr.clock.Estimate(rr.e.Now())
 	seen := make(map[string]bool, len(as))
 	for _, a := range as {
@@ -362,6 +412,13 @@ func (rr *remoteRunner) read(ctx context.Context) error {
 			x.p.Done(endingOf(a.Ending, rr.c.clock.Now()))
 		}
 	}
+	return seen
+}
+
+// endLost ends, as lost, the runs of executors no longer live, and the
+// adopted runs no assignment names (seen: those a full read found). rr.mu
+// is held.
+func (rr *remoteRunner) endLost(seen map[string]bool) {
 	for _, x := range rr.runs {
 		switch {
 		case x.ended || !x.assigned:
@@ -372,25 +429,11 @@ func (rr *remoteRunner) read(ctx context.Context) error {
 				x.ended = true
 				x.p.Done(engine.Ending{Err: ErrExecutorLost, Class: engine.ClassLost, At: rr.c.clock.Now()})
 			}
-		case x.exec != "" && live[x.exec] == nil:
+		case x.exec != "" && rr.execs[x.exec] == nil:
 			x.ended = true
 			x.p.Done(engine.Ending{Err: ErrExecutorLost, Class: engine.ClassLost, At: rr.c.clock.Now()})
 		}
 	}
-	for _, task := range rr.remote {
-		room := 0
-		for _, ex := range live {
-			if slices.Contains(ex.rec.Tasks, task) {
-				room += ex.rec.Capacity
-			}
-		}
-		if old, ok := rr.rooms[task]; !ok || old != room {
-			rr.rooms[task] = room
-			rr.e.SetRoom(task, room)
-		}
-	}
-	rr.placePending()
-	return nil
 }
 
 // adoptedUnknown reports whether an adopted run's executor is not known

@@ -34,13 +34,25 @@ type ExecutorStore interface {
 	// Executors returns the registered executors, with the store's clock
 	// at the read (to judge Seen against).
 	Executors(ctx context.Context) ([]ExecutorRecord, time.Time, error)
-	// Assigned returns the assignments of executor, with their units'
-	// targets and params (Assigned state only: the others' params are not
-	// read).
+	// Assigned returns the assignments of executor not ended (pending or
+	// started), with the pending ones' targets and params.
 	Assigned(ctx context.Context, executor string) ([]Assignment, error)
 	// Reported returns every assignment whose start or end was reported
 	// (state AssignStarted or AssignEnded), with its report.
 	Reported(ctx context.Context) ([]Assignment, error)
+}
+
+// ExecutorWatcher is implemented by executor stores that push the
+// protocol's notifications (PostgreSQL's LISTEN/NOTIFY), each to whom it
+// concerns; without it, both sides read at their poll intervals (and at
+// the store's Watcher, when it has one).
+type ExecutorWatcher interface {
+	// WatchAssigned receives (coalesced) after a commit assigned a run to
+	// executor or asked one of its runs to stop, until ctx ends.
+	WatchAssigned(ctx context.Context, executor string) (<-chan struct{}, error)
+	// WatchReported receives (coalesced) after a commit reported a start
+	// or an end, or registered or removed an executor, until ctx ends.
+	WatchReported(ctx context.Context) (<-chan struct{}, error)
 }
 
 // ExecutorRecord is a registered executor.

@@ -36,9 +36,11 @@ type txn struct {
 	// until then) with the lease row locked: no owner change commits
 	// before this transaction does.
 	epoch int64
-	// notify: an executor's op (an assignment, a report) applied, which
-	// the other side waits for (see remote.go).
-	notify bool
+	// notifyExecs are the executors an applied op assigned a run to (or
+	// asked to stop one), notifyReports whether a report or a registration
+	// applied: the other side waits for them (see remote.go).
+	notifyExecs   []string
+	notifyReports bool
 }
 
 // Apply runs ops in one transaction. See store.Store.
@@ -55,7 +57,14 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 	// rule's reads (a key's holder, a dependency's state, the queue's
 	// count) hold until commit, and the event numbers are assigned in
 	// commit order (see the package comment).
-	if err := tx.QueryRow(ctx, `SELECT value FROM meta WHERE key = 'events_last' FOR UPDATE`).Scan(&t.follows); err != nil {
+	//
+	// An executor's batch of reports (lockFree) takes no turn: each is one
+	// conditional write of an assignment's row, and it appends no event,
+	// so it need not wait for the owner's transactions nor make them
+	// wait.
+	if lockFree(ops) {
+		t.follows = 0
+	} else if err := tx.QueryRow(ctx, `SELECT value FROM meta WHERE key = 'events_last' FOR UPDATE`).Scan(&t.follows); err != nil {
 		return store.Batch{}, err
 	}
 	t.nextSeq = t.follows + 1
@@ -92,7 +101,10 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 	if err := t.flushActivity(); err != nil {
 		return store.Batch{}, err
 	}
-	if t.nextSeq > t.follows+1 || t.notify {
+	if err := t.notifyRemote(); err != nil {
+		return store.Batch{}, err
+	}
+	if t.nextSeq > t.follows+1 {
 		// One notification per commit, never per unit (NOTIFY takes a
 		// lock at commit): the listeners read the log themselves.
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel); err != nil {

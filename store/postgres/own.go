@@ -204,10 +204,18 @@ func (o *ownership) Release() error {
 // connection is opened again after a pause; meanwhile the Cue's polling
 // still finds the commits.
 func (s *Store) Watch(ctx context.Context) (<-chan struct{}, error) {
+	return s.watch(ctx, s.channel, "")
+}
+
+// watch listens on channel, on a connection of its own, for notifications
+// whose payload is payload; the returned channel receives, coalesced,
+// until ctx ends. A lost connection is opened again after a pause (the
+// channel then receives: notifications may have come meanwhile).
+func (s *Store) watch(ctx context.Context, channel, payload string) (<-chan struct{}, error) {
 	if s.opts.PollOnly {
 		return nil, errPollOnly
 	}
-	conn, err := s.listen(ctx)
+	conn, err := s.listen(ctx, channel)
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +233,7 @@ func (s *Store) Watch(ctx context.Context) (<-chan struct{}, error) {
 					return
 				case <-time.After(time.Second):
 				}
-				if conn, err = s.listen(ctx); err != nil {
+				if conn, err = s.listen(ctx, channel); err != nil {
 					conn = nil
 					continue
 				}
@@ -235,9 +243,13 @@ func (s *Store) Watch(ctx context.Context) (<-chan struct{}, error) {
 				default:
 				}
 			}
-			if _, err := conn.WaitForNotification(ctx); err != nil {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
 				conn.Close(context.Background())
 				conn = nil
+				continue
+			}
+			if n.Payload != payload {
 				continue
 			}
 			select {
@@ -252,14 +264,14 @@ func (s *Store) Watch(ctx context.Context) (<-chan struct{}, error) {
 // errPollOnly is Watch's answer with Options.PollOnly: the Cue polls.
 var errPollOnly = errors.New("runcue: postgres: PollOnly: no change notifications")
 
-// listen opens a connection (with the pool's settings) listening on the
-// schema's channel.
-func (s *Store) listen(ctx context.Context) (*pgx.Conn, error) {
+// listen opens a connection (with the pool's settings) listening on
+// channel.
+func (s *Store) listen(ctx context.Context, channel string) (*pgx.Conn, error) {
 	conn, err := pgx.ConnectConfig(ctx, s.pool.Config().ConnConfig.Copy())
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{s.channel}.Sanitize()); err != nil {
+	if _, err := conn.Exec(ctx, `LISTEN `+pgx.Identifier{channel}.Sanitize()); err != nil {
 		conn.Close(context.Background())
 		return nil, err
 	}

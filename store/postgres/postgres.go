@@ -75,6 +75,8 @@ type Store struct {
 	// schema is the connection's current schema, which holds the tables;
 	// channel is its change notification channel.
 	schema, channel string
+	// execChannel carries the executors' notifications (remote.go).
+	execChannel string
 
 	// seenMu guards seen, the log's last number as this handle last saw
 	// it, and other, which says that a commit of another handle came
@@ -127,6 +129,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("runcue: postgres: %w", err)
 	}
 	s.channel = "runcue_" + s.schema
+	s.execChannel = "runcue_x_" + s.schema
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("runcue: postgres: %w", err)

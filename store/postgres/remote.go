@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,20 +40,40 @@ func (t *txn) applyRemote(op store.Op, r *store.Result) (ok bool, err error) {
 				poll_ns=excluded.poll_ns, ttl_ns=excluded.ttl_ns, registered_at=excluded.registered_at, seen_at=excluded.seen_at`,
 			e.ID, e.Host, e.PID, string(tasks), e.Capacity, int64(e.Poll), int64(e.TTL))
 		r.Applied = err == nil
-		t.notify = true
+		t.notifyReports = true
 		return true, err
 	case *store.RemoveExecutor:
 		r.Applied, err = t.changed(`DELETE FROM executors WHERE id=$1`, op.ID)
-		t.notify = true
+		t.notifyReports = true
 		return true, err
 	case *store.ExecutorBeat:
 		r.Applied, err = t.changed(`UPDATE executors SET seen_at=`+nowNS+` WHERE id=$1`, op.ID)
 		if err != nil || !r.Applied {
 			return true, err
 		}
-		_, err = t.exec(`UPDATE work_units SET lease_expires_at=greatest(lease_expires_at, `+nowNS+` + $1), heartbeat_at=`+nowNS+`
-			WHERE id IN (SELECT work_id FROM assignments WHERE executor=$2 AND state < 2) AND state='running'`,
-			int64(op.TTL), op.ID)
+		// The runs' IDs first: a semi-join may be planned as a scan of
+		// every unit.
+		rows, err := t.query(`SELECT work_id, run FROM assignments WHERE executor=$1 AND state < 2`, op.ID)
+		if err != nil {
+			return true, err
+		}
+		var ids []string
+		var runs []int32
+		for rows.Next() {
+			var id string
+			var run int32
+			if err := rows.Scan(&id, &run); err != nil {
+				rows.Close()
+				return true, err
+			}
+			ids, runs = append(ids, id), append(runs, run)
+		}
+		if rows.Close(); rows.Err() != nil || len(ids) == 0 {
+			return true, rows.Err()
+		}
+		_, err = t.exec(`UPDATE work_units w SET lease_expires_at=greatest(w.lease_expires_at, `+nowNS+` + $1), heartbeat_at=`+nowNS+`
+			FROM unnest($2::text[], $3::int[]) AS v(id, run) WHERE w.id = ANY($2) AND w.id = v.id AND w.runs = v.run AND w.state='running'`,
+			int64(op.TTL), ids, runs)
 		return true, err
 	case *store.Assign:
 		r.Applied, err = t.changed(`INSERT INTO assignments(work_id, run, executor, task, start_by, timeout_ns)
@@ -60,11 +81,17 @@ func (t *txn) applyRemote(op store.Op, r *store.Result) (ok bool, err error) {
 			ON CONFLICT(work_id) DO UPDATE SET run=excluded.run, executor=excluded.executor, task=excluded.task,
 				start_by=excluded.start_by, timeout_ns=excluded.timeout_ns, state=0, cancel=NULL, started_at=0, ending=NULL`,
 			op.Executor, ns(op.StartBy), int64(op.Timeout), op.ID, op.Run, op.Owner)
-		t.notify = t.notify || r.Applied
+		if r.Applied {
+			t.notifyExecs = append(t.notifyExecs, op.Executor)
+		}
 		return true, err
 	case *store.CancelAssigned:
-		r.Applied, err = t.changed(`UPDATE assignments SET cancel=$1 WHERE work_id=$2 AND run=$3 AND cancel IS NULL`, op.Cause, op.ID, op.Run)
-		t.notify = t.notify || r.Applied
+		var executor string
+		r.Applied, err = t.one(`UPDATE assignments SET cancel=$1 WHERE work_id=$2 AND run=$3 AND cancel IS NULL RETURNING executor`,
+			[]any{op.Cause, op.ID, op.Run}, &executor)
+		if r.Applied {
+			t.notifyExecs = append(t.notifyExecs, executor)
+		}
 		return true, err
 	case *store.Unassign:
 		r.Applied, err = t.changed(`DELETE FROM assignments WHERE work_id=$1 AND run=$2`, op.ID, op.Run)
@@ -75,7 +102,7 @@ func (t *txn) applyRemote(op store.Op, r *store.Result) (ok bool, err error) {
 		if err == nil && !r.Applied {
 			r.Err, err = t.assignedTo(op.Executor, op.ID, op.Run)
 		}
-		t.notify = t.notify || r.Applied
+		t.notifyReports = t.notifyReports || r.Applied
 		return true, err
 	case *store.ReportEnd:
 		r.Applied, err = t.changed(`UPDATE assignments SET state=2, ending=$1 WHERE work_id=$2 AND run=$3 AND executor=$4 AND state < 2`,
@@ -83,10 +110,59 @@ func (t *txn) applyRemote(op store.Op, r *store.Result) (ok bool, err error) {
 		if err == nil && !r.Applied {
 			r.Err, err = t.assignedTo(op.Executor, op.ID, op.Run)
 		}
-		t.notify = t.notify || r.Applied
+		t.notifyReports = t.notifyReports || r.Applied
 		return true, err
 	}
 	return false, nil
+}
+
+// The executors' notifications go on a channel of their own
+// (Store.execChannel), so that neither the Cue reading the log nor an
+// executor wakes for what is not its own: an executor listens for its own
+// name (a run assigned to it, or asked to stop), the scheduler for "r" (a
+// start or an end reported, an executor registered or gone).
+
+// notifyRemote notifies what the transaction's executors' ops did, once
+// per executor and once for the reports.
+func (t *txn) notifyRemote() error {
+	if len(t.notifyExecs) == 0 && !t.notifyReports {
+		return nil
+	}
+	payloads := slices.Compact(slices.Sorted(slices.Values(t.notifyExecs)))
+	if t.notifyReports {
+		payloads = append(payloads, reportsPayload)
+	}
+	_, err := t.tx.Exec(t.ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, t.s.execChannel, payloads)
+	return err
+}
+
+// reportsPayload is the notification of the reports; an executor's is its
+// name, which cannot be empty.
+const reportsPayload = ""
+
+// WatchAssigned implements store.ExecutorWatcher.
+func (s *Store) WatchAssigned(ctx context.Context, executor string) (<-chan struct{}, error) {
+	return s.watch(ctx, s.execChannel, executor)
+}
+
+// WatchReported implements store.ExecutorWatcher.
+func (s *Store) WatchReported(ctx context.Context) (<-chan struct{}, error) {
+	return s.watch(ctx, s.execChannel, reportsPayload)
+}
+
+// lockFree reports whether ops are all an executor's reports (see Apply):
+// they lock assignment rows only, which the owner's transactions lock
+// last, so no wait can go round. (A heartbeat locks units' rows too, and
+// takes its turn.)
+func lockFree(ops []store.Op) bool {
+	for _, op := range ops {
+		switch op.(type) {
+		case *store.ReportStart, *store.ReportEnd:
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // assignedTo is the Err of a report that did not apply: ErrStaleRun unless
@@ -135,9 +211,12 @@ func (s *Store) Executors(ctx context.Context) ([]store.ExecutorRecord, time.Tim
 
 // Assigned implements store.ExecutorStore.
 func (s *Store) Assigned(ctx context.Context, executor string) ([]store.Assignment, error) {
+	// A lateral lookup by ID, for the pending ones only: a join may be
+	// planned as a scan of every unit.
 	return s.assignments(ctx, `SELECT a.work_id, a.run, a.executor, a.task, a.start_by, a.timeout_ns, a.state, a.cancel, a.started_at, NULL::bytea,
-			CASE WHEN a.state = 0 THEN w.target END, CASE WHEN a.state = 0 THEN w.params END
-		FROM assignments a LEFT JOIN work_units w ON w.id = a.work_id WHERE a.executor = $1`, executor)
+			w.target, w.params
+		FROM assignments a LEFT JOIN LATERAL (SELECT target, params FROM work_units WHERE id = a.work_id AND a.state = 0) w ON true
+		WHERE a.executor = $1 AND a.state < 2`, executor)
 }
 
 // Reported implements store.ExecutorStore.
@@ -168,7 +247,10 @@ func (s *Store) assignments(ctx context.Context, query string, args ...any) ([]s
 	})
 }
 
-var _ store.ExecutorStore = (*Store)(nil)
+var (
+	_ store.ExecutorStore   = (*Store)(nil)
+	_ store.ExecutorWatcher = (*Store)(nil)
+)
 
 // remoteAll writes the executors' ops ops[idx] of a segment (see
 // segment), a statement per kind, and sets their results: with assigns,
@@ -222,7 +304,13 @@ func (t *txn) remoteAll(ops []store.Op, idx []int, results []store.Result, assig
 		for k, i := range b.ops {
 			r := &results[i]
 			r.Applied = done[b.ids[k]]
-			t.notify = t.notify || r.Applied
+			switch {
+			case !r.Applied:
+			case report:
+				t.notifyReports = true
+			default:
+				t.notifyExecs = append(t.notifyExecs, b.execs[k])
+			}
 			if !r.Applied && report {
 				var err error
 				if r.Err, err = t.assignedTo(b.names[k], b.ids[k], int(b.runs[k])); err != nil {
@@ -236,7 +324,8 @@ func (t *txn) remoteAll(ops []store.Op, idx []int, results []store.Result, assig
 		done, err := apply(as, `INSERT INTO assignments(work_id, run, executor, task, start_by, timeout_ns)
 			SELECT w.id, w.runs, v.executor, w.task, v.start_by, v.timeout
 			FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::bigint[]) AS v(id, run, owner, executor, start_by, timeout)
-			JOIN work_units w ON w.id = v.id AND w.state = 'running' AND w.runs = v.run AND w.leased_by = v.owner
+			CROSS JOIN LATERAL (SELECT id, runs, task FROM work_units
+				WHERE id = v.id AND state = 'running' AND runs = v.run AND leased_by = v.owner) w
 			ON CONFLICT(work_id) DO UPDATE SET run=excluded.run, executor=excluded.executor, task=excluded.task,
 				start_by=excluded.start_by, timeout_ns=excluded.timeout_ns, state=0, cancel=NULL, started_at=0, ending=NULL
 			RETURNING work_id`, as.ids, as.runs, as.names, as.execs, as.at, as.timeout)

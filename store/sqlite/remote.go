@@ -40,7 +40,8 @@ func (t *txn) applyRemote(op store.Op, r *store.Result) (ok bool, err error) {
 			return true, err
 		}
 		_, err = t.exec(`UPDATE work_units SET lease_expires_at=max(lease_expires_at, ?), heartbeat_at=?
-			WHERE id IN (SELECT work_id FROM assignments WHERE executor=? AND state < 2) AND state='running'`,
+			WHERE id IN (SELECT work_id FROM assignments WHERE executor=? AND state < 2) AND state='running'
+				AND runs = (SELECT run FROM assignments WHERE work_id = work_units.id)`,
 			now+int64(op.TTL), now, op.ID)
 		return true, err
 	case *store.Assign:
@@ -113,7 +114,7 @@ func (s *Store) Executors(ctx context.Context) ([]store.ExecutorRecord, time.Tim
 func (s *Store) Assigned(ctx context.Context, executor string) ([]store.Assignment, error) {
 	return s.assignments(ctx, `SELECT a.work_id, a.run, a.executor, a.task, a.start_by, a.timeout_ns, a.state, a.cancel, a.started_at, NULL,
 			CASE WHEN a.state = 0 THEN w.target END, CASE WHEN a.state = 0 THEN w.params END
-		FROM assignments a LEFT JOIN work_units w ON w.id = a.work_id WHERE a.executor = ?`, executor)
+		FROM assignments a LEFT JOIN work_units w ON w.id = a.work_id WHERE a.executor = ? AND a.state < 2`, executor)
 }
 
 // Reported implements store.ExecutorStore.
