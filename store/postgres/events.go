@@ -89,7 +89,7 @@ func (t *txn) flushEvents(mid bool) error {
 		// (readers scan the log past its last entry).
 		if _, err := t.exec(`UPDATE work_units w SET events = CASE WHEN length(coalesce(w.events, '')) >= $3 THEN w.events
 				ELSE coalesce(w.events, '') || v.rec END
-			FROM unnest($1::text[], $2::bytea[]) AS v(id, rec) WHERE w.id = ANY($1) AND w.id = v.id`, ids, recs, store.MaxUnitRecord); err != nil {
+			FROM unnest($1::text[], $2::bytea[]) AS v(id, rec) WHERE w.id = v.id`, ids, recs, store.MaxUnitRecord); err != nil {
 			return err
 		}
 	}
