@@ -92,12 +92,3 @@ func TestExecutorsAcrossProcesses(t *testing.T) {
 	hoststest.Run(t, openHostsDB, hoststest.Options{Env: []string{"RUNCUE_HOSTS_DB=" + path}, Units: 200,
 		ExecutorKills: 10, SchedulerKills: 3, Skew: 250 * time.Millisecond, Seed: seed})
 }
-
-// TestExecutorFrozen: an executor stopped with SIGSTOP past its lease and
-// resumed stores no outcome for the run that was requeued meanwhile (see
-// hoststest.Frozen).
-func TestExecutorFrozen(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "frozen.db")
-	t.Setenv("RUNCUE_HOSTS_DB", path)
-	hoststest.Frozen(t, openHostsDB, []string{"RUNCUE_HOSTS_DB=" + path})
-}

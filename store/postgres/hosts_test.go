@@ -12,9 +12,9 @@ import (
 )
 
 // openHosts opens the schema of TestExecutorsOnPostgres (in its child
-// processes too), with the failover tests' lease.
+// processes too), with a lease of 1 s.
 func openHosts(ctx context.Context) (store.Store, error) {
-	return postgres.Open(ctx, os.Getenv("RUNCUE_HOSTS_PG"), postgres.Options{LeaseTTL: failoverTTL})
+	return postgres.Open(ctx, os.Getenv("RUNCUE_HOSTS_PG"), postgres.Options{LeaseTTL: time.Second})
 }
 
 // TestExecutorsOnPostgres: the executors' protocol on PostgreSQL: a
@@ -31,12 +31,4 @@ func TestExecutorsOnPostgres(t *testing.T) {
 	t.Setenv("RUNCUE_HOSTS_PG", url)
 	hoststest.Run(t, openHosts, hoststest.Options{Env: []string{"RUNCUE_HOSTS_PG=" + url}, Units: 200,
 		ExecutorKills: 10, SchedulerKills: 3, Skew: 250 * time.Millisecond, Seed: seed})
-}
-
-// TestExecutorFrozenOnPostgres: an executor stopped with SIGSTOP past its
-// lease and resumed stores no outcome for the requeued run.
-func TestExecutorFrozenOnPostgres(t *testing.T) {
-	url := schemaURL(t)
-	t.Setenv("RUNCUE_HOSTS_PG", url)
-	hoststest.Frozen(t, openHosts, []string{"RUNCUE_HOSTS_PG=" + url})
 }
