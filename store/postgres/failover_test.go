@@ -6,7 +6,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"hash/fnv"
 	"io"
 	"log/slog"
 	"math/rand/v2"
@@ -27,6 +26,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/internal/hoststest"
 	"github.com/runcue/runcue/store"
 	"github.com/runcue/runcue/store/postgres"
 )
@@ -47,19 +47,9 @@ const (
 var failoverService = runcue.Service{RateLimit: failoverLimit, RateWindow: failoverWindow,
 	Meters: []runcue.Meter{{Name: "tokens", Limit: failoverTokens, Window: failoverWindow}}}
 
-// tokenCost is a unit's cost in tokens (20 to 100, fixed by its ID),
-// stated at submit; tokenUse what its call uses of it (half to all).
-func tokenCost(id string) int64 { return 20 + int64(hashOf("cost/"+id)%81) }
-func tokenUse(id string) int64 {
-	c := tokenCost(id)
-	return c/2 + int64(hashOf("use/"+id)%uint64(c/2+1))
-}
-
-func hashOf(s string) uint64 {
-	h := fnv.New64a()
-	h.Write([]byte(s))
-	return h.Sum64()
-}
+// tokenCost is a unit's cost in tokens, stated at submit; tokenUse what
+// its call uses of it (the executors' test's: internal/hoststest).
+var tokenCost, tokenUse = hoststest.TokenCost, hoststest.TokenUse
 
 // costed gives each submission its token cost.
 func costed(subs []runcue.Submission) []runcue.Submission {
