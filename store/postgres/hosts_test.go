@@ -3,8 +3,11 @@ package postgres_test
 import (
 	"context"
 	"os"
+	"strconv"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue/internal/hoststest"
 	"github.com/runcue/runcue/store"
@@ -27,6 +30,12 @@ func TestExecutorsOnPostgres(t *testing.T) {
 		t.Skip("SKIP: -short: the executors' test kills processes for about 20 s")
 	}
 	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("RUNCUE_HOSTS_SEED"); v != "" {
+		var err error
+		seed, err = strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err)
+	}
+	t.Logf("seed %d (set RUNCUE_HOSTS_SEED=%d to repeat)", seed, seed)
 	url := schemaURL(t)
 	t.Setenv("RUNCUE_HOSTS_PG", url)
 	hoststest.Run(t, openHosts, hoststest.Options{Env: []string{"RUNCUE_HOSTS_PG=" + url}, Units: 200,
