@@ -67,6 +67,10 @@ type execState struct {
 // claim was refused: the unit was cancelled meanwhile).
 var errNotAssigned = errors.New("runcue: the run could not be assigned to an executor")
 
+// errNoRoom ends a run that waited for an executor with room past the
+// last instant its handler could start.
+var errNoRoom = errors.New("runcue: no executor had room for the run before its start deadline")
+
 // ErrExecutorLost is the error recorded for a run whose executor stopped
 // heartbeating before it reported the run's end: the unit is requeued, no
 // retry budget spent (attempt outcome "abandoned").
@@ -220,10 +224,18 @@ func (rr *remoteRunner) place(x *remoteRun) bool {
 	return true
 }
 
-// placePending assigns the pending runs that now have room. rr.mu is held.
+// placePending assigns the pending runs that now have room, and ends as
+// late starts (nothing ran, no budget spent) those that waited past the
+// last instant their handlers could start. rr.mu is held.
 func (rr *remoteRunner) placePending() {
 	kept := rr.pending[:0]
+	now, wall := rr.e.Now(), rr.c.clock.Now()
 	for _, x := range rr.pending {
+		p := x.p
+		if !x.ended && ((!p.StartBy.IsZero() && now.After(p.StartBy)) || !wall.Before(p.Deadline)) {
+			x.ended = true
+			p.Done(engine.Ending{Err: errNoRoom, NotStarted: true, Class: engine.ClassLateStart, At: wall})
+		}
 		if x.ended || !rr.place(x) {
 			if !x.ended {
 				kept = append(kept, x)

@@ -92,3 +92,69 @@ func TestExecutorsAcrossProcesses(t *testing.T) {
 	hoststest.Run(t, openHostsDB, hoststest.Options{Env: []string{"RUNCUE_HOSTS_DB=" + path}, Units: 200,
 		ExecutorKills: 10, SchedulerKills: 3, Skew: 250 * time.Millisecond, Seed: seed})
 }
+
+// TestExecutorNoRoom: two remote tasks share an executor of capacity one,
+// so a run of one may find no room; it waits for it only until its
+// handler's start deadline (MaxStartDelay after its dispatch), and then
+// ends as a late start (nothing ran, no budget spent) and runs later.
+func TestExecutorNoRoom(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runcue.db")
+	c, err := runcue.Open(path, runcue.Config{PollInterval: 20 * time.Millisecond, MaxStartDelay: 200 * time.Millisecond, Logger: quietLogger})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Service("api", runcue.Service{RateLimit: 100, RateWindow: time.Second}))
+	require.NoError(t, c.Task("a", runcue.Task{Remote: true, Services: []string{"api"}}))
+	require.NoError(t, c.Task("b", runcue.Task{Remote: true, Services: []string{"api"}}))
+	ctx := t.Context()
+	require.NoError(t, c.Start(ctx))
+	st, err := sqlite.Open(path, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	release := make(chan struct{})
+	started := make(chan string, 2)
+	hold := func(ctx context.Context, w *runcue.Work) (any, error) {
+		started <- w.ID
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil, nil
+	}
+	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{Capacity: 1, PollInterval: 10 * time.Millisecond, MaxStartDelay: 200 * time.Millisecond,
+		Logger: quietLogger}, map[string]runcue.Handler{"a": hold, "b": hold})
+	require.NoError(t, err)
+	xctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Run(xctx) }()
+	_, err = c.SubmitBatch(ctx, []runcue.Submission{{ID: "a1", Task: "a"}, {ID: "b1", Task: "b"}})
+	require.NoError(t, err)
+	var first string
+	select {
+	case first = <-started:
+	case <-time.After(wait):
+		t.Fatal("no handler started")
+	}
+	other := map[string]string{"a1": "b1", "b1": "a1"}[first]
+	// The other run waits for room past its start deadline: a late start.
+	for deadline := time.Now().Add(wait); ; {
+		require.True(t, time.Now().Before(deadline), "%s never ended its wait for room", other)
+		wi, err := c.Get(ctx, other)
+		require.NoError(t, err)
+		if len(wi.Attempts) > 0 {
+			assert.Equal(t, "late_start", wi.Attempts[0].Outcome)
+			assert.Zero(t, wi.Failures, "no budget spent")
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	close(release)
+	for _, id := range []string{"a1", "b1"} {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		wi, err := c.Wait(wctx, id)
+		cancel()
+		require.NoError(t, err)
+		assert.Equal(t, runcue.StateCompleted, wi.State, id)
+	}
+	stop()
+	require.NoError(t, <-done)
+}
