@@ -209,7 +209,10 @@ func TestTUIInTerminal(t *testing.T) {
 	tm("send-keys", "-t", session, "p")
 	waitFor("SUBMISSION PAUSED")
 	tm("send-keys", "-t", session, "q")
-	s = waitFor("scenario llm_api (real clock")
+	// The report's first line comes before its checks: wait for the
+	// check's line itself (a capture between the two lines failed once).
+	s = waitFor("no_lost_units")
+	assert.Contains(t, s, "scenario llm_api (real clock")
 	assert.Contains(t, s, "PASS no_lost_units")
 	require.Eventually(t, func() bool {
 		b, err := os.ReadFile(logFile)
