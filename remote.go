@@ -55,6 +55,8 @@ type remoteRun struct {
 	ended    bool   // its end was reported to the engine
 	unseen   int    // reads of the assignments that did not find it (adopted)
 	assigned bool   // its Assign committed
+	// slot is the executor state whose inflight counts it (nil: none).
+	slot *execState
 }
 
 // execState is a live executor and the runs this scheduler assigned it.
@@ -173,8 +175,9 @@ func (rr *remoteRunner) EndOps(p *engine.Run) []store.Op {
 		if i := slices.Index(rr.pending, x); i >= 0 {
 			rr.pending = slices.Delete(rr.pending, i, i+1)
 		}
-		if ex := rr.execs[x.exec]; ex != nil && !p.Adopted {
-			ex.inflight--
+		if x.slot != nil {
+			x.slot.inflight--
+			x.slot = nil
 		}
 		rr.placePending()
 	}
@@ -205,7 +208,7 @@ func (rr *remoteRunner) place(x *remoteRun) bool {
 		by = p.StartBy
 	}
 	best.inflight++
-	x.exec = best.rec.ID
+	x.exec, x.slot = best.rec.ID, best
 	op := &store.Assign{Epoch: p.Epoch, ID: p.ID, Task: p.Task, Owner: p.Owner, Run: p.Attempt, Executor: best.rec.ID,
 		// The earliest store instant that can be by here.
 		StartBy: by.Add(offset - unc), Timeout: p.Deadline.Sub(rr.c.clock.Now())}
@@ -378,7 +381,15 @@ func (rr *remoteRunner) applyExecutors(execs []store.ExecutorRecord, storeNow ti
 		if rec.Live(storeNow) {
 			ex := rr.execs[rec.ID]
 			if ex == nil {
+				// New, or back after it was judged gone: it holds the runs
+				// still assigned to it.
 				ex = &execState{}
+				for _, x := range rr.runs {
+					if x.exec == rec.ID && !x.ended {
+						x.slot = ex
+						ex.inflight++
+					}
+				}
 			}
 			ex.rec = rec
 			live[rec.ID] = ex
@@ -412,7 +423,11 @@ func (rr *remoteRunner) applyReports(as []store.Assignment) map[string]bool {
 		seen[a.ID] = true
 		x.unseen = 0
 		if x.exec == "" {
-			x.exec = a.Executor // adopted
+			x.exec = a.Executor // adopted: it holds a place there
+			if ex := rr.execs[a.Executor]; ex != nil {
+				x.slot = ex
+				ex.inflight++
+			}
 		}
 		if a.State >= store.AssignStarted && !x.started {
 			x.started = true
