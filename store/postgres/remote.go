@@ -325,7 +325,7 @@ func (t *txn) remoteAll(ops []store.Op, idx []int, results []store.Result, assig
 			SELECT w.id, w.runs, v.executor, w.task, v.start_by, v.timeout
 			FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::bigint[]) AS v(id, run, owner, executor, start_by, timeout)
 			CROSS JOIN LATERAL (SELECT id, runs, task FROM work_units
-				WHERE id = v.id AND state = 'running' AND runs = v.run AND leased_by = v.owner) w
+				WHERE id = v.id AND (state = 'running' AND runs = v.run AND leased_by = v.owner) IS TRUE) w
 			ON CONFLICT(work_id) DO UPDATE SET run=excluded.run, executor=excluded.executor, task=excluded.task,
 				start_by=excluded.start_by, timeout_ns=excluded.timeout_ns, state=0, cancel=NULL, started_at=0, ending=NULL
 			RETURNING work_id`, as.ids, as.runs, as.names, as.execs, as.at, as.timeout)
