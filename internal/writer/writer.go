@@ -47,7 +47,10 @@ func (r *Request) done(results []store.Result, err error) {
 type Hooks struct {
 	// Publish receives committed events in sequence order, before any Done
 	// of their transaction runs. external marks events committed by other
-	// connections or processes.
+	// connections or processes. Without it the writer publishes nothing and
+	// never reads what others commit (an executor, which writes no events:
+	// following every commit of the scheduler would cost it a read of the
+	// log each).
 	Publish func(events []store.Event, external bool)
 	// Failed is called once when the store fails; from then on every
 	// request fails with the same error.
@@ -77,6 +80,9 @@ type Writer struct {
 	mu    sync.Mutex
 	fail  error // sticky store failure
 	close bool
+	// follow: Hooks.Publish was set; read and publish others' commits.
+	// Fixed at New.
+	follow bool
 
 	lastSeq int64
 	// Stats for tests and benchmarks.
@@ -90,10 +96,12 @@ func New(cfg Config) *Writer {
 	if cfg.MaxOps <= 0 {
 		cfg.MaxOps = 4096
 	}
-	if cfg.Hooks.Publish == nil {
+	follow := cfg.Hooks.Publish != nil
+	if !follow {
 		cfg.Hooks.Publish = func([]store.Event, bool) {}
+		cfg.Poll = 0
 	}
-	w := &Writer{cfg: cfg, in: inbox.New[*Request](), stop: make(chan struct{}), done: make(chan struct{}), lastSeq: cfg.LastSeq}
+	w := &Writer{cfg: cfg, in: inbox.New[*Request](), stop: make(chan struct{}), done: make(chan struct{}), lastSeq: cfg.LastSeq, follow: follow}
 	go w.run()
 	return w
 }
@@ -171,7 +179,7 @@ func (w *Writer) run() {
 	// A store that pushes change notifications (store.Watcher) is read at
 	// each, besides the polls.
 	var watchC <-chan struct{}
-	if wt, ok := w.cfg.Store.(store.Watcher); ok {
+	if wt, ok := w.cfg.Store.(store.Watcher); ok && w.follow {
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		if ch, err := wt.Watch(ctx); err == nil {
@@ -256,7 +264,7 @@ func (w *Writer) commit(reqs []*Request) {
 		evs = append(evs, results[i].Events...)
 	}
 	if len(evs) > 0 {
-		if batch.Follows > w.lastSeq {
+		if batch.Follows > w.lastSeq && w.follow {
 			// Other processes committed before this batch: publish
 			// theirs first, so that the hub sees the log in order.
 			w.catchUp(batch.Follows)

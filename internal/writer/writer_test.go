@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -313,5 +314,51 @@ func TestWatcher(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the notification did not bring the commit")
+	}
+}
+
+// reading counts the log reads of a watching store.
+type reading struct {
+	watching
+	reads *atomic.Int64
+}
+
+func (s reading) EventsAfter(ctx context.Context, after int64, limit int) ([]store.Event, error) {
+	s.reads.Add(1)
+	return s.watching.EventsAfter(ctx, after, limit)
+}
+
+// TestNoPublishNoFollow: a writer without a Publish hook (an executor's)
+// neither watches nor reads what other processes commit; with one, the
+// same commits are read.
+func TestNoPublishNoFollow(t *testing.T) {
+	for _, publish := range []bool{false, true} {
+		st, path := open(t)
+		other, err := sqlite.Open(path, sqlite.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		rs := reading{watching: watching{Store: st, ch: make(chan struct{}, 1)}, reads: new(atomic.Int64)}
+		cfg := writer.Config{Store: rs, Clock: clock.Real(), Poll: time.Millisecond}
+		if publish {
+			cfg.Hooks.Publish = func([]store.Event, bool) {}
+		}
+		w := writer.New(cfg)
+		if _, err := other.Apply(t.Context(), []store.Op{insert("theirs-" + fmt.Sprint(publish))}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case rs.ch <- struct{}{}:
+		default:
+		}
+		// Its own commit follows theirs (Batch.Follows).
+		if _, err := w.Do(t.Context(), insert("mine-"+fmt.Sprint(publish))); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		if n := rs.reads.Load(); (n > 0) != publish {
+			t.Fatalf("with Publish %v: %d reads of the log", publish, n)
+		}
 	}
 }
