@@ -45,6 +45,11 @@ type txn struct {
 
 // Apply runs ops in one transaction. See store.Store.
 func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) {
+	if lockFree(ops) {
+		if b, ok, err := s.applyReports(ctx, ops); ok {
+			return b, err
+		}
+	}
 	results := make([]store.Result, len(ops))
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {

@@ -182,6 +182,40 @@ func testExecutors(t *testing.T, h *harness) {
 		h.apply(&store.Finish{Epoch: e2, ID: id, Owner: "sched-2", Run: 1, At: at, State: store.Completed,
 			Attempt: store.Attempt{Run: 1, Start: at, End: at, Outcome: "completed"}}, &store.Unassign{Epoch: e2, ID: id, Run: 1})
 	}
+
+	// One executor's batch of reports (a backend may write it as one
+	// statement): a run's start and end together, an end with no start
+	// (not started), a start after its run's end, a finished run's report.
+	p, q := h.unit("a"), h.unit("a")
+	h.insert(p, q)
+	at = time.Now()
+	res = h.apply(
+		&store.Claim{Epoch: e2, ID: p.ID, Owner: "sched-2", Run: 1, At: at, LeaseExpires: at.Add(time.Minute)},
+		&store.Claim{Epoch: e2, ID: q.ID, Owner: "sched-2", Run: 1, At: at, LeaseExpires: at.Add(time.Minute)},
+		&store.Assign{Epoch: e2, ID: p.ID, Owner: "sched-2", Run: 1, Executor: "ex-1"},
+		&store.Assign{Epoch: e2, ID: q.ID, Owner: "sched-2", Run: 1, Executor: "ex-1"})
+	assert.Equal(t, []bool{true, true, true, true}, applied(res))
+	res = h.apply(
+		&store.ReportStart{Executor: "ex-1", ID: p.ID, Run: 1, At: at},
+		&store.ReportEnd{Executor: "ex-1", ID: q.ID, Run: 1, Ending: []byte(`{"not_started":true}`)},
+		&store.ReportEnd{Executor: "ex-1", ID: p.ID, Run: 1, Ending: []byte(`{"p":1}`)},
+		&store.ReportStart{Executor: "ex-1", ID: q.ID, Run: 1, At: at},
+		&store.ReportEnd{Executor: "ex-1", ID: w.ID, Run: 1, Ending: []byte(`{}`)})
+	assert.Equal(t, []bool{true, true, true, false, false}, applied(res))
+	assert.NoError(t, res[3].Err, "a start after the end is not applied, nor refused")
+	assert.ErrorIs(t, res[4].Err, store.ErrStaleRun, "w is finished")
+	rep, err = es.Reported(h.ctx)
+	require.NoError(t, err)
+	ended := map[string]store.Assignment{}
+	for _, a := range rep {
+		ended[a.ID] = a
+	}
+	require.Len(t, ended, 2)
+	assert.Equal(t, store.AssignEnded, ended[p.ID].State)
+	assert.Equal(t, time.Unix(0, at.UnixNano()), ended[p.ID].Started)
+	assert.JSONEq(t, `{"p":1}`, string(ended[p.ID].Ending))
+	assert.Equal(t, store.AssignEnded, ended[q.ID].State)
+	assert.True(t, ended[q.ID].Started.IsZero() || ended[q.ID].Started.UnixNano() == 0, "q never started: %v", ended[q.ID].Started)
 }
 
 func applied(res []store.Result) []bool {
