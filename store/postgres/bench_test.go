@@ -143,28 +143,33 @@ func rawCycle(b *testing.B, n int) float64 {
 
 // BenchmarkExecutors is the same workload run by executors in processes of
 // their own (hoststest's "bench" children, no-op handlers, 64 runs each at
-// once), beside the raw cycle, interleaved, each run on a fresh schema:
-// with 1 executor, with 3, and with 3 running units of a service capped
-// at half their capacity (96 of 192). It reports the medians and the
-// ratios to the raw cycle, and the capped run's share of the uncapped one:
+// once), beside the raw cycle and the raw executors' cycle (rawRemoteCycle:
+// the protocol's floor, 3 executors of 64), interleaved, each run on a
+// fresh schema: with 1 executor, with 3, and with 3 running units of a
+// service capped at half their capacity (96 of 192). It reports the
+// medians, the ratios to the raw cycle, runcue's 3 executors' ratio to the
+// raw executors' cycle, and the capped run's share of the uncapped one:
 //
 //	scripts/with-postgres bash -c 'cd store/postgres && go test -run ^$ -bench Executors -benchtime 5x'
 func BenchmarkExecutors(b *testing.B) {
 	const units, capacity = 20_000, 64
-	var raw, one, three, capped []float64
+	var raw, rawRemote, one, three, capped []float64
 	for b.Loop() {
 		raw = append(raw, rawCycle(b, units))
+		rawRemote = append(rawRemote, rawRemoteCycle(b, units, 3, capacity))
 		one = append(one, executorsRun(b, units, 1, capacity, false))
 		three = append(three, executorsRun(b, units, 3, capacity, false))
 		capped = append(capped, executorsRun(b, units, 3, capacity, true))
 	}
 	mr := median(raw)
 	b.ReportMetric(mr, "raw-units/s")
+	b.ReportMetric(median(rawRemote), "raw-executors-units/s")
 	b.ReportMetric(median(one), "1-executor-units/s")
 	b.ReportMetric(median(three), "3-executors-units/s")
 	b.ReportMetric(median(capped), "capped-units/s")
 	b.ReportMetric(median(one)/mr, "1-executor-ratio")
 	b.ReportMetric(median(three)/mr, "3-executors-ratio")
+	b.ReportMetric(median(three)/median(rawRemote), "3-executors-of-raw-executors")
 	b.ReportMetric(median(capped)/median(three), "capped-share")
 }
 
