@@ -41,6 +41,8 @@ type txn struct {
 	// applied: the other side waits for them (see remote.go).
 	notifyExecs   []string
 	notifyReports bool
+	// unassigned counts the assignments deleted (see vacuum.go).
+	unassigned int
 }
 
 // Apply runs ops in one transaction. See store.Store.
@@ -122,6 +124,7 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 	if t.nextSeq > t.follows+1 {
 		s.noteCommit(t.follows, t.nextSeq-1)
 	}
+	s.unassigned(ctx, t.unassigned)
 	return store.Batch{Results: results, Follows: t.follows}, nil
 }
 

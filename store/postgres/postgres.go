@@ -87,6 +87,8 @@ type Store struct {
 
 	ownMu sync.Mutex
 	own   *ownership // held by this handle, if any
+
+	vac vacuumState // the assignments' vacuum (vacuum.go)
 }
 
 // SchemaVersion is the schema version this package writes.

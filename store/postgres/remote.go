@@ -95,6 +95,9 @@ func (t *txn) applyRemote(op store.Op, r *store.Result) (ok bool, err error) {
 		return true, err
 	case *store.Unassign:
 		r.Applied, err = t.changed(`DELETE FROM assignments WHERE work_id=$1 AND run=$2`, op.ID, op.Run)
+		if r.Applied {
+			t.unassigned++
+		}
 		return true, err
 	case *store.ReportStart:
 		r.Applied, err = t.changed(`UPDATE assignments SET state=1, started_at=$1 WHERE work_id=$2 AND run=$3 AND executor=$4 AND state=0`,
@@ -178,7 +181,8 @@ func (t *txn) assignedTo(executor, id string, run int) (error, error) {
 
 // Unassign implements store.Tx.
 func (t *txn) Unassign(id string, runs int) error {
-	_, err := t.exec(`DELETE FROM assignments WHERE work_id=$1 AND run=$2`, id, runs)
+	n, err := t.exec(`DELETE FROM assignments WHERE work_id=$1 AND run=$2`, id, runs)
+	t.unassigned += int(n)
 	return err
 }
 
@@ -342,6 +346,7 @@ func (t *txn) remoteAll(ops []store.Op, idx []int, results []store.Result, assig
 	for k, i := range un.ops {
 		results[i].Applied = done[un.ids[k]]
 	}
+	t.unassigned += len(done)
 	if done, err = apply(st, `UPDATE assignments a SET state = 1, started_at = v.at
 		FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[]) AS v(id, run, executor, at)
 		WHERE a.work_id = v.id AND a.run = v.run AND a.executor = v.executor AND a.state = 0 RETURNING a.work_id`,

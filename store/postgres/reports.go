@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 
 	"github.com/runcue/runcue/store"
 )
@@ -71,18 +72,7 @@ func (s *Store) applyReports(ctx context.Context, ops []store.Op) (b store.Batch
 	// started_at is then the reported one exactly when the start applied:
 	// an executor reports each run's start once). The notification is
 	// sent once, if a report applied.
-	rows, err := s.pool.Query(ctx, `WITH v AS (
-			SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::bytea[], $6::bool[]) AS v(id, run, executor, at, ending, ended)),
-		s AS (UPDATE assignments a SET state = 1, started_at = v.at FROM v
-			WHERE NOT v.ended AND a.work_id = v.id AND a.run = v.run AND a.executor = v.executor AND a.state = 0
-			RETURNING a.work_id, true AS started),
-		e AS (UPDATE assignments a SET state = 2, ending = v.ending,
-				started_at = CASE WHEN a.state = 0 AND v.at <> 0 THEN v.at ELSE a.started_at END FROM v
-			WHERE v.ended AND a.work_id = v.id AND a.run = v.run AND a.executor = v.executor AND a.state < 2
-			RETURNING a.work_id, v.at <> 0 AND a.started_at = v.at AS started),
-		r AS (SELECT work_id, started, false AS ended FROM s UNION ALL SELECT work_id, started, true FROM e)
-		SELECT work_id, started, ended, (SELECT pg_notify($7, $8)::text) FROM r`,
-		ids, runs, execs, ats, endings, ended, s.execChannel, reportsPayload)
+	rows, err := s.pool.Query(ctx, reportsQuery(ended), ids, runs, execs, ats, endings, ended, s.execChannel, reportsPayload)
 	if err != nil {
 		return b, true, err
 	}
@@ -127,4 +117,34 @@ func (s *Store) applyReports(ctx context.Context, ops []store.Op) (b store.Batch
 		}
 	}
 	return b, true, nil
+}
+
+// reportsQuery is applyReports' statement for a batch whose runs ended as
+// ended says: it updates only the kinds the batch holds (starts alone, ends
+// with or without their starts), each a scan of the table less.
+func reportsQuery(ended []bool) string {
+	var starts, ends bool
+	for _, e := range ended {
+		starts, ends = starts || !e, ends || e
+	}
+	var q strings.Builder
+	var parts []string
+	q.WriteString(`WITH v AS (
+		SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::bytea[], $6::bool[]) AS v(id, run, executor, at, ending, ended))`)
+	if starts {
+		q.WriteString(`, s AS (UPDATE assignments a SET state = 1, started_at = v.at FROM v
+			WHERE NOT v.ended AND a.work_id = ANY($1) AND a.work_id = v.id AND a.run = v.run AND a.executor = v.executor AND a.state = 0
+			RETURNING a.work_id, true AS started)`)
+		parts = append(parts, `SELECT work_id, started, false AS ended FROM s`)
+	}
+	if ends {
+		q.WriteString(`, e AS (UPDATE assignments a SET state = 2, ending = v.ending,
+				started_at = CASE WHEN a.state = 0 AND v.at <> 0 THEN v.at ELSE a.started_at END FROM v
+			WHERE v.ended AND a.work_id = ANY($1) AND a.work_id = v.id AND a.run = v.run AND a.executor = v.executor AND a.state < 2
+			RETURNING a.work_id, v.at <> 0 AND a.started_at = v.at AS started)`)
+		parts = append(parts, `SELECT work_id, started, true AS ended FROM e`)
+	}
+	q.WriteString(`, r AS (` + strings.Join(parts, ` UNION ALL `) + `)
+		SELECT work_id, started, ended, (SELECT pg_notify($7, $8)::text) FROM r`)
+	return q.String()
 }
