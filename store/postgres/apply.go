@@ -43,6 +43,10 @@ type txn struct {
 	notifyReports bool
 	// unassigned counts the assignments deleted (see vacuum.go).
 	unassigned int
+	// later holds the statements whose results nothing reads (the log's
+	// writes, the counts, the notifications): sent in one round trip
+	// before the transaction's next statement, or before its commit.
+	later *pgx.Batch
 }
 
 // Apply runs ops in one transaction. See store.Store.
@@ -114,9 +118,10 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 	if t.nextSeq > t.follows+1 {
 		// One notification per commit, never per unit (NOTIFY takes a
 		// lock at commit): the listeners read the log themselves.
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel); err != nil {
-			return store.Batch{}, err
-		}
+		t.queue(`SELECT pg_notify($1, '')`, s.channel)
+	}
+	if err := t.flushLater(); err != nil {
+		return store.Batch{}, err
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return store.Batch{}, err
@@ -144,6 +149,31 @@ func (t *txn) fenced(op store.Op) (bool, error) {
 		}
 	}
 	return o.OwnerEpoch() != t.epoch, nil
+}
+
+// queue adds a statement whose result nothing reads to t.later.
+func (t *txn) queue(query string, args ...any) {
+	if t.later == nil {
+		t.later = &pgx.Batch{}
+	}
+	t.later.Queue(query, args...)
+}
+
+// flushLater sends the queued statements, in one round trip.
+func (t *txn) flushLater() error {
+	b := t.later
+	if b == nil || b.Len() == 0 {
+		return nil
+	}
+	t.later = nil
+	br := t.tx.SendBatch(t.ctx, b)
+	for range b.Len() {
+		if _, err := br.Exec(); err != nil {
+			br.Close()
+			return err
+		}
+	}
+	return br.Close()
 }
 
 func (t *txn) exec(query string, args ...any) (int64, error) {

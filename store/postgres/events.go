@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"bytes"
 	"time"
 
 	"github.com/runcue/runcue/store"
@@ -51,10 +52,9 @@ func (t *txn) flushEvents(mid bool) error {
 		// mid: a Prune reads the log, and the transaction may append more
 		// events after these.
 		b := enc.Block(mid || end < len(pending))
-		if _, err := t.exec(`INSERT INTO event_blocks(last, first, min_at, max_at, data) VALUES($1, $2, $3, $4, $5)`,
-			b.Last, b.First, b.MinAt, b.MaxAt, b.Data); err != nil {
-			return err
-		}
+		// Its data is the encoder's, which the next block reuses.
+		t.queue(`INSERT INTO event_blocks(last, first, min_at, max_at, data) VALUES($1, $2, $3, $4, $5)`,
+			b.Last, b.First, b.MinAt, b.MaxAt, bytes.Clone(b.Data))
 	}
 	// Units' records, in one statement.
 	index := map[string]int{}
@@ -87,21 +87,17 @@ func (t *txn) flushEvents(mid bool) error {
 	if len(ids) > 0 {
 		// A record takes no more once it holds store.MaxUnitRecord bytes
 		// (readers scan the log past its last entry).
-		if _, err := t.exec(`UPDATE work_units w SET events = CASE WHEN length(coalesce(w.events, '')) >= $3 THEN w.events
+		t.queue(`UPDATE work_units w SET events = CASE WHEN length(coalesce(w.events, '')) >= $3 THEN w.events
 				ELSE coalesce(w.events, '') || v.rec END
-			FROM unnest($1::text[], $2::bytea[]) AS v(id, rec) WHERE w.id = v.id`, ids, recs, store.MaxUnitRecord); err != nil {
-			return err
-		}
+			FROM unnest($1::text[], $2::bytea[]) AS v(id, rec) WHERE w.id = v.id`, ids, recs, store.MaxUnitRecord)
 	}
 	tasks, types := make([]string, len(order)), make([]string, len(order))
 	firsts, lasts := make([]int64, len(order)), make([]int64, len(order))
 	for i, k := range order {
 		tasks[i], types[i], firsts[i], lasts[i] = k.task, k.typ, ranges[k][0], ranges[k][1]
 	}
-	if _, err := t.exec(`INSERT INTO event_ranges(task, type, first, last)
-		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])`, tasks, types, firsts, lasts); err != nil {
-		return err
-	}
-	_, err := t.exec(`UPDATE meta SET value = $1 WHERE key = 'events_last'`, pending[len(pending)-1].Seq)
-	return err
+	t.queue(`INSERT INTO event_ranges(task, type, first, last)
+		SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[])`, tasks, types, firsts, lasts)
+	t.queue(`UPDATE meta SET value = $1 WHERE key = 'events_last'`, pending[len(pending)-1].Seq)
+	return nil
 }

@@ -135,8 +135,8 @@ func (t *txn) notifyRemote() error {
 	if t.notifyReports {
 		payloads = append(payloads, reportsPayload)
 	}
-	_, err := t.tx.Exec(t.ctx, `SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, t.s.execChannel, payloads)
-	return err
+	t.queue(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, t.s.execChannel, payloads)
+	return nil
 }
 
 // reportsPayload is the notification of the reports; an executor's is its

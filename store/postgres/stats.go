@@ -39,9 +39,9 @@ func (t *txn) flushCounts() error {
 	if len(tasks) == 0 {
 		return nil
 	}
-	_, err := t.exec(`INSERT INTO unit_counts(task, state, n) SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
+	t.queue(`INSERT INTO unit_counts(task, state, n) SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[])
 		ON CONFLICT(task, state) DO UPDATE SET n = unit_counts.n + excluded.n`, tasks, states, ns)
-	return err
+	return nil
 }
 
 // flushActivity adds the transaction's counts.
@@ -68,16 +68,12 @@ func (t *txn) flushActivity() error {
 		}
 	}
 	if len(aMin) > 0 {
-		if _, err := t.exec(`INSERT INTO activity(minute, task, kind, n) SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[])
-			ON CONFLICT(minute, task, kind) DO UPDATE SET n = activity.n + excluded.n`, aMin, aTask, aKind, aN); err != nil {
-			return err
-		}
+		t.queue(`INSERT INTO activity(minute, task, kind, n) SELECT * FROM unnest($1::bigint[], $2::text[], $3::text[], $4::bigint[])
+			ON CONFLICT(minute, task, kind) DO UPDATE SET n = activity.n + excluded.n`, aMin, aTask, aKind, aN)
 	}
 	if len(wMin) > 0 {
-		if _, err := t.exec(`INSERT INTO queue_wait(minute, bucket, n) SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[])
-			ON CONFLICT(minute, bucket) DO UPDATE SET n = queue_wait.n + excluded.n`, wMin, wBucket, wN); err != nil {
-			return err
-		}
+		t.queue(`INSERT INTO queue_wait(minute, bucket, n) SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[])
+			ON CONFLICT(minute, bucket) DO UPDATE SET n = queue_wait.n + excluded.n`, wMin, wBucket, wN)
 	}
 	return nil
 }

@@ -109,6 +109,9 @@ func (b *insertBuf) reset() {
 // their dependency edges. A unit whose ID is already stored is an
 // *OpError wrapping ErrDuplicateID (the op is rolled back).
 func (t *txn) flushInserts() error {
+	if err := t.flushLater(); err != nil {
+		return err
+	}
 	b := &t.ins
 	if b.len() == 0 {
 		return nil
