@@ -30,7 +30,10 @@ import (
 // runs. A report for a run the scheduler has since ended or requeued is
 // refused (store.ErrStaleRun): an executor frozen past its lease stores
 // nothing when it resumes, and it starts no handler while it cannot know
-// its lease holds (no heartbeat written within TTL*2/3).
+// its lease holds (no heartbeat written within TTL*2/3). A process that
+// takes the name of one that died reports lost, unrun, the runs its first
+// read finds: the other may have started one before its start report
+// committed; the scheduler requeues them, each counted as if it ran.
 type Executor struct {
 	cfg   ExecutorConfig
 	st    store.Store
@@ -44,7 +47,12 @@ type Executor struct {
 	// ended are the runs (unit ID to run number) whose handlers returned
 	// here, until their assignments leave the reads: a read made before
 	// their reports committed must not start them again.
-	ended   map[string]int
+	ended map[string]int
+	// found are the runs (unit ID to run number) assigned to this name
+	// before this process registered it: an earlier process of the name
+	// may have started one before its start report committed, so they
+	// are reported lost, not run.
+	found   map[string]int
 	clock   clocksync.Estimator
 	synced  time.Time
 	trusted time.Time // a handler may start before this local instant
@@ -178,6 +186,18 @@ func (x *Executor) Run(ctx context.Context) error {
 	slices.Sort(names)
 	rec := store.ExecutorRecord{ID: x.cfg.ID, Host: host, PID: os.Getpid(), Tasks: names, Capacity: x.cfg.Capacity,
 		Poll: x.cfg.PollInterval, TTL: x.cfg.TTL}
+	// What is assigned to this name before it registers was assigned to
+	// an earlier process of the name (see found).
+	prior, err := x.es.Assigned(ctx, x.cfg.ID)
+	if err != nil {
+		return err
+	}
+	x.mu.Lock()
+	x.found = make(map[string]int, len(prior))
+	for _, a := range prior {
+		x.found[a.ID] = a.Run
+	}
+	x.mu.Unlock()
 	sent := x.cfg.Clock.Now()
 	if _, err := x.w.Do(ctx, &store.RegisterExecutor{Executor: rec}); err != nil {
 		return err
@@ -195,7 +215,6 @@ func (x *Executor) Run(ctx context.Context) error {
 	defer poll.Stop()
 	beat := time.NewTicker(x.cfg.Heartbeat)
 	defer beat.Stop()
-	var err error
 	for err == nil {
 		if x.cfg.Clock.Now().Sub(x.synced) >= x.cfg.ClockSync || x.synced.IsZero() {
 			err = x.sync(ctx)
@@ -281,9 +300,14 @@ func (x *Executor) poll(ctx context.Context) error {
 			if a.Cancel != "" {
 				r.cancel(cancelCause(a.Cancel))
 			}
-		case a.State == store.AssignStarted:
+		case a.State == store.AssignStarted || x.found[a.ID] == a.Run:
 			// Started by an earlier process of this executor's name, which
-			// died with its handler.
+			// died with its handler; or assigned to that process, which may
+			// have started it before its start report committed (a handler
+			// starts without waiting for it). The scheduler requeues it, its
+			// start counted as if it ran.
+			delete(x.found, a.ID)
+			x.ended[a.ID] = a.Run
 			x.report(a, remoteEnding{Error: ErrExecutorLost.Error(), Lost: true})
 		case a.State != store.AssignPending || len(x.runs) >= x.cfg.Capacity:
 		case a.Cancel != "":

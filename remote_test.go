@@ -158,3 +158,47 @@ func TestExecutorNoRoom(t *testing.T) {
 	stop()
 	require.NoError(t, <-done)
 }
+
+// TestExecutorRestartReportsFound: a process that takes an executor's name
+// reports lost, without running them, the runs its first read finds: an
+// earlier process of that name may have started one before its start
+// report committed (it was killed in between), and running it again would
+// reach the service twice under one run's count.
+func TestExecutorRestartReportsFound(t *testing.T) {
+	ctx := t.Context()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "runcue.db"), sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	own, err := st.Acquire(ctx, store.Holder{Owner: "sched"})
+	require.NoError(t, err)
+	defer own.Release()
+	at := time.Now()
+	ops := []store.Op{
+		&store.RegisterExecutor{Executor: store.ExecutorRecord{ID: "ex", Tasks: []string{"call"}, Capacity: 4, Poll: 10 * time.Millisecond, TTL: time.Hour}},
+		&store.Insert{Units: []*store.Unit{{ID: "u1", Task: "call", State: store.Queued, CreatedAt: at}}, At: at},
+		&store.Claim{Epoch: own.Epoch(), ID: "u1", Task: "call", Owner: "sched", Run: 1, At: at, LeaseExpires: at.Add(time.Hour)},
+		&store.Assign{Epoch: own.Epoch(), ID: "u1", Owner: "sched", Run: 1, Executor: "ex", StartBy: at.Add(time.Hour), Timeout: time.Minute},
+	}
+	b, err := st.Apply(ctx, ops)
+	require.NoError(t, err)
+	for i, r := range b.Results {
+		require.True(t, r.Applied, "op %d", i)
+	}
+	var ran atomic.Int32
+	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{ID: "ex", PollInterval: 10 * time.Millisecond, Logger: quietLogger},
+		map[string]runcue.Handler{"call": func(context.Context, *runcue.Work) (any, error) { ran.Add(1); return nil, nil }})
+	require.NoError(t, err)
+	xctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- x.Run(xctx) }()
+	var rep []store.Assignment
+	require.Eventually(t, func() bool {
+		rep, err = st.Reported(ctx)
+		require.NoError(t, err)
+		return len(rep) == 1 && rep[0].State == store.AssignEnded
+	}, wait, 5*time.Millisecond)
+	stop()
+	require.NoError(t, <-done)
+	assert.Zero(t, ran.Load(), "the run found at the first read is not run again")
+	assert.Contains(t, string(rep[0].Ending), `"lost":true`)
+}
