@@ -88,7 +88,9 @@ func Child(open Opener) {
 		x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{ID: os.Getenv(envID), Capacity: Capacity,
 			PollInterval: 20 * time.Millisecond, Heartbeat: 100 * time.Millisecond, TTL: 600 * time.Millisecond,
 			Clock: skewed{time.Duration(skew)}, Logger: log},
-			map[string]runcue.Handler{"call": func(ctx context.Context, w *runcue.Work) (any, error) { return call(ctx, mock, w) }})
+			map[string]runcue.Handler{"call": func(ctx context.Context, w *runcue.Work) (any, error) {
+				return call(ctx, mock, time.Duration(skew), w)
+			}})
 		if err == nil {
 			err = x.Run(ctx)
 		}
@@ -127,11 +129,16 @@ func Register(c *runcue.Cue) error {
 
 // call is the handler: the wire's seeded delay, the arrival at the mock,
 // the service's work, the end told to the mock; it uses part of its
-// tokens.
-func call(ctx context.Context, mock string, w *runcue.Work) (any, error) {
+// tokens. The mock counts the arrival at the start plus the seeded delay,
+// on the system's clock (this executor's runs skew behind): the wire the
+// service's Margin declares, without the local HTTP call's own latency,
+// which on a loaded machine can exceed it.
+func call(ctx context.Context, mock string, skew time.Duration, w *runcue.Work) (any, error) {
 	h := hashOf(fmt.Sprintf("%s/%d", w.ID, w.Attempt))
-	time.Sleep(time.Duration(h % uint64(wire)))
-	q := fmt.Sprintf("?id=%s&attempt=%d&pid=%d&key=%s&tokens=%d", w.ID, w.Attempt, os.Getpid(), w.Target, TokenUse(w.ID))
+	delay := time.Duration(h % uint64(wire))
+	time.Sleep(delay)
+	q := fmt.Sprintf("?id=%s&attempt=%d&pid=%d&key=%s&tokens=%d&arrive=%d", w.ID, w.Attempt, os.Getpid(), w.Target, TokenUse(w.ID),
+		w.Started.Add(-skew+delay).UnixNano())
 	if err := post(ctx, mock+"/start"+q); err != nil {
 		return nil, err
 	}

@@ -217,6 +217,9 @@ func newMock() *mock { return &mock{open: map[run]string{}, byKey: map[string]in
 func (m *mock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
 	q := r.URL.Query()
+	if ns, err := strconv.ParseInt(q.Get("arrive"), 10, 64); err == nil {
+		at = time.Unix(0, ns) // the start plus the wire's seeded delay (see call)
+	}
 	attempt, _ := strconv.Atoi(q.Get("attempt"))
 	pid, _ := strconv.Atoi(q.Get("pid"))
 	tokens, _ := strconv.ParseInt(q.Get("tokens"), 10, 64)
