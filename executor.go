@@ -31,9 +31,10 @@ import (
 // refused (store.ErrStaleRun): an executor frozen past its lease stores
 // nothing when it resumes, and it starts no handler while it cannot know
 // its lease holds (no heartbeat written within TTL*2/3). A process that
-// takes the name of one that died reports lost, unrun, the runs its first
-// read finds: the other may have started one before its start report
-// committed; the scheduler requeues them, each counted as if it ran.
+// takes the name of one that died reports lost, unrun, the runs assigned
+// to the name before it registered: the other may have started one before
+// its start report committed; the scheduler requeues them, each counted
+// as if it ran.
 type Executor struct {
 	cfg   ExecutorConfig
 	st    store.Store
