@@ -2,7 +2,9 @@ package broker
 
 import (
 	"math/rand/v2"
+	"os"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -249,6 +251,78 @@ func TestWindowStartsProperty(t *testing.T) {
 	}
 }
 
+// TestWindowFutureStart: a start committed at an instant still to come
+// (the latest it can have been: another host's report, an earlier owner's
+// log) drops nothing that counts now.
+func TestWindowFutureStart(t *testing.T) {
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	w := NewWindow(2, time.Second)
+	w.Reserve(at(0))
+	w.Commit(at(0))
+	w.Reserve(at(100))
+	w.Commit(at(1500)) // started by 1.5 s, known at 0.2 s
+	if w.Allow(at(200)) || w.Count(at(200)) != 2 {
+		t.Fatalf("at 0.2 s: count %d, allowed %v; the start at 0 still counts", w.Count(at(200)), w.Allow(at(200)))
+	}
+	if got := w.NextFree(at(200)); !got.Equal(at(1000)) {
+		t.Fatalf("next free %v, want 1 s (the start at 0 leaves)", got.Sub(t0))
+	}
+	w.Add(at(1600))
+	if w.Count(at(900)) != 3 {
+		t.Fatalf("count %d at 0.9 s", w.Count(at(900)))
+	}
+}
+
+// TestWindowBoundedStartsProperty: as TestWindowStartsProperty, but each
+// start is committed at a bound of it, at or after the instant it
+// happened and possibly after the present (as an executor's report is,
+// converted from its clock with the uncertainty): the true starts still
+// never put more than limit in any interval. Seeded (RUNCUE_BROKER_SEED).
+func TestWindowBoundedStartsProperty(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("RUNCUE_BROKER_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (RUNCUE_BROKER_SEED)", seed)
+	rnd := rand.New(rand.NewPCG(seed, 12))
+	for range 50 {
+		limit := 1 + rnd.IntN(10)
+		length := time.Duration(1+rnd.IntN(1000)) * time.Millisecond
+		w := NewWindow(limit, length)
+		now := t0
+		type flight struct{ start, bound time.Time }
+		var inflight []flight
+		var starts []time.Time
+		for len(starts) < 300 {
+			rnd.Shuffle(len(inflight), func(i, j int) { inflight[i], inflight[j] = inflight[j], inflight[i] })
+			kept := inflight[:0]
+			for _, f := range inflight {
+				if !f.start.After(now) && rnd.IntN(2) == 0 {
+					w.Commit(f.bound)
+					starts = append(starts, f.start)
+				} else {
+					kept = append(kept, f)
+				}
+			}
+			inflight = kept
+			w.Expire(now)
+			if w.Allow(now) {
+				w.Reserve(now)
+				start := now.Add(time.Duration(rnd.IntN(int(length/2) + 1)))
+				inflight = append(inflight, flight{start: start, bound: start.Add(time.Duration(rnd.IntN(int(length) + 1)))})
+				continue
+			}
+			now = now.Add(time.Duration(1+rnd.IntN(int(length/4)+1)) * time.Nanosecond * 1000)
+		}
+		slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+		for i := limit; i < len(starts); i++ {
+			if d := starts[i].Sub(starts[i-limit]); d < length {
+				t.Fatalf("limit %d per %v: %d starts within %v", limit, length, limit+1, d)
+			}
+		}
+	}
+}
+
 // TestWindowMemoryFollowsEntries: a window's memory grows with the entries
 // in it, not with its limit: 1,000 windows of 100,000 per day holding 10
 // entries each have room for at most twice that.
@@ -268,6 +342,7 @@ func TestWindowMemoryFollowsEntries(t *testing.T) {
 		w.Add(t0.Add(time.Duration(i) * time.Microsecond))
 	}
 	w.Add(t0.Add(2 * time.Second))
+	w.Expire(t0.Add(2 * time.Second))
 	if n := w.Count(t0.Add(2 * time.Second)); n != 1 {
 		t.Fatalf("count %d", n)
 	}

@@ -153,10 +153,20 @@ func (b *Budget) Commit(wall, mono time.Time) {
 }
 
 // Add counts a start at wall (read with mono) in the periods it can reach,
-// from wall to wall+Margin: a start in a later period moves the budget
-// there; one in an earlier period counts only if its margin reaches the
-// current one.
+// from wall to wall+Margin; one in an earlier period counts only if its
+// margin reaches the current one. A start in the next period counts there
+// (as one within Margin of the current period's end does) without moving
+// the budget: it may be a bound still to come (the latest instant a start
+// on another host can have had), and the decisions of the current period
+// must go on counting its starts. Only Sync, given the present, and a
+// start further ahead than the next period move the budget.
 func (b *Budget) Add(wall, mono time.Time) {
+	if !b.end.IsZero() && !wall.Before(b.end) {
+		if _, nextEnd := b.Period.Bounds(b.Loc, b.end); wall.Before(nextEnd) {
+			b.next++
+			return
+		}
+	}
 	b.Sync(wall, mono)
 	reach := wall.Add(max(b.Margin, 0))
 	if !reach.Before(b.start) {

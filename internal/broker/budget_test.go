@@ -81,6 +81,7 @@ func TestBudgetPeriods(t *testing.T) {
 	assert.False(t, ok, "once per period")
 
 	b.Commit(at(61 * time.Minute))
+	b.Sync(at(61 * time.Minute)) // the present, as every decision syncs first
 	assert.True(t, b.PeriodStart().Equal(time.Date(2026, 3, 8, 0, 0, 0, 0, ny)))
 	assert.Equal(t, 1, b.Used(mono.Add(61*time.Minute)), "the late start counts in the new day")
 	assert.True(t, b.Allow(mono.Add(61*time.Minute)))
@@ -155,6 +156,33 @@ func TestResourceBudget(t *testing.T) {
 	r.Paused = true
 	rf, _ = r.Refusal(t0, nil)
 	assert.Equal(t, RefusePaused, rf.Kind)
+}
+
+// A start committed in the next period before the present reaches it (its
+// latest bound, reported early) counts there, and the current period's
+// starts go on counting.
+func TestBudgetFutureStart(t *testing.T) {
+	utc := time.UTC
+	midnight := time.Date(2026, 6, 11, 0, 0, 0, 0, utc)
+	wall := midnight.Add(-time.Second)
+	b := NewBudget(3, Day, utc, wall, t0)
+	mono := func(w time.Time) time.Time { return t0.Add(w.Sub(wall)) }
+	for range 2 {
+		b.Reserve()
+		b.Commit(wall, mono(wall))
+	}
+	b.Reserve()
+	bound := midnight.Add(500 * time.Millisecond)
+	b.Commit(bound, mono(bound))
+	now := midnight.Add(-900 * time.Millisecond)
+	b.Sync(now, mono(now))
+	assert.True(t, b.PeriodStart().Equal(midnight.Add(-24*time.Hour)), "still the 10th")
+	assert.Equal(t, 2, b.Used(mono(now)), "the 10th's two starts still count")
+	b.Reserve()
+	assert.False(t, b.Allow(mono(now)), "a third place on the 10th is taken")
+	b.Release(1)
+	b.Sync(midnight, mono(midnight))
+	assert.Equal(t, 1, b.Used(mono(midnight)), "the start bounded on the 11th counts there")
 }
 
 // A start within Margin of a period's end counts in that period and in the

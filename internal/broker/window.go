@@ -25,13 +25,19 @@ import (
 // are fewer than Limit. Since a reservation's start is at or after its
 // decision, this keeps every interval of length Length to at most Limit
 // starts, whatever the delay between decision and start. An entry at t
-// leaves the window at t+Length.
+// leaves the window at t+Length. The argument holds as well for an entry
+// placed later than its start (a start known only by the latest instant it
+// can have had, on another host's clock or in an earlier owner's log), and
+// fails for one placed earlier.
 //
 // Its memory follows its entries: at most about twice the entries in it,
 // whatever Limit is. Queries (Count, Used, Allow, NextFree) change nothing
 // and may ask about any instant, the future included; entries that have
-// left the window are dropped by Expire, and by Add and Commit, which are
-// given the present. A Window is not safe for concurrent use.
+// left the window are dropped by Expire, which is given the present. Add
+// and Commit may be given an instant in the future (a start's latest
+// bound): they drop only what left the window by the latest present
+// Expire or Reserve was given, never what still counts now. A Window is
+// not safe for concurrent use.
 //
 // Paced, a window also spaces its dispatches: none is decided sooner than
 // Length/Limit after the previous decision or start, so a backlog leaves
@@ -45,6 +51,7 @@ type Window struct {
 	head    int
 	pending int   // reservations not yet committed or released
 	decided int64 // the latest reservation's decision (Unix ns), for pacing
+	present int64 // the latest present given to Expire or Reserve (Unix ns)
 }
 
 // NewWindow returns an empty window without margin or pacing.
@@ -91,7 +98,16 @@ func (w *Window) pacedAt() int64 {
 // Expire drops the entries that left the window by now. now must not be
 // ahead of the present: an entry dropped is gone for every later query.
 func (w *Window) Expire(now time.Time) {
-	cut := now.UnixNano() - int64(w.Hold())
+	w.present = max(w.present, now.UnixNano())
+	w.expire()
+}
+
+// expire drops the entries that left the window by the latest present.
+func (w *Window) expire() {
+	if w.present == 0 {
+		return
+	}
+	cut := w.present - int64(w.Hold())
 	for w.head < len(w.ts) && w.ts[w.head] <= cut {
 		w.head++
 	}
@@ -163,6 +179,7 @@ func (w *Window) Reserve(now time.Time) {
 	if n := now.UnixNano(); n > w.decided {
 		w.decided = n
 	}
+	w.present = max(w.present, now.UnixNano())
 }
 
 // Commit turns a reservation into an entry at t, the dispatch's start.
@@ -179,9 +196,11 @@ func (w *Window) releaseOne() {
 }
 
 // Add logs a start at t, in order among the entries (starts reported out
-// of order are placed where they belong).
+// of order are placed where they belong). t may lie in the future: Add
+// expires by the latest present it was given, not by t, which would drop
+// entries that still count now.
 func (w *Window) Add(t time.Time) {
-	w.Expire(t)
+	w.expire()
 	v := t.UnixNano()
 	i := len(w.ts)
 	for i > w.head && w.ts[i-1] > v {
