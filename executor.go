@@ -58,6 +58,9 @@ type Executor struct {
 	synced  time.Time
 	trusted time.Time // a handler may start before this local instant
 	wg      sync.WaitGroup
+	// beforeStart, set by tests, is called (x.mu held) just before a
+	// handler's start instant is read.
+	beforeStart func()
 }
 
 // ExecutorConfig configures an Executor. Zero fields take their defaults.
@@ -373,8 +376,30 @@ func (x *Executor) execute(r *execRun) {
 		defer t.Stop()
 	}
 	x.mu.Lock()
+	if x.beforeStart != nil {
+		x.beforeStart()
+	}
+	// The start gate, at the instant the handler starts: poll checked the
+	// deadline when it launched the run, but the goroutine may start much
+	// later on a loaded host, and a start past the deadline would count in
+	// the scheduler's windows earlier than it happened (at StartBy).
 	w.Started = x.cfg.Clock.Now()
-	offset, unc, _ := x.clock.Estimate(w.Started)
+	offset, unc, ok := x.clock.Estimate(w.Started)
+	latest, _ := x.clock.LatestStart(a.StartBy, w.Started)
+	if err := context.Cause(&r.ctx); err != nil || !ok || w.Started.After(x.trusted) || (!a.StartBy.IsZero() && w.Started.After(latest)) {
+		e := remoteEnding{Error: errLateRemote.Error(), NotStarted: true, Late: true}
+		if err != nil {
+			e = remoteEnding{Error: err.Error(), NotStarted: true}
+		}
+		if x.runs[a.ID] == r {
+			delete(x.runs, a.ID)
+		}
+		x.ended[a.ID] = a.Run
+		x.report(a, e)
+		x.mu.Unlock()
+		r.cancel(nil)
+		return
+	}
 	x.mu.Unlock()
 	// The latest instant on the store's clock the start can have been.
 	x.submit(&store.ReportStart{Executor: x.cfg.ID, ID: a.ID, Run: a.Run, At: w.Started.Add(offset + unc)})

@@ -195,3 +195,7 @@ func AddMeter(c *Cue, service string, f func() broker.Meter) {
 
 // SetCosts makes c store, with every unit it submits, the costs f gives.
 func SetCosts(c *Cue, f func(Submission) map[string]int64) { c.mach.costs = f }
+
+// BeforeStart makes x call f (its lock held) just before it reads a
+// handler's start instant: after the run was launched, before the gate.
+func BeforeStart(x *Executor, f func()) { x.beforeStart = f }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/clock"
 	"github.com/runcue/runcue/internal/hoststest"
 	"github.com/runcue/runcue/store"
 	"github.com/runcue/runcue/store/sqlite"
@@ -201,4 +202,76 @@ func TestExecutorRestartReportsFound(t *testing.T) {
 	require.NoError(t, <-done)
 	assert.Zero(t, ran.Load(), "the run found at the first read is not run again")
 	assert.Contains(t, string(rep[0].Ending), `"lost":true`)
+}
+
+// jumpClock is the system's clock, plus a jump the test makes.
+type jumpClock struct{ jump atomic.Int64 }
+
+func (c *jumpClock) Now() time.Time                       { return time.Now().Add(time.Duration(c.jump.Load())) }
+func (c *jumpClock) Monotonic() time.Duration             { return clock.Real().Monotonic() }
+func (c *jumpClock) NewTimer(d time.Duration) clock.Timer { return clock.Real().NewTimer(d) }
+
+// TestExecutorStartGate: the start deadline is checked at the instant the
+// handler would start, not only when the run was read and launched: here
+// the clock jumps past the deadline in between (as a goroutine delayed on
+// a loaded host would find it), and the run is reported a late start,
+// its handler never called. Started, it would have been reported past its
+// StartBy, and the scheduler counts such a start at StartBy: earlier than
+// it happened, outside the windows it must count in.
+func TestExecutorStartGate(t *testing.T) {
+	ctx := t.Context()
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "runcue.db"), sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	own, err := st.Acquire(ctx, store.Holder{Owner: "sched"})
+	require.NoError(t, err)
+	defer own.Release()
+	at := time.Now()
+	ops := []store.Op{
+		&store.Insert{Units: []*store.Unit{{ID: "u1", Task: "call", State: store.Queued, CreatedAt: at}}, At: at},
+		&store.Claim{Epoch: own.Epoch(), ID: "u1", Task: "call", Owner: "sched", Run: 1, At: at, LeaseExpires: at.Add(time.Hour)},
+	}
+	b, err := st.Apply(ctx, ops)
+	require.NoError(t, err)
+	for i, r := range b.Results {
+		require.True(t, r.Applied, "op %d", i)
+	}
+	var ran atomic.Int32
+	clk := &jumpClock{}
+	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{ID: "ex", PollInterval: 10 * time.Millisecond, Clock: clk, Logger: quietLogger},
+		map[string]runcue.Handler{"call": func(context.Context, *runcue.Work) (any, error) { ran.Add(1); return nil, nil }})
+	require.NoError(t, err)
+	var gates atomic.Int32
+	runcue.BeforeStart(x, func() {
+		gates.Add(1)
+		clk.jump.Store(int64(2 * time.Second)) // past the start deadline
+	})
+	xctx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- x.Run(xctx) }()
+	// Assigned once the executor lives (an assignment made before would be
+	// one of an earlier process of its name: see
+	// TestExecutorRestartReportsFound).
+	require.Eventually(t, func() bool {
+		execs, _, err := st.Executors(ctx)
+		require.NoError(t, err)
+		return len(execs) == 1
+	}, wait, 5*time.Millisecond)
+	now := time.Now()
+	b, err = st.Apply(ctx, []store.Op{&store.Assign{Epoch: own.Epoch(), ID: "u1", Task: "call", Owner: "sched", Run: 1, Executor: "ex",
+		StartBy: now.Add(time.Second), Timeout: time.Minute}})
+	require.NoError(t, err)
+	require.True(t, b.Results[0].Applied)
+	var rep []store.Assignment
+	require.Eventually(t, func() bool {
+		rep, err = st.Reported(ctx)
+		require.NoError(t, err)
+		return len(rep) == 1 && rep[0].State == store.AssignEnded
+	}, wait, 5*time.Millisecond)
+	stop()
+	require.NoError(t, <-done)
+	assert.EqualValues(t, 1, gates.Load(), "launched once")
+	assert.Zero(t, ran.Load(), "no handler starts past its deadline")
+	assert.Contains(t, string(rep[0].Ending), `"late":true`)
+	assert.Contains(t, string(rep[0].Ending), `"not_started":true`)
 }
