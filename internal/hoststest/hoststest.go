@@ -105,10 +105,11 @@ func Run(t *testing.T, open Opener, o Options) {
 		require.NoError(t, err)
 		return s.States[runcue.StateCompleted]
 	}
-	// The kills are spread over the run: one of an executor every
-	// Units/(ExecutorKills+2) completions, of the scheduler every
-	// Units/(SchedulerKills+2), while units remain.
-	execEvery, schedEvery := o.Units/(o.ExecutorKills+2), o.Units/(o.SchedulerKills+2)
+	// The kills are spread over the first three fifths of the run: one of
+	// an executor every Units*3/5/(ExecutorKills+1) completions, of the
+	// scheduler every Units*3/5/(SchedulerKills+1), so that a kill that
+	// must wait (no run at the service to cut) still finds units left.
+	execEvery, schedEvery := max(o.Units*3/5/(o.ExecutorKills+1), 1), max(o.Units*3/5/(o.SchedulerKills+1), 1)
 	deadline := time.Now().Add(5 * time.Minute)
 	for done := 0; done < o.Units; done = completed() {
 		require.True(t, time.Now().Before(deadline), "timed out: %d of %d units completed", done, o.Units)

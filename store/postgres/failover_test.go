@@ -102,7 +102,8 @@ func childMain() {
 		mu.Unlock()
 		time.Sleep(wire)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, mock+"?id="+w.ID+"&pid="+strconv.Itoa(os.Getpid())+
-			"&started="+strconv.FormatInt(w.Started.UnixNano(), 10)+"&tokens="+strconv.FormatInt(tokenUse(w.ID), 10), nil)
+			"&started="+strconv.FormatInt(w.Started.UnixNano(), 10)+"&arrive="+strconv.FormatInt(w.Started.Add(wire).UnixNano(), 10)+
+			"&tokens="+strconv.FormatInt(tokenUse(w.ID), 10), nil)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return nil, err
@@ -163,11 +164,16 @@ func (j *journal) Apply(ctx context.Context, ops []store.Op) (store.Batch, error
 // arrival is a request the mock service received: when, for which unit,
 // from which process, and when that run's handler started (Work.Started).
 type arrival struct {
-	at      time.Time
-	id      string
-	pid     int
-	started time.Time
-	tokens  int64
+	// at is when the service counts it: the handler's start plus its
+	// seeded wire delay (the arrival the service's Margin covers);
+	// received when the mock received the call, later by the local HTTP
+	// call's own latency, which on a loaded machine can exceed the Margin
+	// (not asserted on, reported).
+	at, received time.Time
+	id           string
+	pid          int
+	started      time.Time
+	tokens       int64
 }
 
 // mockService counts arrivals.
@@ -177,12 +183,13 @@ type mockService struct {
 }
 
 func (m *mockService) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	at := time.Now()
+	received := time.Now()
 	pid, _ := strconv.Atoi(r.URL.Query().Get("pid"))
 	started, _ := strconv.ParseInt(r.URL.Query().Get("started"), 10, 64)
+	arrive, _ := strconv.ParseInt(r.URL.Query().Get("arrive"), 10, 64)
 	tokens, _ := strconv.ParseInt(r.URL.Query().Get("tokens"), 10, 64)
 	m.mu.Lock()
-	m.arrivals = append(m.arrivals, arrival{at, r.URL.Query().Get("id"), pid, time.Unix(0, started), tokens})
+	m.arrivals = append(m.arrivals, arrival{time.Unix(0, arrive), received, r.URL.Query().Get("id"), pid, time.Unix(0, started), tokens})
 	m.mu.Unlock()
 }
 
@@ -304,7 +311,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // of a rate-limited service, with dependencies submitted in a random order
 // (dependents before their dependencies); the scheduler is killed with
 // SIGKILL five times, a new standby started each time. The mock service
-// never sees more than the limit arrive in any window (the runs each kill
+// (counting an arrival at the handler's start plus its seeded 0-5 ms wire,
+// as the Postgres and Hosts issues define it; the HTTP call's own latency
+// is reported, not counted) never sees more than the limit arrive in any
+// window (the runs each kill
 // cut short arrive again, from the next owner), every unit is completed
 // exactly once, and no dependent arrives before its dependency completed. Takeover times (from the kill to the next arrival from
 // another process) are reported, not asserted.
@@ -457,8 +467,12 @@ func TestFailover(t *testing.T) {
 	for _, d := range takeovers {
 		ms = append(ms, d.Round(time.Millisecond).String())
 	}
-	t.Logf("%d units, %d arrivals, at most %d in any %v (limit %d) and %d tokens (limit %d); runs by outcome %v; takeovers (kill to next arrival): %s",
-		n, len(arrivals), most, failoverWindow, failoverLimit, tokens, failoverTokens, outcomes, strings.Join(ms, ", "))
+	byReceipt := slices.Clone(arrivals)
+	slices.SortFunc(byReceipt, func(a, b arrival) int { return a.received.Compare(b.received) })
+	rmost, _, _ := busiestWindow(byReceipt, func(a arrival) time.Time { return a.received })
+	rtokens, _ := busiestTokens(byReceipt, func(a arrival) time.Time { return a.received })
+	t.Logf("%d units, %d arrivals, at most %d in any %v (limit %d) and %d tokens (limit %d); as the mock received them, %d and %d; runs by outcome %v; takeovers (kill to next arrival): %s",
+		n, len(arrivals), most, failoverWindow, failoverLimit, tokens, failoverTokens, rmost, rtokens, outcomes, strings.Join(ms, ", "))
 }
 
 // TestFencedAfterStop: a scheduler stopped with SIGSTOP past its lease's
