@@ -22,9 +22,10 @@ import (
 // that owns the database, in another process or on another host. It
 // registers the tasks it runs and its capacity, reads the runs the
 // scheduler assigns it, starts each handler no later than its start
-// deadline (on the store's clock, less this host's offset uncertainty; a
-// run it cannot start in time it reports as a late start, and the
-// scheduler requeues it, nothing run), reports each start and each end
+// deadline (on the store's clock, less this host's offset uncertainty,
+// checked with the reading of the clock that is the handler's start
+// instant; a run it cannot start in time it reports as a late start, and
+// the scheduler requeues it, nothing run), reports each start and each end
 // through the store, and keeps its runs' leases alive with its heartbeat.
 // Its leases survive the scheduler: a standby that takes over adopts its
 // runs. A report for a run the scheduler has since ended or requeued is
