@@ -166,42 +166,66 @@ func TestExecutorNoRoom(t *testing.T) {
 // report committed (it was killed in between), and running it again would
 // reach the service twice under one run's count.
 func TestExecutorRestartReportsFound(t *testing.T) {
-	ctx := t.Context()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "runcue.db"), sqlite.Options{})
-	require.NoError(t, err)
-	defer st.Close()
-	own, err := st.Acquire(ctx, store.Holder{Owner: "sched"})
-	require.NoError(t, err)
-	defer own.Release()
-	at := time.Now()
-	ops := []store.Op{
+	st, own := claimedUnit(t)
+	applyAll(t, st,
 		&store.RegisterExecutor{Executor: store.ExecutorRecord{ID: "ex", Tasks: []string{"call"}, Capacity: 4, Poll: 10 * time.Millisecond, TTL: time.Hour}},
-		&store.Insert{Units: []*store.Unit{{ID: "u1", Task: "call", State: store.Queued, CreatedAt: at}}, At: at},
-		&store.Claim{Epoch: own.Epoch(), ID: "u1", Task: "call", Owner: "sched", Run: 1, At: at, LeaseExpires: at.Add(time.Hour)},
-		&store.Assign{Epoch: own.Epoch(), ID: "u1", Owner: "sched", Run: 1, Executor: "ex", StartBy: at.Add(time.Hour), Timeout: time.Minute},
-	}
-	b, err := st.Apply(ctx, ops)
-	require.NoError(t, err)
-	for i, r := range b.Results {
-		require.True(t, r.Applied, "op %d", i)
-	}
+		&store.Assign{Epoch: own.Epoch(), ID: "u1", Owner: "sched", Run: 1, Executor: "ex", StartBy: time.Now().Add(time.Hour), Timeout: time.Minute})
 	var ran atomic.Int32
 	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{ID: "ex", PollInterval: 10 * time.Millisecond, Logger: quietLogger},
 		map[string]runcue.Handler{"call": func(context.Context, *runcue.Work) (any, error) { ran.Add(1); return nil, nil }})
 	require.NoError(t, err)
-	xctx, stop := context.WithCancel(ctx)
+	stop := runExecutor(t, x)
+	ending := endReported(t, st)
+	stop()
+	assert.Zero(t, ran.Load(), "the run found at the first read is not run again")
+	assert.Contains(t, ending, `"lost":true`)
+}
+
+// claimedUnit opens a database, takes its ownership as "sched", and
+// inserts and claims unit u1 of task "call" (run 1) there.
+func claimedUnit(t *testing.T) (*sqlite.Store, store.Ownership) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "runcue.db"), sqlite.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	own, err := st.Acquire(t.Context(), store.Holder{Owner: "sched"})
+	require.NoError(t, err)
+	t.Cleanup(func() { own.Release() })
+	at := time.Now()
+	applyAll(t, st, &store.Insert{Units: []*store.Unit{{ID: "u1", Task: "call", State: store.Queued, CreatedAt: at}}, At: at},
+		&store.Claim{Epoch: own.Epoch(), ID: "u1", Task: "call", Owner: "sched", Run: 1, At: at, LeaseExpires: at.Add(time.Hour)})
+	return st, own
+}
+
+// applyAll applies ops in one batch, each of which must apply.
+func applyAll(t *testing.T, st store.Store, ops ...store.Op) {
+	b, err := st.Apply(t.Context(), ops)
+	require.NoError(t, err)
+	for i, r := range b.Results {
+		require.True(t, r.Applied, "op %d", i)
+	}
+}
+
+// runExecutor runs x until the returned stop, which waits for it.
+func runExecutor(t *testing.T, x *runcue.Executor) (stop func()) {
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- x.Run(xctx) }()
+	go func() { done <- x.Run(ctx) }()
+	return func() {
+		cancel()
+		require.NoError(t, <-done)
+	}
+}
+
+// endReported waits for the one assignment's end report and returns it.
+func endReported(t *testing.T, st store.ExecutorStore) string {
 	var rep []store.Assignment
 	require.Eventually(t, func() bool {
-		rep, err = st.Reported(ctx)
+		var err error
+		rep, err = st.Reported(t.Context())
 		require.NoError(t, err)
 		return len(rep) == 1 && rep[0].State == store.AssignEnded
 	}, wait, 5*time.Millisecond)
-	stop()
-	require.NoError(t, <-done)
-	assert.Zero(t, ran.Load(), "the run found at the first read is not run again")
-	assert.Contains(t, string(rep[0].Ending), `"lost":true`)
+	return string(rep[0].Ending)
 }
 
 // jumpClock is the system's clock, plus a jump the test makes.
@@ -220,22 +244,7 @@ func (c *jumpClock) NewTimer(d time.Duration) clock.Timer { return clock.Real().
 // it happened, outside the windows it must count in.
 func TestExecutorStartGate(t *testing.T) {
 	ctx := t.Context()
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "runcue.db"), sqlite.Options{})
-	require.NoError(t, err)
-	defer st.Close()
-	own, err := st.Acquire(ctx, store.Holder{Owner: "sched"})
-	require.NoError(t, err)
-	defer own.Release()
-	at := time.Now()
-	ops := []store.Op{
-		&store.Insert{Units: []*store.Unit{{ID: "u1", Task: "call", State: store.Queued, CreatedAt: at}}, At: at},
-		&store.Claim{Epoch: own.Epoch(), ID: "u1", Task: "call", Owner: "sched", Run: 1, At: at, LeaseExpires: at.Add(time.Hour)},
-	}
-	b, err := st.Apply(ctx, ops)
-	require.NoError(t, err)
-	for i, r := range b.Results {
-		require.True(t, r.Applied, "op %d", i)
-	}
+	st, own := claimedUnit(t)
 	var ran atomic.Int32
 	clk := &jumpClock{}
 	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{ID: "ex", PollInterval: 10 * time.Millisecond, Clock: clk, Logger: quietLogger},
@@ -246,9 +255,7 @@ func TestExecutorStartGate(t *testing.T) {
 		gates.Add(1)
 		clk.jump.Store(int64(2 * time.Second)) // past the start deadline
 	})
-	xctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- x.Run(xctx) }()
+	stop := runExecutor(t, x)
 	// Assigned once the executor lives (an assignment made before would be
 	// one of an earlier process of its name: see
 	// TestExecutorRestartReportsFound).
@@ -257,21 +264,12 @@ func TestExecutorStartGate(t *testing.T) {
 		require.NoError(t, err)
 		return len(execs) == 1
 	}, wait, 5*time.Millisecond)
-	now := time.Now()
-	b, err = st.Apply(ctx, []store.Op{&store.Assign{Epoch: own.Epoch(), ID: "u1", Task: "call", Owner: "sched", Run: 1, Executor: "ex",
-		StartBy: now.Add(time.Second), Timeout: time.Minute}})
-	require.NoError(t, err)
-	require.True(t, b.Results[0].Applied)
-	var rep []store.Assignment
-	require.Eventually(t, func() bool {
-		rep, err = st.Reported(ctx)
-		require.NoError(t, err)
-		return len(rep) == 1 && rep[0].State == store.AssignEnded
-	}, wait, 5*time.Millisecond)
+	applyAll(t, st, &store.Assign{Epoch: own.Epoch(), ID: "u1", Task: "call", Owner: "sched", Run: 1, Executor: "ex",
+		StartBy: time.Now().Add(time.Second), Timeout: time.Minute})
+	ending := endReported(t, st)
 	stop()
-	require.NoError(t, <-done)
 	assert.EqualValues(t, 1, gates.Load(), "launched once")
 	assert.Zero(t, ran.Load(), "no handler starts past its deadline")
-	assert.Contains(t, string(rep[0].Ending), `"late":true`)
-	assert.Contains(t, string(rep[0].Ending), `"not_started":true`)
+	assert.Contains(t, ending, `"late":true`)
+	assert.Contains(t, ending, `"not_started":true`)
 }

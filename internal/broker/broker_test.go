@@ -213,13 +213,19 @@ func TestWindowReservations(t *testing.T) {
 // each starting after a random delay and reported in random order, never
 // put more than limit starts in any interval of length window.
 func TestWindowStartsProperty(t *testing.T) {
-	rnd := rand.New(rand.NewPCG(11, 11))
+	windowStartsProperty(t, rand.New(rand.NewPCG(11, 11)), false)
+}
+
+// windowStartsProperty runs TestWindowStartsProperty's dispatches; with
+// bounded, each start is committed at a random bound at or after it, up
+// to a window later (possibly after the present).
+func windowStartsProperty(t *testing.T, rnd *rand.Rand, bounded bool) {
 	for range 50 {
 		limit := 1 + rnd.IntN(10)
 		length := time.Duration(1+rnd.IntN(1000)) * time.Millisecond
 		w := NewWindow(limit, length)
 		now := t0
-		type flight struct{ start time.Time }
+		type flight struct{ start, bound time.Time }
 		var inflight []flight
 		var starts []time.Time
 		for len(starts) < 300 {
@@ -228,16 +234,22 @@ func TestWindowStartsProperty(t *testing.T) {
 			kept := inflight[:0]
 			for _, f := range inflight {
 				if !f.start.After(now) && rnd.IntN(2) == 0 {
-					w.Commit(f.start)
+					w.Commit(f.bound)
 					starts = append(starts, f.start)
 				} else {
 					kept = append(kept, f)
 				}
 			}
 			inflight = kept
+			w.Expire(now)
 			if w.Allow(now) {
 				w.Reserve(now)
-				inflight = append(inflight, flight{start: now.Add(time.Duration(rnd.IntN(int(length/2) + 1)))})
+				f := flight{start: now.Add(time.Duration(rnd.IntN(int(length/2) + 1)))}
+				f.bound = f.start
+				if bounded {
+					f.bound = f.start.Add(time.Duration(rnd.IntN(int(length) + 1)))
+				}
+				inflight = append(inflight, f)
 				continue
 			}
 			now = now.Add(time.Duration(1+rnd.IntN(int(length/4)+1)) * time.Nanosecond * 1000)
@@ -284,43 +296,7 @@ func TestWindowBoundedStartsProperty(t *testing.T) {
 		seed, _ = strconv.ParseUint(s, 10, 64)
 	}
 	t.Logf("seed %d (RUNCUE_BROKER_SEED)", seed)
-	rnd := rand.New(rand.NewPCG(seed, 12))
-	for range 50 {
-		limit := 1 + rnd.IntN(10)
-		length := time.Duration(1+rnd.IntN(1000)) * time.Millisecond
-		w := NewWindow(limit, length)
-		now := t0
-		type flight struct{ start, bound time.Time }
-		var inflight []flight
-		var starts []time.Time
-		for len(starts) < 300 {
-			rnd.Shuffle(len(inflight), func(i, j int) { inflight[i], inflight[j] = inflight[j], inflight[i] })
-			kept := inflight[:0]
-			for _, f := range inflight {
-				if !f.start.After(now) && rnd.IntN(2) == 0 {
-					w.Commit(f.bound)
-					starts = append(starts, f.start)
-				} else {
-					kept = append(kept, f)
-				}
-			}
-			inflight = kept
-			w.Expire(now)
-			if w.Allow(now) {
-				w.Reserve(now)
-				start := now.Add(time.Duration(rnd.IntN(int(length/2) + 1)))
-				inflight = append(inflight, flight{start: start, bound: start.Add(time.Duration(rnd.IntN(int(length) + 1)))})
-				continue
-			}
-			now = now.Add(time.Duration(1+rnd.IntN(int(length/4)+1)) * time.Nanosecond * 1000)
-		}
-		slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
-		for i := limit; i < len(starts); i++ {
-			if d := starts[i].Sub(starts[i-limit]); d < length {
-				t.Fatalf("limit %d per %v: %d starts within %v", limit, length, limit+1, d)
-			}
-		}
-	}
+	windowStartsProperty(t, rand.New(rand.NewPCG(seed, 12)), true)
 }
 
 // TestWindowMemoryFollowsEntries: a window's memory grows with the entries
