@@ -27,7 +27,8 @@ import (
 // remoteRunner is a Runner that behaves like workers on other hosts seen
 // through a bad network: a run starts up to 1.3 MaxStartDelay after its
 // dispatch (past StartBy it does not start, and says so), its start is
-// reported up to MaxStartDelay late, its end after a random delay (so ends
+// reported up to MaxStartDelay late and by a bound up to 20 ms after it
+// (the latest instant it can have been), its end after a random delay (so ends
 // arrive out of order), and some runs are lost: nothing about them is
 // ever reported. Its workers behave: a cancelled run stops within 50 ms,
 // and a run never goes on past its lease (a lost one stops there). It
@@ -121,8 +122,16 @@ func (r *remoteRunner) begin(run *remoteRun) {
 	}
 	run.started, run.start = true, now
 	if !run.lost {
-		at := now
-		r.after(time.Duration(r.rnd.Int64N(int64(r.msd))), func() { p.Started(at) })
+		// Reported as the latest instant it can have been (a remote
+		// host's clock, converted with its uncertainty): up to 20 ms
+		// later, possibly past StartBy; half the reports come at once,
+		// their bound still ahead of the engine's present.
+		at := now.Add(time.Duration(r.rnd.Int64N(int64(20 * time.Millisecond))))
+		delay := time.Duration(r.rnd.Int64N(int64(r.msd)))
+		if r.rnd.IntN(2) == 0 {
+			delay = 0 // at once: its bound is still to come
+		}
+		r.after(delay, func() { p.Started(at) })
 	}
 	d := time.Duration(10+r.rnd.IntN(600)) * time.Millisecond
 	if r.rnd.IntN(20) == 0 {
