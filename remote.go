@@ -429,11 +429,16 @@ func (rr *remoteRunner) applyReports(as []store.Assignment) map[string]bool {
 				ex.inflight++
 			}
 		}
-		if a.State >= store.AssignStarted && !x.started {
+		if a.State >= store.AssignStarted && !x.started && !a.Started.IsZero() {
 			x.started = true
 			// The latest local instant the reported start can have been.
 			x.p.Started(a.Started.Add(-offset + unc))
 		}
+		// An end without a start (its handler never called, or its
+		// start's report lost) is not a start: the engine releases a run
+		// ended NotStarted, and counts any other at its StartBy when that
+		// comes (a start dated outside [decision, StartBy] would count
+		// there at once, ahead of the present).
 		if a.State == store.AssignEnded {
 			x.ended = true
 			x.p.Done(endingOf(a.Ending, rr.c.clock.Now()))

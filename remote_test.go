@@ -228,10 +228,11 @@ func endReported(t *testing.T, st store.ExecutorStore) string {
 	return string(rep[0].Ending)
 }
 
-// jumpClock is the system's clock, plus a jump the test makes.
+// jumpClock is the system's clock, plus a jump the test arms for the
+// next reading only.
 type jumpClock struct{ jump atomic.Int64 }
 
-func (c *jumpClock) Now() time.Time                       { return time.Now().Add(time.Duration(c.jump.Load())) }
+func (c *jumpClock) Now() time.Time                       { return time.Now().Add(time.Duration(c.jump.Swap(0))) }
 func (c *jumpClock) Monotonic() time.Duration             { return clock.Real().Monotonic() }
 func (c *jumpClock) NewTimer(d time.Duration) clock.Timer { return clock.Real().NewTimer(d) }
 
@@ -253,7 +254,7 @@ func TestExecutorStartGate(t *testing.T) {
 	var gates atomic.Int32
 	runcue.BeforeStart(x, func() {
 		gates.Add(1)
-		clk.jump.Store(int64(2 * time.Second)) // past the start deadline
+		clk.jump.Store(int64(2 * time.Second)) // the start's reading: past the deadline
 	})
 	stop := runExecutor(t, x)
 	// Assigned once the executor lives (an assignment made before would be
@@ -272,4 +273,45 @@ func TestExecutorStartGate(t *testing.T) {
 	assert.Zero(t, ran.Load(), "no handler starts past its deadline")
 	assert.Contains(t, ending, `"late":true`)
 	assert.Contains(t, ending, `"not_started":true`)
+}
+
+// TestExecutorLateStartFreesWindow: a run its executor reports a late
+// start (nothing ran) gives its place in the rate window back, and its unit
+// runs again at once; it is not counted as a start (at its StartBy: this
+// service's window of one an hour would then hold the unit back an hour).
+func TestExecutorLateStartFreesWindow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runcue.db")
+	c, err := runcue.Open(path, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: quietLogger})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Service("api", runcue.Service{RateLimit: 1, RateWindow: time.Hour}))
+	require.NoError(t, c.Task("call", runcue.Task{Remote: true, Services: []string{"api"}}))
+	ctx := t.Context()
+	require.NoError(t, c.Start(ctx))
+	st, err := sqlite.Open(path, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	clk := &jumpClock{}
+	var ran atomic.Int32
+	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{PollInterval: 10 * time.Millisecond, Clock: clk, Logger: quietLogger},
+		map[string]runcue.Handler{"call": func(context.Context, *runcue.Work) (any, error) { ran.Add(1); return nil, nil }})
+	require.NoError(t, err)
+	var gates atomic.Int32
+	runcue.BeforeStart(x, func() {
+		if gates.Add(1) == 1 {
+			clk.jump.Store(int64(time.Minute)) // the first start's reading: past its deadline
+		}
+	})
+	stop := runExecutor(t, x)
+	defer stop()
+	_, err = c.Submit(ctx, runcue.Submission{ID: "u1", Task: "call"})
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	wi, err := c.Wait(wctx, "u1")
+	require.NoError(t, err, "the unit waits for the window its late start did not use")
+	assert.Equal(t, runcue.StateCompleted, wi.State)
+	require.Len(t, wi.Attempts, 2)
+	assert.Equal(t, "late_start", wi.Attempts[0].Outcome)
+	assert.EqualValues(t, 1, ran.Load())
 }
