@@ -59,9 +59,9 @@ type Executor struct {
 	synced  time.Time
 	trusted time.Time // a handler may start before this local instant
 	wg      sync.WaitGroup
-	// beforeStart, set by tests, is called (x.mu held) just before a
-	// handler's start instant is read.
-	beforeStart func()
+	// startReading, set by tests, replaces the clock's reading that is a
+	// handler's start instant (a clock that jumped, a goroutine delayed).
+	startReading func(time.Time) time.Time
 }
 
 // ExecutorConfig configures an Executor. Zero fields take their defaults.
@@ -377,14 +377,14 @@ func (x *Executor) execute(r *execRun) {
 		defer t.Stop()
 	}
 	x.mu.Lock()
-	if x.beforeStart != nil {
-		x.beforeStart()
-	}
 	// The start gate, at the instant the handler starts: poll checked the
 	// deadline when it launched the run, but the goroutine may start much
 	// later on a loaded host, and a start past the deadline would count in
 	// the scheduler's windows earlier than it happened (at StartBy).
 	w.Started = x.cfg.Clock.Now()
+	if x.startReading != nil {
+		w.Started = x.startReading(w.Started)
+	}
 	offset, unc, ok := x.clock.Estimate(w.Started)
 	latest, _ := x.clock.LatestStart(a.StartBy, w.Started)
 	if err := context.Cause(&r.ctx); err != nil || !ok || w.Started.After(x.trusted) || (!a.StartBy.IsZero() && w.Started.After(latest)) {

@@ -6,6 +6,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/internal/engine"
@@ -196,6 +197,6 @@ func AddMeter(c *Cue, service string, f func() broker.Meter) {
 // SetCosts makes c store, with every unit it submits, the costs f gives.
 func SetCosts(c *Cue, f func(Submission) map[string]int64) { c.mach.costs = f }
 
-// BeforeStart makes x call f (its lock held) just before it reads a
-// handler's start instant: after the run was launched, before the gate.
-func BeforeStart(x *Executor, f func()) { x.beforeStart = f }
+// StartReading makes x take f(reading) as a handler's start instant, the
+// reading its start gate checks (f is called with x's lock held).
+func StartReading(x *Executor, f func(time.Time) time.Time) { x.startReading = f }

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
-	"github.com/runcue/runcue/clock"
 	"github.com/runcue/runcue/internal/hoststest"
 	"github.com/runcue/runcue/store"
 	"github.com/runcue/runcue/store/sqlite"
@@ -228,18 +227,10 @@ func endReported(t *testing.T, st store.ExecutorStore) string {
 	return string(rep[0].Ending)
 }
 
-// jumpClock is the system's clock, plus a jump the test arms for the
-// next reading only.
-type jumpClock struct{ jump atomic.Int64 }
-
-func (c *jumpClock) Now() time.Time                       { return time.Now().Add(time.Duration(c.jump.Swap(0))) }
-func (c *jumpClock) Monotonic() time.Duration             { return clock.Real().Monotonic() }
-func (c *jumpClock) NewTimer(d time.Duration) clock.Timer { return clock.Real().NewTimer(d) }
-
 // TestExecutorStartGate: the start deadline is checked at the instant the
 // handler would start, not only when the run was read and launched: here
-// the clock jumps past the deadline in between (as a goroutine delayed on
-// a loaded host would find it), and the run is reported a late start,
+// the start's reading is past the deadline (as a goroutine delayed on a
+// loaded host, or a clock that jumped, would find it), and the run is reported a late start,
 // its handler never called. Started, it would have been reported past its
 // StartBy, and the scheduler counts such a start at StartBy: earlier than
 // it happened, outside the windows it must count in.
@@ -247,14 +238,13 @@ func TestExecutorStartGate(t *testing.T) {
 	ctx := t.Context()
 	st, own := claimedUnit(t)
 	var ran atomic.Int32
-	clk := &jumpClock{}
-	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{ID: "ex", PollInterval: 10 * time.Millisecond, Clock: clk, Logger: quietLogger},
+	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{ID: "ex", PollInterval: 10 * time.Millisecond, Logger: quietLogger},
 		map[string]runcue.Handler{"call": func(context.Context, *runcue.Work) (any, error) { ran.Add(1); return nil, nil }})
 	require.NoError(t, err)
 	var gates atomic.Int32
-	runcue.BeforeStart(x, func() {
+	runcue.StartReading(x, func(at time.Time) time.Time {
 		gates.Add(1)
-		clk.jump.Store(int64(2 * time.Second)) // the start's reading: past the deadline
+		return at.Add(2 * time.Second) // past the deadline
 	})
 	stop := runExecutor(t, x)
 	// Assigned once the executor lives (an assignment made before would be
@@ -291,16 +281,16 @@ func TestExecutorLateStartFreesWindow(t *testing.T) {
 	st, err := sqlite.Open(path, sqlite.Options{})
 	require.NoError(t, err)
 	defer st.Close()
-	clk := &jumpClock{}
 	var ran atomic.Int32
-	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{PollInterval: 10 * time.Millisecond, Clock: clk, Logger: quietLogger},
+	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{PollInterval: 10 * time.Millisecond, Logger: quietLogger},
 		map[string]runcue.Handler{"call": func(context.Context, *runcue.Work) (any, error) { ran.Add(1); return nil, nil }})
 	require.NoError(t, err)
 	var gates atomic.Int32
-	runcue.BeforeStart(x, func() {
+	runcue.StartReading(x, func(at time.Time) time.Time {
 		if gates.Add(1) == 1 {
-			clk.jump.Store(int64(time.Minute)) // the first start's reading: past its deadline
+			return at.Add(time.Minute) // the first start's reading: past its deadline
 		}
+		return at
 	})
 	stop := runExecutor(t, x)
 	defer stop()
