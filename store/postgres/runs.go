@@ -168,14 +168,14 @@ func (t *txn) applied(query string, args ...any) (map[string]string, error) {
 // claimAll writes the Claims ops[idx] and returns the tasks of the units
 // it claimed, by ID.
 //
-// The batched statements find their units by ID only: their conditions on
-// state are wrapped in IS TRUE, which no index serves. Otherwise, with the
-// statistics of a young table (a handful of queued units when last
-// analyzed), PostgreSQL's cached generic plan scans the queue's index for
-// state = 'queued' and joins every queued unit against the batch, a cost
-// of queued x batch per claim: 178 ms for a claim of 40 among 10,365
-// queued units (auto_explain, BenchmarkExecutors), where the lookup by ID
-// found 182 units in 5 ms.
+// The batched statements find their units by ID only (byID). Their
+// conditions on state are also wrapped in IS TRUE, which no index serves:
+// with the statistics of a young table (a handful of queued units when
+// last analyzed), PostgreSQL's cached generic plan scanned the queue's
+// index for state = 'queued' and joined every queued unit against the
+// batch: 178 ms for a claim of 40 among 10,365 queued units
+// (auto_explain, BenchmarkExecutors), where the lookup by ID found 182
+// units in 5 ms.
 func (t *txn) claimAll(ops []store.Op, idx []int) (map[string]string, error) {
 	n := len(idx)
 	if n == 0 {
@@ -191,8 +191,8 @@ func (t *txn) claimAll(ops []store.Op, idx []int) (map[string]string, error) {
 	}
 	return t.applied(`UPDATE work_units w SET state='running', runs=v.run, started_at=v.at, leased_by=v.owner,
 			lease_expires_at=v.lease, heartbeat_at=0, epoch=v.epoch
-		FROM unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[]) AS v(id, run, at, owner, lease, epoch)
-		WHERE w.id = v.id AND (w.state='queued' AND w.cancel_requested=0) IS TRUE RETURNING w.id, w.task`,
+		FROM `+byID(`unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[]) AS v(id, run, at, owner, lease, epoch)`,
+		`state='queued' AND cancel_requested=0`)+` RETURNING w.id, w.task`,
 		ids, runs, ats, owners, leases, epochs)
 }
 
@@ -237,8 +237,25 @@ func (t *txn) finishAll(ops []store.Op, idx []int) (map[string]string, error) {
 			run_at=v.run_at, failures=w.failures+v.spend, deferrals=w.deferrals+v.defer, leased_by=NULL, lease_expires_at=0,
 			cancel_requested=0, attempts=CASE WHEN w.attempts IS NULL OR w.attempts = '' THEN '[' || v.attempt || ']'
 				ELSE left(w.attempts, length(w.attempts) - 1) || ',' || v.attempt || ']' END
-		FROM unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bigint[], $7::int[], $8::int[], $9::text[],
-			$10::text[], $11::text[], $12::int[]) AS v(state, fin, result, err, kind, run_at, spend, defer, attempt, id, owner, run)
-		WHERE w.id = v.id AND (w.state='running' AND w.leased_by=v.owner AND w.runs=v.run) IS TRUE RETURNING w.id, w.task`,
+		FROM `+byID(`unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bigint[], $7::int[], $8::int[], $9::text[],
+			$10::text[], $11::text[], $12::int[]) AS v(state, fin, result, err, kind, run_at, spend, defer, attempt, id, owner, run)`,
+		`state='running' AND leased_by=v.owner AND runs=v.run`)+` RETURNING w.id, w.task`,
 		states, fins, res, errs, kinds, runAts, spends, defers, attempts, ids, owners, runs)
+}
+
+// byID is the FROM and WHERE of a batched UPDATE of work_units (aliased
+// w) by the IDs of rows (a set aliased v, with a column id): each row's
+// unit is looked up by its ID alone, where cond (on the unit's columns,
+// and v's) holds, and the update joins it by its row's address. The
+// lookup is a parameterized index scan whatever the statistics say: with
+// a join of w and v the planner chose, early in a run (the table's
+// statistics from when it held a few units), a scan of every unit with a
+// nested loop over the batch, 200-470 ms for a claim of 192 among 4,000
+// units, where the lookup takes a few (auto_explain, BenchmarkExecutors).
+// The writers take turns (the log's lock), so the rows found are those
+// updated.
+func byID(rows, cond string) string {
+	return `(SELECT v.*, x.tid FROM ` + rows + ` CROSS JOIN LATERAL
+			(SELECT ctid AS tid FROM work_units WHERE id = v.id AND (` + cond + `) IS TRUE OFFSET 0) x) v
+		WHERE w.ctid = v.tid`
 }
