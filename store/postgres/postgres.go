@@ -31,6 +31,7 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io/fs"
 	"sort"
 	"strconv"
@@ -130,8 +131,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		pool.Close()
 		return nil, fmt.Errorf("runcue: postgres: %w", err)
 	}
-	s.channel = "runcue_" + s.schema
-	s.execChannel = "runcue_x_" + s.schema
+	s.channel, s.execChannel = channelName("runcue_", s.schema), channelName("runcue_x_", s.schema)
 	if err := s.migrate(ctx); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("runcue: postgres: %w", err)
@@ -283,4 +283,16 @@ func nullBytes(b []byte) any {
 		return nil
 	}
 	return b
+}
+
+// channelName is prefix and schema as a notification channel's name: a
+// name is at most 63 bytes (with room for execChannelOf's 9), so a long
+// schema's is its hash.
+func channelName(prefix, schema string) string {
+	if len(prefix)+len(schema) <= 63-9 {
+		return prefix + schema
+	}
+	h := fnv.New64a()
+	h.Write([]byte(schema))
+	return fmt.Sprintf("%s%016x", prefix, h.Sum64())
 }

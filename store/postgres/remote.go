@@ -3,6 +3,8 @@ package postgres
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"hash/fnv"
 	"slices"
 	"time"
 
@@ -119,11 +121,13 @@ func (t *txn) applyRemote(op store.Op, r *store.Result) (ok bool, err error) {
 	return false, nil
 }
 
-// The executors' notifications go on a channel of their own
-// (Store.execChannel), so that neither the Cue reading the log nor an
-// executor wakes for what is not its own: an executor listens for its own
-// name (a run assigned to it, or asked to stop), the scheduler for "r" (a
-// start or an end reported, an executor registered or gone).
+// The executors' notifications go on channels of their own, so that
+// neither the Cue reading the log nor an executor wakes for what is not
+// its own: an executor listens on its own channel (execChannelOf: a run
+// assigned to it, or asked to stop), the scheduler on Store.execChannel
+// (a start or an end reported, an executor registered or gone). On one
+// channel for all, each report woke every executor's listener, backend and
+// process, to be dropped there.
 
 // notifyRemote notifies what the transaction's executors' ops did, once
 // per executor and once for the reports.
@@ -132,10 +136,14 @@ func (t *txn) notifyRemote() error {
 		return nil
 	}
 	payloads := slices.Compact(slices.Sorted(slices.Values(t.notifyExecs)))
-	if t.notifyReports {
-		payloads = append(payloads, reportsPayload)
+	channels := make([]string, len(payloads), len(payloads)+1)
+	for i, e := range payloads {
+		channels[i] = t.s.execChannelOf(e)
 	}
-	t.queue(`SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p`, t.s.execChannel, payloads)
+	if t.notifyReports {
+		channels, payloads = append(channels, t.s.execChannel), append(payloads, reportsPayload)
+	}
+	t.queue(`SELECT pg_notify(c, p) FROM unnest($1::text[], $2::text[]) AS v(c, p)`, channels, payloads)
 	return nil
 }
 
@@ -143,9 +151,18 @@ func (t *txn) notifyRemote() error {
 // name, which cannot be empty.
 const reportsPayload = ""
 
+// execChannelOf is executor's notification channel: the schema's
+// executors' channel and a hash of its name (a channel's name is at most
+// 63 bytes; two executors that share one still tell theirs by payload).
+func (s *Store) execChannelOf(executor string) string {
+	h := fnv.New32a()
+	h.Write([]byte(executor))
+	return fmt.Sprintf("%s_%08x", s.execChannel, h.Sum32())
+}
+
 // WatchAssigned implements store.ExecutorWatcher.
 func (s *Store) WatchAssigned(ctx context.Context, executor string) (<-chan struct{}, error) {
-	return s.watch(ctx, s.execChannel, executor)
+	return s.watch(ctx, s.execChannelOf(executor), executor)
 }
 
 // WatchReported implements store.ExecutorWatcher.
