@@ -133,14 +133,14 @@ func reportsQuery(ended []bool) string {
 		SELECT * FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[], $5::bytea[], $6::bool[]) AS v(id, run, executor, at, ending, ended))`)
 	if starts {
 		q.WriteString(`, s AS (UPDATE assignments a SET state = 1, started_at = v.at FROM v
-			WHERE NOT v.ended AND a.work_id = ANY($1) AND a.work_id = v.id AND a.run = v.run AND a.executor = v.executor AND a.state = 0
+			WHERE NOT v.ended AND a.work_id = v.id AND (a.run = v.run AND a.executor = v.executor AND a.state = 0) IS TRUE
 			RETURNING a.work_id, true AS started)`)
 		parts = append(parts, `SELECT work_id, started, false AS ended FROM s`)
 	}
 	if ends {
 		q.WriteString(`, e AS (UPDATE assignments a SET state = 2, ending = v.ending,
 				started_at = CASE WHEN a.state = 0 AND v.at <> 0 THEN v.at ELSE a.started_at END FROM v
-			WHERE v.ended AND a.work_id = ANY($1) AND a.work_id = v.id AND a.run = v.run AND a.executor = v.executor AND a.state < 2
+			WHERE v.ended AND a.work_id = v.id AND (a.run = v.run AND a.executor = v.executor AND a.state < 2) IS TRUE
 			RETURNING a.work_id, v.at <> 0 AND a.started_at = v.at AS started)`)
 		parts = append(parts, `SELECT work_id, started, true AS ended FROM e`)
 	}
