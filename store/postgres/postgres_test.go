@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -42,10 +44,15 @@ func TestMain(m *testing.M) {
 // and returns a URL whose connections use it.
 func schemaURL(t testing.TB) string {
 	t.Helper()
-	base := os.Getenv("RUNCUE_TEST_POSTGRES")
 	b := make([]byte, 6)
 	_, _ = rand.Read(b)
-	schema := "t_" + hex.EncodeToString(b)
+	return namedSchemaURL(t, "t_"+hex.EncodeToString(b))
+}
+
+// namedSchemaURL is schemaURL with the schema's name given.
+func namedSchemaURL(t testing.TB, schema string) string {
+	t.Helper()
+	base := os.Getenv("RUNCUE_TEST_POSTGRES")
 	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, base)
 	require.NoError(t, err)
@@ -79,4 +86,48 @@ func TestConformance(t *testing.T) {
 			return other
 		}
 	})
+}
+
+// TestLongSchemaNotifies: a schema whose name is as long as PostgreSQL
+// allows (63 bytes) still gets its notifications: the log's, and the
+// executors' (whose channels add a suffix to the schema's), where
+// pg_notify refused the channel's name ("channel name too long") and the
+// transaction with it.
+func TestLongSchemaNotifies(t *testing.T) {
+	ctx := context.Background()
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	schema := "t_" + hex.EncodeToString(b) + "_" + strings.Repeat("s", 63-15)
+	require.Len(t, schema, 63)
+	u := namedSchemaURL(t, schema)
+	st, err := postgres.Open(ctx, u, postgres.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changed, err := st.Watch(wctx)
+	require.NoError(t, err)
+	reported, err := st.WatchReported(wctx)
+	require.NoError(t, err)
+	// A second handle's commits (a handle skips its own).
+	other, err := postgres.Open(ctx, u, postgres.Options{})
+	require.NoError(t, err)
+	defer other.Close()
+	res, err := other.Apply(ctx, []store.Op{&store.AppendEvent{Event: store.Event{Type: "note", Time: time.Now()}}})
+	require.NoError(t, err)
+	require.True(t, res.Results[0].Applied)
+	waitNote(t, changed, "the log's notification")
+	_, err = other.Apply(ctx, []store.Op{&store.RegisterExecutor{Executor: store.ExecutorRecord{ID: "x", Host: "h", Tasks: []string{"t"},
+		Capacity: 1, Poll: time.Second, TTL: time.Minute}}})
+	require.NoError(t, err)
+	waitNote(t, reported, "the executors' notification")
+}
+
+func waitNote(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no %s in 30 s", what)
+	}
 }
