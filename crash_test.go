@@ -246,6 +246,9 @@ func TestRateWindowAcrossKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills child processes")
 	}
+	// Waits on rate windows mostly (a quarter of a core): it runs beside
+	// the suite's other kill tests.
+	t.Parallel()
 	seed := testSeed(t, "RUNCUE_CRASH_SEED")
 	rnd := rand.New(rand.NewPCG(seed, seed^1))
 	dir := t.TempDir()

@@ -79,6 +79,9 @@ func TestTokenMeterAcrossKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills child processes")
 	}
+	// Waits on rate windows mostly (a quarter of a core): it runs beside
+	// the suite's other kill tests.
+	t.Parallel()
 	seed := testSeed(t, "RUNCUE_TOKENS_SEED")
 	rnd := rand.New(rand.NewPCG(seed, seed^11))
 	dir := t.TempDir()

@@ -248,6 +248,9 @@ func TestLimitsAtArrivalAcrossKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills child processes")
 	}
+	// Waits on rate windows mostly (a quarter of a core): it runs beside
+	// the suite's other kill tests.
+	t.Parallel()
 	seed := testSeed(t, "RUNCUE_WIRE_SEED")
 	rnd := rand.New(rand.NewPCG(seed, seed^7))
 	dir := t.TempDir()
