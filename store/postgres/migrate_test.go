@@ -25,17 +25,7 @@ import (
 // holds it).
 func TestMigrateFromSchema1(t *testing.T) {
 	ctx := context.Background()
-	u := schemaURL(t)
-	parsed, err := url.Parse(u)
-	require.NoError(t, err)
-	b, err := os.ReadFile(filepath.Join("testdata", "schema1.sql"))
-	require.NoError(t, err)
-	conn, err := pgx.Connect(ctx, os.Getenv("RUNCUE_TEST_POSTGRES"))
-	require.NoError(t, err)
-	_, err = conn.PgConn().Exec(ctx, strings.ReplaceAll(string(b), "{{schema}}", parsed.Query().Get("search_path"))).ReadAll()
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
-
+	u := loadFixture(t, "schema1.sql")
 	st, err := postgres.Open(ctx, u, postgres.Options{})
 	require.NoError(t, err)
 	defer st.Close()
@@ -72,17 +62,7 @@ func TestMigrateFromSchema1(t *testing.T) {
 // and the assignments' indexes and fill factor are version 3's.
 func TestMigrateFromSchema2(t *testing.T) {
 	ctx := context.Background()
-	u := schemaURL(t)
-	parsed, err := url.Parse(u)
-	require.NoError(t, err)
-	b, err := os.ReadFile(filepath.Join("testdata", "schema2.sql"))
-	require.NoError(t, err)
-	conn, err := pgx.Connect(ctx, os.Getenv("RUNCUE_TEST_POSTGRES"))
-	require.NoError(t, err)
-	_, err = conn.PgConn().Exec(ctx, strings.ReplaceAll(string(b), "{{schema}}", parsed.Query().Get("search_path"))).ReadAll()
-	require.NoError(t, err)
-	require.NoError(t, conn.Close(ctx))
-
+	u := loadFixture(t, "schema2.sql")
 	st, err := postgres.Open(ctx, u, postgres.Options{})
 	require.NoError(t, err)
 	defer st.Close()
@@ -130,7 +110,7 @@ func TestMigrateFromSchema2(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, rep, 3)
 
-	conn, err = pgx.Connect(ctx, u)
+	conn, err := pgx.Connect(ctx, u)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
 	var defs []string
@@ -145,4 +125,22 @@ func TestMigrateFromSchema2(t *testing.T) {
 	var opts []string
 	require.NoError(t, conn.QueryRow(ctx, `SELECT reloptions FROM pg_class WHERE oid = 'assignments'::regclass`).Scan(&opts))
 	assert.Equal(t, []string{"fillfactor=50"}, opts)
+}
+
+// loadFixture loads the dump testdata/name (its schema named {{schema}})
+// into a schema of the test's own, and returns a URL whose connections
+// use it.
+func loadFixture(t *testing.T, name string) string {
+	ctx := context.Background()
+	u := schemaURL(t)
+	parsed, err := url.Parse(u)
+	require.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, os.Getenv("RUNCUE_TEST_POSTGRES"))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.PgConn().Exec(ctx, strings.ReplaceAll(string(b), "{{schema}}", parsed.Query().Get("search_path"))).ReadAll()
+	require.NoError(t, err)
+	return u
 }
