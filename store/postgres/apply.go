@@ -26,6 +26,9 @@ type txn struct {
 	nextSeq int64
 	follows int64
 	enc     store.BlockEncoder
+	// recorded holds the sequence numbers of pending events already in
+	// their unit's record (written with the unit's INSERT: insertRecords).
+	recorded map[int64]bool
 	// ins buffers the rows InsertUnit writes, until the next statement or
 	// the end of the Insert op (flushInserts); seqs are sequence numbers
 	// taken ahead for them (seqWant how many the op may need).
@@ -312,6 +315,11 @@ func (t *txn) savepoint(r *store.Result, f func() error) error {
 		clear(t.pending[pending:])
 		t.pending = t.pending[:pending]
 		t.nextSeq = nextSeq
+		for seq := range t.recorded {
+			if seq >= nextSeq { // rolled back: the numbers are given again
+				delete(t.recorded, seq)
+			}
+		}
 		*r = store.Result{Err: oe.Err}
 	} else if err != nil {
 		return err

@@ -41,6 +41,7 @@ func (t *txn) flushEvents(mid bool) error {
 	defer func() {
 		clear(t.pending)
 		t.pending = t.pending[:0]
+		clear(t.recorded)
 	}()
 	enc := &t.enc
 	for start := 0; start < len(pending); start += store.MaxBlockEvents {
@@ -72,7 +73,7 @@ func (t *txn) flushEvents(mid bool) error {
 			ranges[k] = [2]int64{ev.Seq, ev.Seq}
 			order = append(order, k)
 		}
-		if ev.WorkID == "" {
+		if ev.WorkID == "" || t.recorded[ev.Seq] {
 			continue
 		}
 		j, ok := index[ev.WorkID]

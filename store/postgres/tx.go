@@ -118,15 +118,16 @@ func (t *txn) flushInserts() error {
 	}
 	defer b.reset()
 	rows, err := t.tx.Query(t.ctx, `INSERT INTO work_units(seq, id, task, target, created_at, state, params, run_at, timeout,
-			idempotency_key, dependency_deadline, retry, trace, finished_at, error, error_kind, costs)
-		SELECT seq, id, task, target, created_at, state, params, run_at, timeout, key, deadline, retry, trace, finished, kind, kind, costs
+			idempotency_key, dependency_deadline, retry, trace, finished_at, error, error_kind, costs, events)
+		SELECT seq, id, task, target, created_at, state, params, run_at, timeout, key, deadline, retry, trace, finished, kind, kind, costs, rec
 		FROM unnest($1::bigint[], $2::text[], $3::text[], $4::text[], $5::bigint[], $6::text[], $7::bytea[], $8::bigint[], $9::bigint[],
-			$10::text[], $11::bigint[], $12::bytea[], $13::bytea[], $14::bigint[], $15::text[], $16::bytea[])
-			WITH ORDINALITY AS v(seq, id, task, target, created_at, state, params, run_at, timeout, key, deadline, retry, trace, finished, kind, costs, i)
+			$10::text[], $11::bigint[], $12::bytea[], $13::bytea[], $14::bigint[], $15::text[], $16::bytea[], $17::bytea[])
+			WITH ORDINALITY AS v(seq, id, task, target, created_at, state, params, run_at, timeout, key, deadline, retry, trace, finished, kind, costs,
+				rec, i)
 		ORDER BY i
 		ON CONFLICT DO NOTHING RETURNING id`,
 		b.seq, b.id, b.task, b.target, b.created, b.state, b.params, b.runAt, b.timeout, b.key, b.deadline, b.retry, b.trace,
-		b.finished, b.errKind, b.costs)
+		b.finished, b.errKind, b.costs, t.insertRecords())
 	if err != nil {
 		return err
 	}
@@ -155,6 +156,37 @@ func (t *txn) flushInserts() error {
 		}
 	}
 	return nil
+}
+
+// insertRecords returns the records of their events (store.UnitRecord)
+// for the buffered units, from the transaction's pending events, and marks
+// those events recorded (flushEvents does not append them again): a new
+// unit's row is written once, not inserted and then updated at commit.
+// ApplyInsert appends a unit's events right after it buffers the unit,
+// before any statement, so they are all pending here.
+func (t *txn) insertRecords() [][]byte {
+	b := &t.ins
+	recs := make([][]byte, b.len())
+	if len(t.pending) == 0 {
+		return recs
+	}
+	at := make(map[string]int, b.len())
+	for i, id := range b.id {
+		at[id] = i
+	}
+	for i := range t.pending {
+		ev := &t.pending[i]
+		k, ok := at[ev.WorkID]
+		if !ok || t.recorded[ev.Seq] {
+			continue
+		}
+		recs[k] = store.AppendUnitRecord(recs[k], ev.Seq, false)
+		if t.recorded == nil {
+			t.recorded = map[int64]bool{}
+		}
+		t.recorded[ev.Seq] = true
+	}
+	return recs
 }
 
 // strPtr is s, or nil (NULL) when empty.
