@@ -237,9 +237,6 @@ func TestCircularRefusedAtSubmit(t *testing.T) {
 // Without aging, a stream of high-priority work that fills the service
 // starves the low: the starvation check can fail.
 func TestStarvationWithoutAgingFails(t *testing.T) {
-	// A core for 20 s of virtual time: it runs beside the recovery
-	// scenario, which mostly waits.
-	t.Parallel()
 	cfg, err := scenario("starvation")
 	require.NoError(t, err)
 	cfg.Workload.Aging, cfg.Workload.HighRate = 0, 1.2
@@ -270,9 +267,6 @@ func TestRecoveryScenario(t *testing.T) {
 	if testing.Short() {
 		t.Skip("the recovery scenario takes about 15 s of real time (-short)")
 	}
-	// Real time, mostly waiting (5 s of CPU in 14 s): it runs beside
-	// TestStarvationWithoutAgingFails.
-	t.Parallel()
 	cfg, err := scenario("recovery")
 	require.NoError(t, err)
 	cfg.Kills, cfg.Seed = 5, 1
