@@ -113,10 +113,9 @@ func TestMigrateFromSchema2(t *testing.T) {
 	conn, err := pgx.Connect(ctx, u)
 	require.NoError(t, err)
 	defer conn.Close(ctx)
-	var defs []string
 	rows, err := conn.Query(ctx, `SELECT indexdef FROM pg_indexes WHERE schemaname = current_schema() AND tablename = 'assignments' ORDER BY indexname`)
 	require.NoError(t, err)
-	defs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+	defs, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	require.Len(t, defs, 2)
 	assert.Contains(t, defs[0], "assignments_executor ON ")
@@ -131,6 +130,7 @@ func TestMigrateFromSchema2(t *testing.T) {
 // into a schema of the test's own, and returns a URL whose connections
 // use it.
 func loadFixture(t *testing.T, name string) string {
+	t.Helper()
 	ctx := context.Background()
 	u := schemaURL(t)
 	parsed, err := url.Parse(u)
