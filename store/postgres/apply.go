@@ -214,6 +214,14 @@ func (t *txn) strings(query string, args ...any) ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
+func (t *txn) int64s(query string, args ...any) ([]int64, error) {
+	rows, err := t.query(query, args...)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[int64])
+}
+
 // query runs a query, after the buffered inserts (see InsertUnit).
 func (t *txn) query(query string, args ...any) (pgx.Rows, error) {
 	if err := t.flushInserts(); err != nil {

@@ -1,6 +1,10 @@
 package postgres
 
 import (
+	"fmt"
+	"slices"
+	"strconv"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -91,15 +95,22 @@ func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
 			remote = append(remote, i)
 		}
 	}
-	claimed, err := t.claimAll(ops, claims)
+	p, err := t.plan(ops, claims, finishes)
+	if err != nil {
+		return err
+	}
+	claimed, err := t.claimAll(ops, claims, p)
 	if err != nil {
 		return err
 	}
 	if err := t.remoteAll(ops, remote, results, true); err != nil {
 		return err
 	}
-	finished, err := t.finishAll(ops, finishes)
+	finished, err := t.finishAll(ops, finishes, p)
 	if err != nil {
+		return err
+	}
+	if err := p.check(ops, slices.Concat(claims, finishes), claimed, finished); err != nil {
 		return err
 	}
 	if err := t.remoteAll(ops, remote, results, false); err != nil {
@@ -113,6 +124,9 @@ func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
 			task, ok := claimed[op.ID]
 			if !ok || results[i].Err != nil {
 				continue
+			}
+			if err := p.numbered(t, i); err != nil {
+				return err
 			}
 			t.Moved(task, store.Queued, store.Running)
 			results[i].Applied = true
@@ -128,6 +142,9 @@ func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
 			task, ok := finished[op.ID]
 			if !ok || results[i].Err != nil {
 				continue
+			}
+			if err := p.numbered(t, i); err != nil {
+				return err
 			}
 			t.Moved(task, store.Running, op.State)
 			if err := store.FinishApplied(t, op, &results[i]); err != nil {
@@ -166,17 +183,16 @@ func (t *txn) applied(query string, args ...any) (map[string]string, error) {
 }
 
 // claimAll writes the Claims ops[idx] and returns the tasks of the units
-// it claimed, by ID.
+// it claimed, by ID, with the records of their events (p).
 //
 // The batched statements find their units by ID only (byID). Their
 // conditions on state are also wrapped in IS TRUE, which no index serves:
-// with the statistics of a young table (a handful of queued units when
-// last analyzed), PostgreSQL's cached generic plan scanned the queue's
-// index for state = 'queued' and joined every queued unit against the
-// batch: 178 ms for a claim of 40 among 10,365 queued units
-// (auto_explain, BenchmarkExecutors), where the lookup by ID found 182
-// units in 5 ms.
-func (t *txn) claimAll(ops []store.Op, idx []int) (map[string]string, error) {
+// with the statistics of a young table (a handful of queued units when last
+// analyzed), PostgreSQL's cached generic plan scanned the queue's index
+// for state = 'queued' and joined every queued unit against the batch:
+// 178 ms for a claim of 40 among 10,365 queued units (auto_explain,
+// BenchmarkExecutors), where the lookup by ID found 182 units in 5 ms.
+func (t *txn) claimAll(ops []store.Op, idx []int, p *segPlan) (map[string]string, error) {
 	n := len(idx)
 	if n == 0 {
 		return nil, nil
@@ -189,16 +205,17 @@ func (t *txn) claimAll(ops []store.Op, idx []int) (map[string]string, error) {
 		ids[k], owners[k], runs[k] = c.ID, c.Owner, int32(c.Run)
 		ats[k], leases[k], epochs[k] = ns(c.At), ns(c.LeaseExpires), c.Epoch
 	}
-	return t.applied(`UPDATE work_units w SET state='running', runs=v.run, started_at=v.at, leased_by=v.owner,
-			lease_expires_at=v.lease, heartbeat_at=0, epoch=v.epoch
-		FROM `+byID(`unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[]) AS v(id, run, at, owner, lease, epoch)`,
-		`state='queued' AND cancel_requested=0`)+` RETURNING w.id, w.task`,
-		ids, runs, ats, owners, leases, epochs)
+	const set = `UPDATE work_units w SET state='running', runs=v.run, started_at=v.at, leased_by=v.owner,
+			lease_expires_at=v.lease, heartbeat_at=0, epoch=v.epoch`
+	const rows = `unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[]`
+	const cond = `state='queued' AND cancel_requested=0`
+	return t.applied(set+`, `+recordSet(8)+` FROM `+byID(rows+`, $7::bytea[]) AS v(id, run, at, owner, lease, epoch, rec)`, cond)+
+		` RETURNING w.id, w.task`, ids, runs, ats, owners, leases, epochs, p.records(idx), store.MaxUnitRecord)
 }
 
 // finishAll writes the Finishes ops[idx] and returns the tasks of the
-// units it finished, by ID.
-func (t *txn) finishAll(ops []store.Op, idx []int) (map[string]string, error) {
+// units it finished, by ID, with the records of their events (p).
+func (t *txn) finishAll(ops []store.Op, idx []int, p *segPlan) (map[string]string, error) {
 	n := len(idx)
 	if n == 0 {
 		return nil, nil
@@ -233,14 +250,16 @@ func (t *txn) finishAll(ops []store.Op, idx []int) (map[string]string, error) {
 		}
 		attempts[k] = store.AttemptJSON(f.Attempt)
 	}
-	return t.applied(`UPDATE work_units w SET state=v.state, finished_at=v.fin, result=v.result, error=v.err, error_kind=v.kind,
+	const set = `UPDATE work_units w SET state=v.state, finished_at=v.fin, result=v.result, error=v.err, error_kind=v.kind,
 			run_at=v.run_at, failures=w.failures+v.spend, deferrals=w.deferrals+v.defer, leased_by=NULL, lease_expires_at=0,
 			cancel_requested=0, attempts=CASE WHEN w.attempts IS NULL OR w.attempts = '' THEN '[' || v.attempt || ']'
-				ELSE left(w.attempts, length(w.attempts) - 1) || ',' || v.attempt || ']' END
-		FROM `+byID(`unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bigint[], $7::int[], $8::int[], $9::text[],
-			$10::text[], $11::text[], $12::int[]) AS v(state, fin, result, err, kind, run_at, spend, defer, attempt, id, owner, run)`,
-		`state='running' AND leased_by=v.owner AND runs=v.run`)+` RETURNING w.id, w.task`,
-		states, fins, res, errs, kinds, runAts, spends, defers, attempts, ids, owners, runs)
+				ELSE left(w.attempts, length(w.attempts) - 1) || ',' || v.attempt || ']' END`
+	const rows = `unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bigint[], $7::int[], $8::int[], $9::text[],
+			$10::text[], $11::text[], $12::int[]`
+	const cols = `state, fin, result, err, kind, run_at, spend, defer, attempt, id, owner, run`
+	const cond = `state='running' AND leased_by=v.owner AND runs=v.run`
+	return t.applied(set+`, `+recordSet(14)+` FROM `+byID(rows+`, $13::bytea[]) AS v(`+cols+`, rec)`, cond)+` RETURNING w.id, w.task`,
+		states, fins, res, errs, kinds, runAts, spends, defers, attempts, ids, owners, runs, p.records(idx), store.MaxUnitRecord)
 }
 
 // byID is the FROM and WHERE of a batched UPDATE of work_units (aliased
@@ -258,4 +277,147 @@ func byID(rows, cond string) string {
 	return `(SELECT v.*, x.tid FROM ` + rows + ` CROSS JOIN LATERAL
 			(SELECT ctid AS tid FROM work_units WHERE id = v.id AND (` + cond + `) IS TRUE OFFSET 0) x) v
 		WHERE w.ctid = v.tid`
+}
+
+// A segment's Claims and Finishes write their units' records of their
+// events themselves (segPlan), instead of a second write of each row at
+// commit (flushEvents): that write was a new version of the row, with an
+// entry in each of its indexes, for every claim and every finish. The
+// events' numbers follow from which ops apply, so plan reads that first
+// (a read of each row by ID, no write): the writers take turns (the log's
+// lock, see Apply), so what it reads holds when the statements write, and
+// the statements' results are checked against it. A unit's record stays
+// in the order of its events: one with an event of the transaction not
+// recorded yet is left to flushEvents.
+
+// segPlan is a segment's plan: the numbers and records of the events of
+// its Claims and Finishes that apply, by op index.
+type segPlan struct {
+	first map[int]int64   // the number of the op's first event; the ops that apply
+	rec   map[int][]byte  // the op's entries in its unit's record
+	seqs  map[int][]int64 // the numbers rec holds
+}
+
+// recordSet is the SET clause appending v.rec to a unit's record (bounded
+// as flushEvents bounds it), its bound the statement's parameter $n.
+func recordSet(n int) string {
+	return `events = CASE WHEN v.rec IS NULL OR length(coalesce(w.events, '')) >= $` + strconv.Itoa(n) + ` THEN w.events
+			ELSE coalesce(w.events, '') || v.rec END`
+}
+
+// plan reads which of the segment's Claims (ops[claims]) and Finishes
+// (ops[finishes]) apply, and numbers their events as the segment will.
+// A unit both claimed and finished in the segment (claimed first: see
+// segment) is finished when its claim applies and the finish names the
+// claim's owner and run, else as its stored row says.
+func (t *txn) plan(ops []store.Op, claims, finishes []int) (*segPlan, error) {
+	p := &segPlan{first: map[int]int64{}, rec: map[int][]byte{}, seqs: map[int][]int64{}}
+	order := slices.Concat(claims, finishes)
+	if len(order) == 0 {
+		return p, nil
+	}
+	slices.Sort(order)
+	ids, owners := make([]string, len(order)), make([]string, len(order))
+	isClaim, runs := make([]bool, len(order)), make([]int32, len(order))
+	claimOf := map[string]*store.Claim{}
+	for k, i := range order {
+		switch op := ops[i].(type) {
+		case *store.Claim:
+			ids[k], isClaim[k] = op.ID, true
+			claimOf[op.ID] = op
+		case *store.Finish:
+			ids[k], owners[k], runs[k] = op.ID, op.Owner, int32(op.Run)
+		}
+	}
+	ks, err := t.int64s(`SELECT v.k FROM unnest($1::text[], $2::bool[], $3::text[], $4::int[]) WITH ORDINALITY AS v(id, claim, owner, run, k)
+		WHERE EXISTS (SELECT FROM work_units WHERE id = v.id AND (CASE WHEN v.claim
+			THEN state='queued' AND cancel_requested=0 ELSE state='running' AND leased_by=v.owner AND runs=v.run END) IS TRUE OFFSET 0)`,
+		ids, isClaim, owners, runs)
+	if err != nil {
+		return nil, err
+	}
+	stored := make(map[int]bool, len(ks)) // by op index: its condition holds on the stored row
+	for _, k := range ks {
+		stored[order[k-1]] = true
+	}
+	// A unit with an event of this transaction not in its record yet keeps
+	// its record in order: flushEvents writes all of them.
+	later := map[string]bool{}
+	for i := range t.pending {
+		if ev := &t.pending[i]; !t.recorded[ev.Seq] && ev.WorkID != "" {
+			later[ev.WorkID] = true
+		}
+	}
+	claimed := map[string]bool{}
+	seq := t.nextSeq
+	for _, i := range order {
+		var id string
+		var evs []store.Event
+		applies := stored[i]
+		switch op := ops[i].(type) {
+		case *store.Claim:
+			id, evs = op.ID, op.Events
+			claimed[id] = applies
+		case *store.Finish:
+			id, evs = op.ID, op.Events
+			if c := claimOf[id]; c != nil && claimed[id] {
+				applies = c.Owner == op.Owner && c.Run == op.Run
+			}
+		}
+		if !applies {
+			continue
+		}
+		p.first[i] = seq
+		for _, ev := range evs {
+			if (ev.WorkID == "" || ev.WorkID == id) && !later[id] {
+				p.rec[i] = store.AppendUnitRecord(p.rec[i], seq, false)
+				p.seqs[i] = append(p.seqs[i], seq)
+			}
+			seq++
+		}
+	}
+	return p, nil
+}
+
+// records is the records of the ops idx, for a statement (nil for none).
+func (p *segPlan) records(idx []int) [][]byte {
+	recs := make([][]byte, len(idx))
+	for k, i := range idx {
+		recs[k] = p.rec[i]
+	}
+	return recs
+}
+
+// check reports an error unless the statements applied exactly the ops
+// of idx the plan read would (the writers' turns make that so).
+func (p *segPlan) check(ops []store.Op, idx []int, claimed, finished map[string]string) error {
+	for _, i := range idx {
+		var ok bool
+		switch op := ops[i].(type) {
+		case *store.Claim:
+			_, ok = claimed[op.ID]
+		case *store.Finish:
+			_, ok = finished[op.ID]
+		}
+		if _, want := p.first[i]; ok != want {
+			return fmt.Errorf("runcue: postgres: op %d of a segment applied %v, where the plan read %v", i, ok, want)
+		}
+	}
+	return nil
+}
+
+// numbered checks that op i's events take the numbers the plan gave them,
+// and marks those in its unit's record as recorded.
+func (p *segPlan) numbered(t *txn, i int) error {
+	first, ok := p.first[i]
+	if !ok || first != t.nextSeq {
+		return fmt.Errorf("runcue: postgres: op %d of a segment applied unplanned, or its events numbered otherwise", i)
+	}
+	for _, seq := range p.seqs[i] {
+		if t.recorded == nil {
+			t.recorded = map[int64]bool{}
+		}
+		t.recorded[seq] = true
+	}
+	return nil
 }

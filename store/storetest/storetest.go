@@ -57,6 +57,7 @@ func Run(t *testing.T, open Opener) {
 		{"MatchingEvents", testMatchingEvents},
 		{"LastOfTypes", testLastOfTypes},
 		{"UnitEvents", testUnitEvents},
+		{"SegmentEvents", testSegmentEvents},
 		{"EventSeqs", testEventSeqs},
 		{"ManyEventTypes", testManyEventTypes},
 		{"Changed", testChanged},
