@@ -52,13 +52,18 @@ func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int
 		costs = b
 	}
 	if len(t.seqs) == 0 {
-		rows, err := t.tx.Query(t.ctx, `SELECT nextval(pg_get_serial_sequence('work_units', 'seq')) FROM generate_series(1, $1)`,
-			max(t.seqWant-t.ins.len(), 1))
-		if err != nil {
+		// The numbers are taken as one block: the sequence moved on once
+		// (a nextval a number wrote the sequence's page each time). No
+		// other transaction takes numbers meanwhile: inserts are writers'
+		// ops, which take turns (see Apply).
+		n := int64(max(t.seqWant-t.ins.len(), 1))
+		var last int64
+		if err := t.tx.QueryRow(t.ctx, `SELECT setval(s, nextval(s) + $1 - 1) FROM pg_get_serial_sequence('work_units', 'seq') AS s`,
+			n).Scan(&last); err != nil {
 			return 0, err
 		}
-		if t.seqs, err = pgx.CollectRows(rows, pgx.RowTo[int64]); err != nil {
-			return 0, err
+		for v := last - n + 1; v <= last; v++ {
+			t.seqs = append(t.seqs, v)
 		}
 	}
 	seq := t.seqs[0]
