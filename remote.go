@@ -43,6 +43,11 @@ type remoteRunner struct {
 	refused map[string]bool       // executors whose poll is too slow, warned of
 	clock   clocksync.Estimator   // this host's offset to the store's clock (engine timeline)
 	synced  time.Time             // when the offset was last measured
+	// finishing holds the runs ended and handed to the engine (EndOps),
+	// whose assignments the reads leave out (store.Known) until their
+	// Finish has surely committed: for keepFinishing reads.
+	finishing map[string]finishingRun
+	reads     int // the reads of the reports so far
 
 	wake chan struct{}
 }
@@ -58,6 +63,14 @@ type remoteRun struct {
 	// slot is the executor state whose inflight counts it (nil: none).
 	slot *execState
 }
+
+// finishingRun is an ended run's number, and the read that saw it last.
+type finishingRun struct{ run, read int }
+
+// keepFinishing is how many reads leave out an ended run's assignment
+// after its Finish was handed to the writer: it is deleted when that
+// commits, and a read that still finds it ignores it.
+const keepFinishing = 4
 
 // execState is a live executor and the runs this scheduler assigned it.
 type execState struct {
@@ -81,7 +94,8 @@ var ErrExecutorLost = errors.New("runcue: the executor running the unit stopped"
 func newRemoteRunner(c *Cue) *remoteRunner {
 	es, _ := c.st.(store.ExecutorStore)
 	return &remoteRunner{c: c, es: es, runs: map[string]*remoteRun{}, execs: map[string]*execState{},
-		rooms: map[string]int{}, refused: map[string]bool{}, clock: clocksync.Estimator{}, wake: make(chan struct{}, 1)}
+		rooms: map[string]int{}, refused: map[string]bool{}, clock: clocksync.Estimator{}, finishing: map[string]finishingRun{},
+		wake: make(chan struct{}, 1)}
 }
 
 // addTask records a remote task (registration, under the Cue's mu).
@@ -171,6 +185,7 @@ func (rr *remoteRunner) EndOps(p *engine.Run) []store.Op {
 	defer rr.mu.Unlock()
 	if x := rr.runs[p.ID]; x != nil && x.p == p {
 		delete(rr.runs, p.ID)
+		rr.finishing[p.ID] = finishingRun{run: p.Attempt, read: rr.reads}
 		x.ended = true
 		if i := slices.Index(rr.pending, x); i >= 0 {
 			rr.pending = slices.Delete(rr.pending, i, i+1)
@@ -335,7 +350,7 @@ func (rr *remoteRunner) read(ctx context.Context, full bool) error {
 			return err
 		}
 	}
-	as, err := rr.es.Reported(ctx)
+	as, err := rr.es.Reported(ctx, rr.known())
 	if err != nil {
 		return err
 	}
@@ -361,6 +376,32 @@ func (rr *remoteRunner) read(ctx context.Context, full bool) error {
 	}
 	rr.placePending()
 	return nil
+}
+
+// known is what the next read of the reports need not return: the starts
+// taken, the ends taken, and the runs finishing. It counts the read.
+func (rr *remoteRunner) known() []store.Known {
+	rr.mu.Lock()
+	defer rr.mu.Unlock()
+	rr.reads++
+	known := make([]store.Known, 0, len(rr.runs)+len(rr.finishing))
+	for id, f := range rr.finishing {
+		if rr.reads-f.read > keepFinishing {
+			delete(rr.finishing, id)
+			continue
+		}
+		known = append(known, store.Known{ID: id, Run: f.run, State: store.AssignEnded})
+	}
+	for id, x := range rr.runs {
+		switch {
+		case x.exec == "":
+		case x.ended:
+			known = append(known, store.Known{ID: id, Run: x.p.Attempt, State: store.AssignEnded})
+		case x.started:
+			known = append(known, store.Known{ID: id, Run: x.p.Attempt, State: store.AssignStarted})
+		}
+	}
+	return known
 }
 
 // applyExecutors takes the executors read at storeNow (the store's clock):

@@ -220,7 +220,7 @@ func endReported(t *testing.T, st store.ExecutorStore) string {
 	var rep []store.Assignment
 	require.Eventually(t, func() bool {
 		var err error
-		rep, err = st.Reported(t.Context())
+		rep, err = st.Reported(t.Context(), nil)
 		require.NoError(t, err)
 		return len(rep) == 1 && rep[0].State == store.AssignEnded
 	}, wait, 5*time.Millisecond)

@@ -38,8 +38,12 @@ type ExecutorStore interface {
 	// started), with the pending ones' targets and params.
 	Assigned(ctx context.Context, executor string) ([]Assignment, error)
 	// Reported returns every assignment whose start or end was reported
-	// (state AssignStarted or AssignEnded), with its report.
-	Reported(ctx context.Context) ([]Assignment, error)
+	// (state AssignStarted or AssignEnded), with its report, except those
+	// the reader already knows: an assignment that known names (its unit
+	// and run) is left out while its state is at most the known one. A
+	// scheduler reads the reports at each notification; without known,
+	// every read returned every run started and not finished yet.
+	Reported(ctx context.Context, known []Known) ([]Assignment, error)
 }
 
 // ExecutorWatcher is implemented by executor stores that push the
@@ -88,6 +92,14 @@ const (
 	// AssignEnded: the executor reported the run's end.
 	AssignEnded
 )
+
+// Known is an assignment's state as a reader of the reports last read it
+// (see ExecutorStore.Reported).
+type Known struct {
+	ID    string
+	Run   int
+	State AssignState
+}
 
 // Assignment is one run handed to an executor.
 type Assignment struct {

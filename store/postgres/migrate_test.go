@@ -39,7 +39,7 @@ func TestMigrateFromSchema1(t *testing.T) {
 	execs, _, err := st.Executors(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, execs)
-	rep, err := st.Reported(ctx)
+	rep, err := st.Reported(ctx, nil)
 	require.NoError(t, err)
 	assert.Empty(t, rep)
 	own, err := st.Acquire(ctx, store.Holder{Owner: "new-owner"})
@@ -85,7 +85,7 @@ func TestMigrateFromSchema2(t *testing.T) {
 	assert.Equal(t, store.Assignment{ID: "pending-1", Run: 1, Executor: "ex-1", Task: "a", Target: "t-pending-1", Params: []byte(`{"p":1}`),
 		StartBy: at.Add(time.Second), Timeout: time.Minute}, byID["pending-1"])
 	assert.Equal(t, store.AssignStarted, byID["started-1"].State)
-	rep, err := st.Reported(ctx)
+	rep, err := st.Reported(ctx, nil)
 	require.NoError(t, err)
 	got := map[string]store.Assignment{}
 	for _, a := range rep {
@@ -106,7 +106,7 @@ func TestMigrateFromSchema2(t *testing.T) {
 	assert.True(t, res.Results[0].Applied)
 	assert.True(t, res.Results[1].Applied)
 	assert.ErrorIs(t, res.Results[2].Err, store.ErrStaleRun, "done-1's run was unassigned with its Finish")
-	rep, err = st.Reported(ctx)
+	rep, err = st.Reported(ctx, nil)
 	require.NoError(t, err)
 	assert.Len(t, rep, 3)
 

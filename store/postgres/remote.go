@@ -241,9 +241,14 @@ func (s *Store) Assigned(ctx context.Context, executor string) ([]store.Assignme
 }
 
 // Reported implements store.ExecutorStore.
-func (s *Store) Reported(ctx context.Context) ([]store.Assignment, error) {
+func (s *Store) Reported(ctx context.Context, known []store.Known) ([]store.Assignment, error) {
+	ids, runs, states := make([]string, len(known)), make([]int32, len(known)), make([]int32, len(known))
+	for i, k := range known {
+		ids[i], runs[i], states[i] = k.ID, int32(k.Run), int32(k.State)
+	}
 	return s.assignments(ctx, `SELECT work_id, run, executor, task, start_by, timeout_ns, state, cancel, started_at, ending, NULL::text, NULL::bytea
-		FROM assignments WHERE state > 0`)
+		FROM assignments a WHERE state > 0 AND NOT EXISTS (SELECT FROM unnest($1::text[], $2::int[], $3::int[]) AS k(id, run, state)
+			WHERE k.id = a.work_id AND k.run = a.run AND a.state <= k.state)`, ids, runs, states)
 }
 
 func (s *Store) assignments(ctx context.Context, query string, args ...any) ([]store.Assignment, error) {

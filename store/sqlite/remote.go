@@ -118,9 +118,28 @@ func (s *Store) Assigned(ctx context.Context, executor string) ([]store.Assignme
 }
 
 // Reported implements store.ExecutorStore.
-func (s *Store) Reported(ctx context.Context) ([]store.Assignment, error) {
-	return s.assignments(ctx, `SELECT work_id, run, executor, task, start_by, timeout_ns, state, cancel, started_at, ending, NULL, NULL
+func (s *Store) Reported(ctx context.Context, known []store.Known) ([]store.Assignment, error) {
+	as, err := s.assignments(ctx, `SELECT work_id, run, executor, task, start_by, timeout_ns, state, cancel, started_at, ending, NULL, NULL
 		FROM assignments WHERE state > 0`)
+	if err != nil || len(known) == 0 {
+		return as, err
+	}
+	// In process, the rows cost no transfer: those known are left out here.
+	type key struct {
+		id  string
+		run int
+	}
+	seen := make(map[key]store.AssignState, len(known))
+	for _, k := range known {
+		seen[key{k.ID, k.Run}] = k.State
+	}
+	out := as[:0]
+	for _, a := range as {
+		if st, ok := seen[key{a.ID, a.Run}]; !ok || a.State > st {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 func (s *Store) assignments(ctx context.Context, query string, args ...any) ([]store.Assignment, error) {

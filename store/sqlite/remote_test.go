@@ -29,7 +29,7 @@ func TestMigrateFromSchema12(t *testing.T) {
 	execs, _, err := st.Executors(ctx)
 	require.NoError(t, err)
 	assert.Empty(t, execs)
-	rep, err := st.Reported(ctx)
+	rep, err := st.Reported(ctx, nil)
 	require.NoError(t, err)
 	assert.Empty(t, rep)
 	own, err := st.Acquire(ctx, store.Holder{Owner: "new-owner"})

@@ -84,7 +84,7 @@ func testExecutors(t *testing.T, h *harness) {
 	assert.False(t, res[3].Applied, "a repeated start is not applied")
 	assert.NoError(t, res[3].Err, "nor refused")
 	assert.True(t, res[4].Applied)
-	rep, err := es.Reported(h.ctx)
+	rep, err := es.Reported(h.ctx, nil)
 	require.NoError(t, err)
 	require.Len(t, rep, 1)
 	assert.Equal(t, store.AssignStarted, rep[0].State)
@@ -115,7 +115,7 @@ func testExecutors(t *testing.T, h *harness) {
 	// v ends: its report, then the owner's Finish with its Unassign.
 	res = h.apply(&store.ReportEnd{Executor: "ex-1", ID: v.ID, Run: 1, Ending: []byte(`{"ok":true}`)})
 	assert.True(t, res[0].Applied)
-	rep, err = es.Reported(h.ctx)
+	rep, err = es.Reported(h.ctx, nil)
 	require.NoError(t, err)
 	require.Len(t, rep, 2)
 	for _, a := range rep {
@@ -140,7 +140,7 @@ func testExecutors(t *testing.T, h *harness) {
 	assert.Equal(t, store.Queued, got2.State)
 	require.Len(t, got2.Attempts, 1)
 	assert.Equal(t, "executor stopped before the run finished", got2.Attempts[0].Error)
-	rep, err = es.Reported(h.ctx)
+	rep, err = es.Reported(h.ctx, nil)
 	require.NoError(t, err)
 	assert.Empty(t, rep, "the requeued run's assignment is deleted")
 	res = h.apply(&store.ReportEnd{Executor: "ex-1", ID: u.ID, Run: 1, Ending: []byte(`{}`)})
@@ -171,13 +171,33 @@ func testExecutors(t *testing.T, h *harness) {
 	assert.Equal(t, []bool{true, false, true, true, false}, applied(res))
 	assert.ErrorIs(t, res[1].Err, store.ErrStaleRun, "x was never assigned")
 	assert.ErrorIs(t, res[4].Err, store.ErrStaleRun, "y is another executor's")
-	rep, err = es.Reported(h.ctx)
+	rep, err = es.Reported(h.ctx, nil)
 	require.NoError(t, err)
 	states := map[string]store.AssignState{}
 	for _, a := range rep {
 		states[a.ID] = a.State
 	}
 	assert.Equal(t, map[string]store.AssignState{w.ID: store.AssignEnded, y.ID: store.AssignStarted}, states)
+	// What the reader knows is left out while the state is at most the
+	// known one, for the run known only.
+	for _, c := range []struct {
+		known []store.Known
+		want  []string
+	}{
+		{[]store.Known{{ID: w.ID, Run: 1, State: store.AssignEnded}, {ID: y.ID, Run: 1, State: store.AssignStarted}}, nil},
+		{[]store.Known{{ID: y.ID, Run: 1, State: store.AssignStarted}}, []string{w.ID}},
+		{[]store.Known{{ID: w.ID, Run: 1, State: store.AssignStarted}}, []string{w.ID, y.ID}},
+		{[]store.Known{{ID: w.ID, Run: 2, State: store.AssignEnded}, {ID: y.ID, Run: 2, State: store.AssignEnded}}, []string{w.ID, y.ID}},
+		{[]store.Known{{ID: x.ID, Run: 1, State: store.AssignEnded}, {ID: y.ID, Run: 1, State: store.AssignEnded}}, []string{w.ID}},
+	} {
+		rep, err := es.Reported(h.ctx, c.known)
+		require.NoError(t, err)
+		var got []string
+		for _, a := range rep {
+			got = append(got, a.ID)
+		}
+		assert.ElementsMatch(t, c.want, got, "known %v", c.known)
+	}
 	for _, id := range []string{w.ID, x.ID, y.ID} {
 		h.apply(&store.Finish{Epoch: e2, ID: id, Owner: "sched-2", Run: 1, At: at, State: store.Completed,
 			Attempt: store.Attempt{Run: 1, Start: at, End: at, Outcome: "completed"}}, &store.Unassign{Epoch: e2, ID: id, Run: 1})
@@ -204,7 +224,7 @@ func testExecutors(t *testing.T, h *harness) {
 	assert.Equal(t, []bool{true, true, true, false, false}, applied(res))
 	assert.NoError(t, res[3].Err, "a start after the end is not applied, nor refused")
 	assert.ErrorIs(t, res[4].Err, store.ErrStaleRun, "w is finished")
-	rep, err = es.Reported(h.ctx)
+	rep, err = es.Reported(h.ctx, nil)
 	require.NoError(t, err)
 	ended := map[string]store.Assignment{}
 	for _, a := range rep {
