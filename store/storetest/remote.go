@@ -198,6 +198,21 @@ func testExecutors(t *testing.T, h *harness) {
 		}
 		assert.ElementsMatch(t, c.want, got, "known %v", c.known)
 	}
+	// A claim refused (x runs already) beside an Assign of x's current run
+	// and an Assign naming the refused claim's run: each as if alone.
+	res = h.apply(
+		&store.Claim{Epoch: e2, ID: x.ID, Owner: "sched-2", Run: 1, At: at, LeaseExpires: at.Add(time.Minute)},
+		&store.Claim{Epoch: e2, ID: w.ID, Owner: "sched-2", Run: 2, At: at, LeaseExpires: at.Add(time.Minute)},
+		&store.Assign{Epoch: e2, ID: x.ID, Owner: "sched-2", Run: 1, Executor: "ex-1"},
+		&store.Assign{Epoch: e2, ID: w.ID, Owner: "sched-2", Run: 2, Executor: "ex-1"})
+	assert.Equal(t, []bool{false, false, true, false}, applied(res), "x's run 1 is assigned; w's run 2 was never claimed")
+	as, err = es.Assigned(h.ctx, "ex-1")
+	require.NoError(t, err)
+	for _, a := range as {
+		if a.ID == x.ID {
+			assert.Equal(t, store.AssignPending, a.State, "x's assignment again, from its start")
+		}
+	}
 	for _, id := range []string{w.ID, x.ID, y.ID} {
 		h.apply(&store.Finish{Epoch: e2, ID: id, Owner: "sched-2", Run: 1, At: at, State: store.Completed,
 			Attempt: store.Attempt{Run: 1, Start: at, End: at, Outcome: "completed"}}, &store.Unassign{Epoch: e2, ID: id, Run: 1})
