@@ -64,7 +64,8 @@ type remoteRun struct {
 	slot *execState
 }
 
-// finishingRun is an ended run's number, and the read that saw it last.
+// finishingRun is an ended run's number, and the count of reads when its
+// Finish was handed to the writer.
 type finishingRun struct{ run, read int }
 
 // keepFinishing is how many reads leave out an ended run's assignment
