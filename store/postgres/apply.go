@@ -162,21 +162,26 @@ func (t *txn) queue(query string, args ...any) {
 	t.later.Queue(query, args...)
 }
 
-// flushLater sends the queued statements, in one round trip.
+// pipe queues a statement to t.later whose rows fn reads when the batch
+// is sent: a statement whose result is read, but not before the next
+// statement is written (the segment's claims, assignments and finishes:
+// runs.go).
+func (t *txn) pipe(fn func(pgx.Rows) error, query string, args ...any) {
+	if t.later == nil {
+		t.later = &pgx.Batch{}
+	}
+	t.later.Queue(query, args...).Query(fn)
+}
+
+// flushLater sends the queued statements, in one round trip, and runs
+// their readers (pipe) in order. An error of one is the batch's error.
 func (t *txn) flushLater() error {
 	b := t.later
 	if b == nil || b.Len() == 0 {
 		return nil
 	}
 	t.later = nil
-	br := t.tx.SendBatch(t.ctx, b)
-	for range b.Len() {
-		if _, err := br.Exec(); err != nil {
-			br.Close()
-			return err
-		}
-	}
-	return br.Close()
+	return t.tx.SendBatch(t.ctx, b).Close()
 }
 
 func (t *txn) exec(query string, args ...any) (int64, error) {

@@ -67,6 +67,9 @@ type Options struct {
 	// frozen client's transaction, and its locks, end after it. Default
 	// 15s.
 	LeaseTTL time.Duration
+
+	// tracer, set by tests (export_test.go), traces the statements.
+	tracer pgx.QueryTracer
 }
 
 // Store is a store.Store on a PostgreSQL database.
@@ -121,6 +124,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	// their client that long.
 	if _, ok := cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"]; !ok {
 		cfg.ConnConfig.RuntimeParams["idle_in_transaction_session_timeout"] = strconv.FormatInt(opts.LeaseTTL.Milliseconds(), 10)
+	}
+	if opts.tracer != nil {
+		cfg.ConnConfig.Tracer = opts.tracer
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

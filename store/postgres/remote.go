@@ -281,7 +281,10 @@ var (
 // remoteAll writes the executors' ops ops[idx] of a segment (see
 // segment), a statement per kind, and sets their results: with assigns,
 // the Assigns (after the segment's Claims, before its Finishes); without,
-// the rest (after the Finishes).
+// the rest (after the Finishes). The Assigns and the Unassigns are queued
+// (t.pipe), their results set when the queue is sent; the reports (in a
+// segment only when an executor's reports could not go alone: see Apply)
+// are written at once.
 func (t *txn) remoteAll(ops []store.Op, idx []int, results []store.Result, assigns bool) error {
 	type batch struct {
 		ids     []string
@@ -346,8 +349,28 @@ func (t *txn) remoteAll(ops []store.Op, idx []int, results []store.Result, assig
 		}
 		return nil
 	}
+	// The assignments' inserts and deletes are queued (t.pipe): sent with
+	// the segment's claims and finishes, in one round trip.
+	collect := func(b batch, after func(done map[string]bool) error) func(pgx.Rows) error {
+		return func(rows pgx.Rows) error {
+			done := make(map[string]bool, len(b.ids))
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					return err
+				}
+				done[id] = true
+			}
+			if err := rows.Err(); err != nil {
+				return err
+			}
+			return after(done)
+		}
+	}
 	if assigns {
-		done, err := apply(as, `INSERT INTO assignments(work_id, run, executor, task, start_by, timeout_ns)
+		if len(as.ids) > 0 {
+			t.pipe(collect(as, func(done map[string]bool) error { return set(as, done, false) }),
+				`INSERT INTO assignments(work_id, run, executor, task, start_by, timeout_ns)
 			SELECT w.id, w.runs, v.executor, w.task, v.start_by, v.timeout
 			FROM unnest($1::text[], $2::int[], $3::text[], $4::text[], $5::bigint[], $6::bigint[]) AS v(id, run, owner, executor, start_by, timeout)
 			CROSS JOIN LATERAL (SELECT id, runs, task FROM work_units
@@ -355,20 +378,21 @@ func (t *txn) remoteAll(ops []store.Op, idx []int, results []store.Result, assig
 			ON CONFLICT(work_id) DO UPDATE SET run=excluded.run, executor=excluded.executor, task=excluded.task,
 				start_by=excluded.start_by, timeout_ns=excluded.timeout_ns, state=0, cancel=NULL, started_at=0, ending=NULL
 			RETURNING work_id`, as.ids, as.runs, as.names, as.execs, as.at, as.timeout)
-		if err != nil {
-			return err
 		}
-		return set(as, done, false)
+		return nil
 	}
-	done, err := apply(un, `DELETE FROM assignments a USING unnest($1::text[], $2::int[]) AS v(id, run)
+	if len(un.ids) > 0 {
+		t.pipe(collect(un, func(done map[string]bool) error {
+			for k, i := range un.ops {
+				results[i].Applied = done[un.ids[k]]
+			}
+			t.unassigned += len(done)
+			return nil
+		}), `DELETE FROM assignments a USING unnest($1::text[], $2::int[]) AS v(id, run)
 		WHERE a.work_id = v.id AND a.run = v.run RETURNING a.work_id`, un.ids, un.runs)
-	if err != nil {
-		return err
 	}
-	for k, i := range un.ops {
-		results[i].Applied = done[un.ids[k]]
-	}
-	t.unassigned += len(done)
+	var done map[string]bool
+	var err error
 	if done, err = apply(st, `UPDATE assignments a SET state = 1, started_at = v.at
 		FROM unnest($1::text[], $2::int[], $3::text[], $4::bigint[]) AS v(id, run, executor, at)
 		WHERE a.work_id = v.id AND a.run = v.run AND a.executor = v.executor AND a.state = 0 RETURNING a.work_id`,

@@ -5,12 +5,18 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/runcue/runcue/store"
 )
 
 // Segments of Claims and Finishes written a statement per kind: with fast
 // handlers, the writer's batches are mostly claims and finishes, and on
-// PostgreSQL a statement is a round trip.
+// PostgreSQL a statement is a round trip. The claims, the assignments, the
+// finishes and the assignments' deletes are sent together (t.pipe), in one
+// round trip after the segment's read (plan): the writer is the scheduler's
+// one serial path, and each round trip of its transaction waits for two
+// processes to be scheduled.
 
 // segment returns how many ops from the first form a segment that
 // segmentApply writes with one statement per kind of op: Claims and
@@ -72,7 +78,8 @@ func segment(ops []store.Op) int {
 
 // segmentApply applies a segment (see segment): the fenced ops fail with
 // store.ErrNotOwner; the Claims are written by one statement, then the
-// Finishes by another (a unit's Claim comes before its Finish); then each
+// Assigns, then the Finishes by another (a unit's Claim comes before its
+// Finish), then the Unassigns, all sent at once; then each
 // applied op's bookkeeping and events follow in the ops' order, so the log
 // is the same as when each is applied alone.
 func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
@@ -99,21 +106,19 @@ func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
 	if err != nil {
 		return err
 	}
-	claimed, err := t.claimAll(ops, claims, p)
-	if err != nil {
-		return err
-	}
+	claimed, finished := map[string]string{}, map[string]string{}
+	t.claimAll(ops, claims, p, claimed)
 	if err := t.remoteAll(ops, remote, results, true); err != nil {
 		return err
 	}
-	finished, err := t.finishAll(ops, finishes, p)
-	if err != nil {
+	t.finishAll(ops, finishes, p, finished)
+	if err := t.remoteAll(ops, remote, results, false); err != nil {
+		return err
+	}
+	if err := t.flushLater(); err != nil {
 		return err
 	}
 	if err := p.check(ops, slices.Concat(claims, finishes), claimed, finished); err != nil {
-		return err
-	}
-	if err := t.remoteAll(ops, remote, results, false); err != nil {
 		return err
 	}
 	var services, meters, workIDs []string
@@ -163,27 +168,24 @@ func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
 	return nil
 }
 
-// applied runs an UPDATE ... RETURNING id, task and returns the tasks of
-// the units it changed, by ID.
-func (t *txn) applied(query string, args ...any) (map[string]string, error) {
-	rows, err := t.query(query, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := map[string]string{}
-	for rows.Next() {
-		var id, task string
-		if err := rows.Scan(&id, &task); err != nil {
-			return nil, err
+// applied queues an UPDATE ... RETURNING id, task (see pipe); out holds
+// the tasks of the units it changed, by ID, once sent.
+func (t *txn) applied(out map[string]string, query string, args ...any) {
+	t.pipe(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id, task string
+			if err := rows.Scan(&id, &task); err != nil {
+				return err
+			}
+			out[id] = task
 		}
-		out[id] = task
-	}
-	return out, rows.Err()
+		return rows.Err()
+	}, query, args...)
 }
 
-// claimAll writes the Claims ops[idx] and returns the tasks of the units
-// it claimed, by ID, with the records of their events (p).
+// claimAll queues the statement writing the Claims ops[idx], with the
+// records of their events (p); once it is sent, out holds the tasks of the
+// units it claimed, by ID.
 //
 // The batched statements find their units by ID only (byID). Their
 // conditions on state are also wrapped in IS TRUE, which no index serves:
@@ -192,10 +194,10 @@ func (t *txn) applied(query string, args ...any) (map[string]string, error) {
 // for state = 'queued' and joined every queued unit against the batch:
 // 178 ms for a claim of 40 among 10,365 queued units (auto_explain,
 // BenchmarkExecutors), where the lookup by ID found 182 units in 5 ms.
-func (t *txn) claimAll(ops []store.Op, idx []int, p *segPlan) (map[string]string, error) {
+func (t *txn) claimAll(ops []store.Op, idx []int, p *segPlan, out map[string]string) {
 	n := len(idx)
 	if n == 0 {
-		return nil, nil
+		return
 	}
 	ids, owners := make([]string, n), make([]string, n)
 	runs := make([]int32, n)
@@ -209,16 +211,17 @@ func (t *txn) claimAll(ops []store.Op, idx []int, p *segPlan) (map[string]string
 			lease_expires_at=v.lease, heartbeat_at=0, epoch=v.epoch`
 	const rows = `unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[]`
 	const cond = `state='queued' AND cancel_requested=0`
-	return t.applied(set+`, `+recordSet(8)+` FROM `+byID(rows+`, $7::bytea[]) AS v(id, run, at, owner, lease, epoch, rec)`, cond)+
+	t.applied(out, set+`, `+recordSet(8)+` FROM `+byID(rows+`, $7::bytea[]) AS v(id, run, at, owner, lease, epoch, rec)`, cond)+
 		` RETURNING w.id, w.task`, ids, runs, ats, owners, leases, epochs, p.records(idx), store.MaxUnitRecord)
 }
 
-// finishAll writes the Finishes ops[idx] and returns the tasks of the
-// units it finished, by ID, with the records of their events (p).
-func (t *txn) finishAll(ops []store.Op, idx []int, p *segPlan) (map[string]string, error) {
+// finishAll queues the statement writing the Finishes ops[idx], with the
+// records of their events (p); once it is sent, out holds the tasks of the
+// units it finished, by ID.
+func (t *txn) finishAll(ops []store.Op, idx []int, p *segPlan, out map[string]string) {
 	n := len(idx)
 	if n == 0 {
-		return nil, nil
+		return
 	}
 	states, errs, kinds, attempts, ids, owners := make([]string, n), make([]*string, n), make([]*string, n), make([]string, n), make([]string, n), make([]string, n)
 	fins, runAts := make([]int64, n), make([]int64, n)
@@ -258,7 +261,7 @@ func (t *txn) finishAll(ops []store.Op, idx []int, p *segPlan) (map[string]strin
 			$10::text[], $11::text[], $12::int[]`
 	const cols = `state, fin, result, err, kind, run_at, spend, defer, attempt, id, owner, run`
 	const cond = `state='running' AND leased_by=v.owner AND runs=v.run`
-	return t.applied(set+`, `+recordSet(14)+` FROM `+byID(rows+`, $13::bytea[]) AS v(`+cols+`, rec)`, cond)+` RETURNING w.id, w.task`,
+	t.applied(out, set+`, `+recordSet(14)+` FROM `+byID(rows+`, $13::bytea[]) AS v(`+cols+`, rec)`, cond)+` RETURNING w.id, w.task`,
 		states, fins, res, errs, kinds, runAts, spends, defers, attempts, ids, owners, runs, p.records(idx), store.MaxUnitRecord)
 }
 

@@ -1,0 +1,137 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/postgres"
+)
+
+// roundTrips counts the round trips of a store's connections: a statement
+// sent alone, or a batch (whose statements it records).
+type roundTrips struct {
+	mu      sync.Mutex
+	n       int
+	batches [][]string
+}
+
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	return ctx
+}
+
+func (r *roundTrips) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+
+func (r *roundTrips) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.n++
+	var sqls []string
+	for _, q := range d.Batch.QueuedQueries {
+		sqls = append(sqls, strings.Join(strings.Fields(q.SQL), " "))
+	}
+	r.batches = append(r.batches, sqls)
+	return ctx
+}
+
+func (r *roundTrips) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (r *roundTrips) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// reset returns the counts so far and starts again.
+func (r *roundTrips) reset() (int, [][]string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, b := r.n, r.batches
+	r.n, r.batches = 0, nil
+	return n, b
+}
+
+// TestSegmentRoundTrips: the writer's transaction of a segment (runs
+// finished and unassigned, runs claimed and assigned) sends its claims,
+// assignments, finishes and the assignments' deletes in one round trip,
+// and takes as many round trips for 64 units as for 4.
+func TestSegmentRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	rt := &roundTrips{}
+	st, err := postgres.Open(ctx, schemaURL(t), postgres.WithTracer(postgres.Options{PollOnly: true}, rt))
+	require.NoError(t, err)
+	defer st.Close()
+	at := time.Now()
+	_, err = st.Apply(ctx, []store.Op{&store.RegisterExecutor{Executor: store.ExecutorRecord{ID: "x", Host: "h", PID: 1,
+		Tasks: []string{"a"}, Capacity: 1000, Poll: time.Second, TTL: time.Minute}}})
+	require.NoError(t, err)
+	trips := map[int]int{}
+	for _, k := range []int{4, 64} {
+		units := make([]*store.Unit, 2*k)
+		for i := range units {
+			units[i] = &store.Unit{ID: fmt.Sprintf("u%d-%d", k, i), Task: "a", State: store.Queued, CreatedAt: at}
+		}
+		_, err := st.Apply(ctx, []store.Op{&store.Insert{At: at, Units: units}})
+		require.NoError(t, err)
+		start := func(u *store.Unit) []store.Op {
+			return []store.Op{
+				&store.Claim{ID: u.ID, Owner: "o", Run: 1, At: at, LeaseExpires: at.Add(time.Minute),
+					Events: []store.Event{{Type: "work_started", Task: "a", Attempt: 1}}},
+				&store.Assign{ID: u.ID, Task: "a", Owner: "o", Run: 1, Executor: "x", StartBy: at.Add(time.Second), Timeout: time.Minute},
+			}
+		}
+		end := func(u *store.Unit) []store.Op {
+			return []store.Op{
+				&store.Finish{ID: u.ID, Owner: "o", Run: 1, At: at, State: store.Completed, RunAt: at,
+					Attempt: store.Attempt{Run: 1, Start: at, End: at, Outcome: "completed"},
+					Events:  []store.Event{{Type: "work_completed", Task: "a", Attempt: 1}}},
+				&store.Unassign{ID: u.ID, Run: 1},
+			}
+		}
+		var ops []store.Op
+		for _, u := range units[:k] {
+			ops = append(ops, start(u)...)
+		}
+		res, err := st.Apply(ctx, ops)
+		require.NoError(t, err)
+		for i, r := range res.Results {
+			require.True(t, r.Applied, "op %d", i)
+		}
+		// The measured transaction: the first k end, the next k start.
+		ops = ops[:0]
+		for i := range k {
+			ops = append(ops, end(units[i])...)
+			ops = append(ops, start(units[k+i])...)
+		}
+		rt.reset()
+		res, err = st.Apply(ctx, ops)
+		require.NoError(t, err)
+		n, batches := rt.reset()
+		for i, r := range res.Results {
+			require.NoError(t, r.Err, "op %d", i)
+			require.True(t, r.Applied, "op %d", i)
+		}
+		trips[k] = n
+		var together bool
+		for _, b := range batches {
+			has := func(prefix string) bool {
+				for _, q := range b {
+					if strings.HasPrefix(q, prefix) {
+						return true
+					}
+				}
+				return false
+			}
+			together = together || (has("UPDATE work_units w SET state='running'") && has("INSERT INTO assignments") &&
+				has("UPDATE work_units w SET state=v.state") && has("DELETE FROM assignments"))
+		}
+		require.True(t, together, "k=%d: no round trip sent the claims, assignments, finishes and deletes together: %q", k, batches)
+	}
+	require.Equal(t, trips[4], trips[64], "round trips by segment size")
+	t.Logf("a segment's transaction: %d round trips", trips[4])
+}
