@@ -42,6 +42,9 @@ func (c *Cue) newMachinery() error {
 			return q, unloaded, true
 		}
 		return 0, 0, false
+	}, func() (int64, time.Duration) {
+		n, _, busy := c.w.Stats()
+		return n, busy
 	})
 	return err
 }

@@ -105,14 +105,17 @@ func New(st store.Store, cfg Config) (*Cue, error) {
 	for name := range stored {
 		c.knownTasks[name] = true
 	}
-	if err := c.newMachinery(); err != nil {
-		return nil, fmt.Errorf("runcue: telemetry: %w", err)
-	}
 	c.hub = hub.New(st, cfg.EventBuffer, last)
 	c.w = writer.New(writer.Config{
 		Store: st, Clock: cfg.Clock, Poll: cfg.PollInterval, LastSeq: last,
 		Hooks: writer.Hooks{Publish: c.publish, Failed: c.storeFailed},
 	})
+	// After the writer: the metrics' callback reads its stats.
+	if err := c.newMachinery(); err != nil {
+		c.w.Close()
+		c.hub.Close()
+		return nil, fmt.Errorf("runcue: telemetry: %w", err)
+	}
 	if f := cfg.OnBackpressure; f != nil {
 		evs := hub.Subscribe(context.Background(), c.hub, hub.Options{After: -1, Buffer: 4, Accept: func(e *store.Event) bool {
 			return e.Type == string(EventBackpressureActive) || e.Type == string(EventBackpressureCleared)

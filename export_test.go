@@ -46,7 +46,10 @@ func SyncWriter(ctx context.Context, c *Cue) error { return c.w.Sync(ctx) }
 func PollNow(ctx context.Context, c *Cue) error { return c.w.Poll(ctx) }
 
 // WriterStats returns the group-commit counters.
-func WriterStats(c *Cue) (batches, ops int64) { return c.w.Stats() }
+func WriterStats(c *Cue) (batches, ops int64) {
+	batches, ops, _ = c.w.Stats()
+	return batches, ops
+}
 
 // CheckInvariants makes the dispatcher verify the broker's bookkeeping after
 // every loop iteration, reporting violations to report. Call before Start.

@@ -39,6 +39,10 @@ import (
 //	runcue.circuit.open         gauge      open (or half-open) circuits {service}
 //	runcue.callback.duration    histogram  seconds per priority or dependency callback call {outcome: priority, dependency}
 //	runcue.callback.errors      counter    callback calls that failed {callback: priority, dependency, service_keys; reason: panic, nan, out_of_range, timeout, error}
+//	runcue.store.transactions   counter    transactions the Cue's writer committed (each holds the ops waiting when it began)
+//	runcue.store.write_time     counter    seconds the Cue's writer spent in store transactions: it runs one at a time, so the
+//	                                       rate of this counter is the share of time it was busy; near 1, the store's write
+//	                                       path (its round trips and statements) bounds the Cue's throughput
 //
 // Traces (tracer "github.com/runcue/runcue"): one span per run,
 // "runcue.run <task>", the child of the span that was current when the unit
@@ -60,6 +64,7 @@ type Telemetry struct {
 
 	// read by the gauges' callback
 	queued      func() (queued, unloaded int64, ok bool)
+	writes      func() (transactions int64, busy time.Duration)
 	openCircuit atomic.Pointer[map[string]int64]
 	budgets     atomic.Pointer[[]budgetUsage]
 	adaptive    atomic.Pointer[map[[2]string]int64] // effective limits by class and limit
@@ -83,7 +88,11 @@ func (t *Telemetry) tracing() bool {
 var durationBuckets = metric.WithExplicitBucketBoundaries(
 	0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
-func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func() (queued, unloaded int64, ok bool)) (*Telemetry, error) {
+// NewTelemetry makes the metrics and the tracer; queued reports the
+// owner's queue (ok false when this Cue does not own it), writes its
+// writer's transactions and busy time.
+func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func() (queued, unloaded int64, ok bool),
+	writes func() (transactions int64, busy time.Duration)) (*Telemetry, error) {
 	if mp == nil {
 		mp = otel.GetMeterProvider()
 	}
@@ -92,7 +101,7 @@ func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 		tp = otel.GetTracerProvider()
 	}
 	m := mp.Meter(instrumentationName)
-	t := &Telemetry{tracer: tp.Tracer(instrumentationName), queued: queued, explicitTP: explicit}
+	t := &Telemetry{tracer: tp.Tracer(instrumentationName), queued: queued, writes: writes, explicitTP: explicit}
 	empty := map[string]int64{}
 	t.openCircuit.Store(&empty)
 	var err error
@@ -155,7 +164,23 @@ func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 	if err != nil {
 		return nil, err
 	}
+	txCounter, err := m.Int64ObservableCounter("runcue.store.transactions",
+		metric.WithDescription("Transactions the Cue's writer committed."), metric.WithUnit("{transaction}"))
+	if err != nil {
+		return nil, err
+	}
+	writeTime, err := m.Float64ObservableCounter("runcue.store.write_time",
+		metric.WithDescription("Time the Cue's writer spent in store transactions, one at a time: its rate is the writer's busy share."),
+		metric.WithUnit("s"))
+	if err != nil {
+		return nil, err
+	}
 	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		if t.writes != nil {
+			n, busy := t.writes()
+			o.ObserveInt64(txCounter, n)
+			o.ObserveFloat64(writeTime, busy.Seconds())
+		}
 		if n, unloaded, ok := t.queued(); ok {
 			o.ObserveInt64(queuedGauge, n)
 			o.ObserveInt64(unloadedGauge, unloaded)
@@ -176,7 +201,7 @@ func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 			}
 		}
 		return nil
-	}, queuedGauge, unloadedGauge, openGauge, usedGauge, spentGauge, effGauge)
+	}, queuedGauge, unloadedGauge, openGauge, usedGauge, spentGauge, effGauge, txCounter, writeTime)
 	return t, err
 }
 

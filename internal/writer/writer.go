@@ -85,10 +85,11 @@ type Writer struct {
 	follow bool
 
 	lastSeq int64
-	// Stats for tests and benchmarks.
+	// Stats (see Stats), written by the writer goroutine.
 	statMu  sync.Mutex
 	batches int64
 	ops     int64
+	busy    time.Duration
 }
 
 // New starts a Writer. Close stops it.
@@ -160,11 +161,16 @@ func (w *Writer) Close() {
 	<-w.done
 }
 
-// Stats returns the number of transactions and ops committed.
-func (w *Writer) Stats() (batches, ops int64) {
+// Stats returns the number of transactions and ops committed (requests
+// without ops take none), and the
+// time (by the writer's clock) spent in the store's transactions, failed
+// ones included. The writer runs one transaction at a time, so busy's
+// growth over an interval, divided by the interval, is the share of it
+// the writer was busy: near 1, the store's write path bounds throughput.
+func (w *Writer) Stats() (batches, ops int64, busy time.Duration) {
 	w.statMu.Lock()
 	defer w.statMu.Unlock()
-	return w.batches, w.ops
+	return w.batches, w.ops, w.busy
 }
 
 func (w *Writer) run() {
@@ -244,7 +250,12 @@ func (w *Writer) commit(reqs []*Request) {
 	var batch store.Batch
 	var err error
 	if len(ops) > 0 {
+		began := w.cfg.Clock.Monotonic()
 		batch, err = w.cfg.Store.Apply(context.Background(), ops)
+		took := w.cfg.Clock.Monotonic() - began
+		w.statMu.Lock()
+		w.busy += max(took, 0)
+		w.statMu.Unlock()
 	}
 	results := batch.Results
 	if err != nil {
@@ -254,10 +265,12 @@ func (w *Writer) commit(reqs []*Request) {
 		}
 		return
 	}
-	w.statMu.Lock()
-	w.batches++
-	w.ops += int64(len(ops))
-	w.statMu.Unlock()
+	if len(ops) > 0 {
+		w.statMu.Lock()
+		w.batches++
+		w.ops += int64(len(ops))
+		w.statMu.Unlock()
+	}
 
 	var evs []store.Event
 	for i := range results {

@@ -103,7 +103,7 @@ func TestGroupCommit(t *testing.T) {
 			t.Fatalf("result %d is %q", i, id)
 		}
 	}
-	batches, ops := w.Stats()
+	batches, ops, _ := w.Stats()
 	if batches != 2 || ops != 11 {
 		t.Fatalf("%d transactions for %d ops: the waiting requests should share one", batches, ops)
 	}
@@ -143,7 +143,7 @@ func TestMaxOps(t *testing.T) {
 	submit("h")
 	hold.Release()
 	wg.Wait()
-	if batches, ops := w.Stats(); batches != 4 || ops != 8 {
+	if batches, ops, _ := w.Stats(); batches != 4 || ops != 8 {
 		t.Fatalf("%d transactions, %d ops", batches, ops)
 	}
 }
@@ -360,5 +360,51 @@ func TestNoPublishNoFollow(t *testing.T) {
 		if n := rs.reads.Load(); (n > 0) != publish {
 			t.Fatalf("with Publish %v: %d reads of the log", publish, n)
 		}
+	}
+}
+
+// timedStore's Apply takes took by the fake clock, and fails while fail
+// is set.
+type timedStore struct {
+	store.Store
+	clk  *clock.Fake
+	took time.Duration
+	fail atomic.Bool
+}
+
+func (s *timedStore) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) {
+	s.clk.Advance(s.took)
+	if s.fail.Load() {
+		return store.Batch{}, errors.New("the store failed")
+	}
+	return s.Store.Apply(ctx, ops)
+}
+
+// TestBusyTime: the writer's busy time is the time its transactions took
+// by its clock, failed ones included, and not the time it waited for
+// requests.
+func TestBusyTime(t *testing.T) {
+	st, _ := open(t)
+	clk := clock.NewFake(at)
+	ts := &timedStore{Store: st, clk: clk, took: 30 * time.Millisecond}
+	w := writer.New(writer.Config{Store: ts, Clock: clk})
+	defer w.Close()
+	ctx := context.Background()
+	for _, id := range []string{"a", "b"} {
+		if _, err := w.Do(ctx, insert(id)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clk.Advance(time.Second) // idle
+	if batches, ops, busy := w.Stats(); batches != 2 || ops != 2 || busy != 60*time.Millisecond {
+		t.Fatalf("%d transactions, %d ops, busy %v; want 2, 2, 60ms", batches, ops, busy)
+	}
+	ts.fail.Store(true)
+	ts.took = 20 * time.Millisecond
+	if _, err := w.Do(ctx, insert("c")); err == nil {
+		t.Fatal("the failed transaction reported no error")
+	}
+	if batches, _, busy := w.Stats(); batches != 2 || busy != 80*time.Millisecond {
+		t.Fatalf("%d transactions, busy %v after a failed one; want 2, 80ms", batches, busy)
 	}
 }
