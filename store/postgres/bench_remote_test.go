@@ -26,7 +26,7 @@ import (
 // the scheduler; the scheduler reads the reports and completes their units
 // (logging it) and deletes their assignments in one transaction. Nothing
 // else: no events, leases, heartbeats, start reports or clocks.
-func rawRemoteCycle(b *testing.B, n, executors, capacity int) float64 {
+func rawRemoteCycle(b *testing.B, n, executors, capacity int) runStats {
 	ctx := context.Background()
 	u := schemaURL(b)
 	pool, err := pgxpool.New(ctx, u)
@@ -62,7 +62,7 @@ func rawRemoteCycle(b *testing.B, n, executors, capacity int) float64 {
 		require.NoError(b, <-ready)
 	}
 
-	start := time.Now()
+	span := startSpan()
 	kinds := make([]string, 1000)
 	for i := range kinds {
 		kinds[i] = "noop"
@@ -157,7 +157,7 @@ func rawRemoteCycle(b *testing.B, n, executors, capacity int) float64 {
 			require.True(b, err == nil || wctx.Err() != nil, "wait: %v", err)
 		}
 	}
-	return float64(n) / time.Since(start).Seconds()
+	return span.end(n)
 }
 
 // rawExecutor is rawRemoteCycle's executor e: it reads its assignments at

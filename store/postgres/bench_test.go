@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"log/slog"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/runcue/runcue"
 	"github.com/runcue/runcue/internal/hoststest"
@@ -30,8 +33,8 @@ func BenchmarkRatio(b *testing.B) {
 	const units = 20_000
 	var raw, rc []float64
 	for b.Loop() {
-		raw = append(raw, rawCycle(b, units))
-		rc = append(rc, runcueRun(b, units))
+		raw = append(raw, rawCycle(b, units).rate)
+		rc = append(rc, runcueRun(b, units).rate)
 	}
 	mr, mc := median(raw), median(rc)
 	b.ReportMetric(mr, "raw-units/s")
@@ -49,9 +52,9 @@ func median(xs []float64) float64 {
 }
 
 // runcueRun submits n no-op units in batches of 1,000 to a Cue with 100
-// handlers and returns units per second from the first submission to the
-// last completion.
-func runcueRun(b *testing.B, n int) float64 {
+// handlers and returns its stats from the first submission to the last
+// completion.
+func runcueRun(b *testing.B, n int) runStats {
 	ctx := context.Background()
 	st, err := postgres.Open(ctx, schemaURL(b), postgres.Options{})
 	require.NoError(b, err)
@@ -73,7 +76,7 @@ func runcueRun(b *testing.B, n int) float64 {
 		}
 	}()
 	require.NoError(b, c.Start(ctx))
-	start := time.Now()
+	span := startSpan()
 	batch := make([]runcue.Submission, 1000)
 	for i := range batch {
 		batch[i] = runcue.Submission{Task: "noop"}
@@ -87,14 +90,14 @@ func runcueRun(b *testing.B, n int) float64 {
 	case <-time.After(5 * time.Minute):
 		b.Fatal("runcue did not complete the units")
 	}
-	rate := float64(n) / time.Since(start).Seconds()
+	stats := span.end(n)
 	require.NoError(b, c.Stop(ctx))
-	return rate
+	return stats
 }
 
 // rawCycle runs n units through a minimal hand-written PostgreSQL queue
-// and returns units per second.
-func rawCycle(b *testing.B, n int) float64 {
+// and returns its stats.
+func rawCycle(b *testing.B, n int) runStats {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, schemaURL(b))
 	require.NoError(b, err)
@@ -105,7 +108,7 @@ func rawCycle(b *testing.B, n int) float64 {
 		CREATE TABLE job_log (n BIGSERIAL PRIMARY KEY, job BIGINT NOT NULL, what TEXT NOT NULL, at TIMESTAMPTZ NOT NULL DEFAULT now())`)
 	require.NoError(b, err)
 	const per = 64
-	start := time.Now()
+	span := startSpan()
 	for done := 0; done < n; done += per {
 		k := min(per, n-done)
 		kinds := make([]string, k)
@@ -138,52 +141,102 @@ func rawCycle(b *testing.B, n int) float64 {
 		})
 		require.NoError(b, err)
 	}
-	return float64(n) / time.Since(start).Seconds()
+	return span.end(n)
 }
 
 // BenchmarkExecutors is the same workload run by executors in processes of
 // their own (hoststest's "bench" children, no-op handlers, 64 runs each at
 // once), beside the raw cycle and the raw executors' cycle (rawRemoteCycle:
 // the protocol's floor, 3 executors of 64), interleaved, each run on a
-// fresh schema: with 1 executor, with 3, and with 3 running units of a
-// service capped at half their capacity (96 of 192). It reports the
-// medians, the ratios to the raw cycle, runcue's 3 executors' ratio to the
-// raw executors' cycle, and the capped run's share of the uncapped one:
+// fresh schema: with 1 executor, with 3, with 3 running units of a service
+// capped at half their capacity (96 of 192), and with 3 of 256 each
+// ("wide": batches four times as large). It reports the medians, the
+// ratios to the raw cycle, runcue's 3 executors' ratio to the raw
+// executors' cycle, the capped run's share of the uncapped one, the share
+// of the 3 executors' runs their scheduler's writer was busy (the
+// runcue.store.write_time metric: near 1, its one transaction at a time
+// bounds the rate), and (on Linux) the machine's CPU a unit in the raw
+// cycle and with 3 executors, the share of the machine busy with 3, and
+// the CPU a unit may take for 3 executors to reach half the raw cycle's
+// rate on this machine's cores all busy:
 //
 //	scripts/with-postgres bash -c 'cd store/postgres && go test -run ^$ -bench Executors -benchtime 5x'
 func BenchmarkExecutors(b *testing.B) {
-	const units, capacity = 20_000, 64
-	var raw, rawRemote, one, three, capped []float64
+	const units, capacity, wideCapacity = 20_000, 64, 256
+	var raw, rawRemote, one, three, capped, wide []runStats
 	for b.Loop() {
 		raw = append(raw, rawCycle(b, units))
 		rawRemote = append(rawRemote, rawRemoteCycle(b, units, 3, capacity))
 		one = append(one, executorsRun(b, units, 1, capacity, false))
 		three = append(three, executorsRun(b, units, 3, capacity, false))
 		capped = append(capped, executorsRun(b, units, 3, capacity, true))
+		wide = append(wide, executorsRun(b, units, 3, wideCapacity, false))
 	}
-	mr := median(raw)
+	rate := func(s []runStats) float64 { return medianOf(s, func(r runStats) float64 { return r.rate }) }
+	mr := rate(raw)
 	b.ReportMetric(mr, "raw-units/s")
-	b.ReportMetric(median(rawRemote), "raw-executors-units/s")
-	b.ReportMetric(median(one), "1-executor-units/s")
-	b.ReportMetric(median(three), "3-executors-units/s")
-	b.ReportMetric(median(capped), "capped-units/s")
-	b.ReportMetric(median(one)/mr, "1-executor-ratio")
-	b.ReportMetric(median(three)/mr, "3-executors-ratio")
-	b.ReportMetric(median(three)/median(rawRemote), "3-executors-of-raw-executors")
-	b.ReportMetric(median(capped)/median(three), "capped-share")
+	b.ReportMetric(rate(rawRemote), "raw-executors-units/s")
+	b.ReportMetric(rate(one), "1-executor-units/s")
+	b.ReportMetric(rate(three), "3-executors-units/s")
+	b.ReportMetric(rate(capped), "capped-units/s")
+	b.ReportMetric(rate(wide), "3-wide-units/s")
+	b.ReportMetric(rate(one)/mr, "1-executor-ratio")
+	b.ReportMetric(rate(three)/mr, "3-executors-ratio")
+	b.ReportMetric(rate(wide)/mr, "3-wide-ratio")
+	b.ReportMetric(rate(three)/rate(rawRemote), "3-executors-of-raw-executors")
+	b.ReportMetric(rate(capped)/rate(three), "capped-share")
+	b.ReportMetric(medianOf(three, func(r runStats) float64 { return r.writer }), "3-executors-writer-busy")
+	b.ReportMetric(medianOf(wide, func(r runStats) float64 { return r.writer }), "3-wide-writer-busy")
+	if cpu := medianOf(three, func(r runStats) float64 { return r.cpu }); cpu > 0 {
+		b.ReportMetric(medianOf(raw, func(r runStats) float64 { return r.cpu }), "raw-cpu-us/unit")
+		b.ReportMetric(cpu, "3-executors-cpu-us/unit")
+		b.ReportMetric(medianOf(three, func(r runStats) float64 { return r.busy }), "3-executors-busy")
+		b.ReportMetric(float64(runtime.NumCPU())*1e6/(mr/2), "half-raw-budget-cpu-us/unit")
+	}
+}
+
+// writeTime is the Cue's runcue.store.write_time so far, in seconds.
+func writeTime(b *testing.B, r *sdkmetric.ManualReader) float64 {
+	var rm metricdata.ResourceMetrics
+	require.NoError(b, r.Collect(context.Background(), &rm))
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name == "runcue.store.write_time" {
+				var s float64
+				for _, dp := range m.Data.(metricdata.Sum[float64]).DataPoints {
+					s += dp.Value
+				}
+				return s
+			}
+		}
+	}
+	b.Fatal("no runcue.store.write_time metric")
+	return 0
+}
+
+func medianOf(s []runStats, f func(runStats) float64) float64 {
+	xs := make([]float64, len(s))
+	for i, r := range s {
+		xs[i] = f(r)
+	}
+	return median(xs)
 }
 
 // executorsRun runs n no-op units of a remote task through n executors of
-// capacity each, and returns units per second from the first submission
-// to the last completion; with capped, the units use a service whose
-// MaxConcurrent is half the executors' total capacity.
-func executorsRun(b *testing.B, n, executors, capacity int, capped bool) float64 {
+// capacity each, and returns its rate from the first submission to the
+// last completion, and the machine's CPU it took; with capped,
+// the units use a service whose MaxConcurrent is half the executors'
+// total capacity.
+func executorsRun(b *testing.B, n, executors, capacity int, capped bool) runStats {
 	ctx := context.Background()
 	u := schemaURL(b)
 	st, err := postgres.Open(ctx, u, postgres.Options{})
 	require.NoError(b, err)
 	defer st.Close()
-	c, err := runcue.New(st, runcue.Config{MaxConcurrent: 1000, Logger: slog.New(slog.DiscardHandler)})
+	reader := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))
+	defer mp.Shutdown(ctx)
+	c, err := runcue.New(st, runcue.Config{MaxConcurrent: 1000, Logger: slog.New(slog.DiscardHandler), MeterProvider: mp})
 	require.NoError(b, err)
 	defer c.Close()
 	task := "noop"
@@ -212,7 +265,7 @@ func executorsRun(b *testing.B, n, executors, capacity int, capped bool) float64
 	for i := range batch {
 		batch[i] = runcue.Submission{Task: task}
 	}
-	start := time.Now()
+	span, written := startSpan(), writeTime(b, reader)
 	for range n / len(batch) {
 		_, err := c.SubmitBatch(ctx, batch)
 		require.NoError(b, err)
@@ -222,7 +275,8 @@ func executorsRun(b *testing.B, n, executors, capacity int, capped bool) float64
 	case <-time.After(5 * time.Minute):
 		b.Fatal("the executors did not complete the units")
 	}
-	rate := float64(n) / time.Since(start).Seconds()
+	stats := span.end(n)
+	stats.writer = (writeTime(b, reader) - written) / stats.wall.Seconds()
 	require.NoError(b, c.Stop(ctx))
-	return rate
+	return stats
 }
