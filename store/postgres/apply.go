@@ -35,6 +35,9 @@ type txn struct {
 	ins     insertBuf
 	seqs    []int64
 	seqWant int
+	// optimistic: the segment's plan takes every op to apply, unread
+	// (see Apply).
+	optimistic bool
 	// epoch is the stored owner epoch, read at the first owner op (-1
 	// until then) with the lease row locked: no owner change commits
 	// before this transaction does.
@@ -59,13 +62,36 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 			return b, err
 		}
 	}
+	// A transaction that is one segment is first written as if every op
+	// in it applies (optimistic, runs.go): no read of which do. When one
+	// did not, the transaction is rolled back and written again with that
+	// read, as are the next carefulAfterMiss ones.
+	optimistic := len(ops) > 1 && segment(ops) == len(ops)
+	if optimistic && s.careful.Load() > 0 {
+		s.careful.Add(-1)
+		optimistic = false
+	}
+	b, err := s.apply(ctx, ops, optimistic)
+	if optimistic && errors.Is(err, errMispredicted) {
+		s.careful.Store(carefulAfterMiss)
+		b, err = s.apply(ctx, ops, false)
+	}
+	return b, err
+}
+
+// carefulAfterMiss is how many one-segment transactions after a
+// misprediction read which of their ops apply before writing them.
+const carefulAfterMiss = 16
+
+// apply runs ops in one transaction; optimistic, see Apply.
+func (s *Store) apply(ctx context.Context, ops []store.Op, optimistic bool) (store.Batch, error) {
 	results := make([]store.Result, len(ops))
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return store.Batch{}, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	t := &txn{s: s, ctx: ctx, tx: tx, epoch: -1}
+	t := &txn{s: s, ctx: ctx, tx: tx, epoch: -1, optimistic: optimistic}
 	// The log's counter row is locked first, for the whole transaction:
 	// writers to one database take turns, as SQLite's do, so that every
 	// rule's reads (a key's holder, a dependency's state, the queue's

@@ -37,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -93,6 +94,9 @@ type Store struct {
 	own   *ownership // held by this handle, if any
 
 	vac vacuumState // the assignments' vacuum (vacuum.go)
+	// careful counts the one-segment transactions still to be written with
+	// the read of which ops apply, after a misprediction (see Apply).
+	careful atomic.Int32
 }
 
 // SchemaVersion is the schema version this package writes.

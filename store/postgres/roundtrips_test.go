@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -16,17 +17,19 @@ import (
 )
 
 // roundTrips counts the round trips of a store's connections: a statement
-// sent alone, or a batch (whose statements it records).
+// sent alone (recorded in alone), or a batch (whose statements it records).
 type roundTrips struct {
 	mu      sync.Mutex
 	n       int
+	alone   []string
 	batches [][]string
 }
 
-func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+func (r *roundTrips) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.n++
+	r.alone = append(r.alone, strings.Join(strings.Fields(d.SQL), " "))
 	return ctx
 }
 
@@ -52,14 +55,33 @@ func (r *roundTrips) reset() (int, [][]string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n, b := r.n, r.batches
-	r.n, r.batches = 0, nil
+	r.n, r.batches, r.alone = 0, nil, nil
 	return n, b
 }
+
+// sentAlone counts the statements sent alone so far that begin with prefix.
+func (r *roundTrips) sentAlone(prefix string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, q := range r.alone {
+		if strings.HasPrefix(q, prefix) {
+			n++
+		}
+	}
+	return n
+}
+
+// planRead is the start of a segment's read of which of its ops apply.
+const planRead = "SELECT v.k FROM unnest("
 
 // TestSegmentRoundTrips: the writer's transaction of a segment (runs
 // finished and unassigned, runs claimed and assigned) sends its claims,
 // assignments, finishes and the assignments' deletes in one round trip,
-// and takes as many round trips for 64 units as for 4.
+// without a read of which apply first (optimistic), and takes as many
+// round trips for 64 units as for 4. A segment one op of which does not
+// apply is written again, with that read: the ops' results are as if
+// applied alone, and the next segment reads first too.
 func TestSegmentRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	rt := &roundTrips{}
@@ -111,6 +133,7 @@ func TestSegmentRoundTrips(t *testing.T) {
 		rt.reset()
 		res, err = st.Apply(ctx, ops)
 		require.NoError(t, err)
+		require.Zero(t, rt.sentAlone(planRead), "k=%d: an optimistic segment reads nothing first", k)
 		n, batches := rt.reset()
 		for i, r := range res.Results {
 			require.NoError(t, r.Err, "op %d", i)
@@ -134,4 +157,38 @@ func TestSegmentRoundTrips(t *testing.T) {
 	}
 	require.Equal(t, trips[4], trips[64], "round trips by segment size")
 	t.Logf("a segment's transaction: %d round trips", trips[4])
+
+	// A segment with a claim of a unit already claimed (u64-64, claimed
+	// above, run 1 of owner o): that claim does not apply, the rest do.
+	units := make([]*store.Unit, 3)
+	for i := range units {
+		units[i] = &store.Unit{ID: fmt.Sprintf("m%d", i), Task: "a", State: store.Queued, CreatedAt: at}
+	}
+	_, err = st.Apply(ctx, []store.Op{&store.Insert{At: at, Units: units}})
+	require.NoError(t, err)
+	claim := func(id string) []store.Op {
+		return []store.Op{
+			&store.Claim{ID: id, Owner: "o", Run: 1, At: at, LeaseExpires: at.Add(time.Minute),
+				Events: []store.Event{{Type: "work_started", Task: "a", Attempt: 1}}},
+			&store.Assign{ID: id, Task: "a", Owner: "o", Run: 1, Executor: "x", StartBy: at.Add(time.Second), Timeout: time.Minute},
+		}
+	}
+	rt.reset()
+	res, err := st.Apply(ctx, slices.Concat(claim("m0"), claim("u64-64"), claim("m1")))
+	require.NoError(t, err)
+	applied := []bool{true, true, false, true, true, true} // its Assign names its current run: applied
+	for i, r := range res.Results {
+		require.NoError(t, r.Err, "op %d", i)
+		require.Equal(t, applied[i], r.Applied, "op %d", i)
+	}
+	require.Len(t, res.Results[0].Events, 1)
+	require.Len(t, res.Results[4].Events, 1)
+	require.Equal(t, res.Results[0].Events[0].Seq+1, res.Results[4].Events[0].Seq, "numbered as if the refused claim were alone")
+	require.Equal(t, 1, rt.sentAlone(planRead), "written again with the read")
+	rt.reset()
+	res, err = st.Apply(ctx, claim("m2"))
+	require.NoError(t, err)
+	require.True(t, res.Results[0].Applied)
+	require.True(t, res.Results[1].Applied)
+	require.Equal(t, 1, rt.sentAlone(planRead), "the next segment reads first, though all of it applies")
 }
