@@ -162,11 +162,11 @@ func (w *Writer) Close() {
 }
 
 // Stats returns the number of transactions and ops committed (requests
-// without ops take none), and the
-// time (by the writer's clock) spent in the store's transactions, failed
-// ones included. The writer runs one transaction at a time, so busy's
-// growth over an interval, divided by the interval, is the share of it
-// the writer was busy: near 1, the store's write path bounds throughput.
+// without ops take none), and the time (by the writer's clock) spent in
+// the store's transactions, failed ones included. The writer runs one
+// transaction at a time, so busy's growth over an interval, divided by the
+// interval, is the share of it the writer was busy: near 1, the store's
+// write path bounds throughput.
 func (w *Writer) Stats() (batches, ops int64, busy time.Duration) {
 	w.statMu.Lock()
 	defer w.statMu.Unlock()
