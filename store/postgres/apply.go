@@ -66,15 +66,16 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 	// in it applies (optimistic, runs.go): no read of which do. When one
 	// did not, the transaction is rolled back and written again with that
 	// read, as are the next carefulAfterMiss ones.
-	optimistic := len(ops) > 1 && segment(ops) == len(ops)
+	first := segment(ops)
+	optimistic := first > 1 && first == len(ops)
 	if optimistic && s.careful.Load() > 0 {
 		s.careful.Add(-1)
 		optimistic = false
 	}
-	b, err := s.apply(ctx, ops, optimistic)
+	b, err := s.apply(ctx, ops, first, optimistic)
 	if optimistic && errors.Is(err, errMispredicted) {
 		s.careful.Store(carefulAfterMiss)
-		b, err = s.apply(ctx, ops, false)
+		b, err = s.apply(ctx, ops, first, false)
 	}
 	return b, err
 }
@@ -83,8 +84,9 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 // misprediction read which of their ops apply before writing them.
 const carefulAfterMiss = 16
 
-// apply runs ops in one transaction; optimistic, see Apply.
-func (s *Store) apply(ctx context.Context, ops []store.Op, optimistic bool) (store.Batch, error) {
+// apply runs ops in one transaction; first is segment(ops), optimistic
+// see Apply.
+func (s *Store) apply(ctx context.Context, ops []store.Op, first int, optimistic bool) (store.Batch, error) {
 	results := make([]store.Result, len(ops))
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
@@ -112,7 +114,11 @@ func (s *Store) apply(ctx context.Context, ops []store.Op, optimistic bool) (sto
 		// A segment of Claims and Finishes is written by a statement per
 		// kind (runs.go): a round trip or two instead of one per op. Each
 		// op's outcome and events are as if applied alone, in order.
-		if n := segment(ops[i:]); n > 1 {
+		n := first
+		if i > 0 {
+			n = segment(ops[i:])
+		}
+		if n > 1 {
 			if err := t.segmentApply(ops[i:i+n], results[i:i+n]); err != nil {
 				return store.Batch{}, err
 			}

@@ -15,9 +15,9 @@ import (
 // handlers, the writer's batches are mostly claims and finishes, and on
 // PostgreSQL a statement is a round trip. The claims, the assignments, the
 // finishes and the assignments' deletes are sent together (t.pipe), in one
-// round trip after the segment's read (plan): the writer is the scheduler's
-// one serial path, and each round trip of its transaction waits for two
-// processes to be scheduled.
+// round trip (after the segment's read of which apply, when it makes one:
+// see plan): the writer is the scheduler's one serial path, and each round
+// trip of its transaction waits for two processes to be scheduled.
 
 // segment returns how many ops from the first form a segment that
 // segmentApply writes with one statement per kind of op: Claims and
