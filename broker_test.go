@@ -310,11 +310,17 @@ func submitSim(t *testing.T, e *env, c *runcue.Cue, n int, rnd *rand.Rand) {
 // (checked against service_log) and the broker's counts are right at every
 // step (checked inside the dispatcher).
 func TestBrokerProperty(t *testing.T) {
+	// On the fake clock, its own file: it computes beside the kill
+	// tests, which mostly wait (scripts/test).
+	t.Parallel()
 	forSeeds(t, func(t *testing.T, seed uint64, n int) { runBrokerProperty(t, seed, n, false) })
 }
 
 // TestBrokerPropertyRestart is the same with a new owner halfway.
 func TestBrokerPropertyRestart(t *testing.T) {
+	// On the fake clock, its own file: it computes beside the kill
+	// tests, which mostly wait (scripts/test).
+	t.Parallel()
 	forSeeds(t, func(t *testing.T, seed uint64, n int) { runBrokerProperty(t, seed, n, true) })
 }
 

@@ -159,6 +159,9 @@ func TestDependentListedFirst(t *testing.T) {
 // DependencySatisfied said yes; a strict unit with a skipped dependency
 // fails as prerequisite_skipped. RUNCUE_DEP_SEED repeats a logged seed.
 func TestDependencyOrderProperty(t *testing.T) {
+	// Its own file, and it checks order, not time: it computes beside
+	// the kill tests, which mostly wait (scripts/test).
+	t.Parallel()
 	seed := testSeed(t, "RUNCUE_DEP_SEED")
 	rnd := rand.New(rand.NewPCG(seed, 7))
 	dags := 1000
