@@ -294,9 +294,8 @@ func byID(rows, cond string) string {
 // one segment skips the read and takes every op to apply (optimistic:
 // nearly always so, a round trip less on the writer's serial path); when
 // one did not, the check fails and Apply writes the transaction again with
-// the read. A unit's record stays
-// in the order of its events: one with an event of the transaction not
-// recorded yet is left to flushEvents.
+// the read. A unit's record stays in the order of its events: one with an
+// event of the transaction not recorded yet is left to flushEvents.
 
 // segPlan is a segment's plan: the numbers and records of the events of
 // its Claims and Finishes that apply, by op index.
