@@ -4,6 +4,7 @@ package testutil
 import (
 	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 
 	"github.com/runcue/runcue/store"
@@ -33,4 +34,112 @@ func (f *FailStore) Apply(ctx context.Context, ops []store.Op) (store.Batch, err
 		return store.Batch{}, ErrInjected
 	}
 	return f.Store.Apply(ctx, ops)
+}
+
+// FaultStore wraps a store and injects the errors a test scripts: each
+// Apply takes the next fault queued (Inject), if any, and fails with it
+// without reaching the store; an Unknown fault reaches the store or not,
+// as scripted, and then reports that its commit's outcome is unknown. It
+// classifies errors as Class says (store.Classifier), falling back on the
+// wrapped store's own rules. FaultStore is safe for simultaneous use.
+type FaultStore struct {
+	store.Store
+	// Class classifies an injected error; nil leaves every error to the
+	// wrapped store's rules and store.GenericFault.
+	Class func(err error) (store.Fault, bool)
+
+	mu      sync.Mutex
+	queue   []Fault
+	applies int
+	// down fails every Apply with its error until Up.
+	down error
+}
+
+// Fault is one scripted failure of an Apply.
+type Fault struct {
+	// Err is the error Apply returns (or, for an Unknown fault, the
+	// connection's error).
+	Err error
+	// Unknown: Apply reports store.UnknownCommitError; Committed says
+	// whether the ops were applied, and ResolveErrs are the errors the
+	// first calls of Resolve give before it answers.
+	Unknown     bool
+	Committed   bool
+	ResolveErrs []error
+}
+
+// Inject queues faults for the next Applies, in order.
+func (f *FaultStore) Inject(faults ...Fault) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.queue = append(f.queue, faults...)
+}
+
+// Down makes every Apply fail with err until Up.
+func (f *FaultStore) Down(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down = err
+}
+
+// Up ends Down.
+func (f *FaultStore) Up() { f.Down(nil) }
+
+// Applies returns the number of Apply calls made.
+func (f *FaultStore) Applies() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.applies
+}
+
+// Fault implements store.Classifier.
+func (f *FaultStore) Fault(err error) (store.Fault, bool) {
+	if f.Class != nil {
+		if c, ok := f.Class(err); ok {
+			return c, true
+		}
+	}
+	return store.FaultOf(f.Store, err), true
+}
+
+// Apply fails as scripted, else applies ops.
+func (f *FaultStore) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) {
+	f.mu.Lock()
+	f.applies++
+	if f.down != nil {
+		err := f.down
+		f.mu.Unlock()
+		return store.Batch{}, err
+	}
+	var ft Fault
+	have := len(f.queue) > 0
+	if have {
+		ft, f.queue = f.queue[0], f.queue[1:]
+	}
+	f.mu.Unlock()
+	if !have {
+		return f.Store.Apply(ctx, ops)
+	}
+	if !ft.Unknown {
+		return store.Batch{}, ft.Err
+	}
+	var b store.Batch
+	if ft.Committed {
+		var err error
+		if b, err = f.Store.Apply(ctx, ops); err != nil {
+			return b, err
+		}
+	}
+	var mu sync.Mutex
+	errs := ft.ResolveErrs
+	return store.Batch{}, &store.UnknownCommitError{Err: ft.Err, Batch: b, Resolve: func(context.Context) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(errs) > 0 {
+			err := errs[0]
+			errs = errs[1:]
+			return false, err
+		}
+		return ft.Committed, nil
+	}}
 }

@@ -1,0 +1,79 @@
+package postgres
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/runcue/runcue/store"
+)
+
+// Fault implements store.Classifier: what a PostgreSQL error means for
+// the Cue (see the table in docs/resilience.md).
+//
+// Transient: the connection could not be made or was lost (SQLSTATE class
+// 08, a dial or read error, an unexpected EOF), the server is shutting
+// down or starting (57P01 admin_shutdown, 57P02 crash_shutdown, 57P03
+// cannot_connect_now), it is a replica (25006 read_only_sql_transaction:
+// a primary that became a standby, or a URL that reached the wrong host),
+// a serialization failure or a deadlock (40001, 40P01), too many
+// connections (53300), a statement or lock timeout (57014, 55P03), an
+// idle-in-transaction timeout (25P03), and a pool's acquire that timed
+// out. Fatal: a full disk (53100), out of memory (53200), corruption
+// (class XX), a permission refused (42501), a missing table or schema
+// (42P01, 3F000: someone dropped it), authentication refused (28000,
+// 28P01), an unknown database (3D000), a schema newer than this binary.
+func (s *Store) Fault(err error) (store.Fault, bool) {
+	return classify(err)
+}
+
+func classify(err error) (store.Fault, bool) {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		switch {
+		case strings.HasPrefix(pe.Code, "08"), // connection exception
+			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", // shutting down, starting
+			pe.Code == "25006", // read-only: a replica
+			pe.Code == "40001", pe.Code == "40P01", // serialization failure, deadlock
+			pe.Code == "53300", // too many connections
+			pe.Code == "57014", pe.Code == "55P03", // query cancelled (a timeout), lock not available
+			pe.Code == "25P03": // idle_in_transaction_session_timeout
+			return store.Transient, true
+		}
+		return store.Fatal, true
+	}
+	if errors.Is(err, store.ErrSchemaTooNew) || errors.Is(err, store.ErrRewound) {
+		return store.Fatal, true
+	}
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		// The server refused or could not be reached, or it answered
+		// with an error while connecting (classified above when it is a
+		// PgError, such as 57P03 while it starts).
+		return store.Transient, true
+	}
+	if pgconn.Timeout(err) || pgconn.SafeToRetry(err) {
+		return store.Transient, true
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "conn closed"), strings.Contains(msg, "conn busy"),
+		strings.Contains(msg, "unexpected EOF"),
+		strings.Contains(msg, "broken pipe"), strings.Contains(msg, "connection reset"),
+		strings.Contains(msg, "failed to deallocate cached statement"):
+		// pgx reports a connection it closed after a network error
+		// with these words, without wrapping the cause.
+		return store.Transient, true
+	}
+	return 0, false
+}
+
+// isReadOnly reports a 25006: the server is a replica (a failover made the
+// old primary a standby, or the URL's host is one). The connection that
+// got it is discarded, so that the pool connects again, to the primary
+// when the URL names several hosts with target_session_attrs=read-write.
+func isReadOnly(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "25006"
+}
