@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/runcue/runcue/clock"
@@ -31,7 +32,38 @@ type machinery struct {
 	// every unit submitted its costs by amount.
 	runner func(task string, local engine.Runner) engine.Runner
 	costs  func(Submission) map[string]int64
+	// ready is tel once made: the writer's hooks may run before.
+	ready atomic.Pointer[engine.Telemetry]
 }
+
+// countOutage counts an outage of the store (a metric).
+func (c *Cue) countOutage() {
+	if t := c.mach.ready.Load(); t != nil {
+		t.Outage()
+	}
+}
+
+// countOwnership counts a change of ownership, "taken" or "lost".
+func (c *Cue) countOwnership(change string) {
+	if t := c.mach.ready.Load(); t != nil {
+		t.OwnershipChanged(change)
+	}
+}
+
+// lostWhy is why d, an engine that ended without Stop, lost ownership;
+// werr is the writer's fatal failure, if any.
+func (d *dispatcher) lostWhy(werr error) error {
+	if werr != nil {
+		return werr
+	}
+	if d.e.Deposed() {
+		return store.ErrNotOwner
+	}
+	return errors.New("runcue: the engine stopped")
+}
+
+// endedRuns: see engine.Engine.EndedRuns.
+func (d *dispatcher) endedRuns() []store.RunRef { return d.e.EndedRuns() }
 
 // newMachinery makes c's telemetry; only the owner reports the queue.
 func (c *Cue) newMachinery() error {
@@ -46,6 +78,10 @@ func (c *Cue) newMachinery() error {
 		n, _, busy := c.w.Stats()
 		return n, busy
 	})
+	if err == nil {
+		c.mach.tel.Unavailable = func() bool { _, _, out := c.w.Outage(); return out }
+		c.mach.ready.Store(c.mach.tel)
+	}
 	return err
 }
 
@@ -62,7 +98,7 @@ type dispatcher struct {
 // stored are the services' stored records, pauses the stored pauses. The
 // caller holds c.mu (the registration snapshot and the publication of the
 // engine are one step) and then calls recover.
-func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.ServiceRecord, pauses store.Pauses) *dispatcher {
+func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.ServiceRecord, pauses store.Pauses, ended []store.RunRef) *dispatcher {
 	cfg := c.cfg
 	ecfg := engine.Config{
 		MaxConcurrent: cfg.MaxConcurrent, MaxUncommitted: cfg.MaxUncommitted, MaxPayload: cfg.MaxPayload,
@@ -72,7 +108,7 @@ func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.Servic
 		QueueStatusInterval: cfg.QueueStatusInterval, CancelGrace: cfg.CancelGrace, Retention: cfg.Retention,
 		DependencyRecheck: cfg.DependencyRecheck, PriorityTTL: cfg.PriorityTTL, CallbackTimeout: cfg.CallbackTimeout,
 		FeedInterval: cfg.FeedInterval, StatsKeys: StatsKeys, DrainOnSpentBudget: cfg.DrainOnSpentBudget,
-		Rand: cfg.Rand, Clock: cfg.Clock, Log: cfg.Logger,
+		Rand: cfg.Rand, Clock: cfg.Clock, Log: cfg.Logger, Ended: ended,
 	}
 	if f := cfg.Priority; f != nil {
 		ecfg.Priority = func(in engine.PriorityInput) float64 {

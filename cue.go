@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/runcue/runcue/clock"
 	"github.com/runcue/runcue/internal/hub"
@@ -45,10 +46,10 @@ type Cue struct {
 	closed     bool
 	running    *dispatcher // the current or last run
 	stopAfter  func() bool // unregisters the Start ctx watcher
-	// standby is set while a standby Start's goroutine runs (it waits for
-	// ownership, runs the engine, and waits again if deposed); Stop closes
-	// its stop channel and waits for it.
-	standby *standbyLoop
+	// loop is set while a Start's ownership goroutine runs (it runs the
+	// engine, waits for ownership when it has none, and competes again
+	// when it loses it); Stop closes its stop channel and waits for it.
+	loop *ownerLoop
 
 	disp atomic.Pointer[dispatcher] // the running engine, nil when stopped (any goroutine)
 
@@ -56,6 +57,8 @@ type Cue struct {
 	// (adapter.go).
 	mach machinery
 	bg   sync.WaitGroup // the OnBackpressure caller
+
+	health health // Status (health.go)
 }
 
 // Open opens (creating if needed) the SQLite database at path, with
@@ -105,10 +108,15 @@ func New(st store.Store, cfg Config) (*Cue, error) {
 	for name := range stored {
 		c.knownTasks[name] = true
 	}
+	c.health.role, c.health.since = RoleClient, cfg.Clock.Now()
 	c.hub = hub.New(st, cfg.EventBuffer, last)
+	var txTimeout time.Duration
+	if t, ok := st.(store.TxTimeouter); ok {
+		txTimeout = t.TxTimeout()
+	}
 	c.w = writer.New(writer.Config{
-		Store: st, Clock: cfg.Clock, Poll: cfg.PollInterval, LastSeq: last,
-		Hooks: writer.Hooks{Publish: c.publish, Failed: c.storeFailed},
+		Store: st, Clock: cfg.Clock, Poll: cfg.PollInterval, LastSeq: last, TxTimeout: txTimeout,
+		Hooks: writer.Hooks{Publish: c.publish, Failed: c.storeFailed, Outage: c.storeOutage, Recovered: c.storeRecovered},
 	})
 	// After the writer: the metrics' callback reads its stats.
 	if err := c.newMachinery(); err != nil {
@@ -140,7 +148,10 @@ func (c *Cue) publish(evs []store.Event, external bool) {
 }
 
 func (c *Cue) storeFailed(err error) {
-	c.log.Error("runcue: store failed; dispatching stopped", "error", err)
+	now := c.clock.Now()
+	c.health.setErr(err, now)
+	c.health.setRole(RoleFailed, "", now)
+	c.log.Error("runcue: store failed; dispatching stopped", "error", err, "fault", store.FaultOf(c.st, err).String())
 	c.hub.Publish([]store.Event{{Type: store.TypeStoreFailed, Time: c.clock.Now(),
 		Data: store.EventData{Error: err.Error(), ErrorKind: "store"}.Encode()}})
 	if d := c.disp.Load(); d != nil {
@@ -195,8 +206,17 @@ func (c *Cue) checkOpen() error {
 // at once. If another Cue owns the database, in this process or another,
 // Start returns a *LockedError (ErrLocked). With Config.Standby, Start
 // returns at once and a goroutine of the Cue's takes ownership, at once
-// or as soon as it can, and again whenever the Cue loses it. Units the
-// previous owner left running are requeued first (work_recovered).
+// or as soon as it can. Units the previous owner left running are
+// requeued first (work_recovered).
+//
+// A Cue that loses ownership once started (its lease not renewed in time
+// through a database outage, another Cue took over) stops dispatching and
+// cancels its handlers, then waits for the database and competes for
+// ownership again, as a standby does; the runs it saw end meanwhile are
+// requeued at once when it takes over again. Only a fatal store error
+// (see docs/resilience.md) or Stop ends that. Status tells which it is
+// doing.
+//
 // Cancelling ctx is the same as calling StopAndCancel. Calling Start on a
 // running (or waiting) Cue does nothing.
 func (c *Cue) Start(ctx context.Context) error {
@@ -206,22 +226,31 @@ func (c *Cue) Start(ctx context.Context) error {
 	if err := c.startable(); err != nil || c.isRunning() {
 		return err
 	}
-	if c.cfg.Standby {
-		return c.startStandby(ctx)
-	}
-	holder := c.holder()
-	own, err := c.st.Acquire(ctx, holder)
-	if err != nil {
-		return err
-	}
-	if _, err := c.begin(ctx, holder.Owner, own); err != nil {
-		return err
+	var d *dispatcher
+	if !c.cfg.Standby {
+		holder := c.holder()
+		own, err := c.st.Acquire(ctx, holder)
+		if err != nil {
+			return err
+		}
+		if d, err = c.begin(ctx, holder.Owner, own, nil); err != nil {
+			return err
+		}
 	}
 	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loop != nil {
+		return nil // a concurrent Start won (its engine is d's, if any)
+	}
+	l := &ownerLoop{stop: make(chan struct{}), done: make(chan struct{})}
+	c.loop = l
 	c.stopAfter = context.AfterFunc(ctx, func() {
 		_ = c.StopAndCancel(context.Background())
 	})
-	c.mu.Unlock()
+	if d == nil {
+		c.health.setRole(RoleStandby, "", c.clock.Now())
+	}
+	go c.own(l, d)
 	return nil
 }
 
@@ -233,9 +262,10 @@ func (c *Cue) holder() store.Holder {
 }
 
 // begin starts the engine of an owner that took ownership (own): it reads
-// the stored services and pauses, recovers and starts the dispatcher. On
-// an error it releases own.
-func (c *Cue) begin(ctx context.Context, owner string, own store.Ownership) (*dispatcher, error) {
+// the stored services and pauses, recovers (requeueing ended, the runs an
+// earlier engine of this Cue saw end) and starts the dispatcher. On an
+// error it releases own.
+func (c *Cue) begin(ctx context.Context, owner string, own store.Ownership, ended []store.RunRef) (*dispatcher, error) {
 	stored, err := c.st.Services(ctx)
 	if err != nil {
 		own.Release()
@@ -254,7 +284,7 @@ func (c *Cue) begin(ctx context.Context, owner string, own store.Ownership) (*di
 	}
 	// The snapshot and the dispatcher's publication happen under one lock
 	// hold, so a registration is in the snapshot or reaches d as a message.
-	d := c.newEngine(owner, own, stored, pauses)
+	d := c.newEngine(owner, own, stored, pauses, ended)
 	c.disp.Store(d) // from here on, commits and registrations reach d's inbox
 	c.mu.Unlock()
 	err = d.recover(ctx)
@@ -271,78 +301,94 @@ func (c *Cue) begin(ctx context.Context, owner string, own store.Ownership) (*di
 	c.running = d
 	d.run()
 	c.log.Info("runcue: started", "owner", owner)
+	c.health.setRole(RoleOwner, owner, c.clock.Now())
 	return d, nil
 }
 
-// standbyLoop is a standby Start's goroutine (see Config.Standby).
-type standbyLoop struct {
+// acquireTimeout bounds an attempt of the ownership goroutine to take
+// ownership (a database cut off without a word would hold it until TCP
+// gave up).
+const acquireTimeout = 10 * time.Second
+
+// ownerLoop is a started Cue's ownership goroutine (see Start).
+type ownerLoop struct {
 	stop chan struct{} // closed by Stop
 	done chan struct{} // closed when the goroutine returns
 }
 
-// startStandby starts the standby goroutine: it tries to take ownership at
-// once and then every PollInterval, runs the engine when it has, and waits
-// again when the engine ends without Stop (deposed: its lease lost or
-// another Cue took over), until Stop or ctx.
-func (c *Cue) startStandby(ctx context.Context) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.standby != nil {
-		return nil
-	}
-	l := &standbyLoop{stop: make(chan struct{}), done: make(chan struct{})}
-	c.standby = l
-	c.stopAfter = context.AfterFunc(ctx, func() {
-		_ = c.StopAndCancel(context.Background())
-	})
-	go func() {
-		defer close(l.done)
-		waiting, said := c.clock.Now(), false
-		for first := true; ; first = false {
-			if !first {
-				// On the Cue's clock, as its writer polls.
-				t := c.clock.NewTimer(c.cfg.PollInterval)
-				select {
-				case <-l.stop:
-					t.Stop()
-					return
-				case <-t.C():
-				}
-			}
-			if err := c.w.Err(); err != nil {
-				// The Cue's writer failed: it cannot own the database any
-				// more (Close, and open a new Cue).
-				c.log.Error("runcue: standby: the store failed; this Cue no longer takes ownership", "error", err)
-				return
-			}
-			holder := c.holder()
-			own, err := c.st.Acquire(context.Background(), holder)
-			if err != nil {
-				if !errors.Is(err, store.ErrLocked) {
-					c.log.Warn("runcue: standby: take ownership", "error", err)
-				} else if !said {
-					c.log.Info("runcue: another Cue owns the database: this one waits as a standby")
-					said = true
-				}
-				continue
-			}
-			d, err := c.begin(context.Background(), holder.Owner, own)
-			if err != nil {
-				c.log.Warn("runcue: standby: start after taking ownership", "error", err)
-				continue
-			}
-			c.log.Info("runcue: standby took ownership", "owner", holder.Owner, "waited", c.clock.Now().Sub(waiting))
+// own is the ownership goroutine of a started Cue: it waits for d, the
+// engine Start began (nil for a standby, which has none yet), to end; then,
+// unless Stop ended it or the store failed for good, it tries to take
+// ownership at once and then every PollInterval, runs the engine when it
+// has, and waits again when the engine ends (deposed: its lease lost or
+// another Cue took over), until Stop.
+func (c *Cue) own(l *ownerLoop, d *dispatcher) {
+	defer close(l.done)
+	waiting, said := c.clock.Now(), false
+	var ended []store.RunRef
+	for {
+		if d != nil {
 			select {
 			case <-l.stop:
 				return // Stop stops d
 			case <-d.done():
-				// Deposed: wait again.
-				waiting, said = c.clock.Now(), false
-				c.log.Info("runcue: ownership lost: this Cue waits as a standby again")
 			}
+			werr := c.w.Err()
+			why := d.lostWhy(werr)
+			ended = append(ended[:0], d.endedRuns()...)
+			c.ownershipChanged(d.owner(), true, why)
+			if werr != nil {
+				// The store failed for good: this Cue cannot own the
+				// database any more (Close, and open a new Cue).
+				c.log.Error("runcue: the store failed; this Cue no longer takes ownership", "error", werr)
+				return
+			}
+			waiting, said, d = c.clock.Now(), false, nil
+			c.log.Info("runcue: ownership lost: this Cue competes for it again", "owner", c.health.status().Owner, "ended_runs", len(ended))
 		}
-	}()
-	return nil
+		// On the Cue's clock, as its writer polls.
+		t := c.clock.NewTimer(c.cfg.PollInterval)
+		select {
+		case <-l.stop:
+			t.Stop()
+			return
+		case <-t.C():
+		}
+		if err := c.w.Err(); err != nil {
+			c.log.Error("runcue: the store failed; this Cue no longer takes ownership", "error", err)
+			return
+		}
+		holder := c.holder()
+		actx, cancel := context.WithTimeout(context.Background(), acquireTimeout)
+		own, err := c.st.Acquire(actx, holder)
+		cancel()
+		if err != nil {
+			now := c.clock.Now()
+			if errors.Is(err, store.ErrLocked) {
+				c.health.setRole(RoleStandby, "", now)
+				if !said {
+					c.log.Info("runcue: another Cue owns the database: this one waits as a standby")
+					said = true
+				}
+			} else {
+				c.health.setRole(RoleWaiting, "", now)
+				c.health.setErr(err, now)
+				if !said {
+					c.log.Warn("runcue: cannot take ownership: waiting for the database", "error", err)
+					said = true
+				}
+			}
+			continue
+		}
+		if d, err = c.begin(context.Background(), holder.Owner, own, ended); err != nil {
+			c.log.Warn("runcue: start after taking ownership", "error", err)
+			d = nil
+			continue
+		}
+		ended = nil
+		c.ownershipChanged(holder.Owner, false, nil)
+		c.log.Info("runcue: took ownership", "owner", holder.Owner, "waited", c.clock.Now().Sub(waiting))
+	}
 }
 
 // startable reports why Start may not start now (closed, a run still
@@ -369,8 +415,8 @@ func (c *Cue) startable() error {
 func (c *Cue) isRunning() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.standby != nil {
-		return true // a standby, waiting or running
+	if c.loop != nil {
+		return true // owning, or waiting for ownership
 	}
 	if c.running == nil {
 		return false
@@ -404,8 +450,8 @@ func (c *Cue) stop(ctx context.Context, cancel bool) error {
 		c.stopAfter()
 		c.stopAfter = nil
 	}
-	l := c.standby
-	c.standby = nil
+	l := c.loop
+	c.loop = nil
 	c.mu.Unlock()
 	if l != nil {
 		// No more takeovers; a Start in progress in the loop ends first,
@@ -421,11 +467,15 @@ func (c *Cue) stop(ctx context.Context, cancel bool) error {
 	d := c.running
 	c.mu.Unlock()
 	if d == nil {
+		if l != nil {
+			c.health.setRole(RoleClient, "", c.clock.Now())
+		}
 		return nil
 	}
 	d.stop(cancel)
 	select {
 	case <-d.done():
+		c.health.setRole(RoleClient, "", c.clock.Now())
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()

@@ -40,9 +40,27 @@ const (
 	// EventWorkRequeued: a run interrupted by shutdown was requeued without
 	// spending retry budget.
 	EventWorkRequeued EventType = "work_requeued"
-	// EventStoreFailed: the store failed; the Cue stopped dispatching. Not
-	// durable (it could not be stored); Seq is 0.
+	// EventStoreFailed: the store failed for good (a fatal error, see
+	// docs/resilience.md), or this Cue lost ownership (ErrorKind
+	// "not_owner"); the Cue stopped dispatching. Not durable (it could not
+	// be stored); Seq is 0.
 	EventStoreFailed EventType = "store_failed"
+	// EventStoreUnavailable: the store's writes began to fail with
+	// transient errors (a lost connection, a restarting server, a lock
+	// held elsewhere); the Cue retries them. Error holds the first error.
+	// EventStoreRecovered: a write succeeded again. One of each per
+	// outage, not per retry. Not durable; Seq is 0.
+	EventStoreUnavailable EventType = "store_unavailable"
+	EventStoreRecovered   EventType = "store_recovered"
+	// EventOwnershipTaken: this Cue took ownership and dispatches (at
+	// Start, as a standby, or again after losing it). EventOwnershipLost:
+	// it lost ownership (its lease was not renewed in time, another Cue
+	// took over, or its store failed): it stopped dispatching and
+	// cancelled its handlers, and competes for ownership again unless its
+	// store failed. Reason holds the owner's lease name; Error why it was
+	// lost. Not durable; Seq is 0.
+	EventOwnershipTaken EventType = "ownership_taken"
+	EventOwnershipLost  EventType = "ownership_lost"
 	// EventServiceStatus: a service's health or load changed: its circuit,
 	// a pause, a Retry-After, or it became saturated or free (coalesced to
 	// at most one a second per service). Service holds its status. Not

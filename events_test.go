@@ -413,7 +413,7 @@ func TestMetricsAndSpans(t *testing.T) {
 	for name, m := range got {
 		forEachAttrs(m, func(set attribute.Set) {
 			for _, kv := range set.ToSlice() {
-				assert.Contains(t, []string{"task", "service", "outcome"}, string(kv.Key), "%s has only low-cardinality attributes", name)
+				assert.Contains(t, []string{"task", "service", "outcome", "change"}, string(kv.Key), "%s has only low-cardinality attributes", name)
 			}
 		})
 	}

@@ -194,10 +194,15 @@ func TestFencedOwner(t *testing.T) {
 		}
 	}
 
-	// c1 made those writes, and each failed alone.
+	// c1 made those writes, and each failed alone. Its Finish of the
+	// cancelled run, decided once it knew it was deposed, is failed by
+	// its writer without reaching the store (writer.Fence), or fails
+	// there.
 	outs := rec.since(mark)
 	for _, op := range []string{"*store.Claim", "*store.Recover", "*store.Prune", "*store.Finish"} {
-		require.NotEmpty(t, outs[op], "c1 tried a %s", op)
+		if op != "*store.Finish" {
+			require.NotEmpty(t, outs[op], "c1 tried a %s", op)
+		}
 		for _, err := range outs[op] {
 			assert.ErrorIs(t, err, runcue.ErrNotOwner, op)
 		}

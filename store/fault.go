@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"syscall"
+	"time"
 )
 
 // Fault says what a store error means for the Cue that got it.
@@ -121,3 +122,12 @@ func (e *UnknownCommitError) Unwrap() error { return e.Err }
 // promoted). Ownership epochs and event numbers may then be handed out
 // twice; runcue refuses to go on. Its Fault is Fatal.
 var ErrRewound = errors.New("runcue: the database went back in time (a lossy failover or a restore): it lost commits this process saw")
+
+// TxTimeouter is implemented by a store whose transactions the Cue's
+// writer bounds: a connection cut off without a word (a blackhole) then
+// fails the transaction in TxTimeout, not when TCP gives up minutes later.
+// Transactions that time out in a row get twice the time each, up to 8
+// times TxTimeout, so that a slow database still makes progress.
+type TxTimeouter interface {
+	TxTimeout() time.Duration
+}

@@ -155,6 +155,19 @@ type Recover struct {
 	At           time.Time
 	PreviousDead bool
 	Only         []string
+	// Ended are runs of earlier epochs that the recovering process knows
+	// are over (it held them, and saw their handlers return or never
+	// start, before it lost ownership and took it again): they are
+	// requeued at once, whatever their leases say.
+	Ended []RunRef
+}
+
+// RunRef names one run: its unit, its number and the owner epoch that
+// claimed it.
+type RunRef struct {
+	ID    string
+	Run   int
+	Epoch int64
 }
 
 // Cancel cancels a unit. A queued unit becomes cancelled at once (Applied),

@@ -2,6 +2,7 @@ package store
 
 import (
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -32,7 +33,7 @@ func ApplyRecover(tx Tx, op *Recover, r *Result) error {
 		if x.Epoch >= op.Epoch {
 			continue // this owner's own run
 		}
-		held := !op.PreviousDead && x.LeaseExpires.After(op.At)
+		held := !op.PreviousDead && x.LeaseExpires.After(op.At) && !slices.Contains(op.Ended, RunRef{ID: x.ID, Run: x.Runs, Epoch: x.Epoch})
 		why := "owner stopped before the run finished"
 		if x.Executor != "" {
 			// Its lease is its executor's, whose heartbeat keeps it: the

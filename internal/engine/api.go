@@ -23,6 +23,25 @@ func (d *Engine) Discard() { d.keys.stop() }
 // Done is closed once the dispatcher has exited (ownership released).
 func (d *Engine) Done() <-chan struct{} { return d.done }
 
+// EndedRuns returns, once Done is closed, the runs this engine held that
+// are over although the store may still hold them running: their handlers
+// returned (or never started) and their Finishes were not stored, because
+// ownership was lost or the store failed. The next engine of the same
+// process passes them on (Config.Ended). Nil before Done, and after an
+// Abandon (handlers may still run).
+func (d *Engine) EndedRuns() []store.RunRef {
+	select {
+	case <-d.done:
+		return d.unwritten
+	default:
+		return nil
+	}
+}
+
+// Deposed reports whether the engine lost ownership: a write found
+// another owner's epoch, or its lease was not renewed in time.
+func (d *Engine) Deposed() bool { return d.deposed.Load() }
+
 // Owner is the lease name the engine owns the store under.
 func (d *Engine) Owner() string { return d.owner }
 

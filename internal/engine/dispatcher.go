@@ -82,6 +82,9 @@ type Engine struct {
 	// once a write failed with store.ErrNotOwner (fence.go). Any goroutine.
 	stopReq atomic.Bool
 	deposed atomic.Bool
+	// unwritten: see noteUnwritten (dispatcher goroutine; read by
+	// EndedRuns once done is closed).
+	unwritten []store.RunRef
 
 	timeline      // timers.go: the scheduling clock and the timer heap
 	taskTable     // tasks.go: registered tasks and service limits
@@ -237,7 +240,16 @@ func (d *Engine) exit() {
 		ch <- drainReply{stopped: true, err: d.failed}
 	}
 	d.drains = nil
-	_ = d.w.Sync(context.Background())
+	if d.failed == nil {
+		// Wait for this owner's writes before giving ownership up. A
+		// deposed owner's are fenced (they fail at once), and a failed
+		// store stores nothing: neither waits (the writer may be
+		// retrying others' writes through an outage).
+		_ = d.w.Sync(context.Background())
+	}
+	if d.abandon {
+		d.unwritten = nil // a handler may still run
+	}
 	_ = d.own.Release()
 	d.detach(d)
 	if d.abandon && d.liveLocal > 0 {
@@ -283,7 +295,7 @@ func (d *Engine) handle(m message) {
 	case msgRoom:
 		d.setRoom(m.task, m.room)
 	case msgStoreFailed:
-		d.failed = m.err
+		d.storeFailed(m.err)
 	case msgDrain:
 		d.drains = append(d.drains, m.reply)
 	case msgSync:

@@ -69,6 +69,11 @@ type Config struct {
 	// DependencySatisfied is asked about each completed dependency (nil:
 	// completion suffices).
 	DependencySatisfied func(context.Context, Dependency) (bool, error)
+	// Ended are runs of earlier epochs this process held and saw end (or
+	// never start) before it lost ownership: recovery requeues them at
+	// once instead of waiting out their leases (store.Recover.Ended).
+	Ended []store.RunRef
+
 	// Feed supplies work when fewer than FeedLowWater units are queued: it
 	// asks for want units, submits them itself, and returns ErrFeedExhausted
 	// when it has no more (nil: no feed). It returns errFeedEmpty-like

@@ -52,10 +52,13 @@ func (d *Engine) watchLease() {
 
 // lostOwnership stops the engine of a deposed owner (lease: it stopped
 // trusting its lease, rather than a write found another owner's epoch).
+// The writer fails this epoch's ops still waiting (writer.Fence): a
+// decision of a deposed owner is never stored after the loss.
 func (d *Engine) lostOwnership(lease bool) {
 	if d.failed == nil {
 		d.failed = store.ErrNotOwner
 	}
+	d.w.Fence(d.epoch)
 	d.closeStarts() // a handler not yet started never will
 	msg := "runcue: another Cue took ownership of the database: this Cue stops dispatching and cancels its handlers"
 	if lease {
@@ -68,4 +71,38 @@ func (d *Engine) lostOwnership(lease bool) {
 	for _, r := range d.runs {
 		d.stopRun(r, store.ErrNotOwner)
 	}
+}
+
+// storeFailed stops the engine of an owner whose store failed for good (a
+// fatal error): nothing it decides can be stored, so it starts nothing
+// more, cancels its handlers, and exits, releasing its lease (an owner
+// that cannot dispatch never holds it: a standby elsewhere takes over).
+func (d *Engine) storeFailed(err error) {
+	if d.failed == nil {
+		d.failed = err
+	}
+	if d.stopping {
+		return
+	}
+	d.closeStarts()
+	d.log.Error("runcue: the store failed: this Cue stops dispatching, cancels its handlers and gives ownership up", "owner", d.owner, "error", err, "running", len(d.runs))
+	d.stopping = true
+	for _, r := range d.runs {
+		d.stopRun(r, err)
+	}
+}
+
+// noteUnwritten records run r, whose handler this process saw return (or
+// never start), when its Finish was not stored: if this owner lost
+// ownership, the unit stays running in the store under this epoch, and the
+// process's next engine requeues it at once (EndedRuns).
+func (d *Engine) noteUnwritten(r *run) {
+	if d.failed == nil {
+		return
+	}
+	if _, local := r.lane.task.spec.Runner.(InProcess); !local && r.lane.keyErr == nil {
+		return // an executor's run: its executor, not this process, knows
+	}
+	fin := &r.mem.fin
+	d.unwritten = append(d.unwritten, store.RunRef{ID: fin.ID, Run: fin.Run, Epoch: fin.Epoch})
 }

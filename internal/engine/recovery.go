@@ -51,7 +51,7 @@ var errLoadedEnough = errors.New("runcue: part of the load done")
 // that dispatch starts before a deep queue is loaded. A priority function
 // sees only the units loaded so far.
 func (d *Engine) recover(ctx context.Context) error {
-	res, err := d.w.Do(ctx, &store.Recover{Epoch: d.epoch, At: d.wall(), PreviousDead: d.own.PreviousDead()})
+	res, err := d.w.Do(ctx, &store.Recover{Epoch: d.epoch, At: d.wall(), PreviousDead: d.own.PreviousDead(), Ended: d.cfg.Ended})
 	if err == nil {
 		err = res[0].Err // ErrNotOwner: another Cue took over meanwhile
 	}

@@ -330,6 +330,9 @@ func (d *Engine) runWritten(m msgRunWritten) {
 		}
 	default:
 		d.uncommitted--
+		if !m.applied {
+			d.noteUnwritten(r)
+		}
 		if fin := &r.mem.fin; fin.State.Terminal() {
 			d.settled(fin.ID, fin.State, m.applied)
 		}

@@ -43,6 +43,9 @@ import (
 //	runcue.store.write_time     counter    seconds the Cue's writer spent in store transactions: it runs one at a time, so the
 //	                                       rate of this counter is the share of time it was busy; near 1, the store's write
 //	                                       path (its round trips and statements) bounds the Cue's throughput
+//	runcue.store.outages        counter    outages of the store: its writes began to fail with transient errors (retried)
+//	runcue.store.unavailable    gauge      1 while the store's writes fail with transient errors, else 0
+//	runcue.ownership.changes    counter    {change: taken, lost} this Cue took or lost ownership
 //
 // Traces (tracer "github.com/runcue/runcue"): one span per run,
 // "runcue.run <task>", the child of the span that was current when the unit
@@ -61,6 +64,10 @@ type Telemetry struct {
 	completed, skipped, failed, requests, rateLimited metric.Int64Counter
 	queueWait, runDuration, callbackDur               metric.Float64Histogram
 	callbackErrs, budgetExhausted, subscriptionGaps   metric.Int64Counter
+	outages, ownership                                metric.Int64Counter
+	// Unavailable reports whether the store is in an outage (set by the
+	// Cue before the first collection).
+	Unavailable func() bool
 
 	// read by the gauges' callback
 	queued      func() (queued, unloaded int64, ok bool)
@@ -123,6 +130,8 @@ func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 	t.skipped = counter("runcue.work.skipped", "Work units ended as skipped.")
 	t.failed = counter("runcue.work.failed", "Failed runs, retried or not.")
 	t.requests = counter("runcue.service.requests", "Dispatches to a service.")
+	t.outages = counter("runcue.store.outages", "Outages of the store: its writes began to fail with transient errors.")
+	t.ownership = counter("runcue.ownership.changes", "This Cue took or lost ownership of the database.")
 	t.rateLimited = counter("runcue.service.rate_limited", "Dispatches held back by a full rate window.")
 	t.queueWait = hist("runcue.work.queue_wait", "Time from a unit becoming eligible to its start.")
 	t.runDuration = hist("runcue.work.run_duration", "Duration of runs.")
@@ -175,7 +184,19 @@ func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 	if err != nil {
 		return nil, err
 	}
+	unavailable, err := m.Int64ObservableGauge("runcue.store.unavailable",
+		metric.WithDescription("1 while the store's writes fail with transient errors (the Cue retries them), else 0."))
+	if err != nil {
+		return nil, err
+	}
 	t.reg, err = m.RegisterCallback(func(_ context.Context, o metric.Observer) error {
+		if t.Unavailable != nil {
+			v := int64(0)
+			if t.Unavailable() {
+				v = 1
+			}
+			o.ObserveInt64(unavailable, v)
+		}
 		if t.writes != nil {
 			n, busy := t.writes()
 			o.ObserveInt64(txCounter, n)
@@ -201,8 +222,17 @@ func NewTelemetry(mp metric.MeterProvider, tp trace.TracerProvider, queued func(
 			}
 		}
 		return nil
-	}, queuedGauge, unloadedGauge, openGauge, usedGauge, spentGauge, effGauge, txCounter, writeTime)
+	}, queuedGauge, unloadedGauge, openGauge, usedGauge, spentGauge, effGauge, txCounter, writeTime, unavailable)
 	return t, err
+}
+
+// Outage counts an outage of the store (runcue.store.outages).
+func (t *Telemetry) Outage() { t.outages.Add(context.Background(), 1) }
+
+// OwnershipChanged counts a change of ownership, "taken" or "lost"
+// (runcue.ownership.changes).
+func (t *Telemetry) OwnershipChanged(change string) {
+	t.ownership.Add(context.Background(), 1, metric.WithAttributes(attribute.String("change", change)))
 }
 
 func (t *Telemetry) Close() {

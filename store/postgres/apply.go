@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -56,7 +57,32 @@ type txn struct {
 }
 
 // Apply runs ops in one transaction. See store.Store.
+//
+// Without a deadline of ctx's, the transaction has TxTimeout: a
+// connection cut off without a word (a blackhole) fails it then, as a
+// reset one does at once, rather than when TCP gives up minutes later. A
+// COMMIT whose answer is lost gives a *store.UnknownCommitError whose
+// Resolve asks the server for the transaction's status (txid_status); a
+// transaction refused because the server is a replica (25006) resets the
+// pool, whose connections all reached the old primary.
 func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.TxTimeout())
+		defer cancel()
+	}
+	b, err := s.applyOps(ctx, ops)
+	if err != nil && isReadOnly(err) {
+		s.pool.Reset()
+	}
+	return b, err
+}
+
+// TxTimeout implements store.TxTimeouter: LeaseTTL/2, so that an owner
+// whose connection is cut off knows it before its lease can expire.
+func (s *Store) TxTimeout() time.Duration { return s.opts.LeaseTTL / 2 }
+
+func (s *Store) applyOps(ctx context.Context, ops []store.Op) (store.Batch, error) {
 	if lockFree(ops) {
 		if b, ok, err := s.applyReports(ctx, ops); ok {
 			return b, err
@@ -94,6 +120,7 @@ func (s *Store) apply(ctx context.Context, ops []store.Op, first int, optimistic
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	t := &txn{s: s, ctx: ctx, tx: tx, epoch: -1, optimistic: optimistic}
+	var xid int64 // the transaction's ID, to ask its status if its COMMIT's answer is lost
 	// The log's counter row is locked first, for the whole transaction:
 	// writers to one database take turns, as SQLite's do, so that every
 	// rule's reads (a key's holder, a dependency's state, the queue's
@@ -106,7 +133,7 @@ func (s *Store) apply(ctx context.Context, ops []store.Op, first int, optimistic
 	// wait.
 	if lockFree(ops) {
 		t.follows = 0
-	} else if err := tx.QueryRow(ctx, `SELECT value FROM meta WHERE key = 'events_last' FOR UPDATE`).Scan(&t.follows); err != nil {
+	} else if err := tx.QueryRow(ctx, `SELECT value, txid_current() FROM meta WHERE key = 'events_last' FOR UPDATE`).Scan(&t.follows, &xid); err != nil {
 		return store.Batch{}, err
 	}
 	t.nextSeq = t.follows + 1
@@ -158,14 +185,24 @@ func (s *Store) apply(ctx context.Context, ops []store.Op, first int, optimistic
 	if err := t.flushLater(); err != nil {
 		return store.Batch{}, err
 	}
+	b := store.Batch{Results: results, Follows: t.follows}
 	if err := tx.Commit(ctx); err != nil {
-		return store.Batch{}, err
+		if xid == 0 || !commitUnknown(err) {
+			return store.Batch{}, err
+		}
+		return store.Batch{}, &store.UnknownCommitError{Err: err, Batch: b, Resolve: func(ctx context.Context) (bool, error) {
+			committed, err := s.xactCommitted(ctx, xid)
+			if committed && t.nextSeq > t.follows+1 {
+				s.noteCommit(t.follows, t.nextSeq-1)
+			}
+			return committed, err
+		}}
 	}
 	if t.nextSeq > t.follows+1 {
 		s.noteCommit(t.follows, t.nextSeq-1)
 	}
 	s.unassigned(ctx, t.unassigned)
-	return store.Batch{Results: results, Follows: t.follows}, nil
+	return b, nil
 }
 
 // fenced reports whether op is an owner's op whose epoch is no longer the

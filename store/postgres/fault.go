@@ -1,9 +1,12 @@
 package postgres
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/runcue/runcue/store"
@@ -34,9 +37,9 @@ func classify(err error) (store.Fault, bool) {
 		switch {
 		case strings.HasPrefix(pe.Code, "08"), // connection exception
 			pe.Code == "57P01", pe.Code == "57P02", pe.Code == "57P03", // shutting down, starting
-			pe.Code == "25006", // read-only: a replica
+			pe.Code == "25006",                     // read-only: a replica
 			pe.Code == "40001", pe.Code == "40P01", // serialization failure, deadlock
-			pe.Code == "53300", // too many connections
+			pe.Code == "53300",                     // too many connections
 			pe.Code == "57014", pe.Code == "55P03", // query cancelled (a timeout), lock not available
 			pe.Code == "25P03": // idle_in_transaction_session_timeout
 			return store.Transient, true
@@ -45,6 +48,9 @@ func classify(err error) (store.Fault, bool) {
 	}
 	if errors.Is(err, store.ErrSchemaTooNew) || errors.Is(err, store.ErrRewound) {
 		return store.Fatal, true
+	}
+	if errors.Is(err, errInProgress) {
+		return store.Transient, true
 	}
 	var ce *pgconn.ConnectError
 	if errors.As(err, &ce) {
@@ -76,4 +82,44 @@ func classify(err error) (store.Fault, bool) {
 func isReadOnly(err error) bool {
 	var pe *pgconn.PgError
 	return errors.As(err, &pe) && pe.Code == "25006"
+}
+
+// commitUnknown reports whether err, a COMMIT's, leaves its outcome
+// unknown: any failure but an answer of the server's (a PgError, or a
+// ROLLBACK: it did not commit). pgx's own words cannot be trusted to say
+// that nothing was sent: a COMMIT whose connection was cut as the server
+// received it fails with "conn closed", which pgconn.SafeToRetry calls
+// safe.
+func commitUnknown(err error) bool {
+	var pe *pgconn.PgError
+	return !errors.As(err, &pe) && !errors.Is(err, pgx.ErrTxCommitRollback)
+}
+
+// errInProgress: a transaction whose COMMIT's answer was lost is still in
+// progress at the server (it has not noticed its connection's end yet).
+var errInProgress = errors.New("runcue: postgres: the transaction is still in progress")
+
+// xactCommitted asks the server whether transaction xid committed. A
+// transaction ID the server has not reached yet means it lost commits (a
+// lagging replica promoted, a restore): store.ErrRewound.
+func (s *Store) xactCommitted(ctx context.Context, xid int64) (bool, error) {
+	var status *string
+	err := s.pool.QueryRow(ctx, `SELECT txid_status($1)`, xid).Scan(&status)
+	var pe *pgconn.PgError
+	switch {
+	case errors.As(err, &pe) && pe.Code == "22023" && strings.Contains(pe.Message, "in the future"):
+		return false, fmt.Errorf("%w: transaction %d, whose commit this process sent, is in the database's future", store.ErrRewound, xid)
+	case err != nil:
+		return false, err
+	case status == nil:
+		// Too old for the server to know: not one it just ran.
+		return false, fmt.Errorf("%w: transaction %d is unknown to the server", store.ErrRewound, xid)
+	}
+	switch *status {
+	case "committed":
+		return true, nil
+	case "aborted":
+		return false, nil
+	}
+	return false, errInProgress
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -64,8 +65,15 @@ func (s *Store) take(ctx context.Context, h store.Holder, force bool) (store.Own
 	}
 	var epoch int64
 	sent := time.Now() // the lease runs from after this, by the database's clock
-	if err := tx.QueryRow(ctx, `UPDATE owner_lease SET epoch = epoch + 1, holder = $1, expires_at = clock_timestamp() + $2 * interval '1 microsecond'
-		WHERE id = 1 RETURNING epoch`, string(holder), s.opts.LeaseTTL.Microseconds()).Scan(&epoch); err != nil {
+	// The epoch's high bits count the takes; its low epochSalt bits are
+	// drawn at random, so that a take on a database that lost commits (a
+	// lagging asynchronous replica promoted, a restore) hands out a new
+	// epoch, not one a deposed owner of the lost history still holds: the
+	// counter alone would go back and count the same number again.
+	salt := 1 + rand.Int64N(1<<epochSalt-1)
+	if err := tx.QueryRow(ctx, `UPDATE owner_lease SET epoch = (((epoch >> $3) + 1) << $3) | $4, holder = $1,
+		expires_at = clock_timestamp() + $2 * interval '1 microsecond'
+		WHERE id = 1 RETURNING epoch`, string(holder), s.opts.LeaseTTL.Microseconds(), epochSalt, salt).Scan(&epoch); err != nil {
 		return nil, fmt.Errorf("runcue: take ownership: %w", err)
 	}
 	if err := tx.Commit(ctx); err != nil {
@@ -93,6 +101,9 @@ func (s *Store) Owner(ctx context.Context) (store.Holder, bool, error) {
 	}
 	return h, true, nil
 }
+
+// epochSalt is how many low bits of an epoch are random (see take).
+const epochSalt = 20
 
 type ownership struct {
 	s      *Store
@@ -138,7 +149,9 @@ func (o *ownership) PreviousDead() bool { return false }
 
 // renew extends the lease every LeaseTTL/4 until Release, or until the
 // holder stops trusting it (Lost). It runs on a goroutine of its own,
-// which Release stops and waits for.
+// which Release stops and waits for. A renewal in flight does not delay
+// the loss of trust: the trust timer is watched while it runs (a
+// blackholed connection's renewal hangs until its deadline).
 func (o *ownership) renew(renewed time.Time) {
 	defer close(o.done)
 	ttl := o.s.opts.LeaseTTL
@@ -146,6 +159,20 @@ func (o *ownership) renew(renewed time.Time) {
 	defer tick.Stop()
 	trust := time.NewTimer(time.Until(renewed.Add(ttl / 2)))
 	defer trust.Stop()
+	type answer struct {
+		sent     time.Time
+		affected int64
+		err      error
+	}
+	answers := make(chan answer, 1)
+	inFlight := false
+	ctx, cancel := context.WithCancel(context.Background())
+	defer func() {
+		cancel()
+		if inFlight {
+			<-answers
+		}
+	}()
 	for {
 		select {
 		case <-o.stop:
@@ -153,28 +180,37 @@ func (o *ownership) renew(renewed time.Time) {
 		case <-trust.C:
 			close(o.lost)
 			return
+		case a := <-answers:
+			inFlight = false
+			switch {
+			case a.err != nil:
+				// Not renewed: the trust timer runs on, unless a later
+				// renewal works.
+			case a.affected == 0:
+				o.mu.Lock()
+				o.deposed = true
+				o.mu.Unlock()
+				close(o.lost) // another holder took over
+				return
+			default:
+				o.mu.Lock()
+				o.renewed = a.sent
+				o.mu.Unlock()
+				trust.Reset(time.Until(a.sent.Add(ttl / 2)))
+			}
 		case <-tick.C:
-		}
-		sent := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), ttl/4)
-		tag, err := o.s.pool.Exec(ctx, `UPDATE owner_lease SET expires_at = clock_timestamp() + $1 * interval '1 microsecond' WHERE id = 1 AND epoch = $2`,
-			ttl.Microseconds(), o.epoch)
-		cancel()
-		switch {
-		case err != nil:
-			// Not renewed: the trust timer runs on, unless a later
-			// renewal works.
-		case tag.RowsAffected() == 0:
-			o.mu.Lock()
-			o.deposed = true
-			o.mu.Unlock()
-			close(o.lost) // another holder took over
-			return
-		default:
-			o.mu.Lock()
-			o.renewed = sent
-			o.mu.Unlock()
-			trust.Reset(time.Until(sent.Add(ttl / 2)))
+			if inFlight {
+				continue // the last renewal still runs (until its deadline)
+			}
+			inFlight = true
+			go func() {
+				sent := time.Now()
+				ctx, cancel := context.WithTimeout(ctx, ttl/4)
+				defer cancel()
+				tag, err := o.s.pool.Exec(ctx, `UPDATE owner_lease SET expires_at = clock_timestamp() + $1 * interval '1 microsecond' WHERE id = 1 AND epoch = $2`,
+					ttl.Microseconds(), o.epoch)
+				answers <- answer{sent, tag.RowsAffected(), err}
+			}()
 		}
 	}
 }
@@ -191,7 +227,15 @@ func (o *ownership) Release() error {
 			o.s.own = nil
 		}
 		o.s.ownMu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		// A holder that lost its lease may be cut off from the database:
+		// it tries for LeaseTTL/2 (the lease ends by itself meanwhile).
+		wait := 10 * time.Second
+		select {
+		case <-o.lost:
+			wait = min(wait, o.s.opts.LeaseTTL/2)
+		default:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
 		defer cancel()
 		_, err = o.s.pool.Exec(ctx, `UPDATE owner_lease SET holder = NULL, expires_at = NULL WHERE id = 1 AND epoch = $1`, o.epoch)
 	})

@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io/fs"
+	"net"
 	"sort"
 	"strconv"
 	"strings"
@@ -132,6 +133,17 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if opts.tracer != nil {
 		cfg.ConnConfig.Tracer = opts.tracer
 	}
+	// A connection cut off without a word (a blackhole, a host gone) is
+	// found in seconds, not when TCP gives up: keepalives probe an idle
+	// one every LeaseTTL/4 and give up after three unanswered probes, and
+	// a connection attempt lasts at most LeaseTTL/2 unless the URL says
+	// (connect_timeout). Transactions have their deadline too (TxTimeout).
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = opts.LeaseTTL / 2
+	}
+	dialer := &net.Dialer{Timeout: cfg.ConnConfig.ConnectTimeout, KeepAliveConfig: net.KeepAliveConfig{
+		Enable: true, Idle: max(opts.LeaseTTL/4, time.Second), Interval: max(opts.LeaseTTL/8, time.Second), Count: 3}}
+	cfg.ConnConfig.DialFunc = dialer.DialContext
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("runcue: postgres: %w", err)
