@@ -1,6 +1,7 @@
 package runcue
 
 import (
+	"context"
 	"errors"
 
 	"github.com/runcue/runcue/internal/writer"
@@ -99,7 +100,9 @@ type storeFailure struct{ err error }
 func (e *storeFailure) Error() string   { return "runcue: store failed: " + e.err.Error() }
 func (e *storeFailure) Unwrap() []error { return []error{ErrStoreFailed, e.err} }
 func wrapStoreErr(err error) error {
-	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrStoreFailed) {
+	if err == nil || errors.Is(err, ErrClosed) || errors.Is(err, ErrStoreFailed) ||
+		errors.Is(err, ErrStoreUnavailable) || errors.Is(err, ErrOutcomeUnknown) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return &storeFailure{err}

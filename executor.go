@@ -58,7 +58,13 @@ type Executor struct {
 	clock   clocksync.Estimator
 	synced  time.Time
 	trusted time.Time // a handler may start before this local instant
-	wg      sync.WaitGroup
+	// rec is the registration; outage when the store began to fail (zero
+	// when it answers), saidTaken that the ID's being held was logged: Run's
+	// goroutine only.
+	rec       store.ExecutorRecord
+	outage    time.Time
+	saidTaken bool
+	wg        sync.WaitGroup
 	// startReading, set by tests, replaces the clock's reading that is a
 	// handler's start instant (a clock that jumped, a goroutine delayed).
 	startReading func(time.Time) time.Time
@@ -179,7 +185,16 @@ func (x *Executor) ID() string { return x.cfg.ID }
 // Run registers the executor and runs the handlers assigned to it until
 // ctx ends; then it takes no more runs, cancels its handlers (cause
 // ErrShutdown), waits for them and reports their ends, and removes its
-// registration. It returns an error if the store fails.
+// registration. It returns an error only if the store fails for good (a
+// fatal error, see docs/resilience.md).
+//
+// Through an outage of the store (a restart, a failover, a lost
+// connection) it goes on: its handlers run on, their reports wait in its
+// writer and are stored once the store answers (a report of a run the
+// scheduler requeued meanwhile is refused by its run number), and no run
+// starts until a heartbeat is stored again. While another live process
+// (another host or PID) is registered under its ID, it waits, running
+// nothing: two processes never run one ID's runs.
 func (x *Executor) Run(ctx context.Context) error {
 	x.w = writer.New(writer.Config{Store: x.st, Clock: clock.Real()})
 	defer x.w.Close()
@@ -189,25 +204,8 @@ func (x *Executor) Run(ctx context.Context) error {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	rec := store.ExecutorRecord{ID: x.cfg.ID, Host: host, PID: os.Getpid(), Tasks: names, Capacity: x.cfg.Capacity,
+	x.rec = store.ExecutorRecord{ID: x.cfg.ID, Host: host, PID: os.Getpid(), Tasks: names, Capacity: x.cfg.Capacity,
 		Poll: x.cfg.PollInterval, TTL: x.cfg.TTL}
-	// What is assigned to this name before it registers was assigned to
-	// an earlier process of the name (see found).
-	prior, err := x.es.Assigned(ctx, x.cfg.ID)
-	if err != nil {
-		return err
-	}
-	x.mu.Lock()
-	x.found = make(map[string]int, len(prior))
-	for _, a := range prior {
-		x.found[a.ID] = a.Run
-	}
-	x.mu.Unlock()
-	sent := x.cfg.Clock.Now()
-	if _, err := x.w.Do(ctx, &store.RegisterExecutor{Executor: rec}); err != nil {
-		return err
-	}
-	x.trust(sent)
 	var notes <-chan struct{}
 	wctx, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
@@ -220,12 +218,26 @@ func (x *Executor) Run(ctx context.Context) error {
 	defer poll.Stop()
 	beat := time.NewTicker(x.cfg.Heartbeat)
 	defer beat.Stop()
-	for err == nil {
-		if x.cfg.Clock.Now().Sub(x.synced) >= x.cfg.ClockSync || x.synced.IsZero() {
+	registered := false
+	for {
+		var err error
+		switch {
+		case !registered:
+			registered, err = x.register(ctx)
+		case x.cfg.Clock.Now().Sub(x.synced) >= x.cfg.ClockSync || x.synced.IsZero():
 			err = x.sync(ctx)
 		}
-		if err == nil {
+		if err == nil && registered {
 			err = x.poll(ctx)
+		}
+		if err != nil && ctx.Err() == nil {
+			if store.FaultOf(x.st, err) == store.Fatal {
+				x.shutdown()
+				return err
+			}
+			x.unavailable(err)
+		} else if err == nil {
+			x.available()
 		}
 		select {
 		case <-ctx.Done():
@@ -234,15 +246,11 @@ func (x *Executor) Run(ctx context.Context) error {
 		case <-notes:
 			time.Sleep(coalesce) // the assignments of that moment, in one read
 		case <-beat.C:
-			sent := x.cfg.Clock.Now()
-			var res []store.Result
-			if res, err = x.w.Do(ctx, &store.ExecutorBeat{ID: x.cfg.ID, TTL: x.cfg.TTL}); err == nil {
-				if res[0].Applied {
-					x.trust(sent)
-				} else {
-					// Removed (judged gone): register again; the runs it held
-					// were requeued, and their reports will be refused.
-					_, err = x.w.Do(ctx, &store.RegisterExecutor{Executor: rec})
+			if registered {
+				registered, err = x.beat(ctx)
+				if err != nil && ctx.Err() == nil && store.FaultOf(x.st, err) == store.Fatal {
+					x.shutdown()
+					return err
 				}
 			}
 		}
@@ -250,8 +258,6 @@ func (x *Executor) Run(ctx context.Context) error {
 			return x.shutdown()
 		}
 	}
-	x.shutdown()
-	return err
 }
 
 // trust records a heartbeat sent at local instant sent: its lease holds at
@@ -265,6 +271,8 @@ func (x *Executor) trust(sent time.Time) {
 
 // sync measures this host's offset to the store's clock.
 func (x *Executor) sync(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, x.cfg.TTL/2)
+	defer cancel()
 	sent := x.cfg.Clock.Now()
 	remote, err := x.es.Now(ctx)
 	if err != nil {
@@ -282,6 +290,8 @@ func (x *Executor) sync(ctx context.Context) error {
 // has room for (or reports them late), cancels the handlers the scheduler
 // asked to stop, and those whose runs are no longer assigned to it.
 func (x *Executor) poll(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, x.cfg.TTL/2)
+	defer cancel()
 	as, err := x.es.Assigned(ctx, x.cfg.ID)
 	if err != nil {
 		return err
@@ -474,7 +484,7 @@ func (x *Executor) submit(op store.Op) {
 }
 
 // shutdown cancels the handlers, waits for them, and removes the
-// registration.
+// registration (its own: another process's of the ID is left alone).
 func (x *Executor) shutdown() error {
 	x.mu.Lock()
 	for _, r := range x.runs {
@@ -484,7 +494,7 @@ func (x *Executor) shutdown() error {
 	x.wg.Wait()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	_, err := x.w.Do(ctx, &store.RemoveExecutor{ID: x.cfg.ID})
+	_, err := x.w.Do(ctx, &store.RemoveExecutor{ID: x.cfg.ID, Host: x.rec.Host, PID: x.rec.PID})
 	return err
 }
 
@@ -506,7 +516,7 @@ func (u *usage) use(amounts Costs) {
 		if u.used == nil {
 			u.used = make(map[string]int64, len(amounts))
 		}
-		u.used[name] = max(n, 0)
+		u.used[name] = boundUsed(n)
 	}
 }
 func (u *usage) take() map[string]int64 {

@@ -1,6 +1,7 @@
 package runcue
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"sync"
@@ -187,3 +188,32 @@ var ErrStoreUnavailable = writer.ErrUnavailable
 // Retry a Submit with the same ID or IdempotencyKey, which stores a unit
 // once whatever happened.
 var ErrOutcomeUnknown = writer.ErrOutcomeUnknown
+
+// retryRead runs read, and again after a pause while it fails with a
+// transient error (store.FaultOf), until ctx ends: then the error matches
+// ErrStoreUnavailable and ctx's error, and says since when the store has
+// been failing and its last error.
+func (c *Cue) retryRead(ctx context.Context, read func() error) error {
+	var since time.Time
+	pause := 50 * time.Millisecond
+	for {
+		err := read()
+		if err == nil || ctx.Err() != nil || store.FaultOf(c.st, err) == store.Fatal || c.checkOpen() != nil {
+			if err != nil && ctx.Err() != nil && !since.IsZero() {
+				return &writer.UnavailableError{Since: since, Last: err, Cause: context.Cause(ctx)}
+			}
+			return err
+		}
+		if since.IsZero() {
+			since = c.clock.Now()
+		}
+		t := c.clock.NewTimer(pause)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return &writer.UnavailableError{Since: since, Last: err, Cause: context.Cause(ctx)}
+		case <-t.C():
+		}
+		pause = min(2*pause, 2*time.Second)
+	}
+}

@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	if mode := os.Getenv(childEnv); mode != "" {
 		os.Exit(runChild(mode))
 	}
+	if path := os.Getenv(lockHolderEnv); path != "" {
+		os.Exit(holdLock(path))
+	}
 	hoststest.Child(openHostsDB)
 	goleak.VerifyTestMain(m)
 }

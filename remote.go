@@ -305,9 +305,18 @@ func (rr *remoteRunner) run() {
 	tick := time.NewTicker(rr.c.cfg.PollInterval)
 	defer tick.Stop()
 	full := true
+	var failing time.Time // when the reads began to fail (logged once an outage)
 	for {
-		if err := rr.read(ctx, full); err != nil && ctx.Err() == nil {
-			rr.c.log.Warn("runcue: read the executors", "error", err)
+		rctx, cancelRead := context.WithTimeout(ctx, readTimeout(rr.c.st))
+		err := rr.read(rctx, full)
+		cancelRead()
+		switch {
+		case err != nil && ctx.Err() == nil && failing.IsZero():
+			failing = time.Now()
+			rr.c.log.Warn("runcue: read the executors: retrying at every poll", "error", err)
+		case err == nil && !failing.IsZero():
+			rr.c.log.Info("runcue: read the executors: the store answers again", "failed_for", time.Since(failing).Round(time.Millisecond))
+			failing = time.Time{}
 		}
 		select {
 		case <-rr.e.Done():
@@ -323,6 +332,15 @@ func (rr *remoteRunner) run() {
 			time.Sleep(coalesce)
 		}
 	}
+}
+
+// readTimeout bounds a read of the owner's loops: the store's
+// transactions' bound (store.TxTimeouter), else a minute.
+func readTimeout(st store.Store) time.Duration {
+	if t, ok := st.(store.TxTimeouter); ok && t.TxTimeout() > 0 {
+		return t.TxTimeout()
+	}
+	return time.Minute
 }
 
 // coalesce is how long a read waits after a notification, so that the
@@ -543,6 +561,9 @@ func endingOf(b []byte, at time.Time) engine.Ending {
 	var r remoteEnding
 	if err := json.Unmarshal(b, &r); err != nil {
 		return engine.Ending{Err: Permanent(errors.New("runcue: an executor's report could not be read: " + err.Error())), At: at}
+	}
+	for name, n := range r.Used { // an executor of another version may not bound them
+		r.Used[name] = boundUsed(n)
 	}
 	e := engine.Ending{Result: r.Result, NotStarted: r.NotStarted, Used: r.Used, Permanent: r.Permanent, Overload: r.Overload, At: at}
 	if r.Error != "" {

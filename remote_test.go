@@ -166,8 +166,10 @@ func TestExecutorNoRoom(t *testing.T) {
 // reach the service twice under one run's count.
 func TestExecutorRestartReportsFound(t *testing.T) {
 	st, own := claimedUnit(t)
+	// The earlier process of the name died: its heartbeat is stale (a TTL
+	// of a millisecond), so the new process may take the name.
 	applyAll(t, st,
-		&store.RegisterExecutor{Executor: store.ExecutorRecord{ID: "ex", Tasks: []string{"call"}, Capacity: 4, Poll: 10 * time.Millisecond, TTL: time.Hour}},
+		&store.RegisterExecutor{Executor: store.ExecutorRecord{ID: "ex", Tasks: []string{"call"}, Capacity: 4, Poll: 10 * time.Millisecond, TTL: time.Millisecond}},
 		&store.Assign{Epoch: own.Epoch(), ID: "u1", Owner: "sched", Run: 1, Executor: "ex", StartBy: time.Now().Add(time.Hour), Timeout: time.Minute})
 	var ran atomic.Int32
 	x, err := runcue.NewExecutor(st, runcue.ExecutorConfig{ID: "ex", PollInterval: 10 * time.Millisecond, Logger: quietLogger},

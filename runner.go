@@ -60,7 +60,7 @@ func (l *localRun) use(amounts Costs) {
 		if l.used == nil {
 			l.used = make(map[string]int64, len(amounts))
 		}
-		l.used[name] = max(n, 0)
+		l.used[name] = boundUsed(n)
 	}
 }
 

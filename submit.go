@@ -164,7 +164,7 @@ type insertOutcome struct {
 // insert runs one Insert through the writer and tells the dispatcher.
 func (c *Cue) insert(ctx context.Context, op *store.Insert) (insertOutcome, error) {
 	ch := make(chan insertOutcome, 1)
-	err := c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+	req := &writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
 		if err == nil && res[0].Err == nil {
 			c.inserted(op.Units, res[0])
 		}
@@ -173,8 +173,8 @@ func (c *Cue) insert(ctx context.Context, op *store.Insert) (insertOutcome, erro
 			r = res[0]
 		}
 		ch <- insertOutcome{r, err}
-	}})
-	if err != nil {
+	}}
+	if err := c.w.Submit(req); err != nil {
 		return insertOutcome{}, wrapStoreErr(err)
 	}
 	select {
@@ -184,7 +184,10 @@ func (c *Cue) insert(ctx context.Context, op *store.Insert) (insertOutcome, erro
 		}
 		return o, nil
 	case <-ctx.Done():
-		return insertOutcome{}, ctx.Err()
+		// Withdrawn if no transaction holds it (ErrStoreUnavailable during
+		// an outage, else ctx's error): nothing stored. Otherwise it may
+		// commit (ErrOutcomeUnknown).
+		return insertOutcome{}, c.w.Withdraw(req, context.Cause(ctx))
 	}
 }
 
@@ -241,7 +244,10 @@ func (c *Cue) unitFor(s Submission, now time.Time) (*store.Unit, error) {
 		t := c.tasks[s.Task]
 		c.mu.Unlock()
 		if t != nil && t.Estimate != nil {
-			costs = t.Estimate(s)
+			var err error
+			if costs, err = estimate(t.Estimate, s); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if f := c.mach.costs; f != nil {
@@ -285,4 +291,15 @@ func (c *Cue) checkTasks(ctx context.Context, subs []Submission) error {
 		}
 	}
 	return nil
+}
+
+// estimate calls a task's Estimate, reporting a panic as an error (of the
+// submission: ErrInvalid) instead of panicking through Submit.
+func estimate(f func(Submission) Costs, s Submission) (costs Costs, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			costs, err = nil, fmt.Errorf("%w: the Estimate of task %q panicked: %v", ErrInvalid, s.Task, p)
+		}
+	}()
+	return f(s), nil
 }

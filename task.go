@@ -147,9 +147,11 @@ func (w *Work) Heartbeat() {
 // the unit's estimate, per its Charge policy, in memory and in the
 // service log, in the transaction that records the run's end. A later
 // call replaces an amount an earlier one reported; an amount not reported
-// keeps its estimate. Negative amounts are taken as zero. It is safe to
-// call from any goroutine of the handler's; a call after the handler
-// returned is ignored.
+// keeps its estimate. Negative amounts are taken as zero, and amounts
+// above MaxCost as MaxCost (as a submission's costs are bounded), so that
+// no report can overflow a meter's count. It is safe to call from any
+// goroutine of the handler's; a call after the handler returned is
+// ignored.
 func (w *Work) Used(amounts Costs) {
 	if w.run != nil {
 		w.run.use(amounts)
@@ -272,3 +274,6 @@ func (t *Task) maxDeferrals() int {
 	}
 	return t.MaxDeferrals
 }
+
+// boundUsed is a reported amount as a meter counts it: from 0 to MaxCost.
+func boundUsed(n int64) int64 { return min(max(n, 0), MaxCost) }

@@ -426,7 +426,11 @@ func (c *Cue) Wait(ctx context.Context, id string) (WorkInfo, error) {
 			return WorkInfo{}, err
 		}
 		watch := c.hub.Watch(id)
-		u, err := c.st.GetUnit(ctx, id)
+		var u *store.Unit
+		err := c.retryRead(ctx, func() (err error) {
+			u, err = c.st.GetUnit(ctx, id)
+			return err
+		})
 		if err != nil {
 			return WorkInfo{}, c.readErr(err)
 		}

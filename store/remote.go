@@ -126,15 +126,25 @@ type Assignment struct {
 }
 
 // RegisterExecutor registers (or registers again) an executor, seen now
-// on the store's clock.
+// on the store's clock. It is refused (Result.Err ErrExecutorTaken) while
+// another process (another Host or PID) holds the ID with a heartbeat
+// fresher than its TTL: two live processes never share an ID.
 type RegisterExecutor struct {
 	Executor ExecutorRecord
 }
+
+// ErrExecutorTaken: a live process of another host or PID is registered
+// under the executor ID (its heartbeat is fresher than its TTL).
+var ErrExecutorTaken = errors.New("runcue: another live process is registered under this executor ID")
 
 // RemoveExecutor removes an executor's registration (it stopped); its
 // runs' leases are no longer kept alive.
 type RemoveExecutor struct {
 	ID string
+	// Host and PID, when PID is set, are the stopping process's: another
+	// process's registration of the ID is left alone.
+	Host string
+	PID  int
 }
 
 // ExecutorBeat records that executor ID is alive now (the store's clock)
@@ -143,6 +153,12 @@ type RemoveExecutor struct {
 type ExecutorBeat struct {
 	ID  string
 	TTL time.Duration
+	// Host and PID, when PID is set, are the beating process's: the beat
+	// applies only to its own registration, not to another process's of
+	// the same ID (which took the ID over once this one's heartbeat went
+	// stale).
+	Host string
+	PID  int
 }
 
 // Assign hands run Run of a running unit, leased by Owner, to Executor.

@@ -32,8 +32,9 @@ type importItem struct {
 
 func (c *cli) importCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "import FILE.jsonl",
-		Short: "Submit one unit per line of a JSON Lines file (task, id, target, params, idempotency_key, depends_on, run_at)",
+		Use:         "import FILE.jsonl",
+		Annotations: map[string]string{unbounded: "yes"},
+		Short:       "Submit one unit per line of a JSON Lines file (task, id, target, params, idempotency_key, depends_on, run_at)",
 		Long: `import submits the file's units in batches. A unit whose idempotency key
 is already held is reported as a duplicate, not an error, so an import can be
 run again. A line that cannot be submitted is reported refused, with why; the
@@ -619,9 +620,10 @@ func (c *cli) tailCmd() *cobra.Command {
 	var o runcue.SubscribeOptions
 	var types []string
 	cmd := &cobra.Command{
-		Use:   "tail",
-		Short: "Follow events as they are committed (one JSON object per line with -o json) until interrupted",
-		Args:  args(0, "no arguments"),
+		Use:         "tail",
+		Annotations: map[string]string{unbounded: "yes"},
+		Short:       "Follow events as they are committed (one JSON object per line with -o json) until interrupted",
+		Args:        args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			for _, t := range types {
 				o.Types = append(o.Types, runcue.EventType(t))
@@ -661,9 +663,10 @@ func (c *cli) tailCmd() *cobra.Command {
 func (c *cli) pruneCmd() *cobra.Command {
 	var older time.Duration
 	cmd := &cobra.Command{
-		Use:   "prune --older-than DURATION",
-		Short: "Delete finished units (and their history) finished longer ago than DURATION",
-		Args:  args(0, "no arguments"),
+		Use:         "prune --older-than DURATION",
+		Annotations: map[string]string{unbounded: "yes"},
+		Short:       "Delete finished units (and their history) finished longer ago than DURATION",
+		Args:        args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if older <= 0 {
 				return usageError{errors.New("--older-than: want a positive duration (720h)")}
@@ -683,9 +686,10 @@ func (c *cli) pruneCmd() *cobra.Command {
 
 func (c *cli) backupCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "backup FILE",
-		Short: "Write a consistent copy of the database to FILE while work goes on",
-		Args:  args(1, "one file to create"),
+		Use:         "backup FILE",
+		Annotations: map[string]string{unbounded: "yes"},
+		Short:       "Write a consistent copy of the database to FILE while work goes on",
+		Args:        args(1, "one file to create"),
 		RunE: func(cmd *cobra.Command, a []string) error {
 			return c.with(func(ctx context.Context, q *runcue.Cue) error {
 				if err := q.Backup(ctx, a[0]); err != nil {
@@ -700,9 +704,10 @@ func (c *cli) backupCmd() *cobra.Command {
 func (c *cli) runCmd() *cobra.Command {
 	var drain bool
 	cmd := &cobra.Command{
-		Use:   "run [--drain]",
-		Short: "Own the database and run its work with this program's handlers, until interrupted (or, with --drain, done)",
-		Args:  args(0, "no arguments"),
+		Use:         "run [--drain]",
+		Annotations: map[string]string{unbounded: "yes"},
+		Short:       "Own the database and run its work with this program's handlers, until interrupted (or, with --drain, done)",
+		Args:        args(0, "no arguments"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return c.with(func(ctx context.Context, q *runcue.Cue) error {
 				before, err := q.Stats(ctx)

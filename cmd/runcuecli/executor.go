@@ -22,8 +22,9 @@ import (
 func (c *cli) executorCmd() *cobra.Command {
 	var cfg runcue.ExecutorConfig
 	cmd := &cobra.Command{
-		Use:   "executor [--capacity N] [--poll DURATION] [--id NAME]",
-		Short: "Run this program's handlers of remote tasks for the database's owner, until interrupted",
+		Use:         "executor [--capacity N] [--poll DURATION] [--id NAME]",
+		Annotations: map[string]string{unbounded: "yes"},
+		Short:       "Run this program's handlers of remote tasks for the database's owner, until interrupted",
 		Long: `Run this program's handlers of the database owner's remote tasks
 (runcue.Task.Remote), on this host: the executor registers its tasks and
 capacity, starts the runs the owner assigns it (each by its start
@@ -61,7 +62,11 @@ and leaves. --poll must be at most a quarter of the owner's MaxStartDelay
 // openStore opens db's store: a SQLite file (which must exist), or a
 // PostgreSQL database by its URL.
 func openStore(db string) (store.Store, error) {
-	if isPostgresURL(db) {
+	kind, db, err := classifyDB(db)
+	if err != nil {
+		return nil, err
+	}
+	if kind == postgresDB {
 		return postgres.Open(context.Background(), db, postgres.Options{})
 	}
 	if _, err := os.Stat(db); err != nil {

@@ -64,7 +64,11 @@ func Main(o Options, args []string) int {
 	if stderr == nil {
 		stderr = os.Stderr
 	}
-	fmt.Fprintln(terminalSafe{stderr}, cmd.Name()+":", err)
+	msg := err.Error()
+	for _, db := range []string{cliDB(cmd), os.Getenv("RUNCUE_DB")} {
+		msg = redactIn(msg, db) // a connection string's password, never printed
+	}
+	fmt.Fprintln(terminalSafe{stderr}, cmd.Name()+":", msg)
 	var ue usageError
 	if errors.As(err, &ue) || strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown flag") {
 		return 2
@@ -79,20 +83,22 @@ type cli struct {
 	db       string
 	output   string
 	out      io.Writer
+	// timeout bounds a command that is bounded (see unbounded).
+	timeout time.Duration
+	bounded bool
 	// closeStore closes the store openDefault opened beside its Cue (a
 	// PostgreSQL store: the Cue does not own it).
 	closeStore func()
 }
 
-// isPostgresURL reports whether db names a PostgreSQL database.
-func isPostgresURL(db string) bool {
-	return strings.HasPrefix(db, "postgres://") || strings.HasPrefix(db, "postgresql://")
-}
-
 // openDefault opens db with a default Config: a SQLite file, or a
 // PostgreSQL database by its URL.
 func (c *cli) openDefault(db string) (*runcue.Cue, error) {
-	if !isPostgresURL(db) {
+	kind, db, err := classifyDB(db)
+	if err != nil {
+		return nil, err
+	}
+	if kind == sqliteFile {
 		return runcue.Open(db, runcue.Config{})
 	}
 	st, err := postgres.Open(context.Background(), db, postgres.Options{})
@@ -140,6 +146,7 @@ argument, no --db).`,
 			if c.output != "table" && c.output != "json" {
 				return usageError{fmt.Errorf("--output %q: want table or json", c.output)}
 			}
+			c.bounded = cmd.Annotations[unbounded] == ""
 			return nil
 		},
 	}
@@ -148,6 +155,8 @@ argument, no --db).`,
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	root.PersistentFlags().StringVar(&c.db, "db", os.Getenv("RUNCUE_DB"), "the database: a file, or a postgres:// URL (default $RUNCUE_DB)")
 	root.PersistentFlags().StringVarP(&c.output, "output", "o", "table", "output format: table or json")
+	root.PersistentFlags().DurationVar(&c.timeout, "timeout", 30*time.Second,
+		"how long a command waits for an unavailable database (retrying) before it fails; 0 waits as long as it takes (tail, serve, run, executor, import, prune and backup are not bounded)")
 	root.AddCommand(c.statsCmd(), c.listCmd(), c.showCmd(), c.explainCmd(), c.enqueueCmd(), c.importCmd(),
 		c.retryCmd(), c.cancelCmd(), c.serviceCmd(), c.taskCmd(), c.pauseCmd(true), c.pauseCmd(false),
 		c.tailCmd(), c.pruneCmd(), c.backupCmd(), c.serveCmd(), c.versionCmd())
@@ -176,9 +185,12 @@ func (c *cli) with(f func(ctx context.Context, q *runcue.Cue) error) error {
 	if c.db == "" {
 		return usageError{errors.New("no database: pass --db or set RUNCUE_DB")}
 	}
+	if _, _, err := classifyDB(c.db); err != nil && !c.embedded {
+		return err
+	}
 	if _, err := os.Stat(c.db); err != nil && !c.embedded && !isPostgresURL(c.db) {
 		// A mistyped path must not create an empty database.
-		return fmt.Errorf("database %s: %w", c.db, err)
+		return fmt.Errorf("database %s: %w", redactDSN(c.db), err)
 	}
 	q, err := c.o.Open(c.db)
 	if err != nil {
@@ -193,6 +205,11 @@ func (c *cli) with(f func(ctx context.Context, q *runcue.Cue) error) error {
 	}()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if c.bounded && c.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, c.timeout)
+		defer cancel()
+	}
 	return f(ctx, q)
 }
 
@@ -558,4 +575,16 @@ func (c *cli) versionCmd() *cobra.Command {
 			return c.emit(v, func(w *tabwriter.Writer) { fmt.Fprintf(w, "runcue %s\n", v.Version) })
 		},
 	}
+}
+
+// unbounded is the annotation of the commands --timeout does not bound:
+// they run until stopped, or for as long as their data takes.
+const unbounded = "unbounded"
+
+// cliDB is the --db flag's value of the command tree cmd ran in.
+func cliDB(cmd *cobra.Command) string {
+	if f := cmd.PersistentFlags().Lookup("db"); f != nil {
+		return f.Value.String()
+	}
+	return ""
 }

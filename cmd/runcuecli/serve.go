@@ -25,8 +25,9 @@ func (c *cli) serveCmd() *cobra.Command {
 	var readOnly bool
 	var trusted, ancestors []string
 	cmd := &cobra.Command{
-		Use:   "serve [--addr 127.0.0.1:8080]",
-		Short: "Serve the live dashboard of the database over HTTP until interrupted (the owner may run in another process)",
+		Use:         "serve [--addr 127.0.0.1:8080]",
+		Annotations: map[string]string{unbounded: "yes"},
+		Short:       "Serve the live dashboard of the database over HTTP until interrupted (the owner may run in another process)",
 		Long: `Serve the live dashboard of the database over HTTP until interrupted:
 overview, services, work, each unit, and a live tail of events. It reads and
 acts on the database whether or not its owner runs in this process; actions

@@ -85,6 +85,9 @@ type Engine struct {
 	// unwritten: see noteUnwritten (dispatcher goroutine; read by
 	// EndedRuns once done is closed).
 	unwritten []store.RunRef
+	// finPending holds the local runs whose Finish the writer has not
+	// answered yet (dispatcher goroutine).
+	finPending map[*run]struct{}
 
 	timeline      // timers.go: the scheduling clock and the timer heap
 	taskTable     // tasks.go: registered tasks and service limits
@@ -143,6 +146,7 @@ func New(cfg Config, deps Deps, owner string, own store.Ownership, stored []stor
 		depGraph:    depGraph{dependents: make(map[string][]*unit), finishing: make(map[string]struct{})},
 		statusBoard: statusBoard{dirty: make(map[*resource]struct{})},
 		auxStop:     make(chan struct{}),
+		finPending:  make(map[*run]struct{}),
 		rnd:         newRand(cfg.Rand),
 	}
 	d.resourceTable = newResourceTable(&d.env, &d.timeline, &d.statusBoard, &d.taskTable, d.submit, stored)
@@ -247,6 +251,7 @@ func (d *Engine) exit() {
 		// retrying others' writes through an outage).
 		_ = d.w.Sync(context.Background())
 	}
+	d.unwrittenAtExit()
 	if d.abandon {
 		d.unwritten = nil // a handler may still run
 	}

@@ -97,12 +97,30 @@ func (d *Engine) storeFailed(err error) {
 // ownership, the unit stays running in the store under this epoch, and the
 // process's next engine requeues it at once (EndedRuns).
 func (d *Engine) noteUnwritten(r *run) {
-	if d.failed == nil {
-		return
-	}
-	if _, local := r.lane.task.spec.Runner.(InProcess); !local && r.lane.keyErr == nil {
+	if d.failed == nil || !d.localRun(r) {
 		return // an executor's run: its executor, not this process, knows
 	}
 	fin := &r.mem.fin
 	d.unwritten = append(d.unwritten, store.RunRef{ID: fin.ID, Run: fin.Run, Epoch: fin.Epoch})
+}
+
+// localRun reports whether r's handler runs in this process.
+func (d *Engine) localRun(r *run) bool {
+	_, local := r.lane.task.spec.Runner.(InProcess)
+	return local || r.lane.keyErr != nil
+}
+
+// unwrittenAtExit adds to the runs noteUnwritten records those whose
+// Finish is still pending as an engine that lost ownership (or whose store
+// failed) exits: their handlers are over, and the Finish is fenced (or
+// commits, and then the unit is no longer running on that run, which
+// recovery checks).
+func (d *Engine) unwrittenAtExit() {
+	if d.failed == nil {
+		return
+	}
+	for r := range d.finPending {
+		d.noteUnwritten(r)
+	}
+	clear(d.finPending)
 }

@@ -330,6 +330,7 @@ func (d *Engine) runWritten(m msgRunWritten) {
 		}
 	default:
 		d.uncommitted--
+		delete(d.finPending, r)
 		if !m.applied {
 			d.noteUnwritten(r)
 		}
@@ -565,6 +566,9 @@ func (d *Engine) conclude(r *run, e ending) {
 	fin := &r.mem.fin
 	fin.Epoch = d.epoch
 	d.record(r, fin, recorded, e.at)
+	if d.localRun(r) {
+		d.finPending[r] = struct{}{}
+	}
 	if err := d.write(r, fin); err != nil && d.failed == nil {
 		d.failed = err
 	}

@@ -30,6 +30,9 @@ const (
 	envSkew  = "RUNCUE_HOSTS_SKEW"  // an executor's clock offset, in ns
 	envHold  = "RUNCUE_HOSTS_HOLD"  // how long a first run waits at the service
 	envCap   = "RUNCUE_HOSTS_CAP"   // a benchmark executor's capacity
+	// envDefaults makes schedulers keep runcue's default Timeout and
+	// LeaseBuffer.
+	envDefaults = "RUNCUE_HOSTS_DEFAULTS"
 )
 
 // The limits every process registers.
@@ -69,8 +72,15 @@ func Child(open Opener) {
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	switch mode {
 	case "scheduler":
-		c, err := runcue.New(st, runcue.Config{Standby: true, PollInterval: 20 * time.Millisecond, DefaultTimeout: 3 * time.Second,
-			LeaseBuffer: 500 * time.Millisecond, Logger: log})
+		cfg := runcue.Config{Standby: true, PollInterval: 20 * time.Millisecond, DefaultTimeout: 3 * time.Second,
+			LeaseBuffer: 500 * time.Millisecond, Logger: log}
+		if os.Getenv(envDefaults) != "" {
+			// The default Timeout and LeaseBuffer (30 min + 60 s): a run
+			// an outage cuts is requeued by what the process saw, not by
+			// its lease.
+			cfg.DefaultTimeout, cfg.LeaseBuffer = 0, 0
+		}
+		c, err := runcue.New(st, cfg)
 		if err == nil {
 			err = Register(c)
 		}
@@ -146,7 +156,12 @@ func call(ctx context.Context, mock string, skew time.Duration, w *runcue.Work) 
 	if hold, _ := time.ParseDuration(os.Getenv(envHold)); hold > 0 && w.Attempt == 1 {
 		time.Sleep(hold) // the service takes its time; the executor may be frozen meanwhile
 	}
-	if err := post(ctx, mock+"/end"+q); err != nil {
+	// The service hears of the end also of a call cancelled meanwhile (its
+	// connection closes): the cap it counts is of calls in progress.
+	if err := post(context.WithoutCancel(ctx), mock+"/end"+q); err != nil {
+		return nil, err
+	}
+	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
 	w.Used(runcue.Costs{"tokens": TokenUse(w.ID)})

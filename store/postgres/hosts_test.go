@@ -15,9 +15,13 @@ import (
 )
 
 // openHosts opens the schema of TestExecutorsOnPostgres (in its child
-// processes too), with a lease of 1 s.
+// processes too), with a lease of 1 s, or RUNCUE_HOSTS_TTL.
 func openHosts(ctx context.Context) (store.Store, error) {
-	return postgres.Open(ctx, os.Getenv("RUNCUE_HOSTS_PG"), postgres.Options{LeaseTTL: time.Second})
+	ttl := time.Second
+	if v, err := time.ParseDuration(os.Getenv("RUNCUE_HOSTS_TTL")); err == nil {
+		ttl = v
+	}
+	return postgres.Open(ctx, os.Getenv("RUNCUE_HOSTS_PG"), postgres.Options{LeaseTTL: ttl})
 }
 
 // TestExecutorsOnPostgres: the executors' protocol on PostgreSQL: a

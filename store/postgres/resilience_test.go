@@ -4,8 +4,12 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -13,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/internal/hoststest"
 	"github.com/runcue/runcue/store"
 	"github.com/runcue/runcue/store/postgres"
 )
@@ -69,4 +74,210 @@ func TestCommitCutResolved(t *testing.T) {
 	}
 	assert.Equal(t, 1, count[store.TypeWorkQueued], "work_queued once: %v", count)
 	assert.Equal(t, 1, count[store.TypeQueueChanged], "queue_changed once: %v", count)
+}
+
+// TestOwnerRidesThroughRestart: an owner in this process, its store
+// through a proxy to a private server, runs 600 units of a rate-limited
+// service; the server is restarted with pg_ctl restart -m immediate while
+// they run. The owner keeps (or takes back) ownership by itself, every
+// unit completes once, and the Cue reports the outage and its end.
+func TestOwnerRidesThroughRestart(t *testing.T) {
+	ctx := context.Background()
+	cl := privateCluster(t)
+	cl.createSchema("rq")
+	p := startProxy(t, cl.addr())
+	st, err := postgres.Open(ctx, cl.url(p.addr(), "rq"), postgres.Options{LeaseTTL: 2 * time.Second})
+	require.NoError(t, err)
+	defer st.Close()
+	c, err := runcue.New(st, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	defer c.Close()
+	evCtx, cancelEvents := context.WithCancel(ctx)
+	defer cancelEvents()
+	var mu sync.Mutex
+	seen := map[runcue.EventType]bool{}
+	go func() {
+		for ev := range c.Events(evCtx) {
+			mu.Lock()
+			seen[ev.Type] = true
+			mu.Unlock()
+		}
+	}()
+	runs := map[string]int{}
+	require.NoError(t, c.Service("api", runcue.Service{MaxConcurrent: 20, RateLimit: 200, RateWindow: 500 * time.Millisecond}))
+	require.NoError(t, c.Task("t", runcue.Task{Services: []string{"api"}, Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+		mu.Lock()
+		runs[w.ID]++
+		mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+		return nil, nil
+	}}))
+	const n = 1200
+	var subs []runcue.Submission
+	for i := range n {
+		subs = append(subs, runcue.Submission{Task: "t", ID: fmt.Sprintf("u%03d", i)})
+	}
+	_, err = c.SubmitBatch(ctx, subs)
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	ran := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(runs)
+	}
+	resumed := func(what string, back time.Time) {
+		before := ran()
+		waitFor(t, "dispatch to resume after "+what, func() bool { return ran() > before+10 })
+		t.Logf("%s: dispatch resumed %v after the server answered again (%s)", what, time.Since(back).Round(time.Millisecond), c.Status().Role)
+	}
+	waitFor(t, "a sixth of the units to run", func() bool { return ran() >= n/6 })
+	cl.restart()
+	resumed("restart -m immediate", time.Now())
+	waitFor(t, "a third of the units to run", func() bool { return ran() >= n/3 })
+	cl.stop()
+	time.Sleep(5 * time.Second) // past the 2 s lease
+	cl.start()
+	resumed("stopped 5 s", time.Now())
+	waitFor(t, "half of the units to run", func() bool { return ran() >= n/2 })
+	p.blackhole(true)
+	time.Sleep(3 * time.Second)
+	p.blackhole(false)
+	resumed("blackholed 3 s", time.Now())
+	drainCtx, stop := context.WithTimeout(ctx, 2*time.Minute)
+	defer stop()
+	require.NoError(t, c.Drain(drainCtx))
+	stats, err := c.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, n, stats.States[runcue.StateCompleted], "every unit completed")
+	mu.Lock()
+	again := 0
+	for _, k := range runs {
+		again += k - 1
+	}
+	mu.Unlock()
+	t.Logf("%d handler runs repeated (runs the restart cut)", again)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.True(t, seen[runcue.EventStoreUnavailable], "the outage was announced")
+	assert.True(t, seen[runcue.EventStoreRecovered], "its end was announced")
+	assert.Equal(t, runcue.RoleOwner, c.Status().Role)
+}
+
+// testLogger logs at Info to the test's log with -v and
+// RUNCUE_TEST_LOG set; otherwise nowhere.
+func testLogger(t *testing.T) *slog.Logger {
+	if os.Getenv("RUNCUE_TEST_LOG") == "" {
+		return slog.New(slog.DiscardHandler)
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+// TestRetakeRequeuesEndedRuns: an owner whose server stops for longer
+// than its lease loses ownership and cancels its handlers; when the server
+// is back it takes ownership again and requeues at once the runs it saw
+// end, instead of holding them for their leases (the default Timeout's 30
+// minutes plus LeaseBuffer): every unit completes within the test's
+// deadline, each run cut once.
+func TestRetakeRequeuesEndedRuns(t *testing.T) {
+	ctx := context.Background()
+	cl := privateCluster(t)
+	cl.createSchema("rq")
+	st, err := postgres.Open(ctx, cl.url(cl.addr(), "rq"), postgres.Options{LeaseTTL: 2 * time.Second})
+	require.NoError(t, err)
+	defer st.Close()
+	c, err := runcue.New(st, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	defer c.Close()
+	var mu sync.Mutex
+	runs := map[string]int{}
+	require.NoError(t, c.Task("t", runcue.Task{Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+		mu.Lock()
+		runs[w.ID]++
+		first := runs[w.ID] == 1
+		mu.Unlock()
+		if first {
+			<-ctx.Done() // cut by the loss of ownership
+			return nil, ctx.Err()
+		}
+		return nil, nil
+	}}))
+	const n = 5
+	for i := range n {
+		_, err := c.Submit(ctx, runcue.Submission{Task: "t", ID: fmt.Sprint("u", i)})
+		require.NoError(t, err)
+	}
+	require.NoError(t, c.Start(ctx))
+	waitFor(t, "every unit running", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(runs) == n
+	})
+	cl.stop()
+	waitFor(t, "ownership lost", func() bool { return c.Status().Role == runcue.RoleWaiting })
+	time.Sleep(time.Second)
+	cl.start()
+	drainCtx, stop := context.WithTimeout(ctx, time.Minute)
+	defer stop()
+	require.NoError(t, c.Drain(drainCtx), "the cut runs were requeued at once, not held for their leases")
+	stats, err := c.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, n, stats.States[runcue.StateCompleted])
+	mu.Lock()
+	defer mu.Unlock()
+	for id, k := range runs {
+		assert.Equal(t, 2, k, "%s: cut once, run again once", id)
+	}
+}
+
+// TestFaults: a scheduler, a standby and two executors (and a third
+// executor started under the first one's ID) in processes of their own,
+// their connections through a proxy to a private server, run units of a
+// service counted at arrival (a seeded 0-5 ms wire) under a rate window, a
+// token meter and caps, with dependencies and the default Timeout, while
+// the database fails: a blackhole shorter than LeaseTTL/4, pg_ctl restart
+// -m immediate twice, the server stopped for 20 s, every connection
+// dropped, and a blackhole longer than LeaseTTL. No process exits; see
+// hoststest.RunFaults for what is checked.
+func TestFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SKIP: -short: the fault test runs for about a minute")
+	}
+	const ttl = 2 * time.Second
+	cl := privateCluster(t)
+	cl.createSchema("faults")
+	p := startProxy(t, cl.addr())
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("RUNCUE_FAULTS_SEED"); v != "" {
+		var err error
+		seed, err = strconv.ParseUint(v, 10, 64)
+		require.NoError(t, err)
+	}
+	t.Logf("seed %d (set RUNCUE_FAULTS_SEED=%d to repeat)", seed, seed)
+	direct := cl.url(cl.addr(), "faults")
+	open := func(ctx context.Context) (store.Store, error) {
+		return postgres.Open(ctx, direct, postgres.Options{LeaseTTL: ttl})
+	}
+	hoststest.RunFaults(t, open, hoststest.FaultOptions{
+		Env:   []string{"RUNCUE_HOSTS_PG=" + cl.url(p.addr(), "faults"), "RUNCUE_HOSTS_TTL=" + ttl.String()},
+		Units: 900, Seed: seed, LeaseTTL: ttl, DuplicateID: true,
+		Faults: []hoststest.Fault{
+			{Name: "a blackhole of 300 ms", After: 0.05, Short: true, Do: func(*testing.T) {
+				p.blackhole(true)
+				time.Sleep(300 * time.Millisecond)
+				p.blackhole(false)
+			}},
+			{Name: "restart -m immediate", After: 0.15, Do: func(*testing.T) { cl.restart() }},
+			{Name: "a second restart -m immediate", After: 0.25, Do: func(*testing.T) { cl.restart() }},
+			{Name: "the server stopped for 20 s", After: 0.35, Do: func(*testing.T) {
+				cl.stop()
+				time.Sleep(20 * time.Second)
+				cl.start()
+			}},
+			{Name: "every connection dropped", After: 0.5, Do: func(*testing.T) { p.drop() }},
+			{Name: "a blackhole of 3 s", After: 0.65, Do: func(*testing.T) {
+				p.blackhole(true)
+				time.Sleep(3 * time.Second)
+				p.blackhole(false)
+			}},
+		}})
 }

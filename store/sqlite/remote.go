@@ -25,17 +25,28 @@ func (t *txn) applyRemote(op store.Op, r *store.Result) (ok bool, err error) {
 		if err != nil {
 			return true, err
 		}
-		_, err = t.exec(`INSERT INTO executors(id, host, pid, tasks, capacity, poll_ns, ttl_ns, registered_at, seen_at) VALUES(?,?,?,?,?,?,?,?,?)
+		r.Applied, err = t.changed(`INSERT INTO executors(id, host, pid, tasks, capacity, poll_ns, ttl_ns, registered_at, seen_at) VALUES(?,?,?,?,?,?,?,?,?)
 			ON CONFLICT(id) DO UPDATE SET host=excluded.host, pid=excluded.pid, tasks=excluded.tasks, capacity=excluded.capacity,
-				poll_ns=excluded.poll_ns, ttl_ns=excluded.ttl_ns, registered_at=excluded.registered_at, seen_at=excluded.seen_at`,
+				poll_ns=excluded.poll_ns, ttl_ns=excluded.ttl_ns, registered_at=excluded.registered_at, seen_at=excluded.seen_at
+			WHERE executors.seen_at + executors.ttl_ns <= excluded.seen_at OR (executors.host = excluded.host AND executors.pid = excluded.pid)`,
 			e.ID, e.Host, e.PID, string(tasks), e.Capacity, int64(e.Poll), int64(e.TTL), now, now)
-		r.Applied = err == nil
+		if err == nil && !r.Applied {
+			r.Err = store.ErrExecutorTaken
+		}
 		return true, err
 	case *store.RemoveExecutor:
-		r.Applied, err = t.changed(`DELETE FROM executors WHERE id=?`, op.ID)
+		if op.PID != 0 {
+			r.Applied, err = t.changed(`DELETE FROM executors WHERE id=? AND host=? AND pid=?`, op.ID, op.Host, op.PID)
+		} else {
+			r.Applied, err = t.changed(`DELETE FROM executors WHERE id=?`, op.ID)
+		}
 		return true, err
 	case *store.ExecutorBeat:
-		r.Applied, err = t.changed(`UPDATE executors SET seen_at=? WHERE id=?`, now, op.ID)
+		if op.PID != 0 {
+			r.Applied, err = t.changed(`UPDATE executors SET seen_at=? WHERE id=? AND host=? AND pid=?`, now, op.ID, op.Host, op.PID)
+		} else {
+			r.Applied, err = t.changed(`UPDATE executors SET seen_at=? WHERE id=?`, now, op.ID)
+		}
 		if err != nil || !r.Applied {
 			return true, err
 		}

@@ -260,3 +260,35 @@ func applied(res []store.Result) []bool {
 	}
 	return out
 }
+
+// testExecutorIDFenced: two live processes never share an executor ID. A
+// registration of the ID by another host or PID is refused
+// (ErrExecutorTaken) while the holder's heartbeat is fresher than its TTL;
+// a beat or a removal of that other process does not touch the holder's
+// registration; the holder registers again freely; once its heartbeat is
+// older than its TTL, another process takes the ID over, and the old
+// holder's beats no longer apply.
+func testExecutorIDFenced(t *testing.T, h *harness) {
+	if _, ok := h.st.(store.ExecutorStore); !ok {
+		t.Skip("the store does not implement store.ExecutorStore")
+	}
+	a := store.ExecutorRecord{ID: "dup", Host: "h1", PID: 7, Tasks: []string{"a"}, Capacity: 1, Poll: 50 * time.Millisecond, TTL: time.Minute}
+	b := a
+	b.Host, b.PID = "h2", 9
+	require.True(t, h.apply(&store.RegisterExecutor{Executor: a})[0].Applied)
+	res := h.apply(&store.RegisterExecutor{Executor: b})
+	assert.False(t, res[0].Applied, "a second live process of the ID")
+	assert.ErrorIs(t, res[0].Err, store.ErrExecutorTaken)
+	assert.False(t, h.apply(&store.ExecutorBeat{ID: "dup", TTL: time.Minute, Host: "h2", PID: 9})[0].Applied, "the other process's beat")
+	assert.False(t, h.apply(&store.RemoveExecutor{ID: "dup", Host: "h2", PID: 9})[0].Applied, "the other process's removal")
+	assert.True(t, h.apply(&store.ExecutorBeat{ID: "dup", TTL: time.Minute, Host: "h1", PID: 7})[0].Applied, "the holder's beat")
+	assert.True(t, h.apply(&store.RegisterExecutor{Executor: a})[0].Applied, "the holder registers again")
+
+	// The holder's heartbeat goes stale: a TTL of a nanosecond.
+	a.TTL = time.Nanosecond
+	require.True(t, h.apply(&store.RegisterExecutor{Executor: a})[0].Applied)
+	time.Sleep(time.Millisecond)
+	assert.True(t, h.apply(&store.RegisterExecutor{Executor: b})[0].Applied, "the ID taken over once the holder is stale")
+	assert.False(t, h.apply(&store.ExecutorBeat{ID: "dup", TTL: time.Minute, Host: "h1", PID: 7})[0].Applied, "the old holder's beat")
+	assert.True(t, h.apply(&store.RemoveExecutor{ID: "dup", Host: "h2", PID: 9})[0].Applied)
+}

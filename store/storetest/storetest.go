@@ -78,6 +78,7 @@ func Run(t *testing.T, open Opener) {
 		{"Subscriptions", testSubscriptions},
 		{"EventTargets", testEventTargets},
 		{"Executors", testExecutors},
+		{"ExecutorIDFenced", testExecutorIDFenced},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,213 @@
+package hoststest
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runcue/runcue"
+)
+
+// Fault is a fault of the database (or of the network to it) that
+// RunFaults makes while the units run.
+type Fault struct {
+	// Name describes it in the log.
+	Name string
+	// After is the share of the units completed (0 to 1) before it is
+	// made.
+	After float64
+	// Do makes the fault and returns once the database answers again.
+	Do func(t *testing.T)
+	// Short: the outage is shorter than LeaseTTL/4: it cancels no
+	// handler and repeats no run.
+	Short bool
+}
+
+// FaultOptions sizes RunFaults.
+type FaultOptions struct {
+	// Env is what a child needs to reach the database (through the
+	// faults' proxy).
+	Env []string
+	// Units is how many units run; Seed fixes them.
+	Units int
+	Seed  uint64
+	// LeaseTTL is the schedulers' lease: dispatch must resume within
+	// LeaseTTL + 5 s of the database answering after each fault.
+	LeaseTTL time.Duration
+	// Faults are made in order.
+	Faults []Fault
+	// DuplicateID starts a third executor under the first one's ID, as a
+	// second host deployed with one --id would be.
+	DuplicateID bool
+}
+
+// RunFaults runs a scheduler and a standby, two executors (and a
+// duplicate of the first, with DuplicateID), each in a process of its
+// own, all keeping runcue's default Timeout, while the faults happen; open
+// is the test's own view of the database (not through the faults), for
+// submitting and checking. It checks what Run checks (no window, meter or
+// cap exceeded at arrival, each unit completed once, dependencies
+// respected), that no run number arrived twice at the service, that no
+// process exited, that dispatch resumed within LeaseTTL + 5 s of the
+// database answering after each fault, and that a Short fault repeated no
+// run; it logs the repeated runs (those the faults cut).
+func RunFaults(t *testing.T, open Opener, o FaultOptions) {
+	ctx := context.Background()
+	t.Logf("seed %d", o.Seed)
+	rnd := rand.New(rand.NewPCG(o.Seed, 3))
+	st, err := open(ctx)
+	require.NoError(t, err)
+	defer st.Close()
+	c, err := runcue.New(st, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, Register(c))
+	deps := map[string][]string{}
+	var subs []runcue.Submission
+	for i := range o.Units {
+		id := fmt.Sprintf("u%04d", i)
+		s := runcue.Submission{Task: "call", ID: id, Target: strconv.Itoa(rnd.IntN(Keys)), Cost: runcue.Costs{"tokens": TokenCost(id)}}
+		if i > 0 && rnd.IntN(3) == 0 {
+			s.DependsOn = []string{fmt.Sprintf("u%04d", rnd.IntN(i))}
+		}
+		deps[id] = s.DependsOn
+		subs = append(subs, s)
+	}
+	rnd.Shuffle(len(subs), func(i, j int) { subs[i], subs[j] = subs[j], subs[i] })
+	_, err = c.SubmitBatch(ctx, subs)
+	require.NoError(t, err)
+
+	m := newMock()
+	srv := httptest.NewServer(m)
+	defer srv.Close()
+	env := append(slices.Clone(o.Env), envMock+"="+srv.URL, envDefaults+"=1")
+	var children []*exec.Cmd
+	children = append(children, startChild(t, env, "scheduler"), startChild(t, env, "scheduler"))
+	for i := range 2 {
+		children = append(children, startChild(t, env, "executor", envID+"=ex-"+strconv.Itoa(i)))
+	}
+	if o.DuplicateID {
+		children = append(children, startChild(t, env, "executor", envID+"=ex-0"))
+	}
+
+	completed := func() int {
+		s, err := c.Stats(ctx)
+		if err != nil {
+			return -1 // the test's own view waits too
+		}
+		return s.States[runcue.StateCompleted]
+	}
+	deadline := time.Now().Add(5 * time.Minute)
+	waitUntil := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			require.True(t, time.Now().Before(deadline), "timed out waiting for %s", what)
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	var resumes []string
+	for _, f := range o.Faults {
+		waitUntil(fmt.Sprintf("%.0f%% of the units completed before %s", 100*f.After, f.Name), func() bool {
+			return float64(completed()) >= f.After*float64(o.Units)
+		})
+		repeatsBefore := m.repeats()
+		began := time.Now()
+		f.Do(t)
+		back := time.Now()
+		waitUntil("dispatch to resume after "+f.Name, func() bool { return m.arrivedAfter(back) })
+		resumed := m.firstAfter(back).Sub(back)
+		resumes = append(resumes, fmt.Sprintf("%s: %v (outage %v)", f.Name, resumed.Round(time.Millisecond), back.Sub(began).Round(time.Millisecond)))
+		assert.LessOrEqual(t, resumed, o.LeaseTTL+5*time.Second, "dispatch resumed after %s", f.Name)
+		if f.Short {
+			time.Sleep(o.LeaseTTL) // a cut run would have run again by now
+			assert.Equal(t, repeatsBefore, m.repeats(), "a run repeated after %s, shorter than LeaseTTL/4", f.Name)
+		}
+	}
+	waitUntil("every unit completed", func() bool { return completed() == o.Units })
+	for _, cmd := range children {
+		assert.True(t, alive(cmd.Process.Pid), "process %d (%s) exited", cmd.Process.Pid, strings.Join(cmd.Env[len(cmd.Env)-2:], " "))
+	}
+	for _, cmd := range children {
+		kill(cmd)
+	}
+	m.check(t, deps, c)
+	m.mu.Lock()
+	twice := m.twice()
+	m.mu.Unlock()
+	assert.Empty(t, twice, "runs that arrived twice at the service under one run number")
+	t.Logf("%d units; %s; %d runs repeated (cut by the faults); dispatch resumed after: %s", o.Units, m.summary(), m.repeats(), strings.Join(resumes, "; "))
+}
+
+// repeats counts the arrivals of runs after a unit's first.
+func (m *mock) repeats() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	seen := map[string]bool{}
+	n := 0
+	for _, a := range m.arrivals {
+		if seen[a.id] {
+			n++
+		}
+		seen[a.id] = true
+	}
+	return n
+}
+
+// twice lists the runs (unit and run number) that arrived more than once.
+// m.mu is held.
+func (m *mock) twice() []string {
+	count := map[run]int{}
+	var out []string
+	for _, a := range m.arrivals {
+		k := run{id: a.id, attempt: a.attempt}
+		if count[k]++; count[k] == 2 {
+			out = append(out, fmt.Sprintf("%s run %d", a.id, a.attempt))
+		}
+	}
+	return out
+}
+
+// arrivedAfter reports whether a run arrived after t.
+func (m *mock) arrivedAfter(t time.Time) bool { return !m.firstAfter(t).IsZero() }
+
+// firstAfter returns the first arrival after t (zero if none).
+func (m *mock) firstAfter(t time.Time) time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var first time.Time
+	for _, a := range m.arrivals {
+		if a.at.After(t) && (first.IsZero() || a.at.Before(first)) {
+			first = a.at
+		}
+	}
+	return first
+}
+
+// alive reports whether process pid is still running (not exited): on
+// Linux from /proc (an exited child not yet reaped is a zombie there);
+// elsewhere it is assumed.
+func alive(pid int) bool {
+	if runtime.GOOS != "linux" {
+		return true
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i > 0 && i+2 < len(s) && s[i+2] != 'Z'
+}
