@@ -289,3 +289,57 @@ func TestEstimatePanics(t *testing.T) {
 	_, err = e.c.SubmitBatch(e.ctx, batchOf("t", 3))
 	require.ErrorIs(t, err, runcue.ErrInvalid)
 }
+
+// TestWriteLockHeldElsewhere: another process holds SQLite's write lock
+// for 30 s (a long transaction, a backup tool, a shell): the owner's
+// writes wait past the busy timeout and are retried (SQLITE_BUSY is
+// transient); when the lock is released, everything submitted and run
+// meanwhile is stored, each unit completed once.
+func TestWriteLockHeldElsewhere(t *testing.T) {
+	if testing.Short() {
+		t.Skip("SKIP: -short: the lock is held for 30 s")
+	}
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "runcue.db")
+	st, err := sqlite.Open(path, sqlite.Options{BusyTimeout: time.Second})
+	require.NoError(t, err)
+	defer st.Close()
+	c, err := runcue.New(st, runcue.Config{Clock: clock.Real(), Logger: quietLogger})
+	require.NoError(t, err)
+	defer c.Close()
+	var mu sync.Mutex
+	runs := map[string]int{}
+	require.NoError(t, c.Task("t", runcue.Task{Handler: func(_ context.Context, w *runcue.Work) (any, error) {
+		mu.Lock()
+		runs[w.ID]++
+		mu.Unlock()
+		return nil, nil
+	}}))
+	ctx := t.Context()
+	_, err = c.SubmitBatch(ctx, batchOf("t", 20))
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	require.NoError(t, c.Drain(ctx))
+	_, release := holdWriteLock(t, path)
+	submitted := make(chan error, 1)
+	go func() {
+		_, err := c.SubmitBatch(ctx, batchOf("t", 20)) // waits for the lock
+		submitted <- err
+	}()
+	require.Eventually(t, func() bool { return !c.Status().StoreUnavailableSince.IsZero() }, wait, 10*time.Millisecond,
+		"the owner's writes wait for the lock")
+	time.Sleep(30 * time.Second)
+	assert.Equal(t, runcue.RoleOwner, c.Status().Role, "still the owner")
+	release()
+	require.NoError(t, <-submitted)
+	require.NoError(t, c.Drain(ctx))
+	stats, err := c.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 40, stats.States[runcue.StateCompleted])
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Len(t, runs, 40)
+	for id, n := range runs {
+		assert.Equal(t, 1, n, "%s ran once", id)
+	}
+}

@@ -268,17 +268,60 @@ func (d *dash) pulse(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	t := time.NewTicker(d.o.Heartbeat)
 	defer t.Stop()
-	fmt.Fprintf(w, "retry: %d\nevent: heartbeat\ndata: %d\n\n", d.o.Heartbeat.Milliseconds(), d.o.Heartbeat.Milliseconds())
+	var h health
+	fmt.Fprintf(w, "retry: %d\nevent: heartbeat\ndata: %s\n\n", d.o.Heartbeat.Milliseconds(), h.check(r.Context(), d.c, d.o.Heartbeat))
 	fl.Flush()
 	for {
 		select {
 		case <-r.Context().Done():
 			return
 		case <-t.C:
-			if _, err := fmt.Fprintf(w, "event: heartbeat\ndata: %d\n\n", d.o.Heartbeat.Milliseconds()); err != nil {
+			if _, err := fmt.Fprintf(w, "event: heartbeat\ndata: %s\n\n", h.check(r.Context(), d.c, d.o.Heartbeat)); err != nil {
 				return
 			}
 			fl.Flush()
 		}
 	}
+}
+
+// health is what a pulse stream says of the database with each heartbeat,
+// for the page's banner: whether it answers, since when it does not, and
+// what this process's Cue is doing.
+type health struct {
+	failing time.Time // when reads began to fail (zero: they answer)
+}
+
+// beat is a heartbeat's data.
+type beat struct {
+	Role      runcue.Role `json:"role"`
+	Ok        bool        `json:"ok"`
+	Since     time.Time   `json:"since,omitzero"`
+	Error     string      `json:"error,omitempty"`
+	Heartbeat int64       `json:"heartbeat_ms"`
+}
+
+// check reads the database's end (a cheap read, bounded by a heartbeat)
+// and the Cue's status, and returns the heartbeat's JSON: not ok while
+// the read fails or the Cue's own writes do.
+func (h *health) check(ctx context.Context, c *runcue.Cue, hb time.Duration) []byte {
+	st := c.Status()
+	b := beat{Role: st.Role, Ok: true, Heartbeat: hb.Milliseconds()}
+	rctx, cancel := context.WithTimeout(ctx, hb)
+	_, err := c.LastSeq(rctx)
+	cancel()
+	switch {
+	case err != nil && ctx.Err() == nil:
+		if h.failing.IsZero() {
+			h.failing = time.Now()
+		}
+		b.Ok, b.Since, b.Error = false, h.failing, err.Error()
+	case !st.StoreUnavailableSince.IsZero():
+		b.Ok, b.Since, b.Error = false, st.StoreUnavailableSince, st.LastError
+	case st.Role == runcue.RoleFailed:
+		b.Ok, b.Since, b.Error = false, st.Since, st.LastError
+	default:
+		h.failing = time.Time{}
+	}
+	out, _ := json.Marshal(b)
+	return out
 }

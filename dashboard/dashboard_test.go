@@ -24,6 +24,8 @@ import (
 
 	"github.com/runcue/runcue"
 	"github.com/runcue/runcue/dashboard"
+	"github.com/runcue/runcue/internal/testutil"
+	"github.com/runcue/runcue/store/sqlite"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -403,4 +405,49 @@ func TestSecurityHeaders(t *testing.T) {
 	resp.Body.Close()
 	assert.Empty(t, resp.Header.Get("X-Frame-Options"), "X-Frame-Options cannot name another origin; the policy does")
 	assert.Contains(t, resp.Header.Get("Content-Security-Policy"), "frame-ancestors https://portal.example.com")
+}
+
+// TestPulseSaysOutage: each heartbeat says whether the database answers,
+// for the page's banner: not while its reads fail (since when, and why),
+// again once they answer.
+func TestPulseSaysOutage(t *testing.T) {
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "d.db"), sqlite.Options{})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	fs := &testutil.FaultStore{Store: st}
+	c, err := runcue.New(fs, runcue.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	srv := httptest.NewServer(dashboard.Handler(c, dashboard.Options{Heartbeat: 20 * time.Millisecond}))
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL+"/pulse", nil)
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	next := func() map[string]any {
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+				var b map[string]any
+				require.NoError(t, json.Unmarshal([]byte(data), &b), data)
+				return b
+			}
+		}
+		t.Fatal("the pulse ended")
+		return nil
+	}
+	assert.Equal(t, true, next()["ok"])
+	fs.DownReads(errors.New("connection refused (injected)"))
+	var b map[string]any
+	for b = next(); b["ok"] == true; b = next() {
+	}
+	assert.Contains(t, b["error"], "connection refused")
+	assert.NotEmpty(t, b["since"])
+	fs.Up()
+	for b = next(); b["ok"] == false; b = next() {
+	}
+	assert.Equal(t, "client", b["role"])
 }

@@ -22,8 +22,24 @@
     conn.textContent = state;
     conn.className = "conn " + state;
   }
+  // Each heartbeat says whether the database answers: while it does not
+  // (a restart, a failover, a lost connection), a banner says since when
+  // and why; it goes when the database answers again.
+  var banner = document.getElementById("banner");
+  function setBanner(data) {
+    var b;
+    try { b = JSON.parse(data); } catch (e) { return; }
+    if (!banner || typeof b !== "object" || b === null) return;
+    if (b.ok) { banner.hidden = true; banner.textContent = ""; return; }
+    var since = b.since ? new Date(b.since) : null;
+    var msg = b.role === "failed" ? "The database failed: runcue stopped dispatching" :
+      "The database is unavailable" + (since ? " since " + since.toLocaleTimeString() : "") + ": runcue retries and resumes by itself";
+    if (b.error) msg += " (" + b.error + ")";
+    banner.textContent = msg;
+    banner.hidden = false;
+  }
   var pulse = new EventSource("pulse");
-  pulse.addEventListener("heartbeat", function () { lastBeat = Date.now(); setConn("live"); });
+  pulse.addEventListener("heartbeat", function (e) { lastBeat = Date.now(); setConn("live"); setBanner(e.data); });
   pulse.onerror = function () { setConn("disconnected"); };
   setInterval(function () {
     if (lastBeat && Date.now() - lastBeat > 2.5 * hb) setConn("disconnected");

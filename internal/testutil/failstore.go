@@ -51,8 +51,10 @@ type FaultStore struct {
 	mu      sync.Mutex
 	queue   []Fault
 	applies int
-	// down fails every Apply with its error until Up.
-	down error
+	// down fails every Apply with its error until Up; with downReads,
+	// LastSeq too.
+	down      error
+	downReads bool
 }
 
 // Fault is one scripted failure of an Apply.
@@ -79,11 +81,37 @@ func (f *FaultStore) Inject(faults ...Fault) {
 func (f *FaultStore) Down(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.down = err
+	f.down, f.downReads = err, false
 }
 
-// Up ends Down.
-func (f *FaultStore) Up() { f.Down(nil) }
+// DownReads is Down that also fails LastSeq (the reads a page makes
+// first).
+func (f *FaultStore) DownReads(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down, f.downReads = err, true
+}
+
+// Up ends Down and DownReads.
+func (f *FaultStore) Up() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.down, f.downReads = nil, false
+}
+
+// LastSeq fails while DownReads holds.
+func (f *FaultStore) LastSeq(ctx context.Context) (int64, error) {
+	f.mu.Lock()
+	err := f.down
+	if !f.downReads {
+		err = nil
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
+	return f.Store.LastSeq(ctx)
+}
 
 // Applies returns the number of Apply calls made.
 func (f *FaultStore) Applies() int {

@@ -203,13 +203,12 @@ func (w *Writer) apply(reqs []*Request) (store.Batch, error) {
 	if len(ops) == 0 {
 		return store.Batch{}, nil
 	}
-	ctx, cancel := w.txContext()
-	defer cancel()
-	if w.timeouts > 0 && w.cfg.TxTimeout > 0 {
-		// Transactions timed out in a row: give this one more time.
-		cancel()
-		ctx, cancel = context.WithTimeout(context.Background(), w.cfg.TxTimeout<<min(w.timeouts, 3))
+	ctx, cancel := context.Background(), context.CancelFunc(func() {})
+	if w.cfg.TxTimeout > 0 {
+		// Transactions that timed out in a row give this one more time.
+		ctx, cancel = context.WithTimeout(ctx, w.cfg.TxTimeout<<min(w.timeouts, 3))
 	}
+	defer cancel()
 	began := w.cfg.Clock.Monotonic()
 	batch, err := w.cfg.Store.Apply(ctx, ops)
 	if ctx.Err() != nil && err != nil {

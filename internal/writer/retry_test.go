@@ -342,3 +342,21 @@ func TestRewindDetected(t *testing.T) {
 		t.Fatalf("later writes: %v", err)
 	}
 }
+
+// TestRewindSeenByPolls: a writer that commits nothing (a standby, a
+// submitter) sees the log go back at its polls.
+func TestRewindSeenByPolls(t *testing.T) {
+	st, _ := open(t)
+	failed := make(chan error, 1)
+	w := writer.New(writer.Config{Store: st, Clock: clock.Real(), Poll: time.Millisecond, LastSeq: 100,
+		Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}, Failed: func(err error) { failed <- err }}})
+	defer w.Close()
+	select {
+	case err := <-failed:
+		if !errors.Is(err, store.ErrRewound) {
+			t.Fatalf("Failed %v, want ErrRewound", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the rewind was not seen")
+	}
+}

@@ -5,6 +5,7 @@ package writer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,6 +123,8 @@ type Writer struct {
 	follow bool
 
 	lastSeq int64
+	// polls counts pollExternal's calls (writer goroutine).
+	polls int
 	// timeouts counts the transactions that timed out in a row (writer
 	// goroutine): the next gets more time (see store.TxTimeouter).
 	timeouts int
@@ -342,13 +345,25 @@ func (w *Writer) pollExternal() {
 		return
 	}
 	ctx, cancel := w.txContext()
+	defer cancel()
+	if w.polls++; w.polls%rewindCheckEvery == 0 && w.lastSeq > 0 {
+		// A process that writes no events (a standby, a submitter) would
+		// not see the log go back: look at its end now and then.
+		if last, err := w.cfg.Store.LastSeq(ctx); err == nil && last < w.lastSeq {
+			w.failWith(fmt.Errorf("%w: this process saw event %d, the database's log ends at %d", store.ErrRewound, w.lastSeq, last))
+			return
+		}
+	}
 	changed, err := w.cfg.Store.Changed(ctx)
-	cancel()
 	if err != nil || !changed {
 		return
 	}
 	w.catchUp(0)
 }
+
+// rewindCheckEvery is how many polls pass between two checks that the
+// log did not go back (see pollExternal).
+const rewindCheckEvery = 16
 
 // Sync waits until every request submitted before the call has been
 // committed and its Done called.

@@ -5,19 +5,26 @@ package postgres_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
 	"github.com/runcue/runcue/internal/hoststest"
+	"github.com/runcue/runcue/internal/testutil"
 	"github.com/runcue/runcue/store"
 	"github.com/runcue/runcue/store/postgres"
 )
@@ -280,4 +287,214 @@ func TestFaults(t *testing.T) {
 				p.blackhole(false)
 			}},
 		}})
+}
+
+// TestPostgresErrorsClassified: PostgreSQL's errors are classified as the
+// documented table says (docs/resilience.md).
+func TestPostgresErrorsClassified(t *testing.T) {
+	st, err := postgres.Open(context.Background(), schemaURL(t), postgres.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	for code, want := range map[string]store.Fault{
+		"08006": store.Transient, // connection failure
+		"08001": store.Transient, // cannot establish
+		"57P01": store.Transient, // admin_shutdown
+		"57P02": store.Transient, // crash_shutdown
+		"57P03": store.Transient, // cannot_connect_now
+		"25006": store.Transient, // read_only_sql_transaction: a replica
+		"40001": store.Transient, // serialization_failure
+		"40P01": store.Transient, // deadlock_detected
+		"53300": store.Transient, // too_many_connections
+		"55P03": store.Transient, // lock_not_available
+		"53100": store.Fatal,     // disk_full
+		"XX001": store.Fatal,     // data_corrupted
+		"42501": store.Fatal,     // insufficient_privilege
+		"42P01": store.Fatal,     // undefined_table
+		"28P01": store.Fatal,     // invalid_password
+	} {
+		err := fmt.Errorf("runcue: postgres: %w", &pgconn.PgError{Code: code, Message: "injected"})
+		assert.Equal(t, want, store.FaultOf(st, err), code)
+	}
+	assert.Equal(t, store.Transient, store.FaultOf(st, io.ErrUnexpectedEOF))
+	assert.Equal(t, store.Transient, store.FaultOf(st, syscall.ECONNREFUSED))
+	assert.Equal(t, store.Transient, store.FaultOf(st, context.DeadlineExceeded))
+	assert.Equal(t, store.Fatal, store.FaultOf(st, store.ErrSchemaTooNew))
+	assert.Equal(t, store.Fatal, store.FaultOf(st, store.ErrRewound))
+
+	// A server that refuses connections, for real.
+	_, err = postgres.Open(context.Background(), "postgres://postgres@127.0.0.1:1/postgres?connect_timeout=2", postgres.Options{})
+	require.Error(t, err)
+	assert.Equal(t, store.Transient, store.FaultOf(st, err), "%v", err)
+}
+
+// TestFailedOwnerGivesUp: an owner whose store fails for good (a fatal
+// error) stops renewing its lease: it never holds ownership it cannot use.
+// The standby takes over within LeaseTTL + 5 s.
+func TestFailedOwnerGivesUp(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 2 * time.Second
+	u := schemaURL(t)
+	stA, err := postgres.Open(ctx, u, postgres.Options{LeaseTTL: ttl})
+	require.NoError(t, err)
+	defer stA.Close()
+	fs := &testutil.FaultStore{Store: stA}
+	a, err := runcue.New(fs, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	defer a.Close()
+	stB, err := postgres.Open(ctx, u, postgres.Options{LeaseTTL: ttl})
+	require.NoError(t, err)
+	defer stB.Close()
+	b, err := runcue.New(stB, runcue.Config{Standby: true, PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	defer b.Close()
+	for _, c := range []*runcue.Cue{a, b} {
+		require.NoError(t, c.Task("t", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
+	}
+	require.NoError(t, a.Start(ctx))
+	require.NoError(t, b.Start(ctx))
+	fs.Down(&pgconn.PgError{Code: "53100", Message: "could not extend file: No space left on device (injected)"})
+	failed := time.Now()
+	_, err = a.Submit(ctx, runcue.Submission{Task: "t"})
+	require.ErrorIs(t, err, runcue.ErrStoreFailed)
+	waitFor(t, "the standby to take over", func() bool { return b.Status().Role == runcue.RoleOwner })
+	took := time.Since(failed)
+	t.Logf("the standby took over %v after the owner's store failed", took.Round(time.Millisecond))
+	assert.Less(t, took, ttl+5*time.Second)
+	assert.Equal(t, runcue.RoleFailed, a.Status().Role)
+	assert.Contains(t, a.Status().LastError, "No space left")
+}
+
+// TestBlackholeCancelsAtHalfLease: an owner cut off without a word stops
+// trusting its lease, and cancels its handlers, at most LeaseTTL/2 after
+// the last renewal it sent, whatever its connections do: before any
+// standby may take over (the lease's TTL, by the database's clock).
+func TestBlackholeCancelsAtHalfLease(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 2 * time.Second
+	u := schemaURL(t)
+	p := startProxy(t, upstreamOf(u))
+	st, err := postgres.Open(ctx, proxiedURL(u, p), postgres.Options{LeaseTTL: ttl})
+	require.NoError(t, err)
+	defer st.Close()
+	c, err := runcue.New(st, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	defer c.Close()
+	var mu sync.Mutex
+	var cancelled []time.Time
+	running := 0
+	require.NoError(t, c.Task("t", runcue.Task{Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+		mu.Lock()
+		running++
+		mu.Unlock()
+		<-ctx.Done()
+		mu.Lock()
+		cancelled = append(cancelled, time.Now())
+		mu.Unlock()
+		return nil, ctx.Err()
+	}}))
+	_, err = c.SubmitBatch(ctx, []runcue.Submission{{Task: "t"}, {Task: "t"}, {Task: "t"}})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	waitFor(t, "the handlers to run", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return running == 3
+	})
+	time.Sleep(ttl / 2) // a few renewals
+	began := time.Now()
+	p.blackhole(true)
+	defer p.blackhole(false)
+	waitFor(t, "the handlers to be cancelled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(cancelled) == 3
+	})
+	mu.Lock()
+	last := slices.MaxFunc(cancelled, time.Time.Compare)
+	mu.Unlock()
+	t.Logf("handlers cancelled %v after the blackhole began (lease %v)", last.Sub(began).Round(time.Millisecond), ttl)
+	// The last renewal sent is at most LeaseTTL/4 before the blackhole;
+	// the engine acts on the loss at once. 200 ms for a loaded machine.
+	assert.Less(t, last.Sub(began), ttl/2+200*time.Millisecond)
+}
+
+// TestRewindDetected: the database is restored, under a running owner, to
+// a backup taken earlier (as a lagging asynchronous replica promoted
+// would be): the owner's next commit finds the log behind what it saw and
+// stops loudly (ErrRewound), giving ownership up; a standby that takes
+// over gets an epoch the rewound owner never held, so the two never pass
+// the fence together.
+func TestRewindDetected(t *testing.T) {
+	ctx := context.Background()
+	const ttl = 2 * time.Second
+	cl := privateCluster(t)
+	cl.createSchema("rw")
+	url := cl.url(cl.addr(), "rw")
+	st, err := postgres.Open(ctx, url, postgres.Options{LeaseTTL: ttl})
+	require.NoError(t, err)
+	defer st.Close()
+	a, err := runcue.New(st, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	defer a.Close()
+	require.NoError(t, a.Task("t", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
+	require.NoError(t, a.Start(ctx))
+	run := func(n int) {
+		_, err := a.SubmitBatch(ctx, anonymous(n))
+		require.NoError(t, err)
+		require.NoError(t, a.Drain(ctx))
+	}
+	run(20)
+	cl.stop()
+	cl.backup("earlier")
+	cl.start()
+	run(40) // rides through the restart; the log moves past the backup
+	seen, err := a.LastSeq(ctx)
+	require.NoError(t, err)
+	cl.stop()
+	cl.restore("earlier")
+	cl.start()
+	_, err = a.SubmitBatch(ctx, anonymous(5))
+	// The submission commits into the rewound database (nothing else can
+	// tell the owner yet); that commit shows the rewind, and the Cue stops.
+	if err != nil {
+		t.Logf("the submission after the restore: %v", err)
+	}
+	waitFor(t, "the owner to stop on the rewind", func() bool { return a.Status().Role == runcue.RoleFailed })
+	assert.Contains(t, a.Status().LastError, "back in time")
+	_, err = a.Submit(ctx, runcue.Submission{Task: "t"})
+	require.ErrorIs(t, err, store.ErrRewound, "a rewound Cue writes nothing more")
+
+	st2, err := postgres.Open(ctx, url, postgres.Options{LeaseTTL: ttl})
+	require.NoError(t, err)
+	defer st2.Close()
+	last, err := st2.LastSeq(ctx)
+	require.NoError(t, err)
+	t.Logf("the owner had seen event %d; the restored log ends at %d", seen, last)
+	b, err := runcue.New(st2, runcue.Config{Standby: true, PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	defer b.Close()
+	require.NoError(t, b.Task("t", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
+	require.NoError(t, b.Start(ctx))
+	waitFor(t, "the standby to take over", func() bool { return b.Status().Role == runcue.RoleOwner })
+	epochs := epochsOf(t, url)
+	assert.Len(t, epochs, 1, "one epoch is stored")
+}
+
+// epochsOf returns the owner epochs stored in the lease row.
+func epochsOf(t *testing.T, url string) []int64 {
+	conn, err := pgx.Connect(context.Background(), url)
+	require.NoError(t, err)
+	defer conn.Close(context.Background())
+	var e int64
+	require.NoError(t, conn.QueryRow(context.Background(), `SELECT epoch FROM owner_lease WHERE id = 1`).Scan(&e))
+	return []int64{e}
+}
+
+// anonymous is n submissions of task "t", without IDs.
+func anonymous(n int) []runcue.Submission {
+	subs := make([]runcue.Submission, n)
+	for i := range subs {
+		subs[i] = runcue.Submission{Task: "t"}
+	}
+	return subs
 }
