@@ -343,3 +343,63 @@ func TestWriteLockHeldElsewhere(t *testing.T) {
 		assert.Equal(t, 1, n, "%s ran once", id)
 	}
 }
+
+// TestClaimRetriedPastStartDelay: a rate-limited start whose claim could
+// not be stored (transient failures, retried, each attempt under the epoch
+// it was decided in) until after MaxStartDelay becomes a late start: its
+// handler never runs for that decision, the unit is requeued without
+// spending budget, and it runs once. The window counts the starts the
+// service sees: the late one, which it never saw, leaves no entry (as
+// TestLateStartRequeued), so the unit's next run takes the place at once.
+func TestClaimRetriedPastStartDelay(t *testing.T) {
+	const lag = 500 * time.Millisecond
+	clk := clock.NewFake(epoch)
+	st, err := sqlite.Open(filepath.Join(t.TempDir(), "runcue.db"), sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	fs := &testutil.FaultStore{Store: st}
+	c, err := runcue.New(fs, runcue.Config{Clock: clk, MaxStartDelay: lag, PollInterval: 24 * time.Hour, Logger: quietLogger})
+	require.NoError(t, err)
+	defer c.Close()
+	var mu sync.Mutex
+	var starts []time.Time
+	require.NoError(t, c.Service("api", runcue.Service{RateLimit: 1, RateWindow: time.Minute}))
+	require.NoError(t, c.Task("t", runcue.Task{Services: []string{"api"}, Handler: func(_ context.Context, w *runcue.Work) (any, error) {
+		mu.Lock()
+		starts = append(starts, w.Started)
+		mu.Unlock()
+		return nil, nil
+	}}))
+	claim := testutil.HasOp(func(op store.Op) bool { _, ok := op.(*store.Claim); return ok })
+	for range 3 {
+		fs.Inject(testutil.Fault{Err: syscall.ECONNRESET, Match: claim})
+	}
+	ctx := t.Context()
+	require.NoError(t, c.Start(ctx))
+	_, err = c.Submit(ctx, runcue.Submission{Task: "t", ID: "u"})
+	require.NoError(t, err)
+	// The writer pauses between attempts on the Cue's clock: move it on
+	// until the claim is stored and the run ends as a late start.
+	var wi runcue.WorkInfo
+	require.Eventually(t, func() bool {
+		clk.Advance(time.Second) // each attempt later than MaxStartDelay after the decision
+		wi, err = c.Get(ctx, "u")
+		require.NoError(t, err)
+		return len(wi.Attempts) > 0
+	}, wait, time.Millisecond, "the claim stored")
+	require.NoError(t, runcue.Settle(ctx, c))
+	assert.Equal(t, 3, fs.Consumed(), "the claim failed three times first")
+	assert.Equal(t, "late_start", wi.Attempts[0].Outcome, "the first run, requeued")
+	late := wi.Attempts[0]
+	wi, err = c.Wait(ctx, "u")
+	require.NoError(t, err)
+	assert.Equal(t, runcue.StateCompleted, wi.State)
+	assert.Zero(t, wi.Failures, "no budget spent")
+	mu.Lock()
+	require.Len(t, starts, 1, "one start, the second run's")
+	assert.False(t, starts[0].Before(late.End), "the handler never started for the late claim")
+	mu.Unlock()
+	ss, err := c.ServiceStatus(ctx, "api")
+	require.NoError(t, err)
+	assert.Equal(t, 1, ss.InWindow, "the window holds the start the service saw")
+}

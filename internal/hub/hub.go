@@ -14,6 +14,7 @@ package hub
 import (
 	"context"
 	"sync"
+	"time"
 
 	"github.com/runcue/runcue/store"
 )
@@ -205,6 +206,7 @@ func (s *sub[T]) run() {
 		defer s.o.OnClose()
 	}
 	buf := make([]store.Event, 0, page)
+	var backoff time.Duration // the pause before a failed read is tried again
 	for {
 		buf = buf[:0]
 		wait, fromStore, ok := s.next(&buf)
@@ -214,12 +216,14 @@ func (s *sub[T]) run() {
 		if fromStore && (len(s.o.Types) > 0 || len(s.o.Tasks) > 0) {
 			evs, more, err := s.matching()
 			if err != nil {
-				// The store failed or ctx ended; wait for a change and retry.
-				if !s.await(s.h.Changed()) {
+				// The store failed (an outage) or ctx ended; retry at a
+				// change or after a pause, whichever comes first.
+				if !s.retry(&backoff) {
 					return
 				}
 				continue
 			}
+			backoff = 0
 			if !more && len(evs) == 0 {
 				if !s.await(wait) {
 					return
@@ -233,11 +237,12 @@ func (s *sub[T]) run() {
 			published := s.h.LastSeq()
 			evs, err := s.h.st.EventsAfter(s.ctx, s.cursor, page)
 			if err != nil {
-				if !s.await(s.h.Changed()) {
+				if !s.retry(&backoff) {
 					return
 				}
 				continue
 			}
+			backoff = 0
 			// Sequence numbers are contiguous, so a jump means the events
 			// in between were pruned by retention.
 			if s.o.Gap != nil && len(evs) > 0 && evs[0].Seq > s.cursor+1 {
@@ -294,6 +299,24 @@ func (s *sub[T]) run() {
 
 // await waits for ch; it reports false when the subscription's context
 // ended first.
+// retry waits, after a failed read of the store, for a change, for ctx,
+// or for a pause that doubles from 50 ms to 2 s (*backoff): a store that
+// comes back from an outage with nothing new to publish is read again
+// all the same. It returns false when ctx ended.
+func (s *sub[T]) retry(backoff *time.Duration) bool {
+	*backoff = min(max(2**backoff, 50*time.Millisecond), 2*time.Second)
+	t := time.NewTimer(*backoff)
+	defer t.Stop()
+	select {
+	case <-s.ctx.Done():
+		return false
+	case <-s.h.Changed():
+		return true
+	case <-t.C:
+		return true
+	}
+}
+
 func (s *sub[T]) await(ch <-chan struct{}) bool {
 	select {
 	case <-s.ctx.Done():

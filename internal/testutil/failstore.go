@@ -55,6 +55,14 @@ type FaultStore struct {
 	// LastSeq too.
 	down      error
 	downReads bool
+	consumed  int
+}
+
+// Consumed returns how many injected faults Applies have met.
+func (f *FaultStore) Consumed() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.consumed
 }
 
 // Fault is one scripted failure of an Apply.
@@ -68,6 +76,9 @@ type Fault struct {
 	Unknown     bool
 	Committed   bool
 	ResolveErrs []error
+	// Match, when set, makes the fault wait for an Apply whose ops it
+	// matches; the others pass.
+	Match func([]store.Op) bool
 }
 
 // Inject queues faults for the next Applies, in order.
@@ -140,9 +151,14 @@ func (f *FaultStore) Apply(ctx context.Context, ops []store.Op) (store.Batch, er
 		return store.Batch{}, err
 	}
 	var ft Fault
-	have := len(f.queue) > 0
-	if have {
-		ft, f.queue = f.queue[0], f.queue[1:]
+	have := false
+	for i, q := range f.queue {
+		if q.Match == nil || q.Match(ops) {
+			ft, have = q, true
+			f.queue = append(f.queue[:i:i], f.queue[i+1:]...)
+			f.consumed++
+			break
+		}
 	}
 	f.mu.Unlock()
 	if !have {

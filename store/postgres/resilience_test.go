@@ -84,10 +84,12 @@ func TestCommitCutResolved(t *testing.T) {
 }
 
 // TestOwnerRidesThroughRestart: an owner in this process, its store
-// through a proxy to a private server, runs 600 units of a rate-limited
-// service; the server is restarted with pg_ctl restart -m immediate while
-// they run. The owner keeps (or takes back) ownership by itself, every
-// unit completes once, and the Cue reports the outage and its end.
+// through a proxy to a private server, runs 1,200 units of a rate-limited
+// service while the server is restarted with pg_ctl restart -m immediate,
+// stopped for 5 s, and blackholed for 3 s. The owner keeps (or takes back)
+// ownership by itself, every unit completes once, the Cue reports the
+// outage and its end, and a reader's subscription, through the same
+// faults, delivers every completion once, in order.
 func TestOwnerRidesThroughRestart(t *testing.T) {
 	ctx := context.Background()
 	cl := privateCluster(t)
@@ -126,6 +128,37 @@ func TestOwnerRidesThroughRestart(t *testing.T) {
 	}
 	_, err = c.SubmitBatch(ctx, subs)
 	require.NoError(t, err)
+	// A reader in "another process" (its own handle, through the proxy
+	// too) follows the log from its start through every fault.
+	rst, err := postgres.Open(ctx, cl.url(p.addr(), "rq"), postgres.Options{LeaseTTL: 2 * time.Second})
+	require.NoError(t, err)
+	defer rst.Close()
+	reader, err := runcue.New(rst, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	defer reader.Close()
+	followed, stopFollowing, err := reader.Subscribe(evCtx, runcue.SubscribeOptions{After: 0, Types: []runcue.EventType{runcue.EventWorkCompleted}, Buffer: 16})
+	require.NoError(t, err)
+	defer stopFollowing()
+	completedSeen := map[string]int{}
+	var lastSeq int64
+	var outOfOrder int
+	followDone := make(chan struct{})
+	go func() {
+		defer close(followDone)
+		for ev := range followed {
+			mu.Lock()
+			completedSeen[ev.WorkID]++
+			if ev.Seq <= lastSeq {
+				outOfOrder++
+			}
+			lastSeq = ev.Seq
+			done := len(completedSeen) == n
+			mu.Unlock()
+			if done {
+				return
+			}
+		}
+	}()
 	require.NoError(t, c.Start(ctx))
 	ran := func() int {
 		mu.Lock()
@@ -163,6 +196,17 @@ func TestOwnerRidesThroughRestart(t *testing.T) {
 	}
 	mu.Unlock()
 	t.Logf("%d handler runs repeated (runs the restart cut)", again)
+	select {
+	case <-followDone:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the reader's subscription did not deliver every completion")
+	}
+	mu.Lock()
+	for id, k := range completedSeen {
+		assert.Equal(t, 1, k, "%s: its work_completed delivered once", id)
+	}
+	assert.Zero(t, outOfOrder, "delivered in order")
+	mu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
 	assert.True(t, seen[runcue.EventStoreUnavailable], "the outage was announced")
@@ -497,4 +541,56 @@ func anonymous(n int) []runcue.Submission {
 		subs[i] = runcue.Submission{Task: "t"}
 	}
 	return subs
+}
+
+// TestErrorsInjected: each classified PostgreSQL error, injected into a
+// Cue's writes by a fault-injecting store in front of a real one: a
+// transient one is retried (the write commits once, on the next try), a
+// fatal one is not, and the Cue stops naming it.
+func TestErrorsInjected(t *testing.T) {
+	ctx := context.Background()
+	u := schemaURL(t)
+	for _, tc := range []struct {
+		code  string
+		fatal bool
+	}{
+		{"08006", false}, {"57P01", false}, {"57P03", false}, {"25006", false}, {"40001", false}, {"40P01", false},
+		{"53300", false}, {"53100", true}, {"XX001", true}, {"42501", true},
+	} {
+		t.Run(tc.code, func(t *testing.T) {
+			st, err := postgres.Open(ctx, u, postgres.Options{LeaseTTL: 2 * time.Second})
+			require.NoError(t, err)
+			defer st.Close()
+			fs := &testutil.FaultStore{Store: st}
+			c, err := runcue.New(fs, runcue.Config{Logger: testLogger(t)})
+			require.NoError(t, err)
+			defer c.Close()
+			require.NoError(t, c.Task("t", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
+			fs.Inject(testutil.Fault{Err: fmt.Errorf("injected: %w", &pgconn.PgError{Severity: "ERROR", Code: tc.code, Message: "injected " + tc.code})})
+			applies := fs.Applies()
+			_, err = c.Submit(ctx, runcue.Submission{Task: "t", ID: "u-" + tc.code})
+			if tc.fatal {
+				require.ErrorIs(t, err, runcue.ErrStoreFailed)
+				assert.ErrorContains(t, err, tc.code, "the error is named")
+				assert.Equal(t, applies+1, fs.Applies(), "not retried")
+				assert.Equal(t, runcue.RoleFailed, c.Status().Role)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, applies+2, fs.Applies(), "retried once")
+			assert.NotEqual(t, runcue.RoleFailed, c.Status().Role)
+		})
+	}
+}
+
+// TestDuplicateExecutorID: a second executor process started under the ID
+// of a live one (two hosts deployed with one --id) waits: no run arrives
+// twice at the service under one run number, and no limit is exceeded.
+func TestDuplicateExecutorID(t *testing.T) {
+	url := schemaURL(t)
+	open := func(ctx context.Context) (store.Store, error) {
+		return postgres.Open(ctx, url, postgres.Options{LeaseTTL: time.Second})
+	}
+	hoststest.RunFaults(t, open, hoststest.FaultOptions{Env: []string{"RUNCUE_HOSTS_PG=" + url}, Units: 150,
+		Seed: uint64(time.Now().UnixNano()), LeaseTTL: time.Second, DuplicateID: true})
 }
