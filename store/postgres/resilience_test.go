@@ -594,3 +594,78 @@ func TestDuplicateExecutorID(t *testing.T) {
 	hoststest.RunFaults(t, open, hoststest.FaultOptions{Env: []string{"RUNCUE_HOSTS_PG=" + url}, Units: 150,
 		Seed: uint64(time.Now().UnixNano()), LeaseTTL: time.Second, DuplicateID: true})
 }
+
+// TestReadOnlyServerDiscardsConnections: a server that turns read-only
+// under a running Cue (a primary demoted to a standby, as a failover
+// does: 25006 read_only_sql_transaction) makes the Cue retry, and discard
+// the pool's connections, so that once a writable server answers (here
+// the same one, made writable again; with a multi-host URL and
+// target_session_attrs=read-write, the new primary) no write goes to a
+// connection made to the old one.
+func TestReadOnlyServerDiscardsConnections(t *testing.T) {
+	ctx := context.Background()
+	cl := privateCluster(t)
+	cl.createSchema("ro")
+	url := cl.url(cl.addr(), "ro") + "&application_name=runcue_ro_test"
+	st, err := postgres.Open(ctx, url, postgres.Options{LeaseTTL: 2 * time.Second})
+	require.NoError(t, err)
+	defer st.Close()
+	c, err := runcue.New(st, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Task("t", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
+	require.NoError(t, c.Start(ctx))
+	_, err = c.SubmitBatch(ctx, anonymous(20))
+	require.NoError(t, err)
+	require.NoError(t, c.Drain(ctx))
+
+	admin, err := pgx.Connect(ctx, cl.url(cl.addr(), "public"))
+	require.NoError(t, err)
+	defer admin.Close(ctx)
+	backends := func() map[int32]bool {
+		// The pool's connections: not the LISTEN connection, which
+		// writes nothing and is not the pool's.
+		rows, err := admin.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE application_name = 'runcue_ro_test' AND query NOT ILIKE 'listen%'`)
+		require.NoError(t, err)
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		require.NoError(t, err)
+		out := map[int32]bool{}
+		for _, p := range pids {
+			out[p] = true
+		}
+		return out
+	}
+	before := backends()
+	require.NotEmpty(t, before)
+	_, err = admin.Exec(ctx, `ALTER SYSTEM SET default_transaction_read_only = on`)
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, `SELECT pg_reload_conf()`)
+	require.NoError(t, err)
+	time.Sleep(200 * time.Millisecond) // the sessions take the reload
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.SubmitBatch(ctx, anonymous(5)) // refused (25006), retried
+		done <- err
+	}()
+	waitFor(t, "the outage seen", func() bool { return !c.Status().StoreUnavailableSince.IsZero() })
+	assert.Contains(t, c.Status().LastError, "25006")
+	_, err = admin.Exec(ctx, `ALTER SYSTEM RESET default_transaction_read_only`)
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, `SELECT pg_reload_conf()`)
+	require.NoError(t, err)
+	require.NoError(t, <-done)
+	require.NoError(t, c.Drain(ctx))
+	stats, err := c.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 25, stats.States[runcue.StateCompleted])
+	after := backends()
+	kept := 0
+	for p := range after {
+		if before[p] {
+			kept++
+		}
+	}
+	t.Logf("%d pool connections before, %d after, %d kept", len(before), len(after), kept)
+	assert.Zero(t, kept, "the connections to the read-only server were discarded")
+	assert.Equal(t, runcue.RoleOwner, c.Status().Role)
+}
