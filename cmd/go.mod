@@ -9,12 +9,13 @@ require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/runcue/runcue v0.0.0
-	github.com/runcue/runcue/store/postgres v0.0.0
+	github.com/runcue/runcue v0.1.0
+	github.com/runcue/runcue/store/postgres v0.1.0
 	github.com/spf13/cobra v1.10.2
 	github.com/stretchr/testify v1.12.1
 	go.uber.org/goleak v1.3.0
 	go.yaml.in/yaml/v3 v3.0.5
+	golang.org/x/mod v0.41.0
 )
 
 require (
@@ -60,7 +61,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.60.0 // indirect
 )
-
-replace github.com/runcue/runcue => ../
-
-replace github.com/runcue/runcue/store/postgres => ../store/postgres

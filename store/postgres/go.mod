@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/jackc/pgx/v5 v5.12.0
-	github.com/runcue/runcue v0.0.0
+	github.com/runcue/runcue v0.1.0
 	github.com/stretchr/testify v1.12.1
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.uber.org/goleak v1.3.0
@@ -37,5 +37,3 @@ require (
 	modernc.org/memory v1.12.1 // indirect
 	modernc.org/sqlite v1.60.0 // indirect
 )
-
-replace github.com/runcue/runcue => ../..
