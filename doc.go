@@ -1,57 +1,70 @@
 // Package runcue coordinates rate-limited and capacity-limited work from
-// inside a Go service, with one SQLite file and no other moving parts.
+// inside a Go service: a durable queue of work units on SQLite (one file) or
+// PostgreSQL (package store/postgres), dispatched to registered handlers
+// within the limits of the services they use: concurrency caps, exact rate
+// windows, meters of tokens or bytes, calendar budgets and circuit breakers.
+// Handlers run in the owning process or in executors on other hosts
+// (Task.Remote, NewExecutor), and every change is reported on an event
+// stream a UI can follow.
 //
 // runcue is a traffic controller, not a job executor: the work it
 // coordinates mostly runs elsewhere (an LLM API, an object store, an SSH
-// host, a local process pool). It keeps a durable queue of work units,
-// decides which may run now within the limits of the services they use, calls
-// the handler registered for each unit's task type, records the outcome,
-// and reports every change on an event stream a UI can follow.
+// host). It decides which unit may start now, calls the handler registered
+// for the unit's task, records the outcome, and retries, holds or fails
+// the unit as the outcome says.
 //
-// # Vocabulary
-//
-// A Service is an external resource with limits (concurrency, request rate,
-// circuit breaker). A Task is a type of work: the services each of its units
-// needs and the Handler that performs one. A work unit is one Submission of
-// a task, with a target and parameters; it is queued, running, completed,
-// failed or cancelled. A Cue holds them together.
-//
-// # Lifecycle
-//
-// Open a database, register services and tasks, Start, Submit:
+// The smallest program:
 //
 //	cue, err := runcue.Open("work.db", runcue.Config{})
-//	...
-//	cue.Service("llm", runcue.Service{MaxConcurrent: 5})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	defer cue.Close()
+//	cue.Service("llm", runcue.Service{MaxConcurrent: 5, RateLimit: 60, RateWindow: time.Minute})
 //	cue.Task("summarize", runcue.Task{Services: []string{"llm"}, Handler: summarize})
 //	cue.Start(ctx)
-//	cue.Submit(ctx, runcue.Submission{Task: "summarize", Target: "doc-17"})
+//	s, err := cue.Submit(ctx, runcue.Submission{Task: "summarize", Params: doc})
+//	info, err := cue.Wait(ctx, s.ID)
 //
-// Any number of Cues, in any number of processes, may open the same
-// database to submit and inspect work (a web server and a CLI next to a
-// worker, say). One at a time owns it: Start takes an operating-system lock
-// that dies with its process, and a second Start fails with ErrLocked.
+// # The types to read first
+//
+// Cue (Open, New, Start, Submit, Wait, Events) holds everything together.
+// Service states a resource's limits: MaxConcurrent, RateLimit and
+// RateWindow, Meters, Budgets, a circuit breaker, Adaptive. Task is a type
+// of work: its services, Handler, RetryPolicy and Timeout. Submission is
+// one unit to run, and Work is what a handler is given: its parameters,
+// and Used and Observe to report what the service charged. Event is what
+// the stream delivers. Config holds the Cue's settings.
+//
+// # Ownership
+//
+// Any number of Cues, in any number of processes, may open one database to
+// submit and inspect work. One at a time owns it and dispatches (Start).
+// On SQLite that is an operating-system lock that dies with its process. On
+// PostgreSQL it is a lease with an epoch that fences a deposed owner's
+// writes, and a Cue with Config.Standby takes over when the owner's lease
+// ends. A Cue that loses ownership (a database outage longer than half its
+// lease) takes it back by itself; Status says what it is doing.
 //
 // # Guarantees
 //
-// Submit returns only after its unit is committed. Every state change is one
-// transaction, and events are published only after their change is
+// Submit returns only after its unit is committed. Every state change is
+// one transaction, and events are published only after their change is
 // committed, in commit order, each with a durable sequence number.
 //
-// Execution is at least once: a unit whose owner dies while running it is
-// requeued by the next owner (work_recovered) and runs again, so handlers
-// should be idempotent. The record is exactly once: a unit is marked
-// completed once, whatever crashes happen around it.
+// No interval of a service's RateWindow plus its Margin holds more than
+// RateLimit handler starts, and no meter's window more than its Limit: in
+// one process, across owners, and across crashes, counted at the instant
+// each handler starts.
 //
-// With SQLite's default synchronous setting (sqlite.Normal), a committed
-// unit survives any process crash; sqlite.Full extends that to power loss
-// at the cost of an fsync per commit:
+// Execution is at least once: a unit whose owner dies while running it runs
+// again, so handlers should be idempotent. The record is exactly once: a
+// unit is marked completed once, whatever crashes happen around it.
 //
-//	st, err := sqlite.Open("work.db", sqlite.Options{Synchronous: sqlite.Full})
-//	...
-//	c, err := runcue.New(st, runcue.Config{})
-//	...
-//	defer st.Close() // after c.Close
+// A database restart, a failover or a lost connection never ends a Cue:
+// writes are retried, and a call given up meanwhile returns
+// ErrStoreUnavailable (nothing stored). See docs/guarantees.md and
+// docs/resilience.md in the repository.
 //
 // # Concurrency
 //
