@@ -8,6 +8,18 @@
 // negative or unparsable amount reads as unknown, a reset in the past as
 // none, and a reset further away than MaxReset as unknown (a year-9999
 // reset must not hold anything).
+//
+// Inside a runcue handler, Report hands a response's figures to the run's
+// meters and turns a 429 or a 503 into runcue.RetryAfter:
+//
+//	resp, err := client.Do(req)
+//	...
+//	if err := httplimit.Report(w, resp.Header, resp.StatusCode, time.Now()); err != nil {
+//		return nil, err // the service is held for its Retry-After
+//	}
+//
+// Parse reads a response without a handler; Reading and Limit are its
+// result.
 package httplimit
 
 import (

@@ -5,6 +5,19 @@
 // BEGIN IMMEDIATE transaction, and a separate pool of read-only connections.
 // The database is in WAL mode, so reads never wait for the writer. Several
 // processes may open the same file; SQLite serializes their writes.
+//
+// runcue.Open uses it with the default Options. Open a Store yourself for
+// other options, and hand it to runcue.New:
+//
+//	st, err := sqlite.Open("work.db", sqlite.Options{Synchronous: sqlite.Full})
+//	...
+//	cue, err := runcue.New(st, runcue.Config{})
+//	...
+//	defer st.Close() // after cue.Close
+//
+// Options is the type to read first. Errors are classified for the Cue by
+// Store.Fault (see store.Classifier): SQLITE_BUSY is transient,
+// SQLITE_IOERR flaky, a full disk or a corrupt file fatal.
 package sqlite
 
 import (
