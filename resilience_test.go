@@ -96,7 +96,7 @@ func (e *faultEnv) eventually(what string, cond func() bool) {
 // everything is stored once and the Cue is ready again.
 func TestTransientOutageRidden(t *testing.T) {
 	e := newFaultEnv(t)
-	ctx := t.Context()
+	ctx := boundedCtx(t)
 	var mu sync.Mutex
 	runs := map[string]int{}
 	require.NoError(t, e.c.Task("t", runcue.Task{Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
@@ -166,10 +166,10 @@ func TestSubmitGivenUpDuringOutage(t *testing.T) {
 	err = e.c.Cancel(ctx, "u", runcue.CancelOptions{})
 	assert.Error(t, err)
 	e.fs.Up()
-	require.NoError(t, runcue.SyncWriter(t.Context(), e.c))
-	_, err = e.c.Get(t.Context(), "u")
+	require.NoError(t, runcue.SyncWriter(boundedCtx(t), e.c))
+	_, err = e.c.Get(boundedCtx(t), "u")
 	require.ErrorIs(t, err, runcue.ErrNotFound, "the withdrawn submission was not stored")
-	sub, err := e.c.Submit(t.Context(), runcue.Submission{Task: "t", ID: "u"})
+	sub, err := e.c.Submit(boundedCtx(t), runcue.Submission{Task: "t", ID: "u"})
 	require.NoError(t, err)
 	assert.False(t, sub.Duplicate)
 }
@@ -180,9 +180,9 @@ func TestSubmitGivenUpDuringOutage(t *testing.T) {
 func TestFlakyThenFatal(t *testing.T) {
 	e := newFaultEnv(t)
 	require.NoError(t, e.c.Task("t", runcue.Task{Handler: noop}))
-	require.NoError(t, e.c.Start(t.Context()))
+	require.NoError(t, e.c.Start(boundedCtx(t)))
 	e.fs.Down(errFlaky)
-	_, err := e.c.Submit(t.Context(), runcue.Submission{Task: "t"})
+	_, err := e.c.Submit(boundedCtx(t), runcue.Submission{Task: "t"})
 	require.ErrorIs(t, err, runcue.ErrStoreFailed)
 	assert.ErrorContains(t, err, "disk I/O error")
 	e.eventually("the failure seen", func() bool { return e.c.Status().Role == runcue.RoleFailed })
@@ -196,17 +196,17 @@ func TestFlakyThenFatal(t *testing.T) {
 	other, err := runcue.New(e.fs.Store, runcue.Config{Logger: quietLogger})
 	require.NoError(t, err)
 	defer other.Close()
-	require.NoError(t, other.Start(t.Context()), "another Cue takes the ownership the failed one gave up")
+	require.NoError(t, other.Start(boundedCtx(t)), "another Cue takes the ownership the failed one gave up")
 }
 
 // TestFatalStops: a fatal error is not retried: the Cue stops with its name.
 func TestFatalStops(t *testing.T) {
 	e := newFaultEnv(t)
 	require.NoError(t, e.c.Task("t", runcue.Task{Handler: noop}))
-	require.NoError(t, e.c.Start(t.Context()))
+	require.NoError(t, e.c.Start(boundedCtx(t)))
 	e.fs.Inject(testutil.Fault{Err: errFatal})
 	applies := e.fs.Applies()
-	_, err := e.c.Submit(t.Context(), runcue.Submission{Task: "t"})
+	_, err := e.c.Submit(boundedCtx(t), runcue.Submission{Task: "t"})
 	require.ErrorIs(t, err, errFatal)
 	assert.Equal(t, applies+1, e.fs.Applies(), "not retried")
 	e.eventually("the failure seen", func() bool { return e.c.Status().Role == runcue.RoleFailed })
@@ -225,7 +225,7 @@ func TestSQLiteErrorsClassified(t *testing.T) {
 	// timeout.
 	holder, release := holdWriteLock(t, path)
 	defer holder.Close()
-	_, err = st.Apply(t.Context(), []store.Op{&store.Insert{Units: []*store.Unit{{ID: "a", Task: "t"}}, At: time.Now()}})
+	_, err = st.Apply(boundedCtx(t), []store.Op{&store.Insert{Units: []*store.Unit{{ID: "a", Task: "t"}}, At: time.Now()}})
 	require.Error(t, err)
 	assert.Equal(t, store.Transient, store.FaultOf(st, err), "%v", err)
 	release()
@@ -315,7 +315,7 @@ func TestWriteLockHeldElsewhere(t *testing.T) {
 		mu.Unlock()
 		return nil, nil
 	}}))
-	ctx := t.Context()
+	ctx := boundedCtx(t)
 	_, err = c.SubmitBatch(ctx, batchOf("t", 20))
 	require.NoError(t, err)
 	require.NoError(t, c.Start(ctx))
@@ -374,7 +374,7 @@ func TestClaimRetriedPastStartDelay(t *testing.T) {
 	for range 3 {
 		fs.Inject(testutil.Fault{Err: syscall.ECONNRESET, Match: claim})
 	}
-	ctx := t.Context()
+	ctx := boundedCtx(t)
 	require.NoError(t, c.Start(ctx))
 	_, err = c.Submit(ctx, runcue.Submission{Task: "t", ID: "u"})
 	require.NoError(t, err)
@@ -402,4 +402,13 @@ func TestClaimRetriedPastStartDelay(t *testing.T) {
 	ss, err := c.ServiceStatus(ctx, "api")
 	require.NoError(t, err)
 	assert.Equal(t, 1, ss.InWindow, "the window holds the start the service saw")
+}
+
+// boundedCtx is a context for a test's calls that ends well before the
+// package's timeout: a call that would wait for ever fails its test,
+// naming it, instead of hanging the package.
+func boundedCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }

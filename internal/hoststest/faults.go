@@ -3,8 +3,6 @@ package hoststest
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"math/rand/v2"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -66,29 +64,7 @@ type FaultOptions struct {
 // run; it logs the repeated runs (those the faults cut).
 func RunFaults(t *testing.T, open Opener, o FaultOptions) {
 	ctx := context.Background()
-	t.Logf("seed %d", o.Seed)
-	rnd := rand.New(rand.NewPCG(o.Seed, 3))
-	st, err := open(ctx)
-	require.NoError(t, err)
-	defer st.Close()
-	c, err := runcue.New(st, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, Register(c))
-	deps := map[string][]string{}
-	var subs []runcue.Submission
-	for i := range o.Units {
-		id := fmt.Sprintf("u%04d", i)
-		s := runcue.Submission{Task: "call", ID: id, Target: strconv.Itoa(rnd.IntN(Keys)), Cost: runcue.Costs{"tokens": TokenCost(id)}}
-		if i > 0 && rnd.IntN(3) == 0 {
-			s.DependsOn = []string{fmt.Sprintf("u%04d", rnd.IntN(i))}
-		}
-		deps[id] = s.DependsOn
-		subs = append(subs, s)
-	}
-	rnd.Shuffle(len(subs), func(i, j int) { subs[i], subs[j] = subs[j], subs[i] })
-	_, err = c.SubmitBatch(ctx, subs)
-	require.NoError(t, err)
+	_, c, deps := submitUnits(t, open, o.Units, o.Seed, 3)
 
 	m := newMock()
 	srv := httptest.NewServer(m)

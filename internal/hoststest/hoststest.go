@@ -45,34 +45,7 @@ type Options struct {
 // owner), not asserting them.
 func Run(t *testing.T, open Opener, o Options) {
 	ctx := context.Background()
-	t.Logf("seed %d", o.Seed)
-	rnd := rand.New(rand.NewPCG(o.Seed, 2))
-	st, err := open(ctx)
-	require.NoError(t, err)
-	defer st.Close()
-	c, err := runcue.New(st, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, Register(c))
-
-	deps := map[string][]string{}
-	var subs []runcue.Submission
-	for i := range o.Units {
-		id := fmt.Sprintf("u%04d", i)
-		s := runcue.Submission{Task: "call", ID: id, Target: strconv.Itoa(rnd.IntN(Keys)), Cost: runcue.Costs{"tokens": TokenCost(id)}}
-		for range 2 {
-			if i > 0 && rnd.IntN(3) == 0 {
-				if d := fmt.Sprintf("u%04d", rnd.IntN(i)); !slices.Contains(s.DependsOn, d) {
-					s.DependsOn = append(s.DependsOn, d)
-				}
-			}
-		}
-		deps[id] = s.DependsOn
-		subs = append(subs, s)
-	}
-	rnd.Shuffle(len(subs), func(i, j int) { subs[i], subs[j] = subs[j], subs[i] })
-	_, err = c.SubmitBatch(ctx, subs)
-	require.NoError(t, err)
+	st, c, deps := submitUnits(t, open, o.Units, o.Seed, 2)
 
 	m := newMock()
 	srv := httptest.NewServer(m)
@@ -164,6 +137,44 @@ func Run(t *testing.T, open Opener, o Options) {
 		ms = append(ms, d.Round(time.Millisecond).String())
 	}
 	t.Logf("%d units, %d executor and %d scheduler kills; %s; takeovers (kill to the next owner): %v", o.Units, execKills, schedKills, m.summary(), ms)
+}
+
+// submitUnits opens the test's own view of the store (closed at the
+// test's end), registers the test's services and task, and submits n units
+// of "call" (up to two dependencies each, on earlier units; keyed hosts;
+// token costs) in a shuffled order, fixed by seed and stream. It returns
+// the store, the Cue and each unit's dependencies.
+func submitUnits(t *testing.T, open Opener, n int, seed, stream uint64) (store.Store, *runcue.Cue, map[string][]string) {
+	t.Helper()
+	ctx := context.Background()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, stream))
+	st, err := open(ctx)
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	c, err := runcue.New(st, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	require.NoError(t, Register(c))
+	deps := map[string][]string{}
+	var subs []runcue.Submission
+	for i := range n {
+		id := fmt.Sprintf("u%04d", i)
+		s := runcue.Submission{Task: "call", ID: id, Target: strconv.Itoa(rnd.IntN(Keys)), Cost: runcue.Costs{"tokens": TokenCost(id)}}
+		for range 2 {
+			if i > 0 && rnd.IntN(3) == 0 {
+				if d := fmt.Sprintf("u%04d", rnd.IntN(i)); !slices.Contains(s.DependsOn, d) {
+					s.DependsOn = append(s.DependsOn, d)
+				}
+			}
+		}
+		deps[id] = s.DependsOn
+		subs = append(subs, s)
+	}
+	rnd.Shuffle(len(subs), func(i, j int) { subs[i], subs[j] = subs[j], subs[i] })
+	_, err = c.SubmitBatch(ctx, subs)
+	require.NoError(t, err)
+	return st, c, deps
 }
 
 // startChild starts the test binary as a child of the given mode.

@@ -49,16 +49,10 @@ func upstreamOf(u string) string {
 // one work_queued event for the unit submitted, one queue_changed for the
 // pause, and the submission is not reported a duplicate of itself.
 func TestCommitCutResolved(t *testing.T) {
-	ctx := context.Background()
+	ctx := testCtx(t)
 	u := schemaURL(t)
 	p := startProxy(t, upstreamOf(u))
-	st, err := postgres.Open(ctx, proxiedURL(u, p), postgres.Options{LeaseTTL: 2 * time.Second})
-	require.NoError(t, err)
-	defer st.Close()
-	c, err := runcue.New(st, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.Task("t", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
+	_, c := noopCue(t, proxiedURL(u, p), 2*time.Second, runcue.Config{})
 
 	p.cutAfterMessage([]byte("commit"))
 	sub, err := c.Submit(ctx, runcue.Submission{Task: "t", ID: "once"})
@@ -91,16 +85,11 @@ func TestCommitCutResolved(t *testing.T) {
 // outage and its end, and a reader's subscription, through the same
 // faults, delivers every completion once, in order.
 func TestOwnerRidesThroughRestart(t *testing.T) {
-	ctx := context.Background()
+	ctx := testCtx(t)
 	cl := privateCluster(t)
 	cl.createSchema("rq")
 	p := startProxy(t, cl.addr())
-	st, err := postgres.Open(ctx, cl.url(p.addr(), "rq"), postgres.Options{LeaseTTL: 2 * time.Second})
-	require.NoError(t, err)
-	defer st.Close()
-	c, err := runcue.New(st, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
-	require.NoError(t, err)
-	defer c.Close()
+	_, c := openCue(t, cl.url(p.addr(), "rq"), 2*time.Second, runcue.Config{})
 	evCtx, cancelEvents := context.WithCancel(ctx)
 	defer cancelEvents()
 	var mu sync.Mutex
@@ -126,16 +115,11 @@ func TestOwnerRidesThroughRestart(t *testing.T) {
 	for i := range n {
 		subs = append(subs, runcue.Submission{Task: "t", ID: fmt.Sprintf("u%03d", i)})
 	}
-	_, err = c.SubmitBatch(ctx, subs)
+	_, err := c.SubmitBatch(ctx, subs)
 	require.NoError(t, err)
 	// A reader in "another process" (its own handle, through the proxy
 	// too) follows the log from its start through every fault.
-	rst, err := postgres.Open(ctx, cl.url(p.addr(), "rq"), postgres.Options{LeaseTTL: 2 * time.Second})
-	require.NoError(t, err)
-	defer rst.Close()
-	reader, err := runcue.New(rst, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
-	require.NoError(t, err)
-	defer reader.Close()
+	_, reader := openCue(t, cl.url(p.addr(), "rq"), 2*time.Second, runcue.Config{})
 	followed, stopFollowing, err := reader.Subscribe(evCtx, runcue.SubscribeOptions{After: 0, Types: []runcue.EventType{runcue.EventWorkCompleted}, Buffer: 16})
 	require.NoError(t, err)
 	defer stopFollowing()
@@ -230,7 +214,7 @@ func testLogger(t *testing.T) *slog.Logger {
 // minutes plus LeaseBuffer): every unit completes within the test's
 // deadline, each run cut once.
 func TestRetakeRequeuesEndedRuns(t *testing.T) {
-	ctx := context.Background()
+	ctx := testCtx(t)
 	cl := privateCluster(t)
 	cl.createSchema("rq")
 	st, err := postgres.Open(ctx, cl.url(cl.addr(), "rq"), postgres.Options{LeaseTTL: 2 * time.Second})
@@ -375,25 +359,15 @@ func TestPostgresErrorsClassified(t *testing.T) {
 // error) stops renewing its lease: it never holds ownership it cannot use.
 // The standby takes over within LeaseTTL + 5 s.
 func TestFailedOwnerGivesUp(t *testing.T) {
-	ctx := context.Background()
+	ctx := testCtx(t)
 	const ttl = 2 * time.Second
 	u := schemaURL(t)
 	stA, err := postgres.Open(ctx, u, postgres.Options{LeaseTTL: ttl})
 	require.NoError(t, err)
 	defer stA.Close()
 	fs := &testutil.FaultStore{Store: stA}
-	a, err := runcue.New(fs, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
-	require.NoError(t, err)
-	defer a.Close()
-	stB, err := postgres.Open(ctx, u, postgres.Options{LeaseTTL: ttl})
-	require.NoError(t, err)
-	defer stB.Close()
-	b, err := runcue.New(stB, runcue.Config{Standby: true, PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
-	require.NoError(t, err)
-	defer b.Close()
-	for _, c := range []*runcue.Cue{a, b} {
-		require.NoError(t, c.Task("t", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
-	}
+	a := noopCueOn(t, fs, runcue.Config{})
+	_, b := noopCue(t, u, ttl, runcue.Config{Standby: true})
 	require.NoError(t, a.Start(ctx))
 	require.NoError(t, b.Start(ctx))
 	fs.Down(&pgconn.PgError{Code: "53100", Message: "could not extend file: No space left on device (injected)"})
@@ -413,7 +387,7 @@ func TestFailedOwnerGivesUp(t *testing.T) {
 // the last renewal it sent, whatever its connections do: before any
 // standby may take over (the lease's TTL, by the database's clock).
 func TestBlackholeCancelsAtHalfLease(t *testing.T) {
-	ctx := context.Background()
+	ctx := testCtx(t)
 	const ttl = 2 * time.Second
 	u := schemaURL(t)
 	p := startProxy(t, upstreamOf(u))
@@ -473,18 +447,12 @@ func TestBlackholeCancelsAtHalfLease(t *testing.T) {
 // over gets an epoch the rewound owner never held, so the two never pass
 // the fence together.
 func TestRewindDetected(t *testing.T) {
-	ctx := context.Background()
+	ctx := testCtx(t)
 	const ttl = 2 * time.Second
 	cl := privateCluster(t)
 	cl.createSchema("rw")
 	url := cl.url(cl.addr(), "rw")
-	st, err := postgres.Open(ctx, url, postgres.Options{LeaseTTL: ttl})
-	require.NoError(t, err)
-	defer st.Close()
-	a, err := runcue.New(st, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
-	require.NoError(t, err)
-	defer a.Close()
-	require.NoError(t, a.Task("t", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
+	_, a := noopCue(t, url, ttl, runcue.Config{})
 	require.NoError(t, a.Start(ctx))
 	run := func(n int) {
 		_, err := a.SubmitBatch(ctx, anonymous(n))
@@ -512,16 +480,10 @@ func TestRewindDetected(t *testing.T) {
 	_, err = a.Submit(ctx, runcue.Submission{Task: "t"})
 	require.ErrorIs(t, err, store.ErrRewound, "a rewound Cue writes nothing more")
 
-	st2, err := postgres.Open(ctx, url, postgres.Options{LeaseTTL: ttl})
-	require.NoError(t, err)
-	defer st2.Close()
+	st2, b := noopCue(t, url, ttl, runcue.Config{Standby: true})
 	last, err := st2.LastSeq(ctx)
 	require.NoError(t, err)
 	t.Logf("the owner had seen event %d; the restored log ends at %d", seen, last)
-	b, err := runcue.New(st2, runcue.Config{Standby: true, PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
-	require.NoError(t, err)
-	defer b.Close()
-	require.NoError(t, b.Task("t", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
 	require.NoError(t, b.Start(ctx))
 	waitFor(t, "the standby to take over", func() bool { return b.Status().Role == runcue.RoleOwner })
 	epochs := epochsOf(t, url)
@@ -552,7 +514,7 @@ func anonymous(n int) []runcue.Submission {
 // transient one is retried (the write commits once, on the next try), a
 // fatal one is not, and the Cue stops naming it.
 func TestErrorsInjected(t *testing.T) {
-	ctx := context.Background()
+	ctx := testCtx(t)
 	u := schemaURL(t)
 	for _, tc := range []struct {
 		code  string
@@ -566,10 +528,7 @@ func TestErrorsInjected(t *testing.T) {
 			require.NoError(t, err)
 			defer st.Close()
 			fs := &testutil.FaultStore{Store: st}
-			c, err := runcue.New(fs, runcue.Config{Logger: testLogger(t)})
-			require.NoError(t, err)
-			defer c.Close()
-			require.NoError(t, c.Task("t", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
+			c := noopCueOn(t, fs, runcue.Config{})
 			fs.Inject(testutil.Fault{Err: fmt.Errorf("injected: %w", &pgconn.PgError{Severity: "ERROR", Code: tc.code, Message: "injected " + tc.code})})
 			applies := fs.Applies()
 			_, err = c.Submit(ctx, runcue.Submission{Task: "t", ID: "u-" + tc.code})
@@ -607,19 +566,13 @@ func TestDuplicateExecutorID(t *testing.T) {
 // target_session_attrs=read-write, the new primary) no write goes to a
 // connection made to the old one.
 func TestReadOnlyServerDiscardsConnections(t *testing.T) {
-	ctx := context.Background()
+	ctx := testCtx(t)
 	cl := privateCluster(t)
 	cl.createSchema("ro")
 	url := cl.url(cl.addr(), "ro") + "&application_name=runcue_ro_test"
-	st, err := postgres.Open(ctx, url, postgres.Options{LeaseTTL: 2 * time.Second})
-	require.NoError(t, err)
-	defer st.Close()
-	c, err := runcue.New(st, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: testLogger(t)})
-	require.NoError(t, err)
-	defer c.Close()
-	require.NoError(t, c.Task("t", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
+	_, c := noopCue(t, url, 2*time.Second, runcue.Config{})
 	require.NoError(t, c.Start(ctx))
-	_, err = c.SubmitBatch(ctx, anonymous(20))
+	_, err := c.SubmitBatch(ctx, anonymous(20))
 	require.NoError(t, err)
 	require.NoError(t, c.Drain(ctx))
 
@@ -672,4 +625,59 @@ func TestReadOnlyServerDiscardsConnections(t *testing.T) {
 	t.Logf("%d pool connections before, %d after, %d kept", len(before), len(after), kept)
 	assert.Zero(t, kept, "the connections to the read-only server were discarded")
 	assert.Equal(t, runcue.RoleOwner, c.Status().Role)
+}
+
+// openCue opens a store at url (lease ttl) and a Cue on it (PollInterval
+// 20 ms unless cfg says); both close at the test's end.
+func openCue(t *testing.T, url string, ttl time.Duration, cfg runcue.Config) (*postgres.Store, *runcue.Cue) {
+	t.Helper()
+	st, err := postgres.Open(context.Background(), url, postgres.Options{LeaseTTL: ttl})
+	require.NoError(t, err)
+	t.Cleanup(func() { st.Close() })
+	return st, cueOn(t, st, cfg)
+}
+
+// cueOn is openCue on an open store.
+func cueOn(t *testing.T, st store.Store, cfg runcue.Config) *runcue.Cue {
+	t.Helper()
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = 20 * time.Millisecond
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger(t)
+	}
+	c, err := runcue.New(st, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// noopCue is openCue with task "t", whose handler does nothing.
+func noopCue(t *testing.T, url string, ttl time.Duration, cfg runcue.Config) (*postgres.Store, *runcue.Cue) {
+	t.Helper()
+	st, c := openCue(t, url, ttl, cfg)
+	noopTask(t, c)
+	return st, c
+}
+
+// noopCueOn is noopCue on an open store.
+func noopCueOn(t *testing.T, st store.Store, cfg runcue.Config) *runcue.Cue {
+	t.Helper()
+	c := cueOn(t, st, cfg)
+	noopTask(t, c)
+	return c
+}
+
+func noopTask(t *testing.T, c *runcue.Cue) {
+	t.Helper()
+	require.NoError(t, c.Task("t", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
+}
+
+// testCtx is a context for a fault test's calls that ends well before the
+// package's timeout: a call that would wait for ever fails the test that
+// made it, naming it, instead of hanging the package.
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
 }
