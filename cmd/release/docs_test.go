@@ -205,7 +205,7 @@ var knownImports = map[string]string{
 	"os": "os", "time": "time", "json": "encoding/json", "runcue": "github.com/runcue/runcue",
 	"httplimit": "github.com/runcue/runcue/httplimit", "sse": "github.com/runcue/runcue/sse",
 	"dashboard": "github.com/runcue/runcue/dashboard", "postgres": "github.com/runcue/runcue/store/postgres",
-	"sqlite": "github.com/runcue/runcue/store/sqlite", "executor": "github.com/runcue/runcue/executor",
+	"sqlite": "github.com/runcue/runcue/store/sqlite", "proc": "github.com/runcue/runcue/proc",
 	"runcuecli": "github.com/runcue/runcue/cmd/runcuecli",
 }
 

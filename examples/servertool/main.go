@@ -26,7 +26,7 @@ import (
 	"time"
 
 	"github.com/runcue/runcue"
-	"github.com/runcue/runcue/executor"
+	"github.com/runcue/runcue/proc"
 )
 
 var hosts = []string{"prod-1", "prod-2", "staging"}
@@ -40,7 +40,7 @@ type config struct {
 
 func main() {
 	registerPoolHandlers()
-	executor.Main() // pool workers and command supervisors end here
+	proc.Main() // pool workers and command supervisors end here
 	work := flag.String("dir", "", "work directory (default: a new temporary one)")
 	flag.Parse()
 	if *work == "" {
@@ -61,7 +61,7 @@ func main() {
 // registerPoolHandlers registers the handlers pool workers serve. It runs in
 // the orchestrator and in its workers (the same binary).
 func registerPoolHandlers() {
-	executor.Register("validate_config", func(ctx context.Context, w *runcue.Work) (any, error) {
+	proc.Register("validate_config", func(ctx context.Context, w *runcue.Work) (any, error) {
 		var hostsSeen []string
 		for _, h := range hosts {
 			b, err := os.ReadFile(filepath.Join(w.Target, "out", h+".json"))
@@ -95,7 +95,7 @@ func run(ctx context.Context, work string, out *os.File) error {
 		return err
 	}
 	defer cue.Close()
-	pool, err := executor.NewPool(cue, executor.PoolOptions{Size: 2})
+	pool, err := proc.NewPool(cue, proc.PoolOptions{Size: 2})
 	if err != nil {
 		return err
 	}
@@ -153,7 +153,7 @@ func run(ctx context.Context, work string, out *os.File) error {
 
 func since(t time.Time) string { return time.Since(t).Round(time.Millisecond).String() }
 
-func register(cue *runcue.Cue, pool *executor.Pool, work string) error {
+func register(cue *runcue.Cue, pool *proc.Pool, work string) error {
 	// One operation per host: a keyed service, "ssh:<host>".
 	if err := cue.Service("ssh", runcue.Service{MaxConcurrent: 1}); err != nil {
 		return err
@@ -162,11 +162,11 @@ func register(cue *runcue.Cue, pool *executor.Pool, work string) error {
 		return err
 	}
 	perHost := func(w *runcue.Work) []string { return []string{"ssh:" + w.Target} }
-	shell := executor.CommandOptions{Grace: 2 * time.Second}
+	shell := proc.CommandOptions{Grace: 2 * time.Second}
 	tasks := map[string]runcue.Task{
 		"scan_inventory": {ServiceKeys: perHost, Retry: runcue.RetryPolicy{MaxAttempts: 2},
-			Handler: executor.Command(func(ctx context.Context, w *runcue.Work) (executor.Cmd, error) {
-				return executor.Cmd{Args: []string{"uname", "-sr"}, Dir: filepath.Join(work, "hosts", w.Target)}, nil // ssh host uname -sr
+			Handler: proc.Command(func(ctx context.Context, w *runcue.Work) (proc.Cmd, error) {
+				return proc.Cmd{Args: []string{"uname", "-sr"}, Dir: filepath.Join(work, "hosts", w.Target)}, nil // ssh host uname -sr
 			}, shell)},
 		"generate_config": {Services: []string{"anthropic"}, Retry: runcue.RetryPolicy{MaxAttempts: 3},
 			Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
@@ -181,15 +181,15 @@ func register(cue *runcue.Cue, pool *executor.Pool, work string) error {
 		"validate_config": {Services: []string{pool.Service()}, Retry: runcue.RetryPolicy{MaxAttempts: 1},
 			Handler: pool.Handler("validate_config")},
 		"deploy_config": {ServiceKeys: perHost, Retry: runcue.RetryPolicy{MaxAttempts: 2},
-			Handler: executor.Command(func(ctx context.Context, w *runcue.Work) (executor.Cmd, error) {
-				return executor.Cmd{Args: []string{"cp", filepath.Join(work, "out", w.Target+".json"),
+			Handler: proc.Command(func(ctx context.Context, w *runcue.Work) (proc.Cmd, error) {
+				return proc.Cmd{Args: []string{"cp", filepath.Join(work, "out", w.Target+".json"),
 					filepath.Join(work, "hosts", w.Target, "etc", "app.json")}}, nil // scp + reload
 			}, shell)},
 		"verify_deployment": {ServiceKeys: perHost, Retry: runcue.RetryPolicy{MaxAttempts: 3, BaseDelay: 100 * time.Millisecond},
-			Handler: executor.Command(func(ctx context.Context, w *runcue.Work) (executor.Cmd, error) {
-				return executor.Cmd{Args: []string{"cmp", filepath.Join(work, "out", w.Target+".json"),
+			Handler: proc.Command(func(ctx context.Context, w *runcue.Work) (proc.Cmd, error) {
+				return proc.Cmd{Args: []string{"cmp", filepath.Join(work, "out", w.Target+".json"),
 					filepath.Join(work, "hosts", w.Target, "etc", "app.json")}}, nil
-			}, executor.CommandOptions{PermanentExitCodes: []int{2}})},
+			}, proc.CommandOptions{PermanentExitCodes: []int{2}})},
 	}
 	for name, t := range tasks {
 		if err := cue.Task(name, t); err != nil {

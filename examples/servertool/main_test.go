@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/runcue/runcue/executor"
+	"github.com/runcue/runcue/proc"
 )
 
 func TestMain(m *testing.M) {
 	registerPoolHandlers()
-	executor.Main()
+	proc.Main()
 	os.Exit(m.Run())
 }
 

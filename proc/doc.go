@@ -1,4 +1,4 @@
-// Package executor runs work in other processes: commands (SSH, CLI tools)
+// Package proc runs work in other processes: commands (SSH, CLI tools)
 // run directly, never through a shell, and an isolated pool of worker
 // processes for CPU-heavy or crash-prone Go code.
 //
@@ -7,8 +7,8 @@
 // supervisor that runs each command) it does that process's work and exits:
 //
 //	func main() {
-//		executor.Register("parse_pdf", parsePDF) // pool handlers, by name
-//		executor.Main()
+//		proc.Register("parse_pdf", parsePDF) // pool handlers, by name
+//		proc.Main()
 //		...
 //	}
 //
@@ -50,4 +50,4 @@
 // when the orchestrator does: their requests pipe closes (and on Linux they
 // also get SIGKILL as their parent-death signal). The pool registers a
 // service of its size, so its capacity is enforced like any other.
-package executor
+package proc

@@ -1,6 +1,6 @@
 //go:build unix
 
-package executor_test
+package proc_test
 
 import "syscall"
 

@@ -1,4 +1,4 @@
-package executor
+package proc
 
 // Supervised sets whether commands run under a supervisor (as when Main was
 // called) and returns a function restoring the previous setting.

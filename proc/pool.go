@@ -1,4 +1,4 @@
-package executor
+package proc
 
 import (
 	"bufio"
@@ -35,7 +35,7 @@ func Register(name string, h runcue.Handler) {
 	registry.Lock()
 	defer registry.Unlock()
 	if _, dup := registry.m[name]; dup || name == "" || h == nil {
-		panic(fmt.Sprintf("executor: Register(%q): empty, nil or registered twice", name))
+		panic(fmt.Sprintf("proc: Register(%q): empty, nil or registered twice", name))
 	}
 	registry.m[name] = h
 }
@@ -84,7 +84,7 @@ func serveWorker() int {
 		}
 		res := handle(req)
 		if len(res.Result) > limit {
-			res = response{Error: fmt.Sprintf("executor: result of %d bytes is over the pool's limit of %d (PoolOptions.MaxMessage)",
+			res = response{Error: fmt.Sprintf("proc: result of %d bytes is over the pool's limit of %d (PoolOptions.MaxMessage)",
 				len(res.Result), limit), Permanent: true}
 		}
 		res.Seq = req.Seq
@@ -166,7 +166,7 @@ type Pool struct {
 }
 
 // ErrPoolClosed is returned for work given to a closed pool.
-var ErrPoolClosed = errors.New("executor: pool closed")
+var ErrPoolClosed = errors.New("proc: pool closed")
 
 // NewPool returns a pool whose workers are this binary, re-executed: the
 // program must call Main at the top of main. It registers with c a service
@@ -174,7 +174,7 @@ var ErrPoolClosed = errors.New("executor: pool closed")
 // the pool list it in their Services. Workers start on demand.
 func NewPool(c *runcue.Cue, o PoolOptions) (*Pool, error) {
 	if !canSupervise {
-		return nil, errors.New("executor: the process pool needs Unix (its pipes are inherited file descriptors)")
+		return nil, errors.New("proc: the process pool needs Unix (its pipes are inherited file descriptors)")
 	}
 	if o.Size <= 0 {
 		o.Size = runtime.NumCPU()
@@ -183,14 +183,14 @@ func NewPool(c *runcue.Cue, o PoolOptions) (*Pool, error) {
 		o.Service = "process_pool"
 	}
 	if o.MaxMessage < 0 {
-		return nil, fmt.Errorf("executor: negative PoolOptions.MaxMessage %d", o.MaxMessage)
+		return nil, fmt.Errorf("proc: negative PoolOptions.MaxMessage %d", o.MaxMessage)
 	}
 	if o.MaxMessage == 0 {
 		o.MaxMessage = DefaultMaxMessage
 	}
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("executor: find this binary: %w", err)
+		return nil, fmt.Errorf("proc: find this binary: %w", err)
 	}
 	if err := c.Service(o.Service, runcue.Service{MaxConcurrent: o.Size}); err != nil {
 		return nil, err
@@ -212,7 +212,7 @@ func (p *Pool) Service() string { return p.service }
 func (p *Pool) Handler(name string) runcue.Handler {
 	return func(ctx context.Context, w *runcue.Work) (any, error) {
 		if len(w.Params) > p.max {
-			return nil, runcue.Permanent(fmt.Errorf("executor: params of %d bytes are over the pool's limit of %d (PoolOptions.MaxMessage)",
+			return nil, runcue.Permanent(fmt.Errorf("proc: params of %d bytes are over the pool's limit of %d (PoolOptions.MaxMessage)",
 				len(w.Params), p.max))
 		}
 		wk, err := p.acquire(ctx)
@@ -366,7 +366,7 @@ func (p *Pool) startWorker() (*worker, error) {
 	if err != nil {
 		reqW.Close()
 		resR.Close()
-		return nil, fmt.Errorf("executor: start worker: %w", err)
+		return nil, fmt.Errorf("proc: start worker: %w", err)
 	}
 	wk := &worker{cmd: cmd, in: reqW, outF: resR, out: bufio.NewReader(resR), enc: json.NewEncoder(reqW), exited: make(chan struct{})}
 	p.mu.Lock()
@@ -403,7 +403,7 @@ func (wk *worker) call(ctx context.Context, req request, limit int) (response, e
 		line, err := readLine(wk.out, limit)
 		switch {
 		case errors.Is(err, errLineTooLong):
-			ch <- reply{err: fmt.Errorf("executor: worker protocol error: a response line over %d bytes (PoolOptions.MaxMessage)", limit)}
+			ch <- reply{err: fmt.Errorf("proc: worker protocol error: a response line over %d bytes (PoolOptions.MaxMessage)", limit)}
 			return
 		case err != nil:
 			ch <- reply{eof: err}
@@ -411,11 +411,11 @@ func (wk *worker) call(ctx context.Context, req request, limit int) (response, e
 		}
 		var res response
 		if err := json.Unmarshal(line, &res); err != nil {
-			ch <- reply{err: fmt.Errorf("executor: worker protocol error: undecodable response %q: %v", abbreviate(line), err)}
+			ch <- reply{err: fmt.Errorf("proc: worker protocol error: undecodable response %q: %v", abbreviate(line), err)}
 			return
 		}
 		if res.Seq != req.Seq {
-			ch <- reply{err: fmt.Errorf("executor: worker protocol error: response tagged %d to request %d (the worker wrote a line out of turn: %q)",
+			ch <- reply{err: fmt.Errorf("proc: worker protocol error: response tagged %d to request %d (the worker wrote a line out of turn: %q)",
 				res.Seq, req.Seq, abbreviate(line))}
 			return
 		}
@@ -474,9 +474,9 @@ func (wk *worker) death(cause error) error {
 		<-wk.exited
 	}
 	if wk.err != nil {
-		return fmt.Errorf("executor: worker died: %v", wk.err)
+		return fmt.Errorf("proc: worker died: %v", wk.err)
 	}
-	return fmt.Errorf("executor: worker stopped answering: %v", cause)
+	return fmt.Errorf("proc: worker stopped answering: %v", cause)
 }
 
 // kill ends the worker and its process group, and waits for it.

@@ -1,6 +1,6 @@
 //go:build unix
 
-package executor_test
+package proc_test
 
 import (
 	"context"
@@ -12,11 +12,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
-	"github.com/runcue/runcue/executor"
+	"github.com/runcue/runcue/proc"
 )
 
 // Workers that lie: each writes to the response pipe (fd 4) behind the
-// protocol's back. They are registered before executor.Main runs in
+// protocol's back. They are registered before proc.Main runs in
 // TestMain, in the orchestrator and in its workers alike.
 func init() {
 	write := func(b []byte) {
@@ -28,20 +28,20 @@ func init() {
 			b = b[n:]
 		}
 	}
-	executor.Register("extra-line", func(context.Context, *runcue.Work) (any, error) {
+	proc.Register("extra-line", func(context.Context, *runcue.Work) (any, error) {
 		// A line that looks like an answer, before the real one.
 		write([]byte(`{"seq":1,"result":"not yours"}` + "\n"))
 		return "mine", nil
 	})
-	executor.Register("garbage", func(context.Context, *runcue.Work) (any, error) {
+	proc.Register("garbage", func(context.Context, *runcue.Work) (any, error) {
 		write([]byte("this is not JSON\n"))
 		return "mine", nil
 	})
-	executor.Register("endless", func(context.Context, *runcue.Work) (any, error) {
+	proc.Register("endless", func(context.Context, *runcue.Work) (any, error) {
 		write([]byte(strings.Repeat("x", 3<<20))) // no newline, over the limit
 		return "mine", nil
 	})
-	executor.Register("big-result", func(context.Context, *runcue.Work) (any, error) {
+	proc.Register("big-result", func(context.Context, *runcue.Work) (any, error) {
 		return strings.Repeat("y", 2<<20), nil
 	})
 }
@@ -53,7 +53,7 @@ func init() {
 // results over the limit fail their unit permanently.
 func TestPoolProtocolErrors(t *testing.T) {
 	c := newCue(t)
-	pool, err := executor.NewPool(c, executor.PoolOptions{Size: 1, MaxMessage: 1 << 20})
+	pool, err := proc.NewPool(c, proc.PoolOptions{Size: 1, MaxMessage: 1 << 20})
 	require.NoError(t, err)
 	defer pool.Close()
 	for _, name := range []string{"echo", "extra-line", "garbage", "endless", "big-result"} {

@@ -1,4 +1,4 @@
-package executor
+package proc
 
 import (
 	"encoding/json"

@@ -1,4 +1,4 @@
-package executor_test
+package proc_test
 
 import (
 	"context"
@@ -23,26 +23,26 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/runcue/runcue"
-	"github.com/runcue/runcue/executor"
+	"github.com/runcue/runcue/proc"
 )
 
 // The test binary is also every program the tests run: pool workers and
-// command supervisors (executor.Main), and helper commands (helperEnv).
+// command supervisors (proc.Main), and helper commands (helperEnv).
 const helperEnv = "RUNCUE_TEST_HELPER"
 
 func TestMain(m *testing.M) {
-	executor.Register("echo", func(ctx context.Context, w *runcue.Work) (any, error) {
+	proc.Register("echo", func(ctx context.Context, w *runcue.Work) (any, error) {
 		var p map[string]any
 		_ = w.Bind(&p)
 		return map[string]any{"params": p, "pid": os.Getpid(), "attempt": w.Attempt}, nil
 	})
-	executor.Register("panic", func(context.Context, *runcue.Work) (any, error) { panic("handler bug") })
-	executor.Register("exit3", func(context.Context, *runcue.Work) (any, error) { os.Exit(3); return nil, nil })
-	executor.Register("hang", func(context.Context, *runcue.Work) (any, error) { select {} })
-	executor.Register("bad-input", func(context.Context, *runcue.Work) (any, error) {
+	proc.Register("panic", func(context.Context, *runcue.Work) (any, error) { panic("handler bug") })
+	proc.Register("exit3", func(context.Context, *runcue.Work) (any, error) { os.Exit(3); return nil, nil })
+	proc.Register("hang", func(context.Context, *runcue.Work) (any, error) { select {} })
+	proc.Register("bad-input", func(context.Context, *runcue.Work) (any, error) {
 		return nil, runcue.Permanent(errors.New("unparseable"))
 	})
-	executor.Main()
+	proc.Main()
 	if h := os.Getenv(helperEnv); h != "" {
 		os.Exit(helper(h))
 	}
@@ -93,9 +93,9 @@ func orchestrator() int {
 		return 2
 	}
 	pids := filepath.Join(dir, "pids")
-	err = c.Task("run", runcue.Task{Handler: executor.Command(func(ctx context.Context, w *runcue.Work) (executor.Cmd, error) {
-		return executor.Cmd{Args: []string{os.Args[0]}, Env: append(os.Environ(), helperEnv+"=stubborn")}, nil
-	}, executor.CommandOptions{Grace: 500 * time.Millisecond})})
+	err = c.Task("run", runcue.Task{Handler: proc.Command(func(ctx context.Context, w *runcue.Work) (proc.Cmd, error) {
+		return proc.Cmd{Args: []string{os.Args[0]}, Env: append(os.Environ(), helperEnv+"=stubborn")}, nil
+	}, proc.CommandOptions{Grace: 500 * time.Millisecond})})
 	if err != nil {
 		return 2
 	}
@@ -106,15 +106,15 @@ func orchestrator() int {
 	select {}
 }
 
-func self(t *testing.T, helperName string, args ...string) executor.Cmd {
+func self(t *testing.T, helperName string, args ...string) proc.Cmd {
 	t.Helper()
-	return executor.Cmd{Args: append([]string{os.Args[0]}, args...), Env: append(os.Environ(), helperEnv+"="+helperName)}
+	return proc.Cmd{Args: append([]string{os.Args[0]}, args...), Env: append(os.Environ(), helperEnv+"="+helperName)}
 }
 
 func TestCommandOutput(t *testing.T) {
 	c := self(t, "echo")
 	c.Stdin = []byte("hello from stdin")
-	res, err := executor.CommandOptions{}.Run(t.Context(), c)
+	res, err := proc.CommandOptions{}.Run(t.Context(), c)
 	require.NoError(t, err)
 	assert.Equal(t, "hello from stdin", res.Stdout)
 	assert.Equal(t, "to stderr", res.Stderr)
@@ -122,7 +122,7 @@ func TestCommandOutput(t *testing.T) {
 }
 
 func TestCommandOutputCap(t *testing.T) {
-	res, err := executor.CommandOptions{MaxOutput: 1000}.Run(t.Context(), self(t, "bigout", "3000000"))
+	res, err := proc.CommandOptions{MaxOutput: 1000}.Run(t.Context(), self(t, "bigout", "3000000"))
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(res.Stdout, strings.Repeat("x", 1000)))
 	assert.Contains(t, res.Stdout, "[runcue: 2999000 more bytes truncated]")
@@ -132,7 +132,7 @@ func TestCommandOutputCap(t *testing.T) {
 }
 
 func TestCommandExitCodes(t *testing.T) {
-	o := executor.CommandOptions{PermanentExitCodes: []int{2}, SuccessExitCodes: []int{0, 3}}
+	o := proc.CommandOptions{PermanentExitCodes: []int{2}, SuccessExitCodes: []int{0, 3}}
 	for _, tc := range []struct {
 		code      int
 		ok        bool
@@ -145,13 +145,13 @@ func TestCommandExitCodes(t *testing.T) {
 			assert.NoError(t, err, "exit %d", tc.code)
 			continue
 		}
-		var xe *executor.ExitError
+		var xe *proc.ExitError
 		require.ErrorAs(t, err, &xe, "exit %d", tc.code)
 		assert.Equal(t, tc.code, xe.Code)
 		assert.Contains(t, xe.Error(), "failing on purpose", "the error carries the end of stderr")
 		assert.Equal(t, tc.permanent, errors.Is(err, runcue.ErrPermanent), "exit %d", tc.code)
 	}
-	_, err := executor.CommandOptions{}.Run(t.Context(), executor.Cmd{Args: []string{"/no/such/program"}})
+	_, err := proc.CommandOptions{}.Run(t.Context(), proc.Cmd{Args: []string{"/no/such/program"}})
 	assert.ErrorIs(t, err, runcue.ErrPermanent, "a missing program is permanent")
 }
 
@@ -163,18 +163,18 @@ func TestNoShell(t *testing.T) {
 	c, err := runcue.Open(filepath.Join(tmp, "q.db"), runcue.Config{Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	defer c.Close()
-	require.NoError(t, c.Task("args", runcue.Task{Handler: executor.Command(func(ctx context.Context, w *runcue.Work) (executor.Cmd, error) {
+	require.NoError(t, c.Task("args", runcue.Task{Handler: proc.Command(func(ctx context.Context, w *runcue.Work) (proc.Cmd, error) {
 		cmd := self(t, "args", "first", w.Target)
 		cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
 		return cmd, nil
-	}, executor.CommandOptions{})}))
+	}, proc.CommandOptions{})}))
 	require.NoError(t, c.Start(t.Context()))
 	s, err := c.Submit(t.Context(), runcue.Submission{Task: "args", Target: evil})
 	require.NoError(t, err)
 	wi, err := c.Wait(t.Context(), s.ID)
 	require.NoError(t, err)
 	require.Equal(t, runcue.StateCompleted, wi.State, wi.Error)
-	var res executor.CommandResult
+	var res proc.CommandResult
 	require.NoError(t, json.Unmarshal(wi.Result, &res))
 	var args []string
 	require.NoError(t, json.Unmarshal([]byte(res.Stdout), &args))
@@ -208,15 +208,15 @@ func TestCommandTimeoutKillsGroup(t *testing.T) {
 	}
 	for _, supervised := range []bool{true, false} {
 		t.Run(fmt.Sprintf("supervised=%v", supervised), func(t *testing.T) {
-			defer executor.Supervised(supervised)()
+			defer proc.Supervised(supervised)()
 			ctx, cancel := context.WithCancel(t.Context())
 			type out struct {
-				res *executor.CommandResult
+				res *proc.CommandResult
 				err error
 			}
 			done := make(chan out, 1)
 			go func() {
-				res, err := executor.CommandOptions{Grace: 300 * time.Millisecond}.Run(ctx, self(t, "stubborn"))
+				res, err := proc.CommandOptions{Grace: 300 * time.Millisecond}.Run(ctx, self(t, "stubborn"))
 				done <- out{res, err}
 			}()
 			var cmdPid, gcPid int
@@ -325,7 +325,7 @@ func newCue(t *testing.T) *runcue.Cue {
 // goroutines return to their baseline and its heap stays bounded.
 func TestPool(t *testing.T) {
 	c := newCue(t)
-	pool, err := executor.NewPool(c, executor.PoolOptions{Size: 2})
+	pool, err := proc.NewPool(c, proc.PoolOptions{Size: 2})
 	require.NoError(t, err)
 	defer pool.Close()
 	for _, name := range []string{"echo", "panic", "exit3", "bad-input"} {
@@ -411,7 +411,7 @@ func TestPool(t *testing.T) {
 
 func TestPoolCloseStopsWorkers(t *testing.T) {
 	c := newCue(t)
-	pool, err := executor.NewPool(c, executor.PoolOptions{Size: 1, Service: "cpu"})
+	pool, err := proc.NewPool(c, proc.PoolOptions{Size: 1, Service: "cpu"})
 	require.NoError(t, err)
 	require.NoError(t, c.Task("hang", runcue.Task{Services: []string{"cpu"}, Handler: pool.Handler("hang")}))
 	require.NoError(t, c.Start(t.Context()))
@@ -421,6 +421,6 @@ func TestPoolCloseStopsWorkers(t *testing.T) {
 	require.NoError(t, pool.Close()) // kills the busy worker too
 	assert.Zero(t, pool.Workers())
 	_, err = pool.Handler("echo")(t.Context(), &runcue.Work{ID: "x"})
-	assert.ErrorIs(t, err, executor.ErrPoolClosed)
+	assert.ErrorIs(t, err, proc.ErrPoolClosed)
 	require.NoError(t, c.StopAndCancel(t.Context()))
 }

@@ -1,6 +1,6 @@
 //go:build linux
 
-package executor
+package proc
 
 import (
 	"os"
