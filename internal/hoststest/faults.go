@@ -60,8 +60,9 @@ type FaultOptions struct {
 // cap exceeded at arrival, each unit completed once, dependencies
 // respected), that no run number arrived twice at the service, that no
 // process exited, that dispatch resumed within LeaseTTL + 5 s of the
-// database answering after each fault, and that a Short fault repeated no
-// run; it logs the repeated runs (those the faults cut).
+// database answering after each fault, that a Short fault repeated no
+// run, and that every run repeated was one a fault cut (uncut); it logs
+// how many were.
 func RunFaults(t *testing.T, open Opener, o FaultOptions) {
 	ctx := context.Background()
 	_, c, deps := submitUnits(t, open, o.Units, o.Seed, 3)
@@ -95,6 +96,7 @@ func RunFaults(t *testing.T, open Opener, o FaultOptions) {
 		}
 	}
 	var resumes []string
+	var windows [][2]time.Time // each fault, from when it began to when the database answered
 	for _, f := range o.Faults {
 		waitUntil(fmt.Sprintf("%.0f%% of the units completed before %s", 100*f.After, f.Name), func() bool {
 			return float64(completed()) >= f.After*float64(o.Units)
@@ -103,6 +105,7 @@ func RunFaults(t *testing.T, open Opener, o FaultOptions) {
 		began := time.Now()
 		f.Do(t)
 		back := time.Now()
+		windows = append(windows, [2]time.Time{began, back})
 		waitUntil("dispatch to resume after "+f.Name, func() bool { return m.arrivedAfter(back) })
 		resumed := m.firstAfter(back).Sub(back)
 		resumes = append(resumes, fmt.Sprintf("%s: %v (outage %v)", f.Name, resumed.Round(time.Millisecond), back.Sub(began).Round(time.Millisecond)))
@@ -124,7 +127,41 @@ func RunFaults(t *testing.T, open Opener, o FaultOptions) {
 	twice := m.twice()
 	m.mu.Unlock()
 	assert.Empty(t, twice, "runs that arrived twice at the service under one run number")
+	assert.Empty(t, m.uncut(windows, o.LeaseTTL), "units that ran again though no fault cut their run")
 	t.Logf("%d units; %s; %d runs repeated (cut by the faults); dispatch resumed after: %s", o.Units, m.summary(), m.repeats(), strings.Join(resumes, "; "))
+}
+
+// uncut lists the units that arrived again although their previous
+// arrival was in no fault's reach: a run repeats only when a fault cut it,
+// so the previous arrival came at most a run's length (a few seconds, with
+// the executors' hold) before a fault began, or during it, or within the
+// lease's and an executor's TTL after the database answered (the runs the
+// fault cut are found then).
+func (m *mock) uncut(windows [][2]time.Time, ttl time.Duration) []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	a := slices.Clone(m.arrivals)
+	slices.SortFunc(a, func(x, y arrival) int { return x.at.Compare(y.at) })
+	last := map[string]time.Time{}
+	var out []string
+	for _, x := range a {
+		prev, seen := last[x.id]
+		last[x.id] = x.at
+		if !seen {
+			continue
+		}
+		cut := false
+		for _, w := range windows {
+			if !prev.Before(w[0].Add(-5*time.Second)) && !prev.After(w[1].Add(ttl+5*time.Second)) {
+				cut = true
+				break
+			}
+		}
+		if !cut {
+			out = append(out, fmt.Sprintf("%s run %d at %v (its previous arrival at %v)", x.id, x.attempt, x.at.Format(time.StampMicro), prev.Format(time.StampMicro)))
+		}
+	}
+	return out
 }
 
 // repeats counts the arrivals of runs after a unit's first.
