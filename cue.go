@@ -240,7 +240,12 @@ func (c *Cue) Start(ctx context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.loop != nil {
-		return nil // a concurrent Start won (its engine is d's, if any)
+		// A concurrent Start won. Ownership keeps two engines apart, so d
+		// is nil here; were it not, it would run unwatched: stop it.
+		if d != nil {
+			d.stop(true)
+		}
+		return nil
 	}
 	l := &ownerLoop{stop: make(chan struct{}), done: make(chan struct{})}
 	c.loop = l

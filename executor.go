@@ -196,7 +196,11 @@ func (x *Executor) ID() string { return x.cfg.ID }
 // (another host or PID) is registered under its ID, it waits, running
 // nothing: two processes never run one ID's runs.
 func (x *Executor) Run(ctx context.Context) error {
-	x.w = writer.New(writer.Config{Store: x.st, Clock: clock.Real()})
+	var txTimeout time.Duration
+	if t, ok := x.st.(store.TxTimeouter); ok {
+		txTimeout = t.TxTimeout()
+	}
+	x.w = writer.New(writer.Config{Store: x.st, Clock: clock.Real(), TxTimeout: txTimeout})
 	defer x.w.Close()
 	host, _ := os.Hostname()
 	names := make([]string, 0, len(x.tasks))

@@ -52,9 +52,8 @@ type Status struct {
 	LastErrorAt time.Time `json:"last_error_at,omitzero"`
 }
 
-// Live reports whether the Cue can still do its work: it is not closed
-// and its store has not failed for good. An outage is live: it clears by
-// itself.
+// Live reports whether the Cue can still do its work: its store has not
+// failed for good. An outage is live: it clears by itself.
 func (s Status) Live() bool { return s.Role != RoleFailed }
 
 // Ready reports whether the Cue serves now: live, and its store answers
@@ -152,8 +151,8 @@ func (c *Cue) storeRecovered(since time.Time) {
 	c.hub.Publish([]store.Event{{Type: store.TypeStoreRecovered, Time: now}})
 }
 
-// ownershipChanged records that this Cue took (lost false) or lost
-// ownership under the lease name owner.
+// ownershipChanged announces that this Cue took (lost false; begin set
+// its role) or lost ownership under the lease name owner.
 func (c *Cue) ownershipChanged(owner string, lost bool, why error) {
 	now := c.clock.Now()
 	typ, change := store.TypeOwnershipTaken, "taken"
@@ -163,8 +162,6 @@ func (c *Cue) ownershipChanged(owner string, lost bool, why error) {
 		if why != nil {
 			c.health.setErr(why, now)
 		}
-	} else {
-		c.health.setRole(RoleOwner, owner, now)
 	}
 	var data []byte
 	if why != nil {
@@ -200,7 +197,7 @@ func (c *Cue) retryRead(ctx context.Context, read func() error) error {
 		err := read()
 		if err == nil || ctx.Err() != nil || store.FaultOf(c.st, err) == store.Fatal || c.checkOpen() != nil {
 			if err != nil && ctx.Err() != nil && !since.IsZero() {
-				return &writer.UnavailableError{Since: since, Last: err, Cause: context.Cause(ctx)}
+				return &writer.UnavailableError{Since: since, Last: err, Cause: ctx.Err()}
 			}
 			return err
 		}
@@ -211,7 +208,7 @@ func (c *Cue) retryRead(ctx context.Context, read func() error) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return &writer.UnavailableError{Since: since, Last: err, Cause: context.Cause(ctx)}
+			return &writer.UnavailableError{Since: since, Last: err, Cause: ctx.Err()}
 		case <-t.C():
 		}
 		pause = min(2*pause, 2*time.Second)

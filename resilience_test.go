@@ -56,7 +56,7 @@ func newFaultEnv(t *testing.T) *faultEnv {
 		}
 		return 0, false
 	}}
-	c, err := runcue.New(fs, runcue.Config{Clock: clock.Real(), PollInterval: 10 * time.Millisecond, Logger: quietLogger})
+	c, err := runcue.New(fs, runcue.Config{Clock: clock.Real(), PollInterval: 10 * time.Millisecond, ShutdownTimeout: 200 * time.Millisecond, Logger: quietLogger})
 	require.NoError(t, err)
 	t.Cleanup(func() { c.Close() })
 	e := &faultEnv{t: t, fs: fs, c: c}
@@ -411,4 +411,38 @@ func boundedCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// TestCloseDuringOutage: Close of an owner whose store is down returns:
+// its engine's wait for the writer ends when Close abandons it (after
+// ShutdownTimeout), and the writer gives up what it could not store after
+// its grace. What was not stored stays undone: the unit is queued (its
+// claim, written behind the start, was lost) or running (recovered by the
+// next owner), never completed.
+func TestCloseDuringOutage(t *testing.T) {
+	t.Parallel() // it waits for the writer's 10 s grace
+	e := newFaultEnv(t)
+	started := make(chan struct{})
+	require.NoError(t, e.c.Task("t", runcue.Task{Handler: func(ctx context.Context, _ *runcue.Work) (any, error) {
+		close(started)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}))
+	require.NoError(t, e.c.Start(boundedCtx(t)))
+	_, err := e.c.Submit(boundedCtx(t), runcue.Submission{Task: "t", ID: "u"})
+	require.NoError(t, err)
+	<-started
+	e.fs.Down(errTransient) // its Finish, and anything after, waits
+	closed := make(chan error, 1)
+	go func() { closed <- e.c.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(time.Minute):
+		t.Fatal("Close did not return while the store was down")
+	}
+	e.fs.Up()
+	u, err := e.fs.Store.GetUnit(boundedCtx(t), "u")
+	require.NoError(t, err)
+	assert.Contains(t, []store.State{store.Queued, store.Running}, u.State, "its end was not stored")
+	assert.Empty(t, u.Attempts, "no attempt recorded")
 }

@@ -187,7 +187,7 @@ func (c *Cue) insert(ctx context.Context, op *store.Insert) (insertOutcome, erro
 		// Withdrawn if no transaction holds it (ErrStoreUnavailable during
 		// an outage, else ctx's error): nothing stored. Otherwise it may
 		// commit (ErrOutcomeUnknown).
-		return insertOutcome{}, c.w.Withdraw(req, context.Cause(ctx))
+		return insertOutcome{}, c.w.Withdraw(req, ctx.Err())
 	}
 }
 

@@ -51,9 +51,12 @@ func isPostgresURL(db string) bool {
 	return err == nil && k == postgresDB
 }
 
+// keywordPassword matches a keyword connection string's password.
+var keywordPassword = regexp.MustCompile(`(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`)
+
 // passwordOf returns the password a connection string holds ("" if none).
 func passwordOf(db string) string {
-	if m := regexp.MustCompile(`(?:^|\s)password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)`).FindStringSubmatch(db); m != nil {
+	if m := keywordPassword.FindStringSubmatch(db); m != nil {
 		return strings.Trim(m[1], "'")
 	}
 	if m := schemeOf.FindStringSubmatch(db); m != nil {

@@ -62,7 +62,10 @@ func (d *Engine) SetRoom(task string, room int) { d.in.Push(msgRoom{task: task, 
 
 // Abandon makes the dispatcher exit now, leaving running handlers behind
 // (their units stay running in the store; the next owner recovers them).
-func (d *Engine) Abandon() { d.in.Push(msgAbandon{}) }
+func (d *Engine) Abandon() {
+	d.abandonOnce.Do(func() { close(d.abandonCh) })
+	d.in.Push(msgAbandon{})
+}
 
 // Inserted tells the engine of units its Cue committed (queued ones), and
 // of the events of the same insert that ended other units.

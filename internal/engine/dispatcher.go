@@ -88,6 +88,10 @@ type Engine struct {
 	// finPending holds the local runs whose Finish the writer has not
 	// answered yet (dispatcher goroutine).
 	finPending map[*run]struct{}
+	// abandonCh is closed by Abandon (once): it also ends exit's wait for
+	// the writer, which an outage may prolong.
+	abandonCh   chan struct{}
+	abandonOnce sync.Once
 
 	timeline      // timers.go: the scheduling clock and the timer heap
 	taskTable     // tasks.go: registered tasks and service limits
@@ -147,6 +151,7 @@ func New(cfg Config, deps Deps, owner string, own store.Ownership, stored []stor
 		statusBoard: statusBoard{dirty: make(map[*resource]struct{})},
 		auxStop:     make(chan struct{}),
 		finPending:  make(map[*run]struct{}),
+		abandonCh:   make(chan struct{}),
 		rnd:         newRand(cfg.Rand),
 	}
 	d.resourceTable = newResourceTable(&d.env, &d.timeline, &d.statusBoard, &d.taskTable, d.submit, stored)
@@ -247,9 +252,19 @@ func (d *Engine) exit() {
 	if d.failed == nil {
 		// Wait for this owner's writes before giving ownership up. A
 		// deposed owner's are fenced (they fail at once), and a failed
-		// store stores nothing: neither waits (the writer may be
-		// retrying others' writes through an outage).
-		_ = d.w.Sync(context.Background())
+		// store stores nothing: neither waits. The wait ends at Abandon
+		// too: through an outage the writer retries for as long as it
+		// lasts, and Close abandons after its ShutdownTimeout.
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { // ends with the wait: cancel below, or Abandon
+			select {
+			case <-d.abandonCh:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		_ = d.w.Sync(ctx)
+		cancel()
 	}
 	d.unwrittenAtExit()
 	if d.abandon {

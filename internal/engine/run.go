@@ -369,7 +369,7 @@ func (d *Engine) claimed(r *run, applied bool) {
 func (d *Engine) launch(r *run) {
 	r.state = runLaunched
 	d.live++
-	if _, ok := r.lane.task.spec.Runner.(InProcess); ok || r.lane.keyErr != nil {
+	if d.localRun(r) {
 		r.local = true
 		d.liveLocal++
 		d.launching.Add(1)

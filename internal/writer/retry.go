@@ -203,11 +203,8 @@ func (w *Writer) apply(reqs []*Request) (store.Batch, error) {
 	if len(ops) == 0 {
 		return store.Batch{}, nil
 	}
-	ctx, cancel := context.Background(), context.CancelFunc(func() {})
-	if w.cfg.TxTimeout > 0 {
-		// Transactions that timed out in a row give this one more time.
-		ctx, cancel = context.WithTimeout(ctx, w.cfg.TxTimeout<<min(w.timeouts, 3))
-	}
+	// Transactions that timed out in a row give this one more time.
+	ctx, cancel := w.txContext(w.timeouts)
 	defer cancel()
 	began := w.cfg.Clock.Monotonic()
 	batch, err := w.cfg.Store.Apply(ctx, ops)
@@ -227,9 +224,12 @@ func (w *Writer) apply(reqs []*Request) (store.Batch, error) {
 	return batch, err
 }
 
-func (w *Writer) txContext() (context.Context, context.CancelFunc) {
+// txContext bounds a transaction or a read by TxTimeout, doubled for each
+// of the timeouts in a row before it, up to 8 times (none without
+// TxTimeout).
+func (w *Writer) txContext(timeouts int) (context.Context, context.CancelFunc) {
 	if w.cfg.TxTimeout > 0 {
-		return context.WithTimeout(context.Background(), w.cfg.TxTimeout)
+		return context.WithTimeout(context.Background(), w.cfg.TxTimeout<<min(timeouts, 3))
 	}
 	return context.Background(), func() {}
 }
@@ -240,7 +240,7 @@ func (w *Writer) txContext() (context.Context, context.CancelFunc) {
 func (w *Writer) resolve(u *store.UnknownCommitError, stopBy *time.Time) (bool, error) {
 	w.noteOutage(u)
 	for attempt := 0; ; attempt++ {
-		ctx, cancel := w.txContext()
+		ctx, cancel := w.txContext(0)
 		committed, err := u.Resolve(ctx)
 		cancel()
 		if err == nil {
@@ -313,9 +313,14 @@ func (w *Writer) noteOutage(err error) {
 
 // finish tells r its outcome, unless it was withdrawn.
 func (w *Writer) finish(r *Request, results []store.Result, err error) {
-	if r.state.Swap(rDone) == rWithdrawn {
-		r.state.Store(rWithdrawn)
-		return
+	for {
+		s := r.state.Load()
+		if s == rWithdrawn {
+			return
+		}
+		if r.state.CompareAndSwap(s, rDone) {
+			break
+		}
 	}
 	r.done(results, err)
 }

@@ -208,7 +208,7 @@ func (w *Writer) Do(ctx context.Context, ops ...store.Op) ([]store.Result, error
 	case o := <-ch:
 		return o.res, o.err
 	case <-ctx.Done():
-		return nil, w.Withdraw(r, context.Cause(ctx))
+		return nil, w.Withdraw(r, ctx.Err())
 	}
 }
 
@@ -319,7 +319,7 @@ func (w *Writer) failWith(err error) {
 // (0 means all).
 func (w *Writer) catchUp(upTo int64) {
 	for upTo == 0 || w.lastSeq < upTo {
-		ctx, cancel := w.txContext()
+		ctx, cancel := w.txContext(0)
 		evs, err := w.cfg.Store.EventsAfter(ctx, w.lastSeq, 1000)
 		cancel()
 		if err != nil || len(evs) == 0 {
@@ -344,7 +344,7 @@ func (w *Writer) pollExternal() {
 	if w.Err() != nil {
 		return
 	}
-	ctx, cancel := w.txContext()
+	ctx, cancel := w.txContext(0)
 	defer cancel()
 	if w.polls++; w.polls%rewindCheckEvery == 0 && w.lastSeq > 0 {
 		// A process that writes no events (a standby, a submitter) would
