@@ -25,7 +25,7 @@ import (
 // concurrent use.
 type machinery struct {
 	tel   *engine.Telemetry
-	stats engine.Stats
+	stats engine.Counters
 	hooks engine.Hooks
 	// runner, when set (by tests), replaces each task's local Runner;
 	// costs, when set (by tests, until submissions state costs), gives
@@ -100,7 +100,7 @@ type dispatcher struct {
 // engine are one step) and then calls recover.
 func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.ServiceRecord, pauses store.Pauses, ended []store.RunRef) *dispatcher {
 	cfg := c.cfg
-	ecfg := engine.Config{
+	ecfg := engine.Settings{
 		MaxConcurrent: cfg.MaxConcurrent, MaxUncommitted: cfg.MaxUncommitted, MaxPayload: cfg.MaxPayload,
 		MaxQueued: cfg.MaxQueued, FeedLowWater: cfg.FeedLowWater, LoadAhead: cfg.LoadAhead,
 		DefaultTimeout: cfg.DefaultTimeout, LeaseBuffer: cfg.LeaseBuffer, MaxStartDelay: cfg.MaxStartDelay,

@@ -114,7 +114,7 @@ func New(st store.Store, cfg Config) (*Cue, error) {
 	if t, ok := st.(store.TxTimeouter); ok {
 		txTimeout = t.TxTimeout()
 	}
-	c.w = writer.New(writer.Config{
+	c.w = writer.New(writer.Settings{
 		Store: st, Clock: cfg.Clock, Poll: cfg.PollInterval, LastSeq: last, TxTimeout: txTimeout,
 		Hooks: writer.Hooks{Publish: c.publish, Failed: c.storeFailed, Outage: c.storeOutage, Recovered: c.storeRecovered},
 	})

@@ -200,7 +200,7 @@ func (x *Executor) Run(ctx context.Context) error {
 	if t, ok := x.st.(store.TxTimeouter); ok {
 		txTimeout = t.TxTimeout()
 	}
-	x.w = writer.New(writer.Config{Store: x.st, Clock: clock.Real(), TxTimeout: txTimeout})
+	x.w = writer.New(writer.Settings{Store: x.st, Clock: clock.Real(), TxTimeout: txTimeout})
 	defer x.w.Close()
 	host, _ := os.Hostname()
 	names := make([]string, 0, len(x.tasks))

@@ -190,9 +190,9 @@ func UseRunner(c *Cue, f func(task string, local engine.Runner) engine.Runner) {
 
 // AddMeter gives every resource of service (and of each of its keyed
 // instances) an extra meter made by f. Call before Start.
-func AddMeter(c *Cue, service string, f func() broker.Meter) {
+func AddMeter(c *Cue, service string, f func() broker.Limiter) {
 	if c.mach.hooks.Meters == nil {
-		c.mach.hooks.Meters = map[string][]func() broker.Meter{}
+		c.mach.hooks.Meters = map[string][]func() broker.Limiter{}
 	}
 	c.mach.hooks.Meters[service] = append(c.mach.hooks.Meters[service], f)
 }

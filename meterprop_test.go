@@ -143,7 +143,7 @@ func TestMeterPortProperty(t *testing.T) {
 		c, err := runcue.Open(path, runcue.Config{Clock: clk, Logger: slog.New(slog.DiscardHandler), MaxConcurrent: 16})
 		require.NoError(t, err)
 		runcue.CheckInvariants(c, func(err error) { t.Error(err) })
-		runcue.AddMeter(c, "api", func() broker.Meter { return &widgetMeter{limit: limit, length: window} })
+		runcue.AddMeter(c, "api", func() broker.Limiter { return &widgetMeter{limit: limit, length: window} })
 		runcue.SetCosts(c, func(s runcue.Submission) map[string]int64 { return map[string]int64{"widgets": costs[s.ID]} })
 		require.NoError(t, c.Service("api", runcue.Service{}))
 		require.NoError(t, c.Task("w", runcue.Task{Services: []string{"api"}, Handler: func(ctx context.Context, w *runcue.Work) (any, error) {

@@ -282,7 +282,7 @@ var (
 // Reconciler is implemented by a meter whose charges may be replaced by
 // what a run actually used.
 type Reconciler interface {
-	Meter
+	Limiter
 	// ChargePolicy says what a start's charge becomes (see Charge).
 	ChargePolicy() Charge
 	// Reconcile replaces the charge from of the start at start with to.
@@ -316,7 +316,7 @@ func (w *Window) Unfit(cost int64) string {
 	return ""
 }
 
-func (b *Budget) Unfit(cost int64) string {
+func (b *Quota) Unfit(cost int64) string {
 	if cost > int64(b.Limit) {
 		return fmt.Sprintf("a cost of %d requests is above a budget of %d", cost, b.Limit)
 	}

@@ -2,7 +2,7 @@ package broker
 
 import "time"
 
-// Period is the calendar period of a Budget.
+// Period is the calendar period of a Quota.
 type Period uint8
 
 // The periods.
@@ -50,7 +50,7 @@ func dayStart(y int, m time.Month, d int, loc *time.Location) time.Time {
 	return t
 }
 
-// Budget is a calendar budget: at most Limit starts whose wall-clock
+// Quota is a calendar budget: at most Limit starts whose wall-clock
 // instants lie in one period (a day or a month of a time zone).
 //
 // Unlike a Window it follows the wall clock, the one place runcue lets
@@ -75,8 +75,8 @@ func dayStart(y int, m time.Month, d int, loc *time.Location) time.Time {
 // until t+Margin, so it counts in every period it can reach: one started
 // within Margin of a period's end counts in that period and in the next.
 //
-// A Budget is not safe for concurrent use.
-type Budget struct {
+// A Quota is not safe for concurrent use.
+type Quota struct {
 	Limit  int
 	Period Period
 	Loc    *time.Location
@@ -92,8 +92,8 @@ type Budget struct {
 
 // NewBudget returns a budget of limit starts per period p in loc, its
 // current period the one holding wall, mapped onto the timeline at mono.
-func NewBudget(limit int, p Period, loc *time.Location, wall, mono time.Time) *Budget {
-	b := &Budget{Limit: limit, Period: p, Loc: loc}
+func NewBudget(limit int, p Period, loc *time.Location, wall, mono time.Time) *Quota {
+	b := &Quota{Limit: limit, Period: p, Loc: loc}
 	b.Sync(wall, mono)
 	return b
 }
@@ -103,7 +103,7 @@ func NewBudget(limit int, p Period, loc *time.Location, wall, mono time.Time) *B
 // its period onto the scheduling timeline: wall and mono are readings of
 // the two clocks at the same instant. A wall clock set back into an
 // earlier period leaves the budget in its period.
-func (b *Budget) Sync(wall, mono time.Time) {
+func (b *Quota) Sync(wall, mono time.Time) {
 	if b.end.IsZero() || !wall.Before(b.end) {
 		start, end := b.Period.Bounds(b.Loc, wall)
 		carried := 0
@@ -117,15 +117,15 @@ func (b *Budget) Sync(wall, mono time.Time) {
 
 // PeriodStart and PeriodEnd return the current period, on the wall clock;
 // EndMono its end on the scheduling timeline as of the last Sync.
-func (b *Budget) PeriodStart() time.Time { return b.start }
-func (b *Budget) PeriodEnd() time.Time   { return b.end }
-func (b *Budget) EndMono() time.Time     { return b.endMono }
+func (b *Quota) PeriodStart() time.Time { return b.start }
+func (b *Quota) PeriodEnd() time.Time   { return b.end }
+func (b *Quota) EndMono() time.Time     { return b.endMono }
 
 // Used returns the starts counted in the current period plus the
 // reservations, as of now on the scheduling timeline: once the period's
 // end has passed there, those counted in the next period (within Margin of
 // the end) and the reservations (the next Sync starts the new period).
-func (b *Budget) Used(now time.Time) int {
+func (b *Quota) Used(now time.Time) int {
 	if !now.Before(b.endMono) {
 		return b.next + b.pending
 	}
@@ -133,21 +133,21 @@ func (b *Budget) Used(now time.Time) int {
 }
 
 // Allow reports whether a dispatch may be decided at now (timeline).
-func (b *Budget) Allow(now time.Time) bool { return b.Used(now) < b.Limit }
+func (b *Quota) Allow(now time.Time) bool { return b.Used(now) < b.Limit }
 
 // Reserve takes a place for a dispatch decided now (callers check Allow
 // first).
-func (b *Budget) Reserve() { b.pending++ }
+func (b *Quota) Reserve() { b.pending++ }
 
 // releaseOne gives back a reservation.
-func (b *Budget) releaseOne() {
+func (b *Quota) releaseOne() {
 	if b.pending > 0 {
 		b.pending--
 	}
 }
 
 // Commit turns a reservation into a start at wall, read with mono.
-func (b *Budget) Commit(wall, mono time.Time) {
+func (b *Quota) Commit(wall, mono time.Time) {
 	b.releaseOne()
 	b.Add(wall, mono)
 }
@@ -160,7 +160,7 @@ func (b *Budget) Commit(wall, mono time.Time) {
 // on another host can have had), and the decisions of the current period
 // must go on counting its starts. Only Sync, given the present, and a
 // start further ahead than the next period move the budget.
-func (b *Budget) Add(wall, mono time.Time) {
+func (b *Quota) Add(wall, mono time.Time) {
 	if !b.end.IsZero() && !wall.Before(b.end) {
 		if _, nextEnd := b.Period.Bounds(b.Loc, b.end); wall.Before(nextEnd) {
 			b.next++
@@ -179,7 +179,7 @@ func (b *Budget) Add(wall, mono time.Time) {
 
 // Exhaustion reports, once per period, that the budget is spent at now
 // (timeline): the places taken reached Limit. It returns the period.
-func (b *Budget) Exhaustion(now time.Time) (start, end time.Time, ok bool) {
+func (b *Quota) Exhaustion(now time.Time) (start, end time.Time, ok bool) {
 	if b.Allow(now) || !now.Before(b.endMono) || b.announced.Equal(b.start) {
 		return time.Time{}, time.Time{}, false
 	}
@@ -189,7 +189,7 @@ func (b *Budget) Exhaustion(now time.Time) (start, end time.Time, ok bool) {
 
 // Idle reports whether the budget counts nothing at now (timeline): no
 // reservation, and no start in a period not over.
-func (b *Budget) Idle(now time.Time) bool { return b.Used(now) == 0 }
+func (b *Quota) Idle(now time.Time) bool { return b.Used(now) == 0 }
 
 // SetLimit changes the limit, keeping the count.
-func (b *Budget) SetLimit(limit int) { b.Limit = limit }
+func (b *Quota) SetLimit(limit int) { b.Limit = limit }

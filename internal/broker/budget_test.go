@@ -138,7 +138,7 @@ func TestResourceBudget(t *testing.T) {
 	wall := time.Date(2026, 6, 10, 12, 0, 0, 0, ny)
 	r := &Resource{}
 	r.SetLimits(Limits{Rate: 10, Window: time.Second})
-	r.Budgets = []*Budget{NewBudget(1, Day, ny, wall, t0), NewBudget(100, Month, ny, wall, t0)}
+	r.Budgets = []*Quota{NewBudget(1, Day, ny, wall, t0), NewBudget(100, Month, ny, wall, t0)}
 	ok, _, _ := r.Admit(t0, nil)
 	require.True(t, ok)
 	r.Take(t0, false, nil)

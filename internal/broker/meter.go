@@ -2,7 +2,7 @@ package broker
 
 import "time"
 
-// Meter is one limit of a Resource. Admission asks every meter of every
+// Limiter is one limit of a Resource. Admission asks every meter of every
 // resource a dispatch needs, and the dispatch goes only if none refuses
 // (Refusal, the one answer that dispatch, Explain and status share). A
 // meter then follows the dispatch through its life:
@@ -21,10 +21,10 @@ import "time"
 // A dispatch's cost in a meter is the unit's cost of that amount (Costs),
 // one by default.
 //
-// Meters read no clock (every method that depends on time takes it), do no
+// Limiters read no clock (every method that depends on time takes it), do no
 // I/O, and are not safe for concurrent use: the engine's dispatcher
 // goroutine owns them.
-type Meter interface {
+type Limiter interface {
 	// Counts names the amount the meter counts, as the service log keys
 	// it; "" for a meter that logs nothing (a concurrency cap, a circuit).
 	Counts() string
@@ -163,40 +163,40 @@ func (w *Window) Quiet(now time.Time) (bool, time.Time) {
 	return true, time.Time{}
 }
 
-// A Budget counts requests in calendar periods.
+// A Quota counts requests in calendar periods.
 
-func (b *Budget) Counts() string { return Requests }
+func (b *Quota) Counts() string { return Requests }
 
-func (b *Budget) Refusal(now time.Time, cost int64) (Refusal, bool) {
+func (b *Quota) Refusal(now time.Time, cost int64) (Refusal, bool) {
 	if b.Used(now)+int(max(cost, 1))-1 < b.Limit {
 		return Refusal{}, false
 	}
 	return Refusal{Kind: RefuseBudget, Until: b.EndMono()}, true
 }
 
-func (b *Budget) Take(now time.Time, cost int64) {
+func (b *Quota) Take(now time.Time, cost int64) {
 	for range max(cost, 1) {
 		b.Reserve()
 	}
 }
 
-func (b *Budget) Start(start, wall time.Time, cost int64) {
+func (b *Quota) Start(start, wall time.Time, cost int64) {
 	for range max(cost, 1) {
 		b.Commit(wall, start)
 	}
 }
 
-func (b *Budget) Release(cost int64) {
+func (b *Quota) Release(cost int64) {
 	for range max(cost, 1) {
 		b.releaseOne()
 	}
 }
 
-func (b *Budget) End(cost int64) {}
+func (b *Quota) End(cost int64) {}
 
 // Restore counts the logged starts in the periods they reach (the caller
 // Syncs the budget first, and again after).
-func (b *Budget) Restore(starts []Logged, now time.Time) {
+func (b *Quota) Restore(starts []Logged, now time.Time) {
 	for _, s := range starts {
 		if !s.Wall.Before(b.end) {
 			continue
@@ -207,7 +207,7 @@ func (b *Budget) Restore(starts []Logged, now time.Time) {
 	}
 }
 
-func (b *Budget) Quiet(now time.Time) (bool, time.Time) {
+func (b *Quota) Quiet(now time.Time) (bool, time.Time) {
 	if b.Idle(now) {
 		return true, time.Time{}
 	}

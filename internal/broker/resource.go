@@ -4,7 +4,7 @@ import "time"
 
 // Resource is the admission state of one thing a dispatch needs room in: a
 // task's concurrency cap, a service, or a keyed instance of one. Its limits
-// are meters (see Meter): the concurrency cap, the rate window, the
+// are meters (see Limiter): the concurrency cap, the rate window, the
 // calendar budgets and the circuit breaker are built in and kept in typed
 // fields for status, and Extra holds any others; every admission,
 // charge and release goes through all of them alike. Two gates stand before
@@ -27,12 +27,12 @@ type Resource struct {
 	Circuit *Circuit
 	// Budgets are the calendar budgets, if any. The caller Syncs them
 	// with the wall clock before asking Admit.
-	Budgets []*Budget
+	Budgets []*Quota
 	// Amounts are the sliding windows of amounts other than requests
 	// (tokens, bytes), in the order they were configured.
 	Amounts []AmountMeter
 	// Extra are meters beyond the built-in ones.
-	Extra []Meter
+	Extra []Limiter
 	// Held is room in the amount windows kept for one waiting dispatch
 	// that they refused, so that smaller ones do not take it first.
 	Held Held
@@ -53,7 +53,7 @@ type Resource struct {
 	BlockedFor   time.Duration
 
 	// meters is Meters' list, rebuilt from the fields at each call.
-	meters []Meter
+	meters []Limiter
 	// reported is the circuit state CircuitChange last returned.
 	reported CircuitState
 }
@@ -77,7 +77,7 @@ const (
 )
 
 // Refusal is why a resource refuses a dispatch, and until when (zero: until
-// something happens, such as a run ending, a resume or a start). Meter
+// something happens, such as a run ending, a resume or a start). Limiter
 // names the amount an Extra meter counts, for RefuseMeter; Held says that
 // the room the dispatch needs is held for another (see Held).
 type Refusal struct {
@@ -130,7 +130,7 @@ func (r *Resource) rebuild() {
 
 // Meters returns every meter of r, built in and extra, in the order
 // Refusal reads them. The slice is r's own, valid until the next call.
-func (r *Resource) Meters() []Meter {
+func (r *Resource) Meters() []Limiter {
 	r.rebuild() // from the fields as they are now: a few appends, no allocation
 	return r.meters
 }
@@ -207,12 +207,12 @@ func (r *Resource) Hold(who any, costs Costs, amount string, now, until time.Tim
 
 // amountOf is the amount m counts, for its cost: a meter that counts
 // nothing costs one.
-func amountOf(m Meter) string { return m.Counts() }
+func amountOf(m Limiter) string { return m.Counts() }
 
 // asked is the cost a dispatch of costs asks of m: its cost of m's
 // amount, or m's limit where that is lower and Ceilings admits the cost
 // (a lowered adaptive limit: the dispatch starts alone).
-func (r *Resource) asked(m Meter, costs Costs) int64 {
+func (r *Resource) asked(m Limiter, costs Costs) int64 {
 	c := costs.Of(amountOf(m))
 	if len(r.Ceilings) == 0 {
 		return c
@@ -235,8 +235,8 @@ func (r *Resource) asked(m Meter, costs Costs) int64 {
 
 // SpentBudget returns the budget that refuses r at now and frees latest,
 // or nil if none does.
-func (r *Resource) SpentBudget(now time.Time) *Budget {
-	var spent *Budget
+func (r *Resource) SpentBudget(now time.Time) *Quota {
+	var spent *Quota
 	for _, b := range r.Budgets {
 		if !b.Allow(now) && (spent == nil || b.EndMono().After(spent.EndMono())) {
 			spent = b

@@ -129,7 +129,7 @@ func (m *countMeter) Quiet(now time.Time) (bool, time.Time)  { return m.held == 
 // refusals), take, start, release, end, the amounts logged, restore.
 func TestExtraMeter(t *testing.T) {
 	m := &countMeter{amount: "widgets", limit: 10}
-	r := &Resource{Extra: []Meter{m}}
+	r := &Resource{Extra: []Limiter{m}}
 	r.SetLimits(Limits{Concurrency: 5, Rate: 100, Window: time.Minute})
 	costs := Costs{"widgets": 7}
 	ok, _, _ := r.Admit(t0, costs)

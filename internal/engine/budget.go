@@ -8,7 +8,7 @@ import (
 )
 
 // budgetStatus reports b at now (timeline).
-func budgetStatus(spec store.BudgetDef, b *broker.Budget, now time.Time) BudgetStatus {
+func budgetStatus(spec store.BudgetDef, b *broker.Quota, now time.Time) BudgetStatus {
 	return BudgetStatus{Budget: spec, Used: b.Used(now), PeriodStart: b.PeriodStart(), Resets: b.PeriodEnd(), Exhausted: !b.Allow(now)}
 }
 
@@ -55,7 +55,7 @@ func (t *resourceTable) applyBudgets(r *resource, s store.ServiceDef) {
 	old := r.Budgets
 	r.Budgets, r.budgetSpecs = nil, nil
 	for _, spec := range s.Budgets {
-		var b *broker.Budget
+		var b *broker.Quota
 		for _, o := range old {
 			if o.Period == period(spec) && o.Loc.String() == location(spec).String() && b == nil {
 				b = o

@@ -26,7 +26,7 @@ const callbackLogEvery = 10 * time.Second
 // report to it.
 type callbackErrors struct {
 	log   *slog.Logger
-	stats *Stats
+	stats *Counters
 	tel   *Telemetry
 	mu    sync.Mutex
 	// last and suppressed are per callback and reason: when a line was last

@@ -33,7 +33,7 @@ import (
 // the counters it reports to, and the few Cue operations it calls. It
 // holds none of the Cue's mutable state.
 type env struct {
-	cfg Config
+	cfg Settings
 	// epoch is the owner epoch this engine took ownership at: every owner
 	// op it makes carries it.
 	epoch  int64
@@ -42,7 +42,7 @@ type env struct {
 	w      *writer.Writer
 	hub    *hub.Hub
 	tel    *Telemetry
-	stats  *Stats
+	stats  *Counters
 	cbErrs *callbackErrors
 	hooks  Hooks
 	// unitRetry reads a unit's stored retry policy; encode turns what the
@@ -137,7 +137,7 @@ type Registry struct {
 // New returns the engine of an owner that took ownership (own) of the
 // store: stored are the services' stored records, pauses the stored
 // pauses, reg the registrations so far. Recover, then Run.
-func New(cfg Config, deps Deps, owner string, own store.Ownership, stored []store.ServiceRecord, pauses store.Pauses, reg Registry) *Engine {
+func New(cfg Settings, deps Deps, owner string, own store.Ownership, stored []store.ServiceRecord, pauses store.Pauses, reg Registry) *Engine {
 	d := &Engine{
 		env: env{cfg: cfg, log: cfg.Log, st: deps.Store, w: deps.Writer, hub: deps.Hub, tel: deps.Tel, stats: deps.Stats,
 			cbErrs: &callbackErrors{log: cfg.Log, stats: deps.Stats, tel: deps.Tel}, hooks: deps.Hooks, unitRetry: deps.UnitRetry,

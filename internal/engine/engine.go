@@ -42,9 +42,9 @@ var (
 	ErrUnknownService = errors.New("runcue: unknown service")
 )
 
-// Config is the engine's configuration: runcue.Config with its defaults
+// Settings is the engine's configuration: runcue.Settings with its defaults
 // applied, and its callbacks adapted.
-type Config struct {
+type Settings struct {
 	MaxConcurrent, MaxUncommitted, MaxPayload int
 	MaxQueued, FeedLowWater                   int
 	// LoadAhead is how many queued units the owner holds before the load
@@ -86,7 +86,7 @@ var ErrFeedEmpty = errors.New("runcue: feed returned nothing")
 
 // pruneInterval is how often the owner prunes finished units (a tenth of
 // Retention) and the service log, between a minute and an hour.
-func (cfg Config) pruneInterval() time.Duration {
+func (cfg Settings) pruneInterval() time.Duration {
 	if cfg.Retention == 0 {
 		return time.Minute
 	}
@@ -153,7 +153,7 @@ type Deps struct {
 	Writer *writer.Writer
 	Hub    *hub.Hub
 	Tel    *Telemetry
-	Stats  *Stats
+	Stats  *Counters
 	// UnitRetry reads a unit's own stored retry policy (store.RetryDef).
 	UnitRetry func(raw []byte) (RetryPolicy, error)
 	// Encode turns what the engine reports in events and answers (a
@@ -167,8 +167,8 @@ type Deps struct {
 	Hooks  Hooks
 }
 
-// Stats are counters read by metrics and tests (atomics: any goroutine).
-type Stats struct {
+// Counters are counters read by metrics and tests (atomics: any goroutine).
+type Counters struct {
 	// CallbackErrors counts priority and dependency callbacks that
 	// panicked or overran their timeout; PriorityCalls the calls of the
 	// priority function; Dispatches the runs started.
@@ -205,5 +205,5 @@ type Hooks struct {
 	ParamRead   func(units int)
 	// Meters are extra meters by service: every resource of the service
 	// (and of each of its keyed instances) gets one of each.
-	Meters map[string][]func() broker.Meter
+	Meters map[string][]func() broker.Limiter
 }

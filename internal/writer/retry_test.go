@@ -54,7 +54,7 @@ func faulty(t *testing.T) *testutil.FaultStore {
 	}}
 }
 
-func fastRetries(cfg writer.Config) writer.Config {
+func fastRetries(cfg writer.Settings) writer.Settings {
 	cfg.MinBackoff, cfg.MaxBackoff = time.Millisecond, 4*time.Millisecond
 	return cfg
 }
@@ -75,7 +75,7 @@ func TestTransientRetried(t *testing.T) {
 	fs := faulty(t)
 	var out outages
 	var pub published
-	w := writer.New(fastRetries(writer.Config{Store: fs, Clock: clock.Real(), Hooks: out.hooks(writer.Hooks{Publish: pub.hook})}))
+	w := writer.New(fastRetries(writer.Settings{Store: fs, Clock: clock.Real(), Hooks: out.hooks(writer.Hooks{Publish: pub.hook})}))
 	defer w.Close()
 	fs.Inject(testutil.Fault{Err: syscall.ECONNRESET}, testutil.Fault{Err: syscall.ECONNREFUSED}, testutil.Fault{Err: syscall.ECONNRESET})
 	res, err := w.Do(t.Context(), insert("a"))
@@ -110,7 +110,7 @@ func TestTransientRetried(t *testing.T) {
 func TestFlakyBounded(t *testing.T) {
 	fs := faulty(t)
 	failed := make(chan error, 2)
-	cfg := fastRetries(writer.Config{Store: fs, Clock: clock.Real(), MaxFlaky: 3, Hooks: writer.Hooks{Publish: func([]store.Event, bool) {},
+	cfg := fastRetries(writer.Settings{Store: fs, Clock: clock.Real(), MaxFlaky: 3, Hooks: writer.Hooks{Publish: func([]store.Event, bool) {},
 		Failed: func(err error) { failed <- err }}})
 	w := writer.New(cfg)
 	defer w.Close()
@@ -134,7 +134,7 @@ func TestFlakyBounded(t *testing.T) {
 // commit between them starts the count again.
 func TestFlakyResetsOnCommit(t *testing.T) {
 	fs := faulty(t)
-	w := writer.New(fastRetries(writer.Config{Store: fs, Clock: clock.Real(), MaxFlaky: 2, Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}}}))
+	w := writer.New(fastRetries(writer.Settings{Store: fs, Clock: clock.Real(), MaxFlaky: 2, Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}}}))
 	defer w.Close()
 	for i := range 3 {
 		fs.Inject(testutil.Fault{Err: errIO}, testutil.Fault{Err: errIO})
@@ -149,7 +149,7 @@ func TestFlakyResetsOnCommit(t *testing.T) {
 // error), and its ops are never stored, also once the store is back.
 func TestWithdrawnDuringOutage(t *testing.T) {
 	fs := faulty(t)
-	w := writer.New(fastRetries(writer.Config{Store: fs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}}}))
+	w := writer.New(fastRetries(writer.Settings{Store: fs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}}}))
 	defer w.Close()
 	fs.Down(syscall.ECONNREFUSED)
 	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
@@ -179,7 +179,7 @@ func TestWithdrawnDuringOutage(t *testing.T) {
 func TestInFlightOutcomeUnknown(t *testing.T) {
 	st, _ := open(t)
 	hs := &testutil.HoldStore{Store: st}
-	w := writer.New(writer.Config{Store: hs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}}})
+	w := writer.New(writer.Settings{Store: hs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}}})
 	defer w.Close()
 	hold := hs.Hold(func([]store.Op) bool { return true })
 	ctx, cancel := context.WithCancel(t.Context())
@@ -212,7 +212,7 @@ func TestUnknownCommitResolved(t *testing.T) {
 		t.Run(map[bool]string{true: "committed", false: "not committed"}[committed], func(t *testing.T) {
 			fs := faulty(t)
 			var pub published
-			w := writer.New(fastRetries(writer.Config{Store: fs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: pub.hook}}))
+			w := writer.New(fastRetries(writer.Settings{Store: fs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: pub.hook}}))
 			defer w.Close()
 			fs.Inject(testutil.Fault{Err: syscall.ECONNRESET, Unknown: true, Committed: committed,
 				ResolveErrs: []error{syscall.ECONNREFUSED, syscall.ECONNREFUSED}})
@@ -249,7 +249,7 @@ func TestUnknownCommitResolved(t *testing.T) {
 // while the store is down; others' ops wait and commit when it is back.
 func TestFenceFailsPending(t *testing.T) {
 	fs := faulty(t)
-	w := writer.New(fastRetries(writer.Config{Store: fs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}}}))
+	w := writer.New(fastRetries(writer.Settings{Store: fs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}}}))
 	defer w.Close()
 	fs.Down(syscall.ECONNREFUSED)
 	owner := make(chan error, 1)
@@ -287,7 +287,7 @@ func TestFenceFailsPending(t *testing.T) {
 func TestCloseDuringOutage(t *testing.T) {
 	fs := faulty(t)
 	fake := clock.NewFake(at)
-	w := writer.New(writer.Config{Store: fs, Clock: fake, StopGrace: 5 * time.Second, Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}}})
+	w := writer.New(writer.Settings{Store: fs, Clock: fake, StopGrace: 5 * time.Second, Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}}})
 	fs.Down(syscall.ECONNREFUSED)
 	errc := make(chan error, 1)
 	w.Submit(&writer.Request{Ops: []store.Op{insert("late")}, Done: func(_ []store.Result, err error) { errc <- err }})
@@ -329,7 +329,7 @@ func TestCloseDuringOutage(t *testing.T) {
 func TestRewindDetected(t *testing.T) {
 	st, _ := open(t)
 	failed := make(chan error, 1)
-	w := writer.New(writer.Config{Store: st, Clock: clock.Real(), LastSeq: 100,
+	w := writer.New(writer.Settings{Store: st, Clock: clock.Real(), LastSeq: 100,
 		Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}, Failed: func(err error) { failed <- err }}})
 	defer w.Close()
 	if _, err := w.Do(t.Context(), insert("a")); err != nil {
@@ -348,7 +348,7 @@ func TestRewindDetected(t *testing.T) {
 func TestRewindSeenByPolls(t *testing.T) {
 	st, _ := open(t)
 	failed := make(chan error, 1)
-	w := writer.New(writer.Config{Store: st, Clock: clock.Real(), Poll: time.Millisecond, LastSeq: 100,
+	w := writer.New(writer.Settings{Store: st, Clock: clock.Real(), Poll: time.Millisecond, LastSeq: 100,
 		Hooks: writer.Hooks{Publish: func([]store.Event, bool) {}, Failed: func(err error) { failed <- err }}})
 	defer w.Close()
 	select {

@@ -79,8 +79,8 @@ type Hooks struct {
 	Recovered func(since time.Time)
 }
 
-// Config configures a Writer.
-type Config struct {
+// Settings configures a Writer.
+type Settings struct {
 	Store store.Store
 	Clock clock.Clock
 	// Poll is how often the writer checks for commits by other processes.
@@ -110,7 +110,7 @@ type Config struct {
 
 // Writer runs requests in group-committed transactions.
 type Writer struct {
-	cfg   Config
+	cfg   Settings
 	in    *inbox.Inbox[*Request]
 	stop  chan struct{}
 	done  chan struct{}
@@ -145,7 +145,7 @@ type Writer struct {
 }
 
 // New starts a Writer. Close stops it.
-func New(cfg Config) *Writer {
+func New(cfg Settings) *Writer {
 	if cfg.MaxOps <= 0 {
 		cfg.MaxOps = 4096
 	}

@@ -68,7 +68,7 @@ func TestGroupCommit(t *testing.T) {
 	st, _ := open(t)
 	hs := &testutil.HoldStore{Store: st}
 	var pub published
-	w := writer.New(writer.Config{Store: hs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: pub.hook}})
+	w := writer.New(writer.Settings{Store: hs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: pub.hook}})
 	defer w.Close()
 	hold := hs.Hold(func([]store.Op) bool { return true })
 	first := make(chan error, 1)
@@ -119,7 +119,7 @@ func TestGroupCommit(t *testing.T) {
 func TestMaxOps(t *testing.T) {
 	st, _ := open(t)
 	hs := &testutil.HoldStore{Store: st}
-	w := writer.New(writer.Config{Store: hs, Clock: clock.Real(), MaxOps: 3})
+	w := writer.New(writer.Settings{Store: hs, Clock: clock.Real(), MaxOps: 3})
 	defer w.Close()
 	hold := hs.Hold(func([]store.Op) bool { return true })
 	var wg sync.WaitGroup
@@ -154,7 +154,7 @@ func TestStickyFailure(t *testing.T) {
 	st, _ := open(t)
 	fs := &testutil.FailStore{Store: st}
 	failed := make(chan error, 2)
-	w := writer.New(writer.Config{Store: fs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: func([]store.Event, bool) {},
+	w := writer.New(writer.Settings{Store: fs, Clock: clock.Real(), Hooks: writer.Hooks{Publish: func([]store.Event, bool) {},
 		Failed: func(err error) { failed <- err }}})
 	defer w.Close()
 	if _, err := w.Do(t.Context(), insert("ok")); err != nil {
@@ -195,7 +195,7 @@ func TestExternalCommitsPublishedFirst(t *testing.T) {
 	}
 	defer other.Close()
 	var pub published
-	w := writer.New(writer.Config{Store: st, Clock: clock.Real(), Hooks: writer.Hooks{Publish: pub.hook}})
+	w := writer.New(writer.Settings{Store: st, Clock: clock.Real(), Hooks: writer.Hooks{Publish: pub.hook}})
 	defer w.Close()
 	if _, err := w.Do(t.Context(), insert("mine-1")); err != nil {
 		t.Fatal(err)
@@ -228,7 +228,7 @@ func TestExternalCommitsPublishedFirst(t *testing.T) {
 // later requests fail with ErrClosed; Sync after Close returns nil.
 func TestCloseCommitsPending(t *testing.T) {
 	st, _ := open(t)
-	w := writer.New(writer.Config{Store: st, Clock: clock.Real()})
+	w := writer.New(writer.Settings{Store: st, Clock: clock.Real()})
 	done := make(chan error, 1)
 	w.Submit(&writer.Request{Ops: []store.Op{insert("pending")}, Done: func(_ []store.Result, err error) { done <- err }})
 	w.Close()
@@ -261,7 +261,7 @@ func (s sink) Committed(res []store.Result, err error) {
 // results, after a commit shared with a request that has Done.
 func TestSink(t *testing.T) {
 	st, _ := open(t)
-	w := writer.New(writer.Config{Store: st, Clock: clock.Real()})
+	w := writer.New(writer.Settings{Store: st, Clock: clock.Real()})
 	defer w.Close()
 	s := make(sink, 1)
 	done := make(chan error, 1)
@@ -295,7 +295,7 @@ func TestWatcher(t *testing.T) {
 	defer other.Close()
 	got := make(chan store.Event, 4)
 	ws := watching{Store: st, ch: make(chan struct{}, 1)}
-	w := writer.New(writer.Config{Store: ws, Clock: clock.Real(), Poll: time.Hour, Hooks: writer.Hooks{Publish: func(evs []store.Event, external bool) {
+	w := writer.New(writer.Settings{Store: ws, Clock: clock.Real(), Poll: time.Hour, Hooks: writer.Hooks{Publish: func(evs []store.Event, external bool) {
 		for _, e := range evs {
 			if external {
 				got <- e
@@ -340,7 +340,7 @@ func TestNoPublishNoFollow(t *testing.T) {
 		}
 		defer other.Close()
 		rs := reading{watching: watching{Store: st, ch: make(chan struct{}, 1)}, reads: new(atomic.Int64)}
-		cfg := writer.Config{Store: rs, Clock: clock.Real(), Poll: time.Millisecond}
+		cfg := writer.Settings{Store: rs, Clock: clock.Real(), Poll: time.Millisecond}
 		if publish {
 			cfg.Hooks.Publish = func([]store.Event, bool) {}
 		}
@@ -387,7 +387,7 @@ func TestBusyTime(t *testing.T) {
 	st, _ := open(t)
 	clk := clock.NewFake(at)
 	ts := &timedStore{Store: st, clk: clk, took: 30 * time.Millisecond}
-	w := writer.New(writer.Config{Store: ts, Clock: clk})
+	w := writer.New(writer.Settings{Store: ts, Clock: clk})
 	defer w.Close()
 	ctx := context.Background()
 	for _, id := range []string{"a", "b"} {
