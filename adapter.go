@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/runcue/runcue/clock"
 	"github.com/runcue/runcue/internal/engine"
+	"github.com/runcue/runcue/internal/vocab"
 	"github.com/runcue/runcue/store"
 )
 
@@ -116,9 +116,7 @@ func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.Servic
 		}
 	}
 	if f := cfg.DependencySatisfied; f != nil {
-		ecfg.DependencySatisfied = func(ctx context.Context, dep engine.Dependency) (bool, error) {
-			return f(ctx, Dependency(dep))
-		}
+		ecfg.DependencySatisfied = f
 	}
 	if f := cfg.Feed; f != nil {
 		ecfg.Feed = func(ctx context.Context, want int) error {
@@ -159,7 +157,7 @@ func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.Servic
 func (c *Cue) registry(rr *remoteRunner) engine.Registry {
 	reg := engine.Registry{Services: make(map[string]store.ServiceDef, len(c.services)), Tasks: make(map[string]*engine.TaskSpec, len(c.tasks))}
 	for name, s := range c.services {
-		reg.Services[name] = s.def()
+		reg.Services[name] = vocab.ServiceDef(s)
 	}
 	for name, t := range c.tasks {
 		reg.Tasks[name] = c.taskSpec(name, t, rr)
@@ -188,10 +186,10 @@ func (c *Cue) notifyRegistry() {
 
 // taskSpec is task t as the engine runs it.
 func (c *Cue) taskSpec(name string, t *Task, rr *remoteRunner) *engine.TaskSpec {
-	policy := t.Retry.withDefaults()
+	policy := t.Retry.WithDefaults()
 	spec := &engine.TaskSpec{
 		Name: name, Services: t.Services, Timeout: t.Timeout, MaxConcurrent: t.MaxConcurrent,
-		Retry: retryOf(policy), Retryable: policy.retryable, MaxDeferrals: t.maxDeferrals(),
+		Retry: retryOf(policy), Retryable: func(err error) bool { return retryable(policy, err) }, MaxDeferrals: t.maxDeferrals(),
 		HoldSlotsUntilReturn: t.HoldSlotsUntilReturn, FailOnSkippedDependency: t.FailOnSkippedDependency,
 		Runner: &localRunner{h: t.Handler, maxPayload: c.cfg.MaxPayload, clock: c.clock, showDeadline: clock.IsReal(c.clock)},
 	}
@@ -239,7 +237,7 @@ func workOf(v engine.UnitView) *Work {
 // retryPolicy is a RetryPolicy as the engine uses it.
 type retryPolicy struct{ p RetryPolicy }
 
-func retryOf(p RetryPolicy) engine.RetryPolicy { return retryPolicy{p.withDefaults()} }
+func retryOf(p RetryPolicy) engine.RetryPolicy { return retryPolicy{p.WithDefaults()} }
 
 func (r retryPolicy) Attempts() int                               { return r.p.MaxAttempts }
 func (r retryPolicy) Delay(failures int, x float64) time.Duration { return r.p.Delay(failures, x) }
@@ -285,7 +283,7 @@ func (d *dispatcher) settle(ctx context.Context) (int, error) { return d.e.Settl
 // cancel cancels unit id as the owner; ok is false when the engine exited
 // first.
 func (d *dispatcher) cancel(ctx context.Context, id string, opts CancelOptions) (ok bool, err error) {
-	rep, ok, err := d.e.Cancel(ctx, id, engine.CancelOptions(opts))
+	rep, ok, err := d.e.Cancel(ctx, id, opts)
 	switch {
 	case err != nil || !ok:
 		return ok, err
@@ -298,124 +296,50 @@ func (d *dispatcher) cancel(ctx context.Context, id string, opts CancelOptions) 
 }
 
 func (d *dispatcher) explain(ctx context.Context, id string) (Explanation, bool, error) {
-	ex, ok, err := d.e.Explain(ctx, id)
-	return explanationOf(ex), ok, err
+	return d.e.Explain(ctx, id)
 }
 
 func (d *dispatcher) services(ctx context.Context) ([]ServiceStatus, bool, error) {
-	st, ok, err := d.e.Services(ctx)
-	out := make([]ServiceStatus, len(st))
-	for i, s := range st {
-		out[i] = serviceStatusOf(s)
-	}
-	return out, ok, err
+	return d.e.Services(ctx)
 }
 
 func (d *dispatcher) keyStatus(ctx context.Context, name string) (*ServiceStatus, bool, error) {
-	st, ok, err := d.e.KeyStatus(ctx, name)
-	if st == nil {
-		return nil, ok, err
-	}
-	s := serviceStatusOf(*st)
-	return &s, ok, err
+	return d.e.KeyStatus(ctx, name)
 }
 
 func (d *dispatcher) serviceStats(ctx context.Context) ([]ServiceStats, bool, error) {
-	st, ok, err := d.e.ServiceStats(ctx)
-	return serviceStatsOf(st), ok, err
+	return d.e.ServiceStats(ctx)
 }
 
 func (d *dispatcher) backpressure(ctx context.Context) (BackpressureStats, bool, error) {
-	b, ok, err := d.e.Backpressure(ctx)
-	return BackpressureStats(b), ok, err
+	return d.e.Backpressure(ctx)
 }
 
 // encodeReport is the JSON of what the engine reports, in this package's
 // types: service_status, queue_status and budget_exhausted events, and
 // the answers to another process's owner_asked.
 func encodeReport(v any) []byte {
-	var out any
+	var out any = v
 	switch v := v.(type) {
-	case engine.ServiceStatus:
-		out = serviceStatusOf(v)
-	case *engine.ServiceStatus:
-		out = serviceStatusOf(*v)
-	case engine.QueueStatus:
-		out = QueueStatus(v)
 	case engine.BudgetEvent:
-		out = budgetEventData{Service: v.Service, Class: v.Class, Budget: budgetStatusOf(v.Budget)}
+		out = budgetEventData{Service: v.Service, Class: v.Class, Budget: v.Budget}
 	case engine.AdaptEvent:
-		st := serviceStatusOf(engine.ServiceStatus{Name: v.Service, Class: v.Class, Adaptive: v.Limits, AdaptCounts: v.Counts})
 		change := "raised"
 		if v.Lowered {
 			change = "lowered"
 		}
-		out = adaptEventData{Service: v.Service, Class: v.Class, Adaptive: *st.Adaptive, Change: change}
-	case engine.Explanation:
-		ex := explanationOf(v)
-		ex.Live = true
-		out = ex
-	case []engine.ServiceStats:
-		out = serviceStatsOf(v)
-	default:
-		panic(fmt.Sprintf("runcue: encodeReport: unexpected %T", v))
+		out = adaptEventData{Service: v.Service, Class: v.Class, Adaptive: v.Adaptive, Change: change}
+	case Explanation:
+		v.Live = true
+		out = v
 	}
 	b, _ := json.Marshal(out)
 	return b
 }
 
-func serviceStatusOf(s engine.ServiceStatus) ServiceStatus {
-	st := ServiceStatus{Name: s.Name, Class: s.Class, Limits: serviceFrom(s.Limits), Overridden: s.Overridden,
-		Active: s.Active, Waiting: s.Waiting, InWindow: s.InWindow, Circuit: CircuitState(s.Circuit),
-		CircuitOpenUntil: s.CircuitOpenUntil, Paused: s.Paused, BlockedUntil: s.BlockedUntil, NextCapacity: s.NextCapacity,
-		Keys: s.Keys, KeysActive: s.KeysActive, KeysWaiting: s.KeysWaiting, OpenKeys: s.OpenKeys, BlockedKeys: s.BlockedKeys,
-		PausedKeys: s.PausedKeys}
-	for _, b := range s.Budgets {
-		st.Budgets = append(st.Budgets, budgetStatusOf(b))
-	}
-	for _, m := range s.Meters {
-		st.Meters = append(st.Meters, MeterStatus{Name: m.Name, Used: m.Used, Limit: m.Limit, Window: m.Window, Frees: m.Frees})
-	}
-	if len(s.Adaptive) > 0 {
-		st.Adaptive = &AdaptiveStatus{Throttled: s.AdaptCounts.Throttled, Unavailable: s.AdaptCounts.Unavailable, Timeouts: s.AdaptCounts.Timeouts}
-		for _, a := range s.Adaptive {
-			st.Adaptive.Limits = append(st.Adaptive.Limits, AdaptiveLimit{Limit: a.Limit, Configured: a.Configured, Effective: a.Effective,
-				Overloads: a.Overloads})
-		}
-	}
-	return st
-}
-
-func serviceStatsOf(st []engine.ServiceStats) []ServiceStats {
-	out := make([]ServiceStats, len(st))
-	for i, s := range st {
-		out[i].ServiceStatus = serviceStatusOf(s.ServiceStatus)
-		for _, k := range s.Keys {
-			out[i].Keys = append(out[i].Keys, serviceStatusOf(k))
-		}
-	}
-	return out
-}
-
-func budgetStatusOf(b engine.BudgetStatus) BudgetStatus {
-	return BudgetStatus{Budget: budgetFrom(b.Budget), Used: b.Used, PeriodStart: b.PeriodStart, Resets: b.Resets, Exhausted: b.Exhausted}
-}
-
-func explanationOf(ex engine.Explanation) Explanation {
-	out := Explanation{ID: ex.ID, Task: ex.Task, State: ex.State, AsOf: ex.AsOf}
-	for _, r := range ex.Reasons {
-		out.Reasons = append(out.Reasons, reasonOf(r))
-	}
-	return out
-}
-
-func reasonOf(r engine.Reason) Reason {
-	return Reason{Kind: ReasonKind(r.Kind), Service: r.Service, Until: r.Until, Dependencies: r.Dependencies, Detail: r.Detail}
-}
-
 // The reasons Explain gives from the database, worded as the engine words
 // them from its live state.
-func queuePausedReason() Reason                  { return reasonOf(engine.QueuePausedReason()) }
-func taskPausedReason(task string) Reason        { return reasonOf(engine.TaskPausedReason(task)) }
-func skippedReason(deps []string) Reason         { return reasonOf(engine.SkippedReason(deps)) }
-func timeReason(why string, at time.Time) Reason { return reasonOf(engine.TimeReason(why, at)) }
+func queuePausedReason() Reason                  { return engine.QueuePausedReason() }
+func taskPausedReason(task string) Reason        { return engine.TaskPausedReason(task) }
+func skippedReason(deps []string) Reason         { return engine.SkippedReason(deps) }
+func timeReason(why string, at time.Time) Reason { return engine.TimeReason(why, at) }

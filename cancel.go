@@ -7,15 +7,6 @@ import (
 	"github.com/runcue/runcue/store"
 )
 
-// CancelOptions qualify a cancellation.
-type CancelOptions struct {
-	// Cascade cancels the unit's dependents too. Without it they fail with
-	// ErrorKind "prerequisite_cancelled".
-	Cascade bool
-	// Reason is recorded as the unit's error. Default "cancelled".
-	Reason string
-}
-
 // Cancel cancels a unit.
 //
 // A queued unit is cancelled at once. For a running unit that this Cue runs,

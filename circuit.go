@@ -27,18 +27,3 @@ package runcue
 // in a row (counted by the owner) spends a run on its next failed probe,
 // as on any failure: a unit that fails for its own reasons cannot hold a
 // circuit open.
-
-// MaxFreeProbes is how many failed probes in a row a unit may run without
-// spending its retry budget.
-const MaxFreeProbes = 3
-
-// CircuitState is a service's circuit breaker state. The strings are
-// stable.
-type CircuitState string
-
-// Circuit breaker states.
-const (
-	CircuitClosed   CircuitState = "closed"
-	CircuitOpen     CircuitState = "open"
-	CircuitHalfOpen CircuitState = "half_open"
-)

@@ -5,6 +5,7 @@ import (
 	"errors"
 
 	"github.com/runcue/runcue/internal/writer"
+	"github.com/runcue/runcue/runcuetype"
 	"github.com/runcue/runcue/store"
 )
 
@@ -53,7 +54,7 @@ var (
 	// it could never run. Nothing of its batch is stored.
 	ErrCostTooLarge = errors.New("runcue: a cost is above the limit that counts it")
 	// ErrInvalid: a registration or submission is malformed.
-	ErrInvalid = errors.New("runcue: invalid argument")
+	ErrInvalid = runcuetype.ErrInvalid
 	// ErrStopping: Start was called while a previous run of the Cue is still
 	// stopping.
 	ErrStopping = errors.New("runcue: previous run is still stopping")

@@ -17,41 +17,41 @@ type EventType string
 // Event types.
 const (
 	// EventWorkQueued: a unit was submitted, or requeued by Retry.
-	EventWorkQueued EventType = "work_queued"
+	EventWorkQueued EventType = store.TypeWorkQueued
 	// EventWorkStarted: a run began.
-	EventWorkStarted EventType = "work_started"
+	EventWorkStarted EventType = store.TypeWorkStarted
 	// EventWorkCompleted: a run succeeded; Result holds its result.
-	EventWorkCompleted EventType = "work_completed"
+	EventWorkCompleted EventType = store.TypeWorkCompleted
 	// EventWorkSkipped: a handler ended its unit with Skip; Reason holds
 	// the reason it gave.
-	EventWorkSkipped EventType = "work_skipped"
+	EventWorkSkipped EventType = store.TypeWorkSkipped
 	// EventWorkFailed: a run failed; WillRetry says whether another follows.
-	EventWorkFailed EventType = "work_failed"
+	EventWorkFailed EventType = store.TypeWorkFailed
 	// EventWorkRetrying: a unit will run again at NextAttempt.
-	EventWorkRetrying EventType = "work_retrying"
+	EventWorkRetrying EventType = store.TypeWorkRetrying
 	// EventWorkCancelled: a unit was cancelled.
-	EventWorkCancelled EventType = "work_cancelled"
+	EventWorkCancelled EventType = store.TypeWorkCancelled
 	// EventWorkCancelRequested: a process that does not own the database
 	// asked to cancel a running unit; the owner acts on it.
 	EventWorkCancelRequested EventType = store.EventWorkCancelRequested
 	// EventWorkRecovered: a unit left running by an owner that died was
 	// requeued.
-	EventWorkRecovered EventType = "work_recovered"
+	EventWorkRecovered EventType = store.TypeWorkRecovered
 	// EventWorkRequeued: a run interrupted by shutdown was requeued without
 	// spending retry budget.
-	EventWorkRequeued EventType = "work_requeued"
+	EventWorkRequeued EventType = store.TypeWorkRequeued
 	// EventStoreFailed: the store failed for good (a fatal error, see
 	// docs/resilience.md), or this Cue lost ownership (ErrorKind
 	// "not_owner"); the Cue stopped dispatching. Not durable (it could not
 	// be stored); Seq is 0.
-	EventStoreFailed EventType = "store_failed"
+	EventStoreFailed EventType = store.TypeStoreFailed
 	// EventStoreUnavailable: the store's writes began to fail with
 	// transient errors (a lost connection, a restarting server, a lock
 	// held elsewhere); the Cue retries them. Error holds the first error.
 	// EventStoreRecovered: a write succeeded again. One of each per
 	// outage, not per retry. Not durable; Seq is 0.
-	EventStoreUnavailable EventType = "store_unavailable"
-	EventStoreRecovered   EventType = "store_recovered"
+	EventStoreUnavailable EventType = store.TypeStoreUnavailable
+	EventStoreRecovered   EventType = store.TypeStoreRecovered
 	// EventOwnershipTaken: this Cue took ownership and dispatches (at
 	// Start, as a standby, or again after losing it). EventOwnershipLost:
 	// it lost ownership (its lease was not renewed in time, another Cue
@@ -59,60 +59,60 @@ const (
 	// cancelled its handlers, and competes for ownership again unless its
 	// store failed. Reason holds the owner's lease name; Error why it was
 	// lost. Not durable; Seq is 0.
-	EventOwnershipTaken EventType = "ownership_taken"
-	EventOwnershipLost  EventType = "ownership_lost"
+	EventOwnershipTaken EventType = store.TypeOwnershipTaken
+	EventOwnershipLost  EventType = store.TypeOwnershipLost
 	// EventServiceStatus: a service's health or load changed: its circuit,
 	// a pause, a Retry-After, or it became saturated or free (coalesced to
 	// at most one a second per service). Service holds its status. Not
 	// durable; Seq is 0.
-	EventServiceStatus EventType = "service_status"
+	EventServiceStatus EventType = store.TypeServiceStatus
 	// EventWorkProgress: a handler reported progress (Work.Progress);
 	// Progress holds the latest value. At most one a second per unit. Not
 	// durable; Seq is 0.
-	EventWorkProgress EventType = "work_progress"
+	EventWorkProgress EventType = store.TypeWorkProgress
 	// EventQueueStatus: the periodic summary of the queue
 	// (Config.QueueStatusInterval); Queue holds it. Not durable; Seq is 0.
-	EventQueueStatus EventType = "queue_status"
+	EventQueueStatus EventType = store.TypeQueueStatus
 	// EventGap: delivered first to a subscriber that resumed after events
 	// that retention (Config.EventRetention) has since deleted;
 	// MissedFrom..MissedTo is the range of sequence numbers it cannot
 	// receive. Seq is 0.
-	EventGap EventType = "gap"
+	EventGap EventType = store.TypeGap
 	// EventBackpressureActive: the queue reached HighWater of
 	// Config.MaxQueued; EventBackpressureCleared: it fell back to LowWater.
 	// Reported by the owning Cue; Queued and MaxQueued say how full it is.
-	EventBackpressureActive  EventType = "backpressure_active"
-	EventBackpressureCleared EventType = "backpressure_cleared"
+	EventBackpressureActive  EventType = store.TypeBackpressureActive
+	EventBackpressureCleared EventType = store.TypeBackpressureCleared
 	// EventBudgetExhausted: a calendar budget of a service was spent: the
 	// last request of its period was granted. Once per period and budget,
 	// stored with that request's claim: WorkID, Task and Target are its
 	// unit's. Service names the service (or keyed instance), Budget the
 	// budget and when it resets.
-	EventBudgetExhausted EventType = "budget_exhausted"
+	EventBudgetExhausted EventType = store.TypeBudgetExhausted
 	// EventLimitAdapted: an adaptive limit (Service.Adaptive) changed:
 	// Reason "lowered" by an overload signal (every cut is announced), or
 	// "raised" (each rise of 5% of its configured value, and its return
 	// to it). Stored with the Finish of the run whose end made the
 	// change: WorkID, Task and Target are its unit's. Service names the
 	// service (or keyed instance), with Adaptive set.
-	EventLimitAdapted EventType = "limit_adapted"
+	EventLimitAdapted EventType = store.TypeLimitAdapted
 	// EventTaskChanged: a task type was paused or resumed (PauseTask,
 	// ResumeTask); Task names it, Reason is "paused" or "resumed".
-	EventTaskChanged EventType = "task_changed"
+	EventTaskChanged EventType = store.TypeTaskChanged
 	// EventQueueChanged: the queue was paused or resumed (PauseQueue,
 	// ResumeQueue); Reason is "paused" or "resumed".
-	EventQueueChanged EventType = "queue_changed"
+	EventQueueChanged EventType = store.TypeQueueChanged
 	// EventOwnerAsked: a process that does not own the database asked the
 	// owner about its live state (Explain, Services, Stats);
 	// EventOwnerAnswered carries the answer. Reason holds the question's
 	// JSON ({"nonce", "kind", "id"}, and "answer" in the answer). UIs may
 	// ignore both.
-	EventOwnerAsked    EventType = "owner_asked"
-	EventOwnerAnswered EventType = "owner_answered"
+	EventOwnerAsked    EventType = store.TypeOwnerAsked
+	EventOwnerAnswered EventType = store.TypeOwnerAnswered
 	// EventServiceChanged: a service's override or pause was changed
 	// (SetService, ResetService, PauseService, ResumeService). Service.Name
 	// names it and Reason says what changed.
-	EventServiceChanged EventType = "service_changed"
+	EventServiceChanged EventType = store.TypeServiceChanged
 )
 
 // Event reports a change. Events of a Cue are delivered in commit order.
@@ -166,29 +166,6 @@ type Event struct {
 	// are lost.
 	MissedFrom int64 `json:"missed_from,omitempty"`
 	MissedTo   int64 `json:"missed_to,omitempty"`
-}
-
-// QueueStatus summarizes the owner's queue.
-type QueueStatus struct {
-	// Queued units are ready to run, waiting only for capacity or their turn.
-	Queued int `json:"queued"`
-	// Waiting units wait for a time: RunAt, retry backoff, Retry-After.
-	Waiting int `json:"waiting"`
-	// Blocked units wait for dependencies.
-	Blocked int `json:"blocked"`
-	// Running units are running.
-	Running int `json:"running"`
-	// Orphaned units have a task type not registered in the owner.
-	Orphaned int `json:"orphaned,omitempty"`
-	// Unloaded units are queued in the database but not yet loaded by the
-	// owner, which loads a deep queue as dispatch makes room
-	// (Config.LoadAhead). Stored submissions and cancellations made by
-	// other processes since the owner started count once it loads.
-	Unloaded int `json:"unloaded,omitempty"`
-	// Backpressure reports that backpressure is active.
-	Backpressure bool `json:"backpressure,omitempty"`
-	// Paused reports that the queue is paused (PauseQueue).
-	Paused bool `json:"paused,omitempty"`
 }
 
 // budgetEventData is the data of a budget_exhausted event.

@@ -2,11 +2,13 @@ package runcue_test
 
 import (
 	"bytes"
+	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -104,5 +106,93 @@ func TestFileSizes(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// exportedDecls lists the exported types (not aliases) and constants that
+// the non-test files of the package in dir declare, with their files.
+func exportedDecls(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, p := range pkgs {
+		for name, f := range p.Files {
+			for _, d := range f.Decls {
+				g, ok := d.(*ast.GenDecl)
+				if !ok || (g.Tok != token.TYPE && g.Tok != token.CONST) {
+					continue
+				}
+				for _, s := range g.Specs {
+					switch s := s.(type) {
+					case *ast.TypeSpec:
+						if s.Name.IsExported() && !s.Assign.IsValid() {
+							out[s.Name.Name] = filepath.Base(name)
+						}
+					case *ast.ValueSpec:
+						for _, n := range s.Names {
+							if n.IsExported() {
+								out[n.Name] = filepath.Base(name)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// TestOneVocabulary: no exported type or constant is declared both in the
+// root and in an internal package. What the engine and the API share is
+// declared once, in runcuetype, and the root names it with aliases.
+func TestOneVocabulary(t *testing.T) {
+	root := exportedDecls(t, ".")
+	dirs, err := filepath.Glob("internal/*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range dirs {
+		if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+			continue
+		}
+		decls := exportedDecls(t, dir)
+		names := make([]string, 0, len(decls))
+		for name := range decls {
+			names = append(names, name)
+		}
+		sort.Strings(names)
+		for _, name := range names {
+			if file, ok := root[name]; ok {
+				t.Errorf("%s is declared in the root (%s) and in %s (%s)", name, file, dir, decls[name])
+			}
+		}
+	}
+}
+
+// TestLeafImports: runcuetype, the shared vocabulary, imports only the
+// standard library and package store (its tests may import more), so that every package may use it.
+func TestLeafImports(t *testing.T) {
+	files, err := filepath.Glob("runcuetype/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("runcuetype: %v (%d files)", err, len(files))
+	}
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			path, _ := strconv.Unquote(imp.Path.Value)
+			if strings.Contains(path, ".") && path != "github.com/runcue/runcue/store" {
+				t.Errorf("%s imports %s: runcuetype may import only the standard library and store", name, path)
+			}
+		}
 	}
 }

@@ -22,14 +22,6 @@ const (
 	OverflowBlock
 )
 
-// Backpressure marks: backpressure_active is reported when the queued units
-// reach HighWater of Config.MaxQueued, backpressure_cleared when they fall
-// back to LowWater of it, so the signal does not flap at the limit.
-const (
-	HighWater = 0.9
-	LowWater  = 0.7
-)
-
 // PriorityContext is what a priority function sees of a unit.
 type PriorityContext struct {
 	// Work is the unit: ID, task, target, params and next attempt number.
@@ -80,11 +72,3 @@ type FeedFunc func(ctx context.Context, want int) ([]Submission, error)
 // is counted and logged like a panic or a timeout of the callback.
 // DependencyFile and DependencyQuery are ready-made ones.
 type DependencyFunc func(ctx context.Context, dep Dependency) (bool, error)
-
-// Dependency is a completed dependency as a DependencyFunc sees it. Task
-// and Target are empty if the unit is no longer stored (pruned).
-type Dependency struct {
-	ID     string
-	Task   string
-	Target string
-}

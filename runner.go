@@ -67,11 +67,11 @@ func (l *localRun) use(amounts Costs) {
 // observe implements runHandle.
 func (l *localRun) observe(o Observation) { l.p.Observe(engineObservation(o)) }
 
-// engineObservation converts o, with its values bounded.
-func engineObservation(o Observation) engine.Observation {
-	out := engine.Observation{Services: o.Services, Limits: make([]engine.ObservedLimit, 0, len(o.Limits))}
+// engineObservation is o with its values bounded.
+func engineObservation(o Observation) Observation {
+	out := Observation{Services: o.Services, Limits: make([]ObservedLimit, 0, len(o.Limits))}
 	for _, l := range o.Limits {
-		out.Limits = append(out.Limits, engine.ObservedLimit{Name: l.Name, Remaining: min(l.Remaining, MaxCost),
+		out.Limits = append(out.Limits, ObservedLimit{Name: l.Name, Remaining: min(l.Remaining, MaxCost),
 			Reset: min(max(l.Reset, 0), MaxTimeout)})
 	}
 	return out

@@ -7,117 +7,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runcue/runcue/internal/vocab"
 	"github.com/runcue/runcue/store"
 )
-
-// The resource broker, as a user sees it.
-//
-// Everything a unit needs capacity of before it may start is a resource: a
-// task's own cap (Task.MaxConcurrent), a registered service, or a keyed
-// instance of a service ("host:example.org" of service "host", created on
-// first use and forgotten when idle). A resource admits a dispatch when it
-// is not paused, not held by a Retry-After, its circuit lets the dispatch
-// through, it has a free concurrency slot and room in its rate window. A
-// unit takes all of its resources at once or none. Services and
-// MeterStatus is an amount meter of a service now (Service.Meters): Used
-// of Limit in the last Window (plus the margin), the dispatches decided
-// and not started yet included; Frees is when the oldest start it counts
-// leaves the window (zero when it counts none).
-type MeterStatus struct {
-	Name   string        `json:"name"`
-	Used   int64         `json:"used"`
-	Limit  int64         `json:"limit"`
-	Window time.Duration `json:"-"`
-	Frees  time.Time     `json:"frees,omitzero"`
-}
-
-// MarshalJSON writes the window in milliseconds (window_ms).
-func (m MeterStatus) MarshalJSON() ([]byte, error) {
-	type plain MeterStatus
-	return json.Marshal(struct {
-		plain
-		WindowMS int64 `json:"window_ms"`
-	}{plain(m), m.Window.Milliseconds()})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (m *MeterStatus) UnmarshalJSON(b []byte) error {
-	type plain MeterStatus
-	var j struct {
-		plain
-		WindowMS int64 `json:"window_ms"`
-	}
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	*m = MeterStatus(j.plain)
-	m.Window = time.Duration(j.WindowMS) * time.Millisecond
-	return nil
-}
 
 // ServiceStatus report all of that; Explain says which refuses a unit and
 // until when. The machinery is in resources.go (admission), keys.go
 // (keyed services), status.go (service_status events) and circuit.go.
-
-// ServiceStatus reports a service's limits and load.
-type ServiceStatus struct {
-	// Name is the service; Class the service whose limits apply (Name, but
-	// for a keyed instance such as "host:example.org", "host").
-	Name  string `json:"name"`
-	Class string `json:"class"`
-	// Limits are the limits in force: the override if one is set
-	// (Overridden), else the registered ones.
-	Limits     Service `json:"limits"`
-	Overridden bool    `json:"overridden,omitempty"`
-	// Active is the number of running units holding the service.
-	Active int `json:"active"`
-	// Waiting is the number of groups of queued units (task types and key
-	// sets) waiting for this service in particular.
-	Waiting int `json:"waiting,omitempty"`
-	// InWindow is the number of handler starts in the current rate window,
-	// plus the dispatches decided whose handlers have not started yet.
-	InWindow int `json:"in_window,omitempty"`
-	// Circuit is the circuit breaker state; CircuitOpenUntil when an open
-	// circuit admits its probe.
-	Circuit          CircuitState `json:"circuit"`
-	CircuitOpenUntil time.Time    `json:"circuit_open_until,omitzero"`
-	// Paused reports PauseService.
-	Paused bool `json:"paused,omitempty"`
-	// Budgets report the calendar budgets (Limits.Budgets) in their
-	// current periods. A class's keyed instances each have their own; they
-	// are not folded in here.
-	Budgets []BudgetStatus `json:"budgets,omitempty"`
-	// Meters report the amount meters (Limits.Meters) now, in the owner.
-	Meters []MeterStatus `json:"meters,omitempty"`
-	// Adaptive reports the adaptive limits (Limits.Adaptive): each in
-	// force beside its configured value, and the overloads behind them.
-	// Limits and Meters state the configured limits; a meter's Limit in
-	// Meters is the one in force.
-	Adaptive *AdaptiveStatus `json:"adaptive,omitempty"`
-	// BlockedUntil is set while a Retry-After holds the service.
-	BlockedUntil time.Time `json:"blocked_until,omitzero"`
-	// NextCapacity is when the service may next admit a dispatch: now if it
-	// may, zero if only an event (a run ending, a resume) can free it.
-	NextCapacity time.Time `json:"next_capacity,omitzero"`
-	// Keys counts a class's keyed instances: in the owner those in memory,
-	// elsewhere those with starts in the window or a stored state.
-	// KeysActive and KeysWaiting are the units running on them and the
-	// groups waiting for them (the owner's figures). Each instance has the
-	// class's limits of its own, so these are not measured against Limits:
-	// Active, Waiting and InWindow are the class's own (units that list
-	// the service in Task.Services), and ServiceStatus of an instance
-	// ("host:example.org") reports its own. OpenKeys and BlockedKeys count
-	// the instances with an open circuit or held by a Retry-After.
-	Keys        int `json:"keys,omitempty"`
-	KeysActive  int `json:"keys_active,omitempty"`
-	KeysWaiting int `json:"keys_waiting,omitempty"`
-	OpenKeys    int `json:"open_keys,omitempty"`
-	BlockedKeys int `json:"blocked_keys,omitempty"`
-	// PausedKeys counts a class's keyed instances paused on their own
-	// (PauseService("host:example.org")), live ones in the owner, stored
-	// ones elsewhere.
-	PausedKeys int `json:"paused_keys,omitempty"`
-}
 
 // Services reports every registered service, keyed instances folded into
 // their class. The figures are the owner's live ones: in the owning Cue at
@@ -230,13 +126,13 @@ func (c *Cue) storedKeyStatus(ctx context.Context, name string) (ServiceStatus, 
 	}
 	now := c.clock.Now()
 	if st.Limits.RateLimit > 0 {
-		log, err := c.requestLog(ctx, name, now.Add(-st.Limits.hold()).Add(1))
+		log, err := c.requestLog(ctx, name, now.Add(-vocab.Hold(st.Limits)).Add(1))
 		if err != nil {
 			return ServiceStatus{}, c.readErr(err)
 		}
 		st.InWindow = len(log)
 		if len(log) >= st.Limits.RateLimit {
-			st.NextCapacity = log[len(log)-st.Limits.RateLimit].Add(st.Limits.hold())
+			st.NextCapacity = log[len(log)-st.Limits.RateLimit].Add(vocab.Hold(st.Limits))
 		}
 	}
 	if st.Budgets, err = c.storedBudgets(ctx, name, st.Limits); err != nil {
@@ -262,14 +158,14 @@ func (c *Cue) storedMeters(ctx context.Context, name string, l Service, now time
 	for _, m := range l.Meters {
 		longest = max(longest, m.Window)
 	}
-	logged, err := c.st.ServiceLog(ctx, name, now.Add(-longest-l.margin()).Add(1))
+	logged, err := c.st.ServiceLog(ctx, name, now.Add(-longest-vocab.Margin(l)).Add(1))
 	if err != nil {
 		return nil, err
 	}
 	out := make([]MeterStatus, 0, len(l.Meters))
 	for _, m := range l.Meters {
 		ms := MeterStatus{Name: m.Name, Limit: m.Limit, Window: m.Window}
-		hold := m.Window + l.margin()
+		hold := m.Window + vocab.Margin(l)
 		for _, e := range logged {
 			if e.Meter != m.Name || !e.At.After(now.Add(-hold)) {
 				continue
@@ -371,7 +267,7 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 			st.Limits, st.Overridden = ov, true
 		}
 		if st.Limits.RateLimit > 0 {
-			log, err := c.requestLog(ctx, r.Name, now.Add(-st.Limits.hold()).Add(1))
+			log, err := c.requestLog(ctx, r.Name, now.Add(-vocab.Hold(st.Limits)).Add(1))
 			if err != nil {
 				return nil, c.readErr(err)
 			}
@@ -389,7 +285,7 @@ func (c *Cue) storedStatus(ctx context.Context) ([]ServiceStatus, error) {
 		// without one) and those with a stored state.
 		window := time.Minute
 		if st.Limits.RateLimit > 0 {
-			window = st.Limits.hold()
+			window = vocab.Hold(st.Limits)
 		}
 		logs, err := c.st.ServiceLogPrefix(ctx, r.Name+":", now.Add(-window))
 		if err != nil {

@@ -3,11 +3,11 @@ package runcue
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/runcue/runcue/internal/vocab"
 	"github.com/runcue/runcue/store"
 )
 
@@ -16,111 +16,6 @@ import (
 // StatsWindow is the recent period Stats reports throughput and queue
 // wait over.
 const StatsWindow = time.Hour
-
-// Stats is a summary of a database's work and services. Taking it never
-// scans the units: counts are kept as units change, throughput and queue
-// wait per minute as they happen, and the oldest queued unit is read by
-// index. It is correct in a process that does not own the database; there
-// the services' figures are read from the database (see Services).
-type Stats struct {
-	// At is when the snapshot was taken.
-	At time.Time `json:"at"`
-	// Live reports that the service figures are the owner's live ones (in
-	// this process, or asked of the owner in another; see Services).
-	Live bool `json:"live"`
-	// States counts the units by state; Tasks by task type and state.
-	States map[State]int            `json:"states"`
-	Tasks  map[string]map[State]int `json:"tasks"`
-	// OldestQueued is when the queued unit submitted first was submitted;
-	// zero if none is queued.
-	OldestQueued time.Time `json:"oldest_queued,omitzero"`
-	// QueuePaused and PausedTasks report PauseQueue and PauseTask.
-	QueuePaused bool     `json:"queue_paused,omitempty"`
-	PausedTasks []string `json:"paused_tasks,omitempty"`
-	// Backpressure is the state of the queue's bound (Config.MaxQueued).
-	Backpressure BackpressureStats `json:"backpressure"`
-	// QueueWait summarizes, over the last StatsWindow, how long dispatched
-	// units waited from becoming eligible to their dispatch.
-	QueueWait QueueWaitStats `json:"queue_wait"`
-	// Minutes are the last StatsWindow's minutes, oldest first, the
-	// current one last (partial).
-	Minutes []MinuteStats `json:"minutes"`
-	// Services are the registered services (see Services), each with its
-	// Retry-After answers over the window and its busiest keyed instances.
-	Services []ServiceStats `json:"services"`
-}
-
-// QueueWaitStats summarizes queue waits. Percentiles are read from a
-// histogram: each is the upper bound of the bucket that holds it (1ms,
-// 5ms, 10ms, 50ms, 100ms, 250ms, 500ms, 1s, 2.5s, 5s, 10s, 30s, 1m, 5m,
-// 15m, 1h), or, past the last, that bound.
-type QueueWaitStats struct {
-	Count int64
-	P50   time.Duration
-	P90   time.Duration
-	P95   time.Duration
-	P99   time.Duration
-}
-
-// MarshalJSON writes the durations as integer milliseconds.
-func (q QueueWaitStats) MarshalJSON() ([]byte, error) {
-	return json.Marshal(struct {
-		Count int64 `json:"count"`
-		P50   int64 `json:"p50_ms"`
-		P90   int64 `json:"p90_ms"`
-		P95   int64 `json:"p95_ms"`
-		P99   int64 `json:"p99_ms"`
-	}{q.Count, q.P50.Milliseconds(), q.P90.Milliseconds(), q.P95.Milliseconds(), q.P99.Milliseconds()})
-}
-
-// UnmarshalJSON reads what MarshalJSON writes.
-func (q *QueueWaitStats) UnmarshalJSON(b []byte) error {
-	var j struct {
-		Count int64 `json:"count"`
-		P50   int64 `json:"p50_ms"`
-		P90   int64 `json:"p90_ms"`
-		P95   int64 `json:"p95_ms"`
-		P99   int64 `json:"p99_ms"`
-	}
-	if err := json.Unmarshal(b, &j); err != nil {
-		return err
-	}
-	*q = QueueWaitStats{Count: j.Count, P50: time.Duration(j.P50) * time.Millisecond,
-		P90: time.Duration(j.P90) * time.Millisecond, P95: time.Duration(j.P95) * time.Millisecond, P99: time.Duration(j.P99) * time.Millisecond}
-	return nil
-}
-
-// MinuteStats counts one minute's events: units started, completed,
-// failed for good, failed and retried, skipped, cancelled, and runs
-// deferred by a Retry-After (429, 503).
-type MinuteStats struct {
-	Minute    time.Time `json:"minute"`
-	Started   int       `json:"started"`
-	Completed int       `json:"completed"`
-	Failed    int       `json:"failed"`
-	Retried   int       `json:"retried"`
-	Skipped   int       `json:"skipped"`
-	Cancelled int       `json:"cancelled"`
-	Deferred  int       `json:"deferred"`
-}
-
-// ServiceStats is a service in Stats.
-type ServiceStats struct {
-	ServiceStatus
-	// Deferred counts the runs deferred by a Retry-After that held the
-	// service over the window (a keyed instance's count toward its class).
-	// A Retry-After that names services holds those; one that names none
-	// holds all of the unit's, and counts for each.
-	Deferred int `json:"deferred"`
-	// Keys are the busiest keyed instances of the class, at most
-	// StatsKeys: in the owner by units running, then waiting, then starts
-	// in the window; elsewhere by logged starts in the window, with their
-	// stored pause and circuit.
-	Keys []ServiceStatus `json:"keys,omitempty"`
-}
-
-// StatsKeys is the most keyed instances Stats lists per class.
-const StatsKeys = 10
 
 // Stats returns a summary of the database. See Stats (the type).
 func (c *Cue) Stats(ctx context.Context) (Stats, error) {
@@ -198,26 +93,6 @@ func (c *Cue) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, err
 	}
 	return s, nil
-}
-
-// BackpressureStats is the state of backpressure: whether the queue reached
-// HighWater of Config.MaxQueued and has not yet fallen back to LowWater.
-//
-// In the owning Cue it is the dispatcher's own state. Elsewhere it is the
-// last backpressure event the owner recorded (EventBackpressureActive or
-// EventBackpressureCleared), with the queue's size and bound at that
-// moment; MaxQueued is zero when no such event is retained.
-type BackpressureStats struct {
-	// Active reports that backpressure is active: with OverflowReject,
-	// submissions fail with ErrBackpressure.
-	Active bool `json:"active"`
-	// MaxQueued is the bound; zero if unbounded or unknown.
-	MaxQueued int `json:"max_queued,omitempty"`
-	// Queued is the number of queued units the owner counted (now in the
-	// owner; when the event was recorded elsewhere).
-	Queued int `json:"queued,omitempty"`
-	// Since is when the state began (the event's time); zero if unknown.
-	Since time.Time `json:"since,omitzero"`
 }
 
 // backpressureStats reads the state of backpressure: from the dispatcher
@@ -307,7 +182,7 @@ func (c *Cue) serviceStats(ctx context.Context, now time.Time, deferred map[stri
 		out[i] = ServiceStats{ServiceStatus: st, Deferred: deferred[st.Name]}
 		window := time.Minute
 		if st.Limits.RateLimit > 0 {
-			window = st.Limits.hold()
+			window = vocab.Hold(st.Limits)
 		}
 		logs, err := c.st.ServiceLogPrefix(ctx, st.Name+":", now.Add(-window))
 		if err != nil {

@@ -233,7 +233,7 @@ func (c *Cue) unitFor(s Submission, now time.Time) (*store.Unit, error) {
 		u.DependencyDeadline = now.Add(s.DependencyTimeout)
 	}
 	if s.Retry != nil {
-		if err := s.Retry.validate(); err != nil {
+		if err := validateRetry(*s.Retry); err != nil {
 			return nil, err
 		}
 		u.Retry = encodeRetry(*s.Retry)

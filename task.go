@@ -224,7 +224,7 @@ func (c *Cue) Task(name string, t Task) error {
 	if t.Timeout > MaxTimeout {
 		return fmt.Errorf("%w: task %q: Timeout longer than %v", ErrInvalid, name, MaxTimeout)
 	}
-	if err := t.Retry.validate(); err != nil {
+	if err := validateRetry(t.Retry); err != nil {
 		return fmt.Errorf("task %q: %w", name, err)
 	}
 	t.Services = slices.Clone(t.Services)

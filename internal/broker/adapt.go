@@ -1,29 +1,9 @@
 package broker
 
 import (
-	"fmt"
 	"math"
-	"strings"
 	"time"
 )
-
-// OverloadSummary lists overload signals by kind, in words: "3 429s,
-// 1 timeout" ("" for none).
-func OverloadSummary(throttled, unavailable, timeouts int) string {
-	var parts []string
-	add := func(n int, one, many string) {
-		switch {
-		case n == 1:
-			parts = append(parts, "1 "+one)
-		case n > 1:
-			parts = append(parts, fmt.Sprintf("%d %s", n, many))
-		}
-	}
-	add(throttled, "429", "429s")
-	add(unavailable, "503", "503s")
-	add(timeouts, "timeout", "timeouts")
-	return strings.Join(parts, ", ")
-}
 
 // AIMD finds a limit below a configured ceiling from what the service says
 // (additive increase, multiplicative decrease): an overload signal (a 429,

@@ -4,35 +4,9 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	rt "github.com/runcue/runcue/runcuetype"
 )
-
-// Charge says what a start's charge in an amount meter becomes once its
-// run reports the amount it actually used (see AmountWindow.Reconcile).
-type Charge uint8
-
-const (
-	// ChargeActual replaces the estimate with the actual amount: a
-	// provider that counts what was used (output tokens corrected when the
-	// response ends).
-	ChargeActual Charge = iota
-	// ChargeLarger keeps the larger of the estimate and the actual amount.
-	ChargeLarger
-	// ChargeEstimate keeps the estimate whatever was used: a provider that
-	// charges at admission.
-	ChargeEstimate
-)
-
-// Charged returns what a start estimated at est is charged once actual is
-// known, under c.
-func (c Charge) Charged(est, actual int64) int64 {
-	switch c {
-	case ChargeLarger:
-		return max(est, actual)
-	case ChargeEstimate:
-		return est
-	}
-	return actual
-}
 
 // AmountWindow is an exact sliding log of starts, each with an amount (the
 // tokens or bytes it charged): the amounts of the starts within any
@@ -67,7 +41,7 @@ type amountEntry struct {
 
 // NewAmountWindow returns an empty window counting name: at most limit in
 // any interval of length plus margin, reconciled per charge.
-func NewAmountWindow(name string, limit int64, length, margin time.Duration, charge Charge) *AmountWindow {
+func NewAmountWindow(name string, limit int64, length, margin time.Duration, charge rt.Charge) *AmountWindow {
 	return &AmountWindow{amountSpec: newAmountSpec(name, limit, length, margin, charge)}
 }
 
@@ -79,22 +53,22 @@ type amountSpec struct {
 	limit  int64
 	length time.Duration
 	margin time.Duration
-	charge Charge
+	charge rt.Charge
 }
 
-func newAmountSpec(name string, limit int64, length, margin time.Duration, charge Charge) amountSpec {
+func newAmountSpec(name string, limit int64, length, margin time.Duration, charge rt.Charge) amountSpec {
 	return amountSpec{name: name, limit: limit, length: length, margin: max(margin, 0), charge: charge}
 }
 
 // Name, Limit, Length and ChargePolicy return the meter's settings; Hold
 // is how long a start's entry counts (or, in a bucket, is kept): Length
 // plus Margin.
-func (s *amountSpec) Name() string          { return s.name }
-func (s *amountSpec) Limit() int64          { return s.limit }
-func (s *amountSpec) Length() time.Duration { return s.length }
-func (s *amountSpec) Margin() time.Duration { return s.margin }
-func (s *amountSpec) ChargePolicy() Charge  { return s.charge }
-func (s *amountSpec) Hold() time.Duration   { return s.length + s.margin }
+func (s *amountSpec) Name() string            { return s.name }
+func (s *amountSpec) Limit() int64            { return s.limit }
+func (s *amountSpec) Length() time.Duration   { return s.length }
+func (s *amountSpec) Margin() time.Duration   { return s.margin }
+func (s *amountSpec) ChargePolicy() rt.Charge { return s.charge }
+func (s *amountSpec) Hold() time.Duration     { return s.length + s.margin }
 
 // Counts is the amount the meter counts, its name.
 func (s *amountSpec) Counts() string { return s.name }
@@ -104,7 +78,7 @@ func (s *amountSpec) Horizon() time.Duration { return s.Hold() }
 
 // SetLimits changes the meter's settings in place, keeping its entries
 // and reservations.
-func (s *amountSpec) SetLimits(limit int64, length, margin time.Duration, charge Charge) {
+func (s *amountSpec) SetLimits(limit int64, length, margin time.Duration, charge rt.Charge) {
 	*s = newAmountSpec(s.name, limit, length, margin, charge)
 }
 
@@ -271,7 +245,7 @@ type AmountMeter interface {
 	AddUsage(at time.Time, amount int64)
 	// Frees is when what counts at now has left (zero: nothing counts).
 	Frees(now time.Time) time.Time
-	SetLimits(limit int64, length, margin time.Duration, charge Charge)
+	SetLimits(limit int64, length, margin time.Duration, charge rt.Charge)
 }
 
 var (
@@ -284,7 +258,7 @@ var (
 type Reconciler interface {
 	Limiter
 	// ChargePolicy says what a start's charge becomes (see Charge).
-	ChargePolicy() Charge
+	ChargePolicy() rt.Charge
 	// Reconcile replaces the charge from of the start at start with to.
 	Reconcile(start time.Time, from, to int64) bool
 }
@@ -325,7 +299,7 @@ func (b *Quota) Unfit(cost int64) string {
 
 // Unfit says why r can never admit a unit of costs (a cost above the limit
 // of one of its meters), or "" if it can.
-func (r *Resource) Unfit(costs Costs) string {
+func (r *Resource) Unfit(costs rt.Costs) string {
 	for _, m := range r.Meters() {
 		if u, ok := m.(Unfit); ok {
 			if why := u.Unfit(r.asked(m, costs)); why != "" {

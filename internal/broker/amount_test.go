@@ -5,11 +5,13 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	rt "github.com/runcue/runcue/runcuetype"
 )
 
 func TestAmountWindowRefusal(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	w := NewAmountWindow("tokens", 100, time.Minute, 10*time.Millisecond, ChargeActual)
+	w := NewAmountWindow("tokens", 100, time.Minute, 10*time.Millisecond, rt.ChargeActual)
 	if _, refused := w.Refusal(t0, 101); !refused {
 		t.Fatal("a cost above the limit is admitted")
 	}
@@ -51,10 +53,10 @@ func TestAmountWindowRefusal(t *testing.T) {
 
 func TestChargePolicies(t *testing.T) {
 	for _, c := range []struct {
-		p               Charge
+		p               rt.Charge
 		est, act, wantV int64
-	}{{ChargeActual, 50, 20, 20}, {ChargeActual, 50, 80, 80}, {ChargeLarger, 50, 20, 50}, {ChargeLarger, 50, 80, 80},
-		{ChargeEstimate, 50, 20, 50}, {ChargeEstimate, 50, 80, 50}} {
+	}{{rt.ChargeActual, 50, 20, 20}, {rt.ChargeActual, 50, 80, 80}, {rt.ChargeLarger, 50, 20, 50}, {rt.ChargeLarger, 50, 80, 80},
+		{rt.ChargeEstimate, 50, 20, 50}, {rt.ChargeEstimate, 50, 80, 50}} {
 		if got := c.p.Charged(c.est, c.act); got != c.wantV {
 			t.Errorf("policy %d: est %d actual %d: %d, want %d", c.p, c.est, c.act, got, c.wantV)
 		}
@@ -70,7 +72,7 @@ func TestAmountWindowProperty(t *testing.T) {
 	t.Logf("seed %d", seed)
 	const limit = 1000
 	hold := time.Second + 5*time.Millisecond
-	starts, span := driveMeter(t, rand.New(rand.NewPCG(seed, 1)), NewAmountWindow("tokens", limit, time.Second, 5*time.Millisecond, ChargeActual), limit/10)
+	starts, span := driveMeter(t, rand.New(rand.NewPCG(seed, 1)), NewAmountWindow("tokens", limit, time.Second, 5*time.Millisecond, rt.ChargeActual), limit/10)
 	var total int64
 	for i := range starts {
 		var sum int64
@@ -151,36 +153,36 @@ func TestHeld(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	r := &Resource{}
 	r.SetAmounts([]AmountLimits{{Name: "tokens", Limit: 100, Window: time.Second}}, 0)
-	r.Take(t0, false, Costs{"tokens": 60})
-	r.Start(t0, t0, Costs{"tokens": 60})
+	r.Take(t0, false, rt.Costs{"tokens": 60})
+	r.Start(t0, t0, rt.Costs{"tokens": 60})
 	big, small, bigger := "big", "small", "bigger"
-	if _, refused := r.RefusalFor(t0, Costs{"tokens": 90}, big); !refused {
+	if _, refused := r.RefusalFor(t0, rt.Costs{"tokens": 90}, big); !refused {
 		t.Fatal("90 admitted beside 60")
 	}
-	r.Hold(big, Costs{"tokens": 90}, "tokens", t0, t0.Add(2*time.Second))
-	rf, refused := r.RefusalFor(t0, Costs{"tokens": 20}, small)
+	r.Hold(big, rt.Costs{"tokens": 90}, "tokens", t0, t0.Add(2*time.Second))
+	rf, refused := r.RefusalFor(t0, rt.Costs{"tokens": 20}, small)
 	if !refused || !rf.Held || !rf.Until.Equal(t0.Add(2*time.Second)) {
 		t.Fatalf("a small dispatch beside the hold: %+v %v", rf, refused)
 	}
 	at := t0.Add(time.Second + time.Nanosecond) // the 60 left
-	if _, refused := r.RefusalFor(at, Costs{"tokens": 10}, small); refused {
+	if _, refused := r.RefusalFor(at, rt.Costs{"tokens": 10}, small); refused {
 		t.Fatal("10 fits beside the held 90 once the window is empty")
 	}
-	if _, refused := r.RefusalFor(at, Costs{"tokens": 20}, small); !refused {
+	if _, refused := r.RefusalFor(at, rt.Costs{"tokens": 20}, small); !refused {
 		t.Fatal("20 does not fit beside the held 90")
 	}
-	if _, refused := r.RefusalFor(at, Costs{"tokens": 90}, big); refused {
+	if _, refused := r.RefusalFor(at, rt.Costs{"tokens": 90}, big); refused {
 		t.Fatal("the holder is refused by its own hold")
 	}
-	r.Hold(small, Costs{"tokens": 20}, "tokens", t0, t0.Add(3*time.Second))
+	r.Hold(small, rt.Costs{"tokens": 20}, "tokens", t0, t0.Add(3*time.Second))
 	if r.Held.For != big {
 		t.Fatal("a smaller dispatch took the hold")
 	}
-	r.Hold(bigger, Costs{"tokens": 95}, "tokens", t0, t0.Add(3*time.Second))
+	r.Hold(bigger, rt.Costs{"tokens": 95}, "tokens", t0, t0.Add(3*time.Second))
 	if r.Held.For != bigger {
 		t.Fatal("a larger dispatch did not take the hold")
 	}
-	if _, refused := r.RefusalFor(t0.Add(3*time.Second), Costs{"tokens": 20}, small); refused {
+	if _, refused := r.RefusalFor(t0.Add(3*time.Second), rt.Costs{"tokens": 20}, small); refused {
 		t.Fatal("the hold did not lapse")
 	}
 }
@@ -191,7 +193,7 @@ func TestHeld(t *testing.T) {
 // before the restore.
 func TestBucket(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	b := NewBucket("tokens", 600, time.Minute, 0, ChargeActual) // 10 a second
+	b := NewBucket("tokens", 600, time.Minute, 0, rt.ChargeActual) // 10 a second
 	if _, refused := b.Refusal(t0, 600); refused {
 		t.Fatal("a full bucket refuses its limit")
 	}
@@ -217,7 +219,7 @@ func TestBucket(t *testing.T) {
 	if q, until := b.Quiet(t0); q || !until.After(t0.Add(10*time.Second)) {
 		t.Fatalf("quiet %v until %v", q, until)
 	}
-	r := NewBucket("tokens", 600, time.Minute, 0, ChargeActual)
+	r := NewBucket("tokens", 600, time.Minute, 0, rt.ChargeActual)
 	r.Restore([]Logged{{At: t0.Add(-30 * time.Second), Amount: 100}}, t0)
 	// Empty at t0-60s: 300 refilled by t0-30s, then 100 taken: 400 taken
 	// at t0-30s, 100 at t0.
@@ -239,7 +241,7 @@ func TestBucketProperty(t *testing.T) {
 	t.Logf("seed %d", seed)
 	const limit = 1000
 	length := time.Second
-	starts, span := driveMeter(t, rand.New(rand.NewPCG(seed, 2)), NewBucket("tokens", limit, length, 0, ChargeActual), limit/5)
+	starts, span := driveMeter(t, rand.New(rand.NewPCG(seed, 2)), NewBucket("tokens", limit, length, 0, rt.ChargeActual), limit/5)
 	rate := float64(limit) / float64(length)
 	for i := range starts {
 		var sum int64

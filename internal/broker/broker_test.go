@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	rt "github.com/runcue/runcue/runcuetype"
 )
 
 var t0 = time.Unix(1_800_000_000, 0)
@@ -121,7 +123,7 @@ func TestCircuit(t *testing.T) {
 	}
 	fail(false)
 	fail(false)
-	if !fail(false) || c.State != Open {
+	if !fail(false) || c.State != rt.CircuitOpen {
 		t.Fatal("third consecutive failure opens")
 	}
 	if ok, until, _ := c.Allow(now.Add(59 * time.Second)); ok || !until.Equal(t0.Add(time.Minute)) {
@@ -129,7 +131,7 @@ func TestCircuit(t *testing.T) {
 	}
 	now = t0.Add(time.Minute)
 	ok, _, probe := c.Allow(now)
-	if !ok || !probe || c.State != HalfOpen {
+	if !ok || !probe || c.State != rt.CircuitHalfOpen {
 		t.Fatal("half-open admits a probe")
 	}
 	c.Started(true)
@@ -137,7 +139,7 @@ func TestCircuit(t *testing.T) {
 		t.Fatal("exactly one probe")
 	}
 	// A late failure of a run started before the circuit opened is not a verdict.
-	if c.Failure(now, false) || c.State != HalfOpen {
+	if c.Failure(now, false) || c.State != rt.CircuitHalfOpen {
 		t.Fatal("only the probe's outcome decides")
 	}
 	c.Neutral(true) // the probe was cancelled
@@ -145,19 +147,19 @@ func TestCircuit(t *testing.T) {
 		t.Fatal("after a neutral probe another may go")
 	}
 	c.Started(true)
-	if !c.Failure(now, true) || c.State != Open || !c.Until.Equal(now.Add(time.Minute)) {
+	if !c.Failure(now, true) || c.State != rt.CircuitOpen || !c.Until.Equal(now.Add(time.Minute)) {
 		t.Fatal("a failed probe reopens with a fresh timeout")
 	}
 	now = now.Add(time.Minute)
 	_, _, probe = c.Allow(now)
 	c.Started(probe)
-	if !c.Success(true) || c.State != Closed {
+	if !c.Success(true) || c.State != rt.CircuitClosed {
 		t.Fatal("a successful probe closes")
 	}
 }
 
 func TestCircuitStatesAreStable(t *testing.T) {
-	got := []string{string(Closed), string(Open), string(HalfOpen)}
+	got := []string{string(rt.CircuitClosed), string(rt.CircuitOpen), string(rt.CircuitHalfOpen)}
 	if !slices.Equal(got, []string{"closed", "open", "half_open"}) {
 		t.Fatal(got)
 	}

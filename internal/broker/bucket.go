@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"sort"
 	"time"
+
+	rt "github.com/runcue/runcue/runcuetype"
 )
 
 // Bucket is a continuously refilling bucket of an amount, as providers
@@ -40,7 +42,7 @@ type Bucket struct {
 
 // NewBucket returns a full bucket of name: limit, refilling limit per
 // length, with margin, reconciled per charge.
-func NewBucket(name string, limit int64, length, margin time.Duration, charge Charge) *Bucket {
+func NewBucket(name string, limit int64, length, margin time.Duration, charge rt.Charge) *Bucket {
 	return &Bucket{amountSpec: newAmountSpec(name, limit, length, margin, charge)}
 }
 

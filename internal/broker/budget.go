@@ -1,54 +1,10 @@
 package broker
 
-import "time"
+import (
+	"time"
 
-// Period is the calendar period of a Quota.
-type Period uint8
-
-// The periods.
-const (
-	// Day runs from one local midnight to the next: 24 hours, or 23 or 25
-	// across a daylight-saving change.
-	Day Period = iota + 1
-	// Month runs from local midnight on the 1st to local midnight on the
-	// 1st of the next month.
-	Month
+	"github.com/runcue/runcue/runcuetype"
 )
-
-func (p Period) String() string {
-	switch p {
-	case Day:
-		return "day"
-	case Month:
-		return "month"
-	}
-	return "Period(?)"
-}
-
-// Bounds returns the period of kind p that holds wall, in loc: its start
-// and its end, the first instants of their days. That is local midnight,
-// or, where a daylight-saving change skips midnight (the clocks go from
-// 23:59:59 to 01:00), the instant of the change.
-func (p Period) Bounds(loc *time.Location, wall time.Time) (start, end time.Time) {
-	t := wall.In(loc)
-	y, m, d := t.Date()
-	if p == Month {
-		return dayStart(y, m, 1, loc), dayStart(y, m+1, 1, loc)
-	}
-	return dayStart(y, m, d, loc), dayStart(y, m, d+1, loc)
-}
-
-// dayStart returns the first instant of day y-m-d in loc (the date is
-// normalized as time.Date does).
-func dayStart(y int, m time.Month, d int, loc *time.Location) time.Time {
-	t := time.Date(y, m, d, 0, 0, 0, 0, loc)
-	if _, _, day := t.Date(); day != time.Date(y, m, d, 12, 0, 0, 0, loc).Day() {
-		// Midnight does not exist that day: time.Date gave an instant of
-		// the day before, in the zone that ends when the day begins.
-		_, t = t.ZoneBounds()
-	}
-	return t
-}
 
 // Quota is a calendar budget: at most Limit starts whose wall-clock
 // instants lie in one period (a day or a month of a time zone).
@@ -78,7 +34,7 @@ func dayStart(y int, m time.Month, d int, loc *time.Location) time.Time {
 // A Quota is not safe for concurrent use.
 type Quota struct {
 	Limit  int
-	Period Period
+	Period runcuetype.Period
 	Loc    *time.Location
 	Margin time.Duration
 
@@ -90,9 +46,9 @@ type Quota struct {
 	announced  time.Time // the start of the period whose exhaustion Exhaustion reported
 }
 
-// NewBudget returns a budget of limit starts per period p in loc, its
+// NewQuota returns a budget of limit starts per period p in loc, its
 // current period the one holding wall, mapped onto the timeline at mono.
-func NewBudget(limit int, p Period, loc *time.Location, wall, mono time.Time) *Quota {
+func NewQuota(limit int, p runcuetype.Period, loc *time.Location, wall, mono time.Time) *Quota {
 	b := &Quota{Limit: limit, Period: p, Loc: loc}
 	b.Sync(wall, mono)
 	return b

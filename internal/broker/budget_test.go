@@ -5,6 +5,7 @@ import (
 	"time"
 	_ "time/tzdata" // the zones below, whatever the machine has
 
+	"github.com/runcue/runcue/runcuetype"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -16,55 +17,12 @@ func zone(t *testing.T, name string) *time.Location {
 	return loc
 }
 
-// A day is local midnight to local midnight, 23 or 25 hours across a
-// daylight-saving change; a month runs from the 1st to the 1st.
-func TestPeriodBounds(t *testing.T) {
-	ny := zone(t, "America/New_York")
-	// Cuba moves its clocks at midnight: 2026-03-08 00:00 does not exist.
-	havana := zone(t, "America/Havana")
-	for _, tc := range []struct {
-		name       string
-		p          Period
-		loc        *time.Location
-		at         time.Time
-		start, end time.Time
-		hours      float64
-	}{
-		{"ordinary day", Day, ny, time.Date(2026, 6, 10, 15, 0, 0, 0, ny),
-			time.Date(2026, 6, 10, 0, 0, 0, 0, ny), time.Date(2026, 6, 11, 0, 0, 0, 0, ny), 24},
-		{"spring forward", Day, ny, time.Date(2026, 3, 8, 12, 0, 0, 0, ny),
-			time.Date(2026, 3, 8, 0, 0, 0, 0, ny), time.Date(2026, 3, 9, 0, 0, 0, 0, ny), 23},
-		{"fall back", Day, ny, time.Date(2026, 11, 1, 1, 30, 0, 0, ny).Add(time.Hour), // the second 01:30
-			time.Date(2026, 11, 1, 0, 0, 0, 0, ny), time.Date(2026, 11, 2, 0, 0, 0, 0, ny), 25},
-		{"UTC midnight is not the zone's", Day, ny, time.Date(2026, 6, 11, 2, 0, 0, 0, time.UTC),
-			time.Date(2026, 6, 10, 0, 0, 0, 0, ny), time.Date(2026, 6, 11, 0, 0, 0, 0, ny), 24},
-		{"month over a year's end", Month, ny, time.Date(2026, 12, 31, 23, 59, 0, 0, ny),
-			time.Date(2026, 12, 1, 0, 0, 0, 0, ny), time.Date(2027, 1, 1, 0, 0, 0, 0, ny), 31 * 24},
-		{"month with a change", Month, ny, time.Date(2026, 3, 20, 0, 0, 0, 0, ny),
-			time.Date(2026, 3, 1, 0, 0, 0, 0, ny), time.Date(2026, 4, 1, 0, 0, 0, 0, ny), 31*24 - 1},
-		{"a skipped midnight", Day, havana, time.Date(2026, 3, 8, 12, 0, 0, 0, havana),
-			time.Date(2026, 3, 8, 1, 0, 0, 0, havana), time.Date(2026, 3, 9, 0, 0, 0, 0, havana), 23},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			start, end := tc.p.Bounds(tc.loc, tc.at)
-			assert.True(t, start.Equal(tc.start), "start %v, want %v", start, tc.start)
-			assert.True(t, end.Equal(tc.end), "end %v, want %v", end, tc.end)
-			assert.Equal(t, tc.hours, end.Sub(start).Hours())
-			assert.False(t, tc.at.Before(start))
-			assert.True(t, tc.at.Before(end))
-		})
-	}
-}
-
-// The budget turns over at local midnight by the wall clock, counts a
-// start in the period its wall instant falls in, and reports exhaustion
-// once per period.
 func TestBudgetPeriods(t *testing.T) {
 	ny := zone(t, "America/New_York")
 	wall := time.Date(2026, 3, 7, 23, 0, 0, 0, ny) // the eve of spring forward
 	mono := t0
 	at := func(d time.Duration) (time.Time, time.Time) { return wall.Add(d), mono.Add(d) }
-	b := NewBudget(2, Day, ny, wall, mono)
+	b := NewQuota(2, runcuetype.PerDay, ny, wall, mono)
 	assert.True(t, b.EndMono().Equal(mono.Add(time.Hour)))
 
 	b.Reserve()
@@ -107,7 +65,7 @@ func TestBudgetPeriods(t *testing.T) {
 func TestBudgetFollowsWallClockSteps(t *testing.T) {
 	ny := zone(t, "America/New_York")
 	wall := time.Date(2026, 6, 10, 12, 0, 0, 0, ny)
-	b := NewBudget(1, Day, ny, wall, t0)
+	b := NewQuota(1, runcuetype.PerDay, ny, wall, t0)
 	b.Reserve()
 	b.Commit(wall, t0)
 	assert.False(t, b.Allow(t0))
@@ -138,7 +96,7 @@ func TestResourceBudget(t *testing.T) {
 	wall := time.Date(2026, 6, 10, 12, 0, 0, 0, ny)
 	r := &Resource{}
 	r.SetLimits(Limits{Rate: 10, Window: time.Second})
-	r.Budgets = []*Quota{NewBudget(1, Day, ny, wall, t0), NewBudget(100, Month, ny, wall, t0)}
+	r.Budgets = []*Quota{NewQuota(1, runcuetype.PerDay, ny, wall, t0), NewQuota(100, runcuetype.PerMonth, ny, wall, t0)}
 	ok, _, _ := r.Admit(t0, nil)
 	require.True(t, ok)
 	r.Take(t0, false, nil)
@@ -165,7 +123,7 @@ func TestBudgetFutureStart(t *testing.T) {
 	utc := time.UTC
 	midnight := time.Date(2026, 6, 11, 0, 0, 0, 0, utc)
 	wall := midnight.Add(-time.Second)
-	b := NewBudget(3, Day, utc, wall, t0)
+	b := NewQuota(3, runcuetype.PerDay, utc, wall, t0)
 	mono := func(w time.Time) time.Time { return t0.Add(w.Sub(wall)) }
 	for range 2 {
 		b.Reserve()
@@ -191,7 +149,7 @@ func TestBudgetMargin(t *testing.T) {
 	utc := time.UTC
 	midnight := time.Date(2026, 6, 11, 0, 0, 0, 0, utc)
 	wall := midnight.Add(-time.Hour)
-	b := NewBudget(2, Day, utc, wall, t0)
+	b := NewQuota(2, runcuetype.PerDay, utc, wall, t0)
 	b.Margin = 10 * time.Millisecond
 	mono := func(w time.Time) time.Time { return t0.Add(w.Sub(wall)) }
 	early := midnight.Add(-20 * time.Millisecond)

@@ -1,14 +1,9 @@
 package broker
 
-import "time"
+import (
+	"time"
 
-// CircuitState is a circuit breaker's state. The strings are stable.
-type CircuitState string
-
-const (
-	Closed   CircuitState = "closed"
-	Open     CircuitState = "open"
-	HalfOpen CircuitState = "half_open"
+	rt "github.com/runcue/runcue/runcuetype"
 )
 
 // Circuit is a circuit breaker. Closed, it counts consecutive failures and
@@ -21,7 +16,7 @@ type Circuit struct {
 	Threshold int
 	Timeout   time.Duration
 
-	State    CircuitState
+	State    rt.CircuitState
 	Failures int       // consecutive failures while closed
 	Until    time.Time // end of the open period
 	Probing  bool      // a half-open probe is running
@@ -29,7 +24,7 @@ type Circuit struct {
 
 // NewCircuit returns a closed circuit.
 func NewCircuit(threshold int, timeout time.Duration) *Circuit {
-	return &Circuit{Threshold: threshold, Timeout: timeout, State: Closed}
+	return &Circuit{Threshold: threshold, Timeout: timeout, State: rt.CircuitClosed}
 }
 
 // Allow reports whether a dispatch may start at now. When it may not,
@@ -38,14 +33,14 @@ func NewCircuit(threshold int, timeout time.Duration) *Circuit {
 // moves an open circuit whose time has come to half-open.
 func (c *Circuit) Allow(now time.Time) (ok bool, until time.Time, probe bool) {
 	switch c.State {
-	case Open:
+	case rt.CircuitOpen:
 		if now.Before(c.Until) {
 			return false, c.Until, false
 		}
-		c.State = HalfOpen
+		c.State = rt.CircuitHalfOpen
 		c.Probing = false
 		fallthrough
-	case HalfOpen:
+	case rt.CircuitHalfOpen:
 		if c.Probing {
 			return false, time.Time{}, false
 		}
@@ -64,8 +59,8 @@ func (c *Circuit) Started(probe bool) {
 // Success records a successful run; it reports whether the state changed.
 func (c *Circuit) Success(probe bool) bool {
 	c.Failures = 0
-	if c.State == HalfOpen && probe {
-		c.State, c.Probing = Closed, false
+	if c.State == rt.CircuitHalfOpen && probe {
+		c.State, c.Probing = rt.CircuitClosed, false
 		return true
 	}
 	return false
@@ -76,13 +71,13 @@ func (c *Circuit) Success(probe bool) bool {
 // failures of runs started before the circuit opened change nothing more.
 func (c *Circuit) Failure(now time.Time, probe bool) bool {
 	switch c.State {
-	case Closed:
+	case rt.CircuitClosed:
 		c.Failures++
 		if c.Failures >= c.Threshold {
 			c.open(now)
 			return true
 		}
-	case HalfOpen:
+	case rt.CircuitHalfOpen:
 		if probe {
 			c.open(now)
 			return true
@@ -99,5 +94,5 @@ func (c *Circuit) Neutral(probe bool) {
 }
 
 func (c *Circuit) open(now time.Time) {
-	c.State, c.Until, c.Probing, c.Failures = Open, now.Add(c.Timeout), false, 0
+	c.State, c.Until, c.Probing, c.Failures = rt.CircuitOpen, now.Add(c.Timeout), false, 0
 }

@@ -1,6 +1,10 @@
 package broker
 
-import "time"
+import (
+	"time"
+
+	rt "github.com/runcue/runcue/runcuetype"
+)
 
 // Limiter is one limit of a Resource. Admission asks every meter of every
 // resource a dispatch needs, and the dispatch goes only if none refuses
@@ -63,22 +67,6 @@ type Logged struct {
 	Amount   int64
 }
 
-// Requests is the amount rate windows and calendar budgets count: one per
-// start.
-const Requests = "requests"
-
-// Costs are a unit's costs by amount; an amount not listed (and every
-// amount of a nil Costs) costs one.
-type Costs map[string]int64
-
-// Of returns the cost of amount.
-func (c Costs) Of(amount string) int64 {
-	if n, ok := c[amount]; ok {
-		return n
-	}
-	return 1
-}
-
 // concurrency is a Resource's concurrency cap as a meter: Limit dispatches
 // hold it at once (Resource.Limit, Resource.Active).
 type concurrency struct{ r *Resource }
@@ -106,7 +94,7 @@ func (c concurrency) Quiet(now time.Time) (bool, time.Time)   { return c.r.Activ
 // A Window counts requests: each start is an entry (cost entries for a
 // cost above one).
 
-func (w *Window) Counts() string { return Requests }
+func (w *Window) Counts() string { return rt.Requests }
 
 func (w *Window) Refusal(now time.Time, cost int64) (Refusal, bool) {
 	if w.Used(now)+int(max(cost, 1))-1 < w.limit && now.UnixNano() >= w.pacedAt() {
@@ -165,7 +153,7 @@ func (w *Window) Quiet(now time.Time) (bool, time.Time) {
 
 // A Quota counts requests in calendar periods.
 
-func (b *Quota) Counts() string { return Requests }
+func (b *Quota) Counts() string { return rt.Requests }
 
 func (b *Quota) Refusal(now time.Time, cost int64) (Refusal, bool) {
 	if b.Used(now)+int(max(cost, 1))-1 < b.Limit {
@@ -221,9 +209,9 @@ func (c *Circuit) Counts() string { return "" }
 
 func (c *Circuit) Refusal(now time.Time, cost int64) (Refusal, bool) {
 	switch {
-	case c.State == Open && now.Before(c.Until):
+	case c.State == rt.CircuitOpen && now.Before(c.Until):
 		return Refusal{Kind: RefuseCircuitOpen, Until: c.Until}, true
-	case c.Probing && (c.State == HalfOpen || c.State == Open):
+	case c.Probing && (c.State == rt.CircuitHalfOpen || c.State == rt.CircuitOpen):
 		return Refusal{Kind: RefuseCircuitProbe}, true
 	}
 	return Refusal{}, false
@@ -234,4 +222,6 @@ func (c *Circuit) Start(start, wall time.Time, cost int64) {}
 func (c *Circuit) Release(cost int64)                      {}
 func (c *Circuit) End(cost int64)                          {}
 func (c *Circuit) Restore(starts []Logged, now time.Time)  {}
-func (c *Circuit) Quiet(now time.Time) (bool, time.Time)   { return c.State == Closed, time.Time{} }
+func (c *Circuit) Quiet(now time.Time) (bool, time.Time) {
+	return c.State == rt.CircuitClosed, time.Time{}
+}

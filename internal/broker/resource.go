@@ -1,6 +1,10 @@
 package broker
 
-import "time"
+import (
+	"time"
+
+	rt "github.com/runcue/runcue/runcuetype"
+)
 
 // Resource is the admission state of one thing a dispatch needs room in: a
 // task's concurrency cap, a service, or a keyed instance of one. Its limits
@@ -55,7 +59,7 @@ type Resource struct {
 	// meters is Meters' list, rebuilt from the fields at each call.
 	meters []Limiter
 	// reported is the circuit state CircuitChange last returned.
-	reported CircuitState
+	reported rt.CircuitState
 }
 
 // RefusalKind is why a resource refuses a dispatch.
@@ -100,7 +104,7 @@ type Refusal struct {
 // again once that one has started.
 type Held struct {
 	For   any
-	Costs Costs
+	Costs rt.Costs
 	Until time.Time
 }
 
@@ -140,13 +144,13 @@ func (r *Resource) Meters() []Limiter {
 // of one kind the one that frees latest. It changes nothing: an expired
 // window entry or an open circuit whose time is over is read as such,
 // without being moved on.
-func (r *Resource) Refusal(now time.Time, costs Costs) (Refusal, bool) {
+func (r *Resource) Refusal(now time.Time, costs rt.Costs) (Refusal, bool) {
 	return r.RefusalFor(now, costs, nil)
 }
 
 // RefusalFor is Refusal for a dispatch that who (the caller's token, as
 // in Held.For) asks for: room held for another counts against it.
-func (r *Resource) RefusalFor(now time.Time, costs Costs, who any) (Refusal, bool) {
+func (r *Resource) RefusalFor(now time.Time, costs rt.Costs, who any) (Refusal, bool) {
 	if r.Paused {
 		return Refusal{Kind: RefusePaused}, true
 	}
@@ -195,7 +199,7 @@ func (r *Resource) RefusalFor(now time.Time, costs Costs, who any) (Refusal, boo
 // hold in force for another stays unless this dispatch costs more of
 // amount: the room goes to the largest refused dispatch, which small ones
 // could keep waiting; a smaller one fits as soon as room frees.
-func (r *Resource) Hold(who any, costs Costs, amount string, now, until time.Time) {
+func (r *Resource) Hold(who any, costs rt.Costs, amount string, now, until time.Time) {
 	if len(r.Amounts) == 0 {
 		return
 	}
@@ -212,7 +216,7 @@ func amountOf(m Limiter) string { return m.Counts() }
 // asked is the cost a dispatch of costs asks of m: its cost of m's
 // amount, or m's limit where that is lower and Ceilings admits the cost
 // (a lowered adaptive limit: the dispatch starts alone).
-func (r *Resource) asked(m Limiter, costs Costs) int64 {
+func (r *Resource) asked(m Limiter, costs rt.Costs) int64 {
 	c := costs.Of(amountOf(m))
 	if len(r.Ceilings) == 0 {
 		return c
@@ -250,12 +254,12 @@ func (r *Resource) SpentBudget(now time.Time) *Quota {
 // half-open and the dispatch is its probe. When it may not, until is when
 // to ask again (zero: when something happens). Admit forgets the entries
 // of windows that no longer count at now (Expirer).
-func (r *Resource) Admit(now time.Time, costs Costs) (ok bool, until time.Time, probe bool) {
+func (r *Resource) Admit(now time.Time, costs rt.Costs) (ok bool, until time.Time, probe bool) {
 	return r.AdmitFor(now, costs, nil)
 }
 
 // AdmitFor is Admit for a dispatch of who (see RefusalFor).
-func (r *Resource) AdmitFor(now time.Time, costs Costs, who any) (ok bool, until time.Time, probe bool) {
+func (r *Resource) AdmitFor(now time.Time, costs rt.Costs, who any) (ok bool, until time.Time, probe bool) {
 	for _, m := range r.Meters() {
 		if e, ok := m.(Expirer); ok {
 			e.Expire(now)
@@ -273,7 +277,7 @@ func (r *Resource) AdmitFor(now time.Time, costs Costs, who any) (ok bool, until
 // Take records that a dispatch of a unit of costs, admitted at now, took
 // r: every meter holds its charge (a slot, a place in each window and
 // budget), and its probe starts.
-func (r *Resource) Take(now time.Time, probe bool, costs Costs) {
+func (r *Resource) Take(now time.Time, probe bool, costs rt.Costs) {
 	for _, m := range r.Meters() {
 		m.Take(now, costs.Of(amountOf(m)))
 	}
@@ -284,21 +288,21 @@ func (r *Resource) Take(now time.Time, probe bool, costs Costs) {
 
 // Start counts the charges of a dispatch that started at start (timeline)
 // and wall (wall clock).
-func (r *Resource) Start(start, wall time.Time, costs Costs) {
+func (r *Resource) Start(start, wall time.Time, costs rt.Costs) {
 	for _, m := range r.Meters() {
 		m.Start(start, wall, costs.Of(amountOf(m)))
 	}
 }
 
 // Release gives back the charges of a dispatch that never started.
-func (r *Resource) Release(costs Costs) {
+func (r *Resource) Release(costs rt.Costs) {
 	for _, m := range r.Meters() {
 		m.Release(costs.Of(amountOf(m)))
 	}
 }
 
 // Return frees what a dispatch that ended held (its slot).
-func (r *Resource) Return(costs Costs) {
+func (r *Resource) Return(costs rt.Costs) {
 	for _, m := range r.Meters() {
 		m.End(costs.Of(amountOf(m)))
 	}
@@ -379,7 +383,7 @@ func (r *Resource) Judge(now time.Time, v Verdict, probe bool) bool {
 // CircuitChange returns the circuit's state change since it was last
 // returned, if any, and marks it returned: the caller logs, persists and
 // reports it.
-func (r *Resource) CircuitChange() (from, to CircuitState, changed bool) {
+func (r *Resource) CircuitChange() (from, to rt.CircuitState, changed bool) {
 	if r.Circuit == nil || r.Circuit.State == r.reported {
 		return "", "", false
 	}
@@ -423,7 +427,7 @@ func (r *Resource) SetLimits(l Limits) {
 		r.Circuit = nil
 	case r.Circuit == nil:
 		r.Circuit = NewCircuit(l.Threshold, l.Timeout)
-		r.reported = Closed
+		r.reported = rt.CircuitClosed
 	default:
 		r.Circuit.Threshold, r.Circuit.Timeout = l.Threshold, l.Timeout
 	}
@@ -435,7 +439,7 @@ type AmountLimits struct {
 	Name   string
 	Limit  int64
 	Window time.Duration
-	Charge Charge
+	Charge rt.Charge
 	Bucket bool
 }
 

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -52,18 +54,18 @@ func TestAdmitProbeAndCircuitChange(t *testing.T) {
 	assert.True(t, r.Judge(t0, Failure, false))
 	from, to, changed := r.CircuitChange()
 	require.True(t, changed)
-	assert.Equal(t, [2]CircuitState{Closed, Open}, [2]CircuitState{from, to})
+	assert.Equal(t, [2]rt.CircuitState{rt.CircuitClosed, rt.CircuitOpen}, [2]rt.CircuitState{from, to})
 	_, _, changed = r.CircuitChange()
 	assert.False(t, changed, "reported once")
 
 	later := t0.Add(time.Minute)
 	_, refused := r.Refusal(later, nil)
 	assert.False(t, refused)
-	assert.Equal(t, Open, r.Circuit.State, "Refusal changes nothing")
+	assert.Equal(t, rt.CircuitOpen, r.Circuit.State, "Refusal changes nothing")
 	ok, _, probe := r.Admit(later, nil)
 	assert.True(t, ok)
 	assert.True(t, probe)
-	assert.Equal(t, HalfOpen, r.Circuit.State)
+	assert.Equal(t, rt.CircuitHalfOpen, r.Circuit.State)
 	r.Take(t0, probe, nil)
 	ok, until, _ := r.Admit(later, nil)
 	assert.False(t, ok, "one probe at a time")
@@ -74,7 +76,7 @@ func TestAdmitProbeAndCircuitChange(t *testing.T) {
 	require.True(t, ok && probe)
 	r.Take(t0, true, nil)
 	assert.True(t, r.Judge(later, Success, true))
-	assert.Equal(t, Closed, r.Circuit.State)
+	assert.Equal(t, rt.CircuitClosed, r.Circuit.State)
 }
 
 // Quiet: a keyed instance may be forgotten only when nothing it holds
@@ -131,7 +133,7 @@ func TestExtraMeter(t *testing.T) {
 	m := &countMeter{amount: "widgets", limit: 10}
 	r := &Resource{Extra: []Limiter{m}}
 	r.SetLimits(Limits{Concurrency: 5, Rate: 100, Window: time.Minute})
-	costs := Costs{"widgets": 7}
+	costs := rt.Costs{"widgets": 7}
 	ok, _, _ := r.Admit(t0, costs)
 	require.True(t, ok)
 	r.Take(t0, false, costs)
@@ -139,7 +141,7 @@ func TestExtraMeter(t *testing.T) {
 	rf, refused := r.Refusal(t0, costs)
 	require.True(t, refused, "7 + 7 > 10")
 	assert.Equal(t, Refusal{Kind: RefuseMeter, Until: t0.Add(time.Minute), Meter: "widgets"}, rf)
-	_, refused = r.Refusal(t0, Costs{"widgets": 3})
+	_, refused = r.Refusal(t0, rt.Costs{"widgets": 3})
 	assert.False(t, refused, "7 + 3 fits")
 	wall := time.Unix(1_800_000_000, 0)
 	r.Start(t0.Add(time.Second), wall, costs)
@@ -149,10 +151,10 @@ func TestExtraMeter(t *testing.T) {
 	assert.Equal(t, int64(0), m.held)
 	r.Take(t0, false, nil)
 	r.Release(nil)
-	assert.Equal(t, int64(1), m.released, "a nil Costs charges one")
-	assert.Equal(t, []string{Requests, "widgets"}, r.Logs(nil), "each amount once")
+	assert.Equal(t, int64(1), m.released, "a nil rt.Costs charges one")
+	assert.Equal(t, []string{rt.Requests, "widgets"}, r.Logs(nil), "each amount once")
 	assert.True(t, r.Counted())
-	r.Restore(map[string][]Logged{"widgets": {{At: t0, Amount: 2}}, Requests: {{At: t0, Amount: 1}}}, t0)
+	r.Restore(map[string][]Logged{"widgets": {{At: t0, Amount: 2}}, rt.Requests: {{At: t0, Amount: 1}}}, t0)
 	assert.Equal(t, 1, m.restored)
 	r.Paused = true
 	rf, _ = r.Refusal(t0, costs)
@@ -167,7 +169,7 @@ func TestExtraMeter(t *testing.T) {
 func TestCeilings(t *testing.T) {
 	r := &Resource{}
 	r.SetAmounts([]AmountLimits{{Name: "tokens", Limit: 60, Window: time.Minute}}, 0)
-	big := Costs{"tokens": 80}
+	big := rt.Costs{"tokens": 80}
 	if why := r.Unfit(big); why == "" {
 		t.Fatal("without Ceilings, 80 never fits a limit of 60")
 	}
@@ -175,7 +177,7 @@ func TestCeilings(t *testing.T) {
 	if why := r.Unfit(big); why != "" {
 		t.Fatalf("within the configured 100: %s", why)
 	}
-	if r.Unfit(Costs{"tokens": 101}) == "" {
+	if r.Unfit(rt.Costs{"tokens": 101}) == "" {
 		t.Fatal("above the configured limit: unfit")
 	}
 	if ok, _, _ := r.Admit(t0, big); !ok {
@@ -183,7 +185,7 @@ func TestCeilings(t *testing.T) {
 	}
 	r.Take(t0, false, big)
 	r.Start(t0, t0, big)
-	if ok, _, _ := r.Admit(t0, Costs{"tokens": 1}); ok {
+	if ok, _, _ := r.Admit(t0, rt.Costs{"tokens": 1}); ok {
 		t.Fatal("beside it, nothing: 80 already counts against 60")
 	}
 	if ok, _, _ := r.Admit(t0.Add(time.Minute+time.Nanosecond), big); !ok {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"slices"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/store"
 )
@@ -41,7 +43,7 @@ type adaptive struct {
 	limits []adaptLimit
 	// counts are the overload signals by kind since every limit was last
 	// at its ceiling.
-	counts AdaptCounts
+	counts adaptCounts
 	// announced are the effective limits last announced and persisted,
 	// by limit name.
 	announced map[string]int64
@@ -53,17 +55,10 @@ type adaptLimit struct {
 	ctl  *broker.AIMD
 }
 
-// AdaptCounts are the overload signals behind a service's lowered limits,
+// adaptCounts are the overload signals behind a service's lowered limits,
 // by kind.
-type AdaptCounts struct {
+type adaptCounts struct {
 	Throttled, Unavailable, Timeouts int
-}
-
-// AdaptStatus is one adaptive limit now.
-type AdaptStatus struct {
-	Limit                 string
-	Configured, Effective int64
-	Overloads             int
 }
 
 // adaptive reports whether a service of l has adaptive limits.
@@ -129,7 +124,7 @@ func (t *resourceTable) adaptLimits(r *resource, s store.ServiceDef) store.Servi
 		c := broker.NewAIMD(ceiling, def.Floor*ceiling, def.Decrease, def.Increase)
 		if st, ok := stored().Limits[name]; ok {
 			c.Restore(broker.AIMDState{Effective: st.Effective, Overloads: st.Overloads})
-			a.counts = AdaptCounts{rec.Throttled, rec.Unavailable, rec.Timeouts}
+			a.counts = adaptCounts{rec.Throttled, rec.Unavailable, rec.Timeouts}
 		}
 		a.announced[name] = c.Limit()
 		a.limits = append(a.limits, adaptLimit{name, c})
@@ -275,29 +270,28 @@ func (t *resourceTable) announceAdapt(r *resource, cut bool) (store.Event, bool)
 		return store.Event{}, false
 	}
 	if atCeilings {
-		a.counts = AdaptCounts{}
+		a.counts = adaptCounts{}
 	}
 	for _, l := range a.limits {
 		a.announced[l.name] = l.ctl.Limit()
 	}
 	st := t.adaptStatus(r)
-	t.log.Info("runcue: limit_adapted", "service", r.name, "limits", adaptSummary(st), "throttled", a.counts.Throttled,
+	t.log.Info("runcue: limit_adapted", "service", r.name, "limits", adaptSummary(st.Limits), "throttled", a.counts.Throttled,
 		"unavailable", a.counts.Unavailable, "timeouts", a.counts.Timeouts)
 	t.persistAdapt(r)
 	t.publishAdaptGauges()
-	return store.Event{Type: store.TypeLimitAdapted, Data: t.encode(AdaptEvent{Service: r.name, Class: r.class, Limits: st,
-		Counts: a.counts, Lowered: cut})}, true
+	return store.Event{Type: store.TypeLimitAdapted, Data: t.encode(AdaptEvent{Service: r.name, Class: r.class, Adaptive: *st,
+		Lowered: cut})}, true
 }
 
 // AdaptEvent is a limit_adapted event's data.
 type AdaptEvent struct {
 	Service, Class string
-	Limits         []AdaptStatus
-	Counts         AdaptCounts
+	Adaptive       rt.AdaptiveStatus
 	Lowered        bool
 }
 
-func adaptSummary(st []AdaptStatus) map[string]int64 {
+func adaptSummary(st []rt.AdaptiveLimit) map[string]int64 {
 	out := make(map[string]int64, len(st))
 	for _, s := range st {
 		out[s.Limit] = s.Effective
@@ -305,14 +299,16 @@ func adaptSummary(st []AdaptStatus) map[string]int64 {
 	return out
 }
 
-// adaptStatus returns r's adaptive limits now.
-func (t *resourceTable) adaptStatus(r *resource) []AdaptStatus {
+// adaptStatus returns r's adaptive limits now (nil when it has none).
+func (t *resourceTable) adaptStatus(r *resource) *rt.AdaptiveStatus {
 	if r.adapt == nil {
 		return nil
 	}
-	out := make([]AdaptStatus, 0, len(r.adapt.limits))
+	c := r.adapt.counts
+	out := &rt.AdaptiveStatus{Limits: make([]rt.AdaptiveLimit, 0, len(r.adapt.limits)), Throttled: c.Throttled,
+		Unavailable: c.Unavailable, Timeouts: c.Timeouts}
 	for _, l := range r.adapt.limits {
-		out = append(out, AdaptStatus{Limit: l.name, Configured: int64(math.Floor(l.ctl.Ceiling)), Effective: l.ctl.Limit(),
+		out.Limits = append(out.Limits, rt.AdaptiveLimit{Limit: l.name, Configured: int64(math.Floor(l.ctl.Ceiling)), Effective: l.ctl.Limit(),
 			Overloads: l.ctl.Overloads()})
 	}
 	return out
@@ -337,7 +333,7 @@ func (t *resourceTable) persistAdapt(r *resource) {
 func (t *resourceTable) publishAdaptGauges() {
 	g := map[[2]string]int64{}
 	add := func(r *resource) {
-		for _, st := range t.adaptStatus(r) {
+		for _, st := range t.adaptStatus(r).Limits {
 			k := [2]string{r.class, st.Limit}
 			if v, ok := g[k]; !ok || st.Effective < v {
 				g[k] = st.Effective

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/store"
 )
@@ -19,7 +21,7 @@ import (
 // refused at now by one of them, so that smaller units of other lanes do
 // not take it first: for at most the window's hold plus MaxStartDelay,
 // by when everything that counted at now has left it (broker.Held).
-func (t *resourceTable) hold(l *lane, r *resource, now time.Time, costs broker.Costs) {
+func (t *resourceTable) hold(l *lane, r *resource, now time.Time, costs rt.Costs) {
 	if h, ok := r.Held.For.(*lane); ok && h != l && now.Before(r.Held.Until) {
 		if before, fair := t.fairOrder(l, h); fair {
 			if !before {
@@ -96,23 +98,6 @@ func (d *Engine) reconcile(r *run, used map[string]int64) []store.Op {
 	return ops
 }
 
-// Observation is what a service said of its limits in one response: the
-// amounts left of the limits it names (Remaining, -1 if unknown) and how
-// long until each is whole again (Reset, 0 if unknown). Services, when
-// set, names the services of the run it is about; otherwise every service
-// of the run with a meter of a named amount takes it.
-type Observation struct {
-	Limits   []ObservedLimit
-	Services []string
-}
-
-// ObservedLimit is one limit as a response reported it.
-type ObservedLimit struct {
-	Name      string
-	Remaining int64
-	Reset     time.Duration
-}
-
 // observe applies what run r's service said of its limits at at (on the
 // timeline) to the meters of its resources that count the amounts named:
 // where the service has less left than the meter thinks (its limit less
@@ -122,7 +107,7 @@ type ObservedLimit struct {
 // window later; a limit with nothing left holds the meter until its reset,
 // again at most a window. Each meter takes reports in the order they were
 // made: an older one than it already took is stale and ignored.
-func (d *Engine) observe(r *run, o Observation, at time.Time) {
+func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 	for _, res := range r.lane.resources {
 		if res.class == "" || (len(o.Services) > 0 && !slices.Contains(o.Services, res.name) && !slices.Contains(o.Services, res.class)) {
 			continue

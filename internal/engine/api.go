@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -114,7 +116,7 @@ func (d *Engine) await(ctx context.Context, ch <-chan struct{}) {
 // Cancel cancels unit id as the owner: a running unit's Runner is asked to
 // stop it; a queued one is cancelled in the store. ok is false when the
 // dispatcher exited first (the caller cancels in the store).
-func (d *Engine) Cancel(ctx context.Context, id string, opts CancelOptions) (rep CancelReply, ok bool, err error) {
+func (d *Engine) Cancel(ctx context.Context, id string, opts rt.CancelOptions) (rep CancelReply, ok bool, err error) {
 	reply := make(chan CancelReply, 1)
 	d.in.Push(msgCancel{id: id, opts: opts, reply: reply})
 	select {
@@ -172,8 +174,8 @@ func (d *Engine) Settle(ctx context.Context) (running int, err error) {
 // Explain says why unit id is not running, from the live state; its ID is
 // empty when the engine does not hold the unit. AsOf is the engine's
 // wall clock.
-func (d *Engine) Explain(ctx context.Context, id string) (Explanation, bool, error) {
-	return ask(ctx, d, func(d *Engine) Explanation {
+func (d *Engine) Explain(ctx context.Context, id string) (rt.Explanation, bool, error) {
+	return ask(ctx, d, func(d *Engine) rt.Explanation {
 		ex := d.explain(id)
 		ex.AsOf = d.wall()
 		return ex
@@ -181,26 +183,26 @@ func (d *Engine) Explain(ctx context.Context, id string) (Explanation, bool, err
 }
 
 // Services reports every service's live status.
-func (d *Engine) Services(ctx context.Context) ([]ServiceStatus, bool, error) {
+func (d *Engine) Services(ctx context.Context) ([]rt.ServiceStatus, bool, error) {
 	return ask(ctx, d, (*Engine).statusAll)
 }
 
 // KeyStatus reports a keyed instance's live status (nil when the engine
 // does not hold it).
-func (d *Engine) KeyStatus(ctx context.Context, name string) (*ServiceStatus, bool, error) {
-	return ask(ctx, d, func(d *Engine) *ServiceStatus { return d.liveKeyStatus(name) })
+func (d *Engine) KeyStatus(ctx context.Context, name string) (*rt.ServiceStatus, bool, error) {
+	return ask(ctx, d, func(d *Engine) *rt.ServiceStatus { return d.liveKeyStatus(name) })
 }
 
 // ServiceStats reports every service with its busiest keyed instances.
-func (d *Engine) ServiceStats(ctx context.Context) ([]ServiceStats, bool, error) {
+func (d *Engine) ServiceStats(ctx context.Context) ([]rt.ServiceStats, bool, error) {
 	return ask(ctx, d, (*Engine).serviceStats)
 }
 
 // Backpressure reports the live state of backpressure (Since is zero:
 // the engine does not keep it).
-func (d *Engine) Backpressure(ctx context.Context) (BackpressureStats, bool, error) {
-	return ask(ctx, d, func(d *Engine) BackpressureStats {
-		return BackpressureStats{Active: d.bpActive, MaxQueued: d.cfg.MaxQueued, Queued: d.queuedCount()}
+func (d *Engine) Backpressure(ctx context.Context) (rt.BackpressureStats, bool, error) {
+	return ask(ctx, d, func(d *Engine) rt.BackpressureStats {
+		return rt.BackpressureStats{Active: d.bpActive, MaxQueued: d.cfg.MaxQueued, Queued: d.queuedCount()}
 	})
 }
 

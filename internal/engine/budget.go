@@ -3,13 +3,16 @@ package engine
 import (
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/internal/broker"
+	"github.com/runcue/runcue/internal/vocab"
 	"github.com/runcue/runcue/store"
 )
 
 // budgetStatus reports b at now (timeline).
-func budgetStatus(spec store.BudgetDef, b *broker.Quota, now time.Time) BudgetStatus {
-	return BudgetStatus{Budget: spec, Used: b.Used(now), PeriodStart: b.PeriodStart(), Resets: b.PeriodEnd(), Exhausted: !b.Allow(now)}
+func budgetStatus(spec store.BudgetDef, b *broker.Quota, now time.Time) rt.BudgetStatus {
+	return rt.BudgetStatus{Budget: vocab.BudgetOf(spec), Used: b.Used(now), PeriodStart: b.PeriodStart(), Resets: b.PeriodEnd(), Exhausted: !b.Allow(now)}
 }
 
 // syncBudgets brings r's budgets to the wall clock's period.
@@ -63,7 +66,7 @@ func (t *resourceTable) applyBudgets(r *resource, s store.ServiceDef) {
 			}
 		}
 		if b == nil {
-			b = broker.NewBudget(spec.Requests, period(spec), location(spec), wall, mono)
+			b = broker.NewQuota(spec.Requests, period(spec), location(spec), wall, mono)
 		}
 		b.Margin = margin(s)
 		r.Budgets = append(r.Budgets, b)
@@ -100,7 +103,7 @@ func (t *resourceTable) announceBudgets(r *resource, now time.Time) []store.Even
 		t.log.Info("runcue: budget_exhausted", "service", r.name, "period", period(spec).String(), "requests", spec.Requests,
 			"location", location(spec).String(), "resets", end)
 		t.tel.budgetExhausted.Add(bg, 1, r.periodAttrs(period(spec)))
-		st := BudgetStatus{Budget: spec, Used: b.Used(now), PeriodStart: start, Resets: end, Exhausted: true}
+		st := rt.BudgetStatus{Budget: vocab.BudgetOf(spec), Used: b.Used(now), PeriodStart: start, Resets: end, Exhausted: true}
 		evs = append(evs, store.Event{Type: store.TypeBudgetExhausted, Data: t.encode(BudgetEvent{Service: r.name, Class: r.class, Budget: st})})
 	}
 	return evs

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"github.com/runcue/runcue/internal/writer"
+	rt "github.com/runcue/runcue/runcuetype"
 	"github.com/runcue/runcue/store"
 )
 
@@ -15,7 +16,7 @@ type CancelReply struct {
 }
 
 // cancelUnit handles Cancel for a unit this Cue owns.
-func (d *Engine) cancelUnit(id string, opts CancelOptions, reply chan CancelReply) {
+func (d *Engine) cancelUnit(id string, opts rt.CancelOptions, reply chan CancelReply) {
 	if r := d.runs[id]; r != nil {
 		d.cancelRun(r, opts)
 		reply <- CancelReply{Running: true}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/store"
 )
@@ -23,10 +25,6 @@ const (
 	verdictFailure = broker.Failure // counts toward opening the circuit
 )
 
-// MaxFreeProbes is how many failed probes in a row a unit may run without
-// spending its retry budget.
-const MaxFreeProbes = 3
-
 // judge passes a run's verdict to the circuits of its services. A closed
 // circuit's count of consecutive failures is persisted when it changes, so
 // that a new owner opens the circuit after the same failures.
@@ -40,7 +38,7 @@ func (t *resourceTable) judge(r *run, v verdict) {
 		if res.Judge(now, v, slices.Contains(r.probes, res)) {
 			t.noteCircuit(res)
 			t.wake(res)
-		} else if res.Circuit.Failures != failures && res.Circuit.State == broker.Closed {
+		} else if res.Circuit.Failures != failures && res.Circuit.State == rt.CircuitClosed {
 			t.persistBroker(res)
 		}
 	}
@@ -54,7 +52,7 @@ func (t *resourceTable) noteCircuit(r *resource) {
 		return
 	}
 	switch to {
-	case broker.Open:
+	case rt.CircuitOpen:
 		t.log.Warn("circuit_opened", "service", r.name, "failures", r.Circuit.Threshold, "from", string(from),
 			"until", r.Circuit.Until)
 		t.resourceTimer(r, r.Circuit.Until)
@@ -73,9 +71,9 @@ func (t *resourceTable) noteCircuit(r *resource) {
 func (t *resourceTable) restore(cr store.CircuitRecord, r *resource) {
 	wall := t.wall()
 	if r.Circuit != nil && cr.State != "" {
-		r.Circuit.State, r.Circuit.Failures = broker.CircuitState(cr.State), cr.Failures
-		if cr.State == string(broker.HalfOpen) {
-			r.Circuit.State = broker.Open // the probe died with the old owner: probe again
+		r.Circuit.State, r.Circuit.Failures = rt.CircuitState(cr.State), cr.Failures
+		if cr.State == string(rt.CircuitHalfOpen) {
+			r.Circuit.State = rt.CircuitOpen // the probe died with the old owner: probe again
 		}
 		if cr.Until != 0 {
 			until := min(time.Unix(0, cr.Until).Sub(wall), r.Circuit.Timeout)
@@ -99,10 +97,10 @@ func (t *resourceTable) persistBroker(r *resource) {
 	var cr store.CircuitRecord
 	switch {
 	case r.Circuit == nil:
-	case r.Circuit.State != broker.Closed:
+	case r.Circuit.State != rt.CircuitClosed:
 		cr.State, cr.Failures, cr.Until = string(r.Circuit.State), r.Circuit.Failures, ns(t.toWall(r.Circuit.Until))
 	case r.Circuit.Failures > 0:
-		cr.State, cr.Failures = string(broker.Closed), r.Circuit.Failures
+		cr.State, cr.Failures = string(rt.CircuitClosed), r.Circuit.Failures
 	}
 	if r.BlockedUntil.After(t.now()) {
 		cr.BlockedUntil, cr.BlockedFor = t.toWall(r.BlockedUntil).UnixNano(), int64(r.BlockedFor)

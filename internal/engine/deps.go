@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/internal/inbox"
 	"github.com/runcue/runcue/store"
 	"go.opentelemetry.io/otel/attribute"
@@ -36,7 +38,7 @@ type depGraph struct {
 // panic or an error counts as not satisfied. The call runs on its own
 // goroutine so that a callback that ignores its context cannot hold the
 // caller past the timeout; such a goroutine ends when the callback returns.
-func checkDependency(f func(context.Context, Dependency) (bool, error), dep Dependency, timeout time.Duration) (ok bool, err error) {
+func checkDependency(f func(context.Context, rt.Dependency) (bool, error), dep rt.Dependency, timeout time.Duration) (ok bool, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	type answer struct {
@@ -295,10 +297,10 @@ func (d *Engine) checker() {
 		for _, job := range jobs {
 			ids = append(ids, job.deps...)
 		}
-		deps := make(map[string]Dependency, len(ids))
+		deps := make(map[string]rt.Dependency, len(ids))
 		if units, err := d.st.ListUnits(d.auxCtx, store.ListFilter{IDs: ids, Limit: len(ids)}); err == nil {
 			for _, u := range units {
-				deps[u.ID] = Dependency{ID: u.ID, Task: u.Task, Target: u.Target}
+				deps[u.ID] = rt.Dependency{ID: u.ID, Task: u.Task, Target: u.Target}
 			}
 		} else if d.auxCtx.Err() != nil {
 			return // the dispatcher is exiting: no answer is wanted
@@ -314,12 +316,12 @@ func (d *Engine) checker() {
 
 // askDependencies asks DependencySatisfied about each of job's dependencies, in
 // order, until one is not satisfied; deps holds what is known of them.
-func (d *Engine) askDependencies(job checkJob, deps map[string]Dependency) bool {
+func (d *Engine) askDependencies(job checkJob, deps map[string]rt.Dependency) bool {
 	f, timeout := d.cfg.DependencySatisfied, d.cfg.CallbackTimeout
 	for _, id := range job.deps {
 		dep, found := deps[id]
 		if !found {
-			dep = Dependency{ID: id}
+			dep = rt.Dependency{ID: id}
 		}
 		t0 := time.Now()
 		sat, err := checkDependency(f, dep, timeout)

@@ -25,6 +25,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/clock"
 	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/internal/hub"
@@ -68,7 +70,7 @@ type Settings struct {
 	Priority func(PriorityInput) float64
 	// DependencySatisfied is asked about each completed dependency (nil:
 	// completion suffices).
-	DependencySatisfied func(context.Context, Dependency) (bool, error)
+	DependencySatisfied func(context.Context, rt.Dependency) (bool, error)
 	// Ended are runs of earlier epochs this process held and saw end (or
 	// never start) before it lost ownership: recovery requeues them at
 	// once instead of waiting out their leases (store.Recover.Ended).
@@ -107,13 +109,6 @@ type UnitView struct {
 	Params           []byte
 	// Attempt is the number of its next run.
 	Attempt int
-}
-
-// Dependency is a completed (or skipped) dependency, for
-// Config.DependencySatisfied (Task and Target are empty when it is no
-// longer stored).
-type Dependency struct {
-	ID, Task, Target string
 }
 
 // TaskSpec is a registered task as the engine runs it.

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/store"
 )
@@ -14,26 +16,26 @@ import (
 // explain runs on the dispatcher goroutine. It returns an empty Explanation
 // for a unit it does not hold, with the reason not_loaded (and no ID) while
 // a deep queue is loading: the unit may be one not loaded yet.
-func (d *Engine) explain(id string) Explanation {
+func (d *Engine) explain(id string) rt.Explanation {
 	now := d.now()
 	u := d.units[id]
 	if u == nil {
 		for task, o := range d.orphans {
 			if ou := o[id]; ou != nil {
-				return Explanation{ID: id, Task: task, State: store.Queued, Reasons: []Reason{{Kind: ReasonTaskNotRegistered,
+				return rt.Explanation{ID: id, Task: task, State: store.Queued, Reasons: []rt.Reason{{Kind: rt.ReasonTaskNotRegistered,
 					Detail: fmt.Sprintf("no handler for task type %q in the owning Cue", task)}}}
 			}
 		}
 		if d.loading {
-			return Explanation{Reasons: []Reason{{Kind: ReasonNotLoaded,
+			return rt.Explanation{Reasons: []rt.Reason{{Kind: rt.ReasonNotLoaded,
 				Detail: fmt.Sprintf("the owning Cue has not loaded it yet: %d queued units are stored behind the %d it holds", d.unloaded, d.heldQueued())}}}
 		}
-		return Explanation{}
+		return rt.Explanation{}
 	}
-	ex := Explanation{ID: id, Task: u.task, State: store.Queued}
-	add := func(r Reason) { ex.Reasons = append(ex.Reasons, r) }
+	ex := rt.Explanation{ID: id, Task: u.task, State: store.Queued}
+	add := func(r rt.Reason) { ex.Reasons = append(ex.Reasons, r) }
 	if d.stopping || d.failed != nil {
-		add(Reason{Kind: ReasonStopping, Detail: "the owning Cue is stopping or its store failed: nothing is dispatched"})
+		add(rt.Reason{Kind: rt.ReasonStopping, Detail: "the owning Cue is stopping or its store failed: nothing is dispatched"})
 	}
 	if d.queuePaused && u.state != uRunning {
 		add(QueuePausedReason())
@@ -41,7 +43,7 @@ func (d *Engine) explain(id string) Explanation {
 	switch u.state {
 	case uRunning:
 		ex.State = store.Running
-		add(Reason{Kind: ReasonRunning, Detail: "running"})
+		add(rt.Reason{Kind: rt.ReasonRunning, Detail: "running"})
 		return ex
 	case uBlocked:
 		var waiting []string
@@ -50,10 +52,10 @@ func (d *Engine) explain(id string) Explanation {
 				waiting = append(waiting, dep)
 			}
 		}
-		add(Reason{Kind: ReasonDependencies, Dependencies: waiting, Until: u.depsBy(),
+		add(rt.Reason{Kind: rt.ReasonDependencies, Dependencies: waiting, Until: u.depsBy(),
 			Detail: fmt.Sprintf("waiting for %d of %d dependencies to complete", len(waiting), len(u.deps()))})
 	case uChecking:
-		r := Reason{Kind: ReasonDependencyCheck, Detail: "dependencies completed; DependencySatisfied has not said they are usable"}
+		r := rt.Reason{Kind: rt.ReasonDependencyCheck, Detail: "dependencies completed; DependencySatisfied has not said they are usable"}
 		for _, e := range d.timers.Items() {
 			if e.kind == tRecheck && e.u == u {
 				r.Until = d.toWall(e.at)
@@ -64,29 +66,29 @@ func (d *Engine) explain(id string) Explanation {
 		add(TimeReason(u.why.String(), u.runAt))
 	case uReady:
 		if d.inflight >= d.cfg.MaxConcurrent {
-			add(Reason{Kind: ReasonGlobalCap, Detail: fmt.Sprintf("%d units are running, the Cue's MaxConcurrent", d.inflight)})
+			add(rt.Reason{Kind: rt.ReasonGlobalCap, Detail: fmt.Sprintf("%d units are running, the Cue's MaxConcurrent", d.inflight)})
 		}
 		if d.uncommitted >= d.cfg.MaxUncommitted {
-			add(Reason{Kind: ReasonCommitBacklog, Detail: fmt.Sprintf("%d ended runs wait for their outcomes to be committed, the Cue's MaxUncommitted", d.uncommitted)})
+			add(rt.Reason{Kind: rt.ReasonCommitBacklog, Detail: fmt.Sprintf("%d ended runs wait for their outcomes to be committed, the Cue's MaxUncommitted", d.uncommitted)})
 		}
 		for _, r := range u.lane.resources {
 			if rs, ok := d.resourceReason(r, now, u.costs(), u.lane); ok {
 				rs.Until = d.toWall(rs.Until)
-				if b := r.SpentBudget(now); rs.Kind == ReasonBudgetExhausted && b != nil {
+				if b := r.SpentBudget(now); rs.Kind == rt.ReasonBudgetExhausted && b != nil {
 					rs.Until = b.PeriodEnd() // exact: the period ends on the wall clock
 				}
 				add(rs)
 			}
 		}
 		if len(ex.Reasons) == 0 {
-			add(Reason{Kind: ReasonEligible, Detail: "nothing holds it back; it runs when its turn comes"})
+			add(rt.Reason{Kind: rt.ReasonEligible, Detail: "nothing holds it back; it runs when its turn comes"})
 		}
 	}
 	if len(u.skipped()) > 0 {
 		add(SkippedReason(u.skipped()))
 	}
 	if d.bpActive {
-		add(Reason{Kind: ReasonBackpressure, Detail: fmt.Sprintf("the queue is over its high-water mark (%d queued, MaxQueued %d)",
+		add(rt.Reason{Kind: rt.ReasonBackpressure, Detail: fmt.Sprintf("the queue is over its high-water mark (%d queued, MaxQueued %d)",
 			d.queuedCount(), d.cfg.MaxQueued)})
 	}
 	return ex
@@ -94,28 +96,28 @@ func (d *Engine) explain(id string) Explanation {
 
 // resourceReason says why r refuses a dispatch of a unit of costs on lane
 // l now, if it does: its refusal, in words.
-func (d *Engine) resourceReason(r *resource, now time.Time, costs broker.Costs, l *lane) (Reason, bool) {
+func (d *Engine) resourceReason(r *resource, now time.Time, costs rt.Costs, l *lane) (rt.Reason, bool) {
 	d.syncBudgets(r)
 	rf, refused := r.RefusalFor(now, costs, l)
 	if refused && r.class == "" && rf.Kind == broker.RefusePaused {
 		return TaskPausedReason(r.name[len("task "):]), true
 	}
 	if !refused || (r.class == "" && rf.Kind != broker.RefuseTaskCap && rf.Kind != broker.RefuseNoRunner) {
-		return Reason{}, false
+		return rt.Reason{}, false
 	}
 	name := r.name
-	reason := Reason{Kind: reasons[rf.Kind], Service: name, Until: rf.Until}
+	reason := rt.Reason{Kind: reasons[rf.Kind], Service: name, Until: rf.Until}
 	switch reason.Kind {
-	case ReasonTaskCap:
+	case rt.ReasonTaskCap:
 		reason.Service, reason.Detail = "", fmt.Sprintf("%d units of the task are running, its MaxConcurrent", r.Active)
 		if r.roomed {
 			reason.Detail = fmt.Sprintf("%d units of the task are running, all its live executors have room for", r.Active)
 		}
-	case ReasonNoExecutor:
+	case rt.ReasonNoExecutor:
 		reason.Service, reason.Detail = "", "no live executor runs the task"
-	case ReasonPaused:
+	case rt.ReasonPaused:
 		reason.Detail = name + " is paused"
-	case ReasonBudgetExhausted:
+	case rt.ReasonBudgetExhausted:
 		b := r.SpentBudget(now)
 		for i, rb := range r.Budgets {
 			if rb == b {
@@ -124,15 +126,15 @@ func (d *Engine) resourceReason(r *resource, now time.Time, costs broker.Costs, 
 					spec.Per, location(spec), b.PeriodEnd().In(location(spec)).Format(time.RFC3339))
 			}
 		}
-	case ReasonServiceRetryAfter:
+	case rt.ReasonServiceRetryAfter:
 		reason.Detail = name + " asked to wait (Retry-After)"
-	case ReasonCircuitOpen:
+	case rt.ReasonCircuitOpen:
 		reason.Detail = fmt.Sprintf("%s's circuit is open after %d consecutive failures", name, r.Circuit.Threshold)
-	case ReasonCircuitProbe:
+	case rt.ReasonCircuitProbe:
 		reason.Detail = name + "'s circuit is half-open; its probe is running"
-	case ReasonServiceBusy:
+	case rt.ReasonServiceBusy:
 		reason.Detail = fmt.Sprintf("%s has %d of %d slots in use", name, r.Active, r.Limit)
-	case ReasonRateLimited:
+	case rt.ReasonRateLimited:
 		if a := r.Amount(rf.Meter); rf.Kind == broker.RefuseMeter && a != nil {
 			reason.Detail = amountDetail(name, a, now, costs.Of(rf.Meter), d.toWall(rf.Until))
 			if rf.Held {
@@ -152,11 +154,11 @@ func (d *Engine) resourceReason(r *resource, now time.Time, costs broker.Costs, 
 		}
 	}
 	switch {
-	case reason.Kind == ReasonServiceBusy:
+	case reason.Kind == rt.ReasonServiceBusy:
 		reason.Detail += adaptNote(r, LimitConcurrency)
-	case reason.Kind == ReasonRateLimited && rf.Kind == broker.RefuseMeter:
+	case reason.Kind == rt.ReasonRateLimited && rf.Kind == broker.RefuseMeter:
 		reason.Detail += adaptNote(r, rf.Meter)
-	case reason.Kind == ReasonRateLimited:
+	case reason.Kind == rt.ReasonRateLimited:
 		reason.Detail += adaptNote(r, LimitRequests)
 	}
 	return reason, true
@@ -175,7 +177,7 @@ func adaptNote(r *resource, limit string) string {
 		}
 		s := fmt.Sprintf("; effective limit %d (configured %d)", l.ctl.Limit(), int64(l.ctl.Ceiling))
 		c := r.adapt.counts
-		if why := broker.OverloadSummary(c.Throttled, c.Unavailable, c.Timeouts); why != "" {
+		if why := (&rt.AdaptiveStatus{Throttled: c.Throttled, Unavailable: c.Unavailable, Timeouts: c.Timeouts}).Signals(); why != "" {
 			s += ", lowered after " + why
 		}
 		return s

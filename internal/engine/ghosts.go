@@ -5,7 +5,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/runcue/runcue/internal/broker"
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/internal/writer"
 	"github.com/runcue/runcue/store"
 )
@@ -23,7 +24,7 @@ import (
 type ghost struct {
 	id    string
 	lane  *lane // nil: its task is not registered here, so it holds nothing
-	costs broker.Costs
+	costs rt.Costs
 	timer *timerEntry
 }
 
@@ -38,7 +39,7 @@ func (d *Engine) haunt(su *store.Unit) {
 	if d.ghosts == nil {
 		d.ghosts = make(map[string]*ghost)
 	}
-	g := &ghost{id: su.ID, costs: broker.Costs(su.Costs)}
+	g := &ghost{id: su.ID, costs: rt.Costs(su.Costs)}
 	if rt := d.tasks[su.Task]; rt != nil {
 		u := d.build(su)
 		d.deriveKeys(u, rt)

@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync/atomic"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -50,7 +52,7 @@ func (d *Engine) backpressure() {
 		return
 	}
 	q := d.queuedCount()
-	high, low := int(math.Ceil(HighWater*float64(limit))), int(math.Floor(LowWater*float64(limit)))
+	high, low := int(math.Ceil(rt.HighWater*float64(limit))), int(math.Floor(rt.LowWater*float64(limit)))
 	switch {
 	case !d.bpActive && q >= high:
 		d.bpActive = true

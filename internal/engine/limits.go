@@ -3,7 +3,9 @@ package engine
 import (
 	"time"
 
-	"github.com/runcue/runcue/internal/broker"
+	rt "github.com/runcue/runcue/runcuetype"
+
+	"github.com/runcue/runcue/runcuetype"
 	"github.com/runcue/runcue/store"
 )
 
@@ -14,22 +16,22 @@ import (
 func margin(s store.ServiceDef) time.Duration { return s.MarginInForce() }
 
 // chargeOf reads a stored charge policy (store.MeterDef.Charge).
-func chargeOf(s string) broker.Charge {
+func chargeOf(s string) rt.Charge {
 	switch s {
 	case "larger":
-		return broker.ChargeLarger
+		return rt.ChargeLarger
 	case "estimate":
-		return broker.ChargeEstimate
+		return rt.ChargeEstimate
 	}
-	return broker.ChargeActual
+	return rt.ChargeActual
 }
 
 // period returns a stored budget's period.
-func period(b store.BudgetDef) broker.Period {
+func period(b store.BudgetDef) runcuetype.Period {
 	if b.Per == "month" {
-		return broker.Month
+		return runcuetype.PerMonth
 	}
-	return broker.Day
+	return runcuetype.PerDay
 }
 
 // location returns a stored budget's time zone.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -68,7 +70,7 @@ type msgSync struct{ reply chan struct{} }
 // msgCancel: Cancel from this Cue; the outcome goes to reply.
 type msgCancel struct {
 	id    string
-	opts  CancelOptions
+	opts  rt.CancelOptions
 	reply chan CancelReply
 }
 
@@ -175,7 +177,7 @@ type msgFed struct{ err error }
 // msgObserved: a run's Runner reported what a service said of its limits.
 type msgObserved struct {
 	run *run
-	obs Observation
+	obs rt.Observation
 	at  time.Time // when it was reported, on the timeline
 }
 

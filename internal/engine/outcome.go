@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -37,7 +39,7 @@ type ending struct {
 	// (Ending.Overload).
 	overload bool
 	// cancelled: a Cancel reached the run (its options).
-	cancelled *CancelOptions
+	cancelled *rt.CancelOptions
 	// shutdown: StopAndCancel cut the run short.
 	shutdown bool
 	// at is the wall-clock end.
@@ -205,7 +207,7 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 		if kind == "error" {
 			fin.Attempt.Outcome = "failed"
 		}
-		if f.probe && o.verdict == verdictFailure && f.probeFails < MaxFreeProbes {
+		if f.probe && o.verdict == verdictFailure && f.probeFails < rt.MaxFreeProbes {
 			// The circuit's probe failed: the service is still down, not
 			// the unit. Its circuit reopens; the unit comes back at once,
 			// no retry budget spent, behind the units queued with it

@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -25,9 +27,9 @@ func TestDecide(t *testing.T) {
 	deferredOut := facts
 	deferredOut.deferrals = 2
 	probe := facts
-	probe.probe, probe.probeFails = true, MaxFreeProbes-1
+	probe.probe, probe.probeFails = true, rt.MaxFreeProbes-1
 	poison := probe
-	poison.probeFails = MaxFreeProbes
+	poison.probeFails = rt.MaxFreeProbes
 	transient := errors.New("503")
 	panicked := errors.New("panic: bug")
 	retryAfter := func(d time.Duration, services ...string) ending {
@@ -60,15 +62,15 @@ func TestDecide(t *testing.T) {
 			store.Queued, "timeout", "timeout", verdictFailure, true, end.Add(2 * time.Second), []string{store.TypeWorkFailed, store.TypeWorkRetrying}, true},
 		{"timeout, the handler returned its context's cause first", facts, ending{returned: true, err: fmt.Errorf("%w (worker killed)", ErrTimeout), at: end},
 			store.Queued, "timeout", "timeout", verdictFailure, true, end.Add(2 * time.Second), []string{store.TypeWorkFailed, store.TypeWorkRetrying}, true},
-		{"cancelled, returned", facts, ending{returned: true, err: ErrCancelled, cancelled: &CancelOptions{Reason: "user"}, at: end},
+		{"cancelled, returned", facts, ending{returned: true, err: ErrCancelled, cancelled: &rt.CancelOptions{Reason: "user"}, at: end},
 			store.Cancelled, "cancelled", "cancelled", verdictNone, false, time.Time{}, []string{store.TypeWorkCancelled}, false},
-		{"cancelled, grace passed", facts, ending{err: ErrCancelled, cancelled: &CancelOptions{}, at: end},
+		{"cancelled, grace passed", facts, ending{err: ErrCancelled, cancelled: &rt.CancelOptions{}, at: end},
 			store.Cancelled, "cancelled", "cancelled", verdictNone, false, time.Time{}, []string{store.TypeWorkCancelled}, false},
-		{"cancelled but succeeded", facts, ending{returned: true, cancelled: &CancelOptions{}, at: end},
+		{"cancelled but succeeded", facts, ending{returned: true, cancelled: &rt.CancelOptions{}, at: end},
 			store.Completed, "completed", "", verdictSuccess, false, time.Time{}, []string{store.TypeWorkCompleted}, false},
 		{"skip", exhausted, ending{returned: true, err: errors.New("skipped: not modified"), class: ClassSkip, skipReason: "not modified", at: end},
 			store.Skipped, "skipped", "skipped", verdictNone, false, time.Time{}, []string{store.TypeWorkSkipped}, false},
-		{"skip while cancelled", facts, ending{returned: true, err: errors.New("skipped: gone"), class: ClassSkip, skipReason: "gone", cancelled: &CancelOptions{}, at: end},
+		{"skip while cancelled", facts, ending{returned: true, err: errors.New("skipped: gone"), class: ClassSkip, skipReason: "gone", cancelled: &rt.CancelOptions{}, at: end},
 			store.Skipped, "skipped", "skipped", verdictNone, false, time.Time{}, []string{store.TypeWorkSkipped}, false},
 		{"skip at shutdown", facts, ending{returned: true, err: errors.New("skipped: gone"), class: ClassSkip, skipReason: "gone", shutdown: true, at: end},
 			store.Skipped, "skipped", "skipped", verdictNone, false, time.Time{}, []string{store.TypeWorkSkipped}, false},

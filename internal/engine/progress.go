@@ -4,6 +4,8 @@ import (
 	"sync"
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -13,7 +15,7 @@ import (
 
 // queueStatus publishes the periodic summary.
 func (d *Engine) queueStatus() {
-	var qs QueueStatus
+	var qs rt.QueueStatus
 	for _, u := range d.units {
 		switch u.state {
 		case uReady:

@@ -6,8 +6,11 @@ import (
 	"strings"
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/internal/heaps"
+	"github.com/runcue/runcue/runcuetype"
 	"github.com/runcue/runcue/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -75,7 +78,7 @@ type resource struct {
 	// budgetSpecs are the Budgets that Resource.Budgets count, in order.
 	budgetSpecs []store.BudgetDef
 	// byPeriod are its metric attributes per budget period, built once.
-	byPeriod map[broker.Period]metric.MeasurementOption
+	byPeriod map[runcuetype.Period]metric.MeasurementOption
 	keyed    bool
 	waiters  *heaps.Heap[*lane]
 	// timerAt is the pending wake-up timer, if any.
@@ -112,11 +115,11 @@ func (r *resource) attrs() metric.MeasurementOption {
 	return r.svcAttrs
 }
 
-func (r *resource) periodAttrs(p broker.Period) metric.MeasurementOption {
+func (r *resource) periodAttrs(p runcuetype.Period) metric.MeasurementOption {
 	o, ok := r.byPeriod[p]
 	if !ok {
 		if r.byPeriod == nil {
-			r.byPeriod = make(map[broker.Period]metric.MeasurementOption)
+			r.byPeriod = make(map[runcuetype.Period]metric.MeasurementOption)
 		}
 		o = metric.WithAttributes(attribute.String("service", r.class), attribute.String("period", p.String()))
 		r.byPeriod[p] = o
@@ -317,7 +320,7 @@ func (l *lane) serviceNames() []string {
 // loggedOf returns what a start of a unit of costs on l logs: an entry
 // per amount each of its services' meters count, with the unit's cost. A
 // lane's entries at cost one are computed once per change of limits.
-func (t *resourceTable) loggedOf(l *lane, costs broker.Costs) []store.LogEntry {
+func (t *resourceTable) loggedOf(l *lane, costs rt.Costs) []store.LogEntry {
 	if l.loggedGen != t.limitsGen {
 		l.logged, l.loggedGen = nil, t.limitsGen
 		var amounts []string
@@ -373,7 +376,7 @@ func (t *resourceTable) maybeEvict(r *resource) {
 
 // check reports whether r admits a dispatch of a unit of costs at now (see
 // broker.Resource.Admit), and reports a circuit that turned half-open.
-func (t *resourceTable) check(r *resource, now time.Time, costs broker.Costs, l *lane) (ok bool, until time.Time, probe bool) {
+func (t *resourceTable) check(r *resource, now time.Time, costs rt.Costs, l *lane) (ok bool, until time.Time, probe bool) {
 	t.syncBudgets(r)
 	ok, until, probe = r.AdmitFor(now, costs, l)
 	t.noteCircuit(r)
@@ -382,22 +385,22 @@ func (t *resourceTable) check(r *resource, now time.Time, costs broker.Costs, l 
 
 // reasons maps the broker's refusals to the reasons Explain and status
 // report.
-var reasons = [...]ReasonKind{
-	broker.RefusePaused:       ReasonPaused,
-	broker.RefuseNoRunner:     ReasonNoExecutor,
-	broker.RefuseBudget:       ReasonBudgetExhausted,
-	broker.RefuseRetryAfter:   ReasonServiceRetryAfter,
-	broker.RefuseCircuitOpen:  ReasonCircuitOpen,
-	broker.RefuseCircuitProbe: ReasonCircuitProbe,
-	broker.RefuseTaskCap:      ReasonTaskCap,
-	broker.RefuseBusy:         ReasonServiceBusy,
-	broker.RefuseRateLimited:  ReasonRateLimited,
-	broker.RefuseMeter:        ReasonRateLimited,
+var reasons = [...]rt.ReasonKind{
+	broker.RefusePaused:       rt.ReasonPaused,
+	broker.RefuseNoRunner:     rt.ReasonNoExecutor,
+	broker.RefuseBudget:       rt.ReasonBudgetExhausted,
+	broker.RefuseRetryAfter:   rt.ReasonServiceRetryAfter,
+	broker.RefuseCircuitOpen:  rt.ReasonCircuitOpen,
+	broker.RefuseCircuitProbe: rt.ReasonCircuitProbe,
+	broker.RefuseTaskCap:      rt.ReasonTaskCap,
+	broker.RefuseBusy:         rt.ReasonServiceBusy,
+	broker.RefuseRateLimited:  rt.ReasonRateLimited,
+	broker.RefuseMeter:        rt.ReasonRateLimited,
 }
 
 // admit checks every resource of l for a unit of costs; it returns the
 // first that refuses.
-func (t *resourceTable) admit(l *lane, now time.Time, costs broker.Costs) (blocker *resource, until time.Time, probes []*resource) {
+func (t *resourceTable) admit(l *lane, now time.Time, costs rt.Costs) (blocker *resource, until time.Time, probes []*resource) {
 	for _, r := range l.resources {
 		ok, u, probe := t.check(r, now, costs, l)
 		if !ok {
@@ -413,7 +416,7 @@ func (t *resourceTable) admit(l *lane, now time.Time, costs broker.Costs) (block
 // acquire takes l's resources for a dispatch of a unit of costs decided at
 // now. It returns the budget_exhausted events of the budgets this dispatch
 // spent: the dispatch's claim stores them, in its transaction.
-func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource, costs broker.Costs) (spent []store.Event) {
+func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource, costs rt.Costs) (spent []store.Event) {
 	l.running++
 	t.chargeShare(l, costs)
 	for _, r := range l.resources {
@@ -431,7 +434,7 @@ func (t *resourceTable) acquire(l *lane, now time.Time, probes []*resource, cost
 
 // release gives back l's resources held by a dispatch of a unit of costs
 // that ended.
-func (t *resourceTable) release(l *lane, costs broker.Costs) {
+func (t *resourceTable) release(l *lane, costs rt.Costs) {
 	l.running--
 	for _, r := range l.resources {
 		r.Return(costs)

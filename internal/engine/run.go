@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/internal/writer"
 	"github.com/runcue/runcue/store"
 	"go.opentelemetry.io/otel/trace"
@@ -137,7 +139,7 @@ type run struct {
 	used       map[string]int64
 	reconciles []store.Op
 	// cancelled holds the options of a Cancel that reached the run.
-	cancelled *CancelOptions
+	cancelled *rt.CancelOptions
 	// lastBeat is the time of the last heartbeat written (Unix ns).
 	lastBeat atomic.Int64
 	// span is the run's trace span.
@@ -454,7 +456,7 @@ func timeoutError(r *run) error {
 }
 
 // cancelRun cancels a running handler and starts its grace.
-func (d *Engine) cancelRun(r *run, opts CancelOptions) {
+func (d *Engine) cancelRun(r *run, opts rt.CancelOptions) {
 	if r.cancelled != nil || r.over() {
 		return
 	}

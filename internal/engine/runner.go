@@ -5,6 +5,8 @@ import (
 	"errors"
 	"time"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -130,7 +132,9 @@ func (p *Run) Progress(b []byte) { p.r.d.reportProgress(p, b) }
 
 // Observe reports what a service the run uses said of its limits in a
 // response (see Observation). Reports apply in the order they are made.
-func (p *Run) Observe(o Observation) { p.r.d.in.Push(msgObserved{run: p.r, obs: o, at: p.r.d.now()}) }
+func (p *Run) Observe(o rt.Observation) {
+	p.r.d.in.Push(msgObserved{run: p.r, obs: o, at: p.r.d.now()})
+}
 
 // Heartbeat reports that the handler is alive: its lease is extended,
 // with at most one write a second.

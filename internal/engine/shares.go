@@ -3,7 +3,8 @@ package engine
 import (
 	"math"
 
-	"github.com/runcue/runcue/internal/broker"
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -89,7 +90,7 @@ func (t *resourceTable) shareClass(class string) *shareState {
 
 // chargeShare moves the virtual finish of l's key on by a dispatch of
 // costs.
-func (t *resourceTable) chargeShare(l *lane, costs broker.Costs) {
+func (t *resourceTable) chargeShare(l *lane, costs rt.Costs) {
 	r := t.fairOf(l)
 	if r == nil {
 		return
@@ -117,7 +118,7 @@ func (t *resourceTable) shareUsed(r *run, used map[string]int64) {
 
 // shareCost is what a dispatch of costs counts in a share of amount
 // share: one for requests.
-func shareCost(share string, costs broker.Costs) int64 {
+func shareCost(share string, costs rt.Costs) int64 {
 	if share == store.MeterRequests {
 		return 1
 	}

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runcue/runcue/internal/broker"
+	"github.com/runcue/runcue/internal/vocab"
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -29,7 +31,7 @@ type statusBoard struct {
 
 // statusKey is what a service_status event reports.
 type statusKey struct {
-	circuitState broker.CircuitState
+	circuitState rt.CircuitState
 	isPaused     bool
 	blocked      bool
 	saturated    bool
@@ -41,7 +43,7 @@ func (t *resourceTable) keyOf(r *resource, now time.Time) statusKey {
 		k.circuitState = r.Circuit.State
 	}
 	k.saturated = k.isPaused || k.blocked || (r.Limit > 0 && r.Active >= r.Limit) || r.SpentBudget(now) != nil ||
-		(r.Window != nil && r.Window.Used(now) >= r.Window.Limit()) || (r.Circuit != nil && r.Circuit.State != broker.Closed)
+		(r.Window != nil && r.Window.Used(now) >= r.Window.Limit()) || (r.Circuit != nil && r.Circuit.State != rt.CircuitClosed)
 	return k
 }
 
@@ -105,18 +107,18 @@ func (t *resourceTable) flushStatus() {
 }
 
 // statusOf reports one resource.
-func (t *resourceTable) statusOf(r *resource, now time.Time) ServiceStatus {
+func (t *resourceTable) statusOf(r *resource, now time.Time) rt.ServiceStatus {
 	t.syncBudgets(r)
 	s, _ := t.limits(r.name, r.class)
 	overridden := len(t.stored[r.class].Override) > 0 || (r.keyed && len(t.stored[r.name].Override) > 0)
-	st := ServiceStatus{Name: r.name, Class: r.class, Limits: s, Overridden: overridden,
-		Active: r.Active, Paused: r.Paused, Circuit: string(broker.Closed), Waiting: r.waiters.Len()}
+	st := rt.ServiceStatus{Name: r.name, Class: r.class, Limits: vocab.ServiceOf(s), Overridden: overridden,
+		Active: r.Active, Paused: r.Paused, Circuit: rt.CircuitClosed, Waiting: r.waiters.Len()}
 	if r.Window != nil {
 		st.InWindow = r.Window.Used(now)
 	}
 	if r.Circuit != nil {
-		st.Circuit = string(r.Circuit.State)
-		if r.Circuit.State == broker.Open {
+		st.Circuit = r.Circuit.State
+		if r.Circuit.State == rt.CircuitOpen {
 			st.CircuitOpenUntil = t.toWall(r.Circuit.Until)
 		}
 	}
@@ -127,12 +129,12 @@ func (t *resourceTable) statusOf(r *resource, now time.Time) ServiceStatus {
 		st.Budgets = append(st.Budgets, budgetStatus(r.budgetSpecs[i], b, now))
 	}
 	for _, a := range r.Amounts {
-		ms := MeterStatus{Name: a.Name(), Used: a.Used(now), Limit: a.Limit(), Window: a.Length()}
+		ms := rt.MeterStatus{Name: a.Name(), Used: a.Used(now), Limit: a.Limit(), Window: a.Length()}
 		ms.Frees = t.toWall(a.Frees(now))
 		st.Meters = append(st.Meters, ms)
 	}
 	if r.adapt != nil {
-		st.Adaptive, st.AdaptCounts = t.adaptStatus(r), r.adapt.counts
+		st.Adaptive = t.adaptStatus(r)
 	}
 	st.NextCapacity = t.toWall(t.nextCapacity(r, now))
 	return st
@@ -159,9 +161,9 @@ func (t *resourceTable) nextCapacity(r *resource, now time.Time) time.Time {
 
 // statusAll reports every registered service, with its keyed instances
 // folded into it.
-func (t *resourceTable) statusAll() []ServiceStatus {
+func (t *resourceTable) statusAll() []rt.ServiceStatus {
 	now := t.now()
-	var out []ServiceStatus
+	var out []rt.ServiceStatus
 	for _, name := range sortedNames(t.services) {
 		st := t.statusOf(t.services[name], now)
 		for _, kr := range t.keyed {
@@ -171,7 +173,7 @@ func (t *resourceTable) statusAll() []ServiceStatus {
 			st.Keys++
 			st.KeysActive += kr.Active
 			st.KeysWaiting += kr.waiters.Len()
-			if kr.Circuit != nil && kr.Circuit.State != broker.Closed {
+			if kr.Circuit != nil && kr.Circuit.State != rt.CircuitClosed {
 				st.OpenKeys++
 			}
 			if kr.BlockedUntil.After(now) {
@@ -206,7 +208,7 @@ func (t *resourceTable) countOpenCircuits() {
 	open := map[string]int64{}
 	count := func(r *resource) {
 		if r.Circuit != nil {
-			if r.Circuit.State != broker.Closed {
+			if r.Circuit.State != rt.CircuitClosed {
 				open[r.class]++
 			} else if _, ok := open[r.class]; !ok {
 				open[r.class] = 0
@@ -224,7 +226,7 @@ func (t *resourceTable) countOpenCircuits() {
 
 // liveKeyStatus reports keyed instance name if it is in memory, on the
 // dispatcher goroutine.
-func (t *resourceTable) liveKeyStatus(name string) *ServiceStatus {
+func (t *resourceTable) liveKeyStatus(name string) *rt.ServiceStatus {
 	r := t.keyed[name]
 	if r == nil {
 		return nil
@@ -235,12 +237,12 @@ func (t *resourceTable) liveKeyStatus(name string) *ServiceStatus {
 
 // serviceStats reports, on the dispatcher goroutine, every service with
 // its busiest keyed instances.
-func (t *resourceTable) serviceStats() []ServiceStats {
+func (t *resourceTable) serviceStats() []rt.ServiceStats {
 	now := t.now()
 	all := t.statusAll()
 	// The instances by class, in one pass: those in memory, and those not
 	// in memory with a stored pause or override.
-	keys := make(map[string][]ServiceStatus)
+	keys := make(map[string][]rt.ServiceStatus)
 	for _, kr := range t.keyed {
 		keys[kr.class] = append(keys[kr.class], t.statusOf(kr, now))
 	}
@@ -248,21 +250,21 @@ func (t *resourceTable) serviceStats() []ServiceStats {
 		class, _, keyed := strings.Cut(name, ":")
 		if keyed && t.keyed[name] == nil && (rec.Paused || len(rec.Override) > 0) {
 			s, _ := t.limits(name, class)
-			keys[class] = append(keys[class], ServiceStatus{Name: name, Class: class, Limits: s, Circuit: string(broker.Closed),
+			keys[class] = append(keys[class], rt.ServiceStatus{Name: name, Class: class, Limits: vocab.ServiceOf(s), Circuit: rt.CircuitClosed,
 				Paused: rec.Paused || t.stored[class].Paused, Overridden: len(rec.Override) > 0})
 		}
 	}
-	out := make([]ServiceStats, len(all))
+	out := make([]rt.ServiceStats, len(all))
 	for i, st := range all {
-		out[i] = ServiceStats{ServiceStatus: st, Keys: busiest(keys[st.Name], t.cfg.StatsKeys)}
+		out[i] = rt.ServiceStats{ServiceStatus: st, Keys: busiest(keys[st.Name], t.cfg.StatsKeys)}
 	}
 	return out
 }
 
 // busiest orders keyed instances by units running, waiting, starts in the
 // window, then name, and keeps the first n.
-func busiest(keys []ServiceStatus, n int) []ServiceStatus {
-	slices.SortFunc(keys, func(a, b ServiceStatus) int {
+func busiest(keys []rt.ServiceStatus, n int) []rt.ServiceStatus {
+	slices.SortFunc(keys, func(a, b rt.ServiceStatus) int {
 		return cmp.Or(cmp.Compare(b.Active, a.Active), cmp.Compare(b.Waiting, a.Waiting),
 			cmp.Compare(b.InWindow, a.InWindow), strings.Compare(a.Name, b.Name))
 	})

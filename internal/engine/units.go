@@ -6,7 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/runcue/runcue/internal/broker"
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -117,7 +118,7 @@ type unitMore struct {
 	checking bool          // a DependencySatisfied check is in flight
 	trace    []byte        // the submitter's trace context
 	timeout  time.Duration // the submission's own timeout
-	costs    broker.Costs  // its costs by amount (stored at submit)
+	costs    rt.Costs      // its costs by amount (stored at submit)
 	// leaseRun is the run whose lease the unit waits for (the lease rule:
 	// its Runner has not reported its end); backoffAt is when it may run
 	// once that run's end is reported.
@@ -130,7 +131,7 @@ type unitMore struct {
 }
 
 // costs returns u's costs by amount (nil: one of each).
-func (u *unit) costs() broker.Costs {
+func (u *unit) costs() rt.Costs {
 	if u.more == nil {
 		return nil
 	}
@@ -286,7 +287,7 @@ func (x *unitIndex) build(su *store.Unit) *unit {
 		}
 	}
 	if len(su.Costs) > 0 {
-		u.ext().costs = broker.Costs(su.Costs)
+		u.ext().costs = rt.Costs(su.Costs)
 	}
 	if len(su.Retry) > 0 {
 		if p, err := x.unitRetry(su.Retry); err == nil {
@@ -438,7 +439,7 @@ func (d *Engine) external(evs []store.Event) {
 					Reason  string `json:"reason"`
 				}
 				_ = json.Unmarshal(ev.Data, &data)
-				d.cancelRun(r, CancelOptions{Cascade: data.Cascade, Reason: data.Reason})
+				d.cancelRun(r, rt.CancelOptions{Cascade: data.Cascade, Reason: data.Reason})
 			}
 		case store.TypeTaskChanged, store.TypeQueueChanged:
 			d.reloadPauses(nil)
