@@ -333,6 +333,9 @@ func (t *resourceTable) persistAdapt(r *resource) {
 func (t *resourceTable) publishAdaptGauges() {
 	g := map[[2]string]int64{}
 	add := func(r *resource) {
+		if r.adapt == nil {
+			return
+		}
 		for _, st := range t.adaptStatus(r).Limits {
 			k := [2]string{r.class, st.Limit}
 			if v, ok := g[k]; !ok || st.Effective < v {
