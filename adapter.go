@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/runcue/runcue/clock"
+	"github.com/runcue/runcue/internal/call"
 	"github.com/runcue/runcue/internal/engine"
+	"github.com/runcue/runcue/internal/local"
+	"github.com/runcue/runcue/internal/remote"
 	"github.com/runcue/runcue/internal/vocab"
 	"github.com/runcue/runcue/store"
 )
@@ -91,7 +94,7 @@ func (c *Cue) newMachinery() error {
 type dispatcher struct {
 	e *engine.Engine
 	// remote runs the remote tasks' runs (nil: the store has no executors).
-	remote *remoteRunner
+	remote *remote.Runner
 }
 
 // startEngine makes the engine of an owner that took ownership (own):
@@ -135,7 +138,8 @@ func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.Servic
 	}
 	d := &dispatcher{}
 	if _, ok := c.st.(store.ExecutorStore); ok {
-		d.remote = newRemoteRunner(c)
+		d.remote = remote.New(remote.Deps{Store: c.st, Writer: c.w, Clock: c.clock, Log: c.log,
+			PollInterval: c.cfg.PollInterval, MaxStartDelay: c.cfg.MaxStartDelay})
 	}
 	d.e = engine.New(ecfg, engine.Deps{
 		Store: c.st, Writer: c.w, Hub: c.hub, Tel: c.mach.tel, Stats: &c.mach.stats, Hooks: c.mach.hooks,
@@ -148,13 +152,13 @@ func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.Servic
 		Detach:        func(*engine.Engine) { c.disp.CompareAndSwap(d, nil) },
 	}, owner, own, stored, pauses, c.registry(d.remote))
 	if d.remote != nil {
-		d.remote.e = d.e
+		d.remote.Bind(d.e)
 	}
 	return d
 }
 
 // registry copies the registrations for the engine; the caller holds c.mu.
-func (c *Cue) registry(rr *remoteRunner) engine.Registry {
+func (c *Cue) registry(rr *remote.Runner) engine.Registry {
 	reg := engine.Registry{Services: make(map[string]store.ServiceDef, len(c.services)), Tasks: make(map[string]*engine.TaskSpec, len(c.tasks))}
 	for name, s := range c.services {
 		reg.Services[name] = vocab.ServiceDef(s)
@@ -178,24 +182,24 @@ func (c *Cue) notifyRegistry() {
 	c.mu.Unlock()
 	if d != nil {
 		d.e.SetRegistry(reg)
-		if d.remote != nil && d.remote.hasTasks() {
-			d.remote.start()
+		if d.remote != nil && d.remote.HasTasks() {
+			d.remote.Start()
 		}
 	}
 }
 
 // taskSpec is task t as the engine runs it.
-func (c *Cue) taskSpec(name string, t *Task, rr *remoteRunner) *engine.TaskSpec {
+func (c *Cue) taskSpec(name string, t *Task, rr *remote.Runner) *engine.TaskSpec {
 	policy := t.Retry.WithDefaults()
 	spec := &engine.TaskSpec{
 		Name: name, Services: t.Services, Timeout: t.Timeout, MaxConcurrent: t.MaxConcurrent,
 		Retry: retryOf(policy), Retryable: func(err error) bool { return retryable(policy, err) }, MaxDeferrals: t.maxDeferrals(),
 		HoldSlotsUntilReturn: t.HoldSlotsUntilReturn, FailOnSkippedDependency: t.FailOnSkippedDependency,
-		Runner: &localRunner{h: t.Handler, maxPayload: c.cfg.MaxPayload, clock: c.clock, showDeadline: clock.IsReal(c.clock)},
+		Runner: &local.Runner{Call: localCall(t.Handler), MaxPayload: c.cfg.MaxPayload, Clock: c.clock, ShowDeadline: clock.IsReal(c.clock)},
 	}
 	if t.Remote && rr != nil {
 		spec.Runner, spec.Remote = rr, true
-		rr.addTask(name)
+		rr.AddTask(name)
 	}
 	if f := c.mach.runner; f != nil {
 		spec.Runner = f(name, spec.Runner)
@@ -214,6 +218,13 @@ func (c *Cue) taskSpec(name string, t *Task, rr *remoteRunner) *engine.TaskSpec 
 		}
 	}
 	return spec
+}
+
+// localCall calls h with run p's Work.
+func localCall(h Handler) local.Call {
+	return func(ctx context.Context, p *engine.Run, params json.RawMessage, started time.Time, rep call.Reporter) (any, error) {
+		return h(ctx, &Work{ID: p.ID, Task: p.Task, Target: p.Target, Params: params, Attempt: p.Attempt, Started: started, run: rep})
+	}
 }
 
 // serviceKeys derives a unit's keyed services with t's ServiceKeys (nil
@@ -253,8 +264,8 @@ func (d *dispatcher) recover(ctx context.Context) error {
 
 func (d *dispatcher) run() {
 	go d.e.Run()
-	if d.remote != nil && d.remote.hasTasks() {
-		d.remote.start()
+	if d.remote != nil && d.remote.HasTasks() {
+		d.remote.Start()
 	}
 }
 func (d *dispatcher) done() <-chan struct{} { return d.e.Done() }

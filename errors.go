@@ -64,21 +64,21 @@ var (
 	ErrStoreFailed = errors.New("runcue: store failed")
 	// ErrShutdown is the cause of a handler's context cancelled by
 	// StopAndCancel or Close.
-	ErrShutdown = errors.New("runcue: shutting down")
+	ErrShutdown = runcuetype.ErrShutdown
 	// ErrPanic marks a failure recorded for a handler that panicked (or
 	// called runtime.Goexit).
-	ErrPanic = errors.New("runcue: handler panicked")
+	ErrPanic = runcuetype.ErrPanic
 	// ErrTimeout is the cause of a handler's context cancelled at its
 	// deadline, and matches the error recorded for the run.
-	ErrTimeout = errors.New("runcue: timeout")
+	ErrTimeout = runcuetype.ErrTimeout
 	// ErrCancelled is the cause of a handler's context cancelled by Cancel.
-	ErrCancelled = errors.New("runcue: cancelled")
+	ErrCancelled = runcuetype.ErrCancelled
 	// ErrPermanent matches every error made with Permanent: the run fails
 	// without a retry.
-	ErrPermanent = errors.New("runcue: permanent failure")
+	ErrPermanent = runcuetype.ErrPermanent
 	// ErrOverloaded matches every error made with Overloaded: the service
 	// said it is overloaded (see Adaptive).
-	ErrOverloaded = errors.New("runcue: service overloaded")
+	ErrOverloaded = runcuetype.ErrOverloaded
 	// ErrFinished is returned by Cancel for a unit that is already
 	// completed, failed or cancelled; the unit is unchanged.
 	ErrFinished = errors.New("runcue: work unit already finished")
@@ -86,6 +86,14 @@ var (
 	ErrUnknownSubscription = errors.New("runcue: unknown subscription")
 	// ErrNotFailed is returned by Retry for a unit that is not failed.
 	ErrNotFailed = errors.New("runcue: work unit is not failed")
+	// ErrExecutorLost is the error recorded for a run whose executor
+	// stopped heartbeating before it reported the run's end: the unit is
+	// requeued, no retry budget spent (attempt outcome "abandoned").
+	ErrExecutorLost = runcuetype.ErrExecutorLost
+	// ErrLeaseLost is the cause an executor cancels a handler with when
+	// its run is no longer assigned to it (the scheduler requeued or
+	// ended it).
+	ErrLeaseLost = runcuetype.ErrLeaseLost
 	// ErrFeedExhausted is returned by a FeedFunc that has no more work,
 	// ever.
 	ErrFeedExhausted = errors.New("runcue: feed exhausted")

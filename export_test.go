@@ -202,4 +202,4 @@ func SetCosts(c *Cue, f func(Submission) map[string]int64) { c.mach.costs = f }
 
 // StartReading makes x take f(reading) as a handler's start instant, the
 // reading its start gate checks (f is called with x's lock held).
-func StartReading(x *Executor, f func(time.Time) time.Time) { x.startReading = f }
+func StartReading(x *Executor, f func(time.Time) time.Time) { x.l.StartReading = f }

@@ -15,7 +15,7 @@ import (
 )
 
 // The root package holds the user's vocabulary; the engine is in
-// internal/engine, reached through three adapter files, and the SQLite
+// internal/engine, reached through the adapter (and cue.go), and the SQLite
 // backend only through Open's file. These are the numbers the Engine
 // issue set, checked on every run.
 const (
@@ -28,9 +28,10 @@ const (
 )
 
 // adapterFiles are the root files that may import internal/engine: the
-// adapter (configuration, registry, the engine's reports in the public
-// types), the local Runner and the remote one (executors').
-var adapterFiles = map[string]bool{"adapter.go": true, "runner.go": true, "remote.go": true}
+// adapter (the engine's configuration and registry, its reports as JSON)
+// and cue.go. The runners (internal/local, internal/remote) and the
+// executor's loop (internal/execloop) are internal packages.
+var adapterFiles = map[string]bool{"adapter.go": true, "cue.go": true}
 
 // TestRootImports: only the adapter files import internal/engine, only the
 // file that declares Open imports store/sqlite, and the machinery (the
@@ -68,6 +69,9 @@ func TestRootImports(t *testing.T) {
 				t.Errorf("%s imports store/sqlite: only Open's file may", name)
 			}
 		}
+	}
+	if runners := rootRunners(t); len(runners) > 0 {
+		t.Errorf("the root declares runner or executor methods %v: they belong in internal/local, internal/remote or internal/execloop", runners)
 	}
 	share := float64(machinery) / float64(total)
 	t.Logf("the root: %d non-test lines, of which %d (%.1f%%) in %v", total, machinery, 100*share, adapterFiles)
@@ -195,4 +199,29 @@ func TestLeafImports(t *testing.T) {
 			}
 		}
 	}
+}
+
+// rootRunners lists the root's methods that make a type an engine.Runner
+// (Launch) or run an executor's loop (poll, execute): none should remain.
+func rootRunners(t *testing.T) []string {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, p := range pkgs {
+		for name, f := range p.Files {
+			for _, d := range f.Decls {
+				if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
+					switch fd.Name.Name {
+					case "Launch", "execute", "poll":
+						out = append(out, name+": "+fd.Name.Name)
+					}
+				}
+			}
+		}
+	}
+	return out
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -35,53 +37,6 @@ func retryable(p RetryPolicy, err error) bool {
 		return p.RetryOn(err)
 	}
 	return true
-}
-
-// PermanentError marks a failure that is never retried.
-type PermanentError struct{ Err error }
-
-func (e *PermanentError) Error() string { return e.Err.Error() }
-
-// Unwrap returns the wrapped error.
-func (e *PermanentError) Unwrap() error { return e.Err }
-
-// Is reports whether target is ErrPermanent.
-func (e *PermanentError) Is(target error) bool { return target == ErrPermanent }
-
-// Permanent marks err as a failure that retrying cannot fix (invalid input,
-// refused authorization): the unit fails at once, whatever its retry policy.
-// Permanent(nil) is nil.
-func Permanent(err error) error {
-	if err == nil {
-		return nil
-	}
-	return &PermanentError{Err: err}
-}
-
-// SkipError ends a unit as skipped. Make one with Skip.
-type SkipError struct{ Reason string }
-
-func (e *SkipError) Error() string { return "skipped: " + e.Reason }
-
-// Skip returns an error that ends the unit as skipped (StateSkipped): a
-// finished outcome that is not a failure, for work that need not be done
-// (robots.txt forbids the fetch, the content has not changed). reason is
-// stored in the unit's Error (its ErrorKind is "skipped") and carried by the
-// work_skipped event. A skipped unit spends no retry budget, never counts
-// toward a circuit, and satisfies its dependents unless their task sets
-// FailOnSkippedDependency. Skip is honoured wrapped too (errors.As).
-func Skip(reason string) error { return &SkipError{Reason: reason} }
-
-// skipOf reports whether err asks to skip the unit, and why.
-func skipOf(err error) (string, bool) {
-	if err == nil {
-		return "", false
-	}
-	var s *SkipError
-	if errors.As(err, &s) {
-		return s.Reason, true
-	}
-	return "", false
 }
 
 // encodeRetry returns a per-submission policy's stored form (RetryOn is
@@ -154,24 +109,19 @@ func (c *Cue) requeued(r store.Result) {
 	}
 }
 
-// OverloadedError marks a failure as the service's overload: it answered
-// 503 Service Unavailable, or shed the request, without saying how long
-// to wait. Make one with Overloaded.
-type OverloadedError struct{ Err error }
+// Permanent marks err as a failure that retrying cannot fix (invalid input,
+// refused authorization): the unit fails at once, whatever its retry policy.
+// Permanent(nil) is nil.
+func Permanent(err error) error { return runcuetype.Permanent(err) }
 
-// Error is the underlying error's text (the service's own words).
-func (e *OverloadedError) Error() string {
-	if e.Err == nil {
-		return ErrOverloaded.Error()
-	}
-	return e.Err.Error()
-}
-
-// Unwrap returns the underlying error.
-func (e *OverloadedError) Unwrap() error { return e.Err }
-
-// Is makes every OverloadedError match ErrOverloaded.
-func (e *OverloadedError) Is(target error) bool { return target == ErrOverloaded }
+// Skip returns an error that ends the unit as skipped (StateSkipped): a
+// finished outcome that is not a failure, for work that need not be done
+// (robots.txt forbids the fetch, the content has not changed). reason is
+// stored in the unit's Error (its ErrorKind is "skipped") and carried by the
+// work_skipped event. A skipped unit spends no retry budget, never counts
+// toward a circuit, and satisfies its dependents unless their task sets
+// FailOnSkippedDependency. Skip is honoured wrapped too (errors.As).
+func Skip(reason string) error { return runcuetype.Skip(reason) }
 
 // Overloaded returns err marked as the service's overload. The run is a
 // failure like any other (retried per the task's policy, counted by the
@@ -179,28 +129,7 @@ func (e *OverloadedError) Is(target error) bool { return target == ErrOverloaded
 // of every service the unit uses. A Retry-After (RetryAfter, a 429) is an
 // overload signal by itself, and so is a run cut off by its timeout: a
 // handler needs Overloaded only for an overload that says neither.
-func Overloaded(err error) error { return &OverloadedError{Err: err} }
-
-// RetryAfterError asks runcue to try a unit again after Delay because a
-// service answered "not now" (HTTP 429 or 503 with Retry-After). Make one
-// with RetryAfter.
-type RetryAfterError struct {
-	Delay time.Duration
-	Err   error
-	// Services are the services to hold back; empty means all of the
-	// unit's services (keyed instances included).
-	Services []string
-}
-
-func (e *RetryAfterError) Error() string {
-	if e.Err == nil {
-		return fmt.Sprintf("retry after %v", e.Delay)
-	}
-	return fmt.Sprintf("retry after %v: %v", e.Delay, e.Err)
-}
-
-// Unwrap returns the underlying error.
-func (e *RetryAfterError) Unwrap() error { return e.Err }
+func Overloaded(err error) error { return runcuetype.Overloaded(err) }
 
 // RetryAfter returns an error that makes runcue hold back the named
 // services (all of the unit's when none are named; a class name covers its
@@ -212,21 +141,5 @@ func (e *RetryAfterError) Unwrap() error { return e.Err }
 // RetryAfter() time.Duration, such as one an HTTP client builds from a
 // Retry-After header; it then holds back all of the unit's services.
 func RetryAfter(d time.Duration, err error, services ...string) error {
-	return &RetryAfterError{Delay: d, Err: err, Services: services}
-}
-
-// retryAfterOf extracts a Retry-After from err.
-func retryAfterOf(err error) (time.Duration, []string, bool) {
-	if err == nil {
-		return 0, nil, false
-	}
-	var ra *RetryAfterError
-	if errors.As(err, &ra) {
-		return min(max(ra.Delay, 0), MaxTimeout), ra.Services, true
-	}
-	var withDelay interface{ RetryAfter() time.Duration }
-	if errors.As(err, &withDelay) {
-		return min(max(withDelay.RetryAfter(), 0), MaxTimeout), nil, true
-	}
-	return 0, nil, false
+	return runcuetype.RetryAfter(d, err, services...)
 }

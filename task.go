@@ -7,6 +7,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/runcue/runcue/internal/call"
 	"github.com/runcue/runcue/store"
 )
 
@@ -101,15 +102,7 @@ type Work struct {
 	Started time.Time
 
 	// run reports the run's progress and heartbeats; nil outside a run.
-	run runHandle
-}
-
-// runHandle is what a Work reports to: its Runner's record of the run.
-type runHandle interface {
-	progress(b []byte)
-	heartbeat()
-	use(amounts Costs)
-	observe(o Observation)
+	run call.Reporter
 }
 
 // Progress reports how far the handler has got: any JSON-encodable value
@@ -123,7 +116,7 @@ func (w *Work) Progress(v any) error {
 		return fmt.Errorf("runcue: progress: %w", err)
 	}
 	if w.run != nil {
-		w.run.progress(b)
+		w.run.Progress(b)
 	}
 	return nil
 }
@@ -137,7 +130,7 @@ func (w *Work) Progress(v any) error {
 // for UIs; it keeps leases meaningful for stores shared by several nodes.
 func (w *Work) Heartbeat() {
 	if w.run != nil {
-		w.run.heartbeat()
+		w.run.Heartbeat()
 	}
 }
 
@@ -154,7 +147,7 @@ func (w *Work) Heartbeat() {
 // ignored.
 func (w *Work) Used(amounts Costs) {
 	if w.run != nil {
-		w.run.use(amounts)
+		w.run.Use(amounts)
 	}
 }
 
@@ -169,7 +162,7 @@ func (w *Work) Used(amounts Costs) {
 // logged, so a new owner counts it too.
 func (w *Work) Observe(o Observation) {
 	if w.run != nil {
-		w.run.observe(o)
+		w.run.Observe(o)
 	}
 }
 
@@ -274,6 +267,3 @@ func (t *Task) maxDeferrals() int {
 	}
 	return t.MaxDeferrals
 }
-
-// boundUsed is a reported amount as a meter counts it: from 0 to MaxCost.
-func boundUsed(n int64) int64 { return min(max(n, 0), MaxCost) }

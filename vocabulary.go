@@ -91,8 +91,17 @@ type Observation = runcuetype.Observation
 // [runcuetype.ObservedLimit].
 type ObservedLimit = runcuetype.ObservedLimit
 
+// OverloadedError marks a failure as the service's overload: it answered
+// 503 Service Unavailable, or shed the request, without saying how long
+// to wait. See [runcuetype.OverloadedError].
+type OverloadedError = runcuetype.OverloadedError
+
 // Period is the calendar period of a Budget. See [runcuetype.Period].
 type Period = runcuetype.Period
+
+// PermanentError marks a failure that is never retried. See
+// [runcuetype.PermanentError].
+type PermanentError = runcuetype.PermanentError
 
 // QueueStatus summarizes the owner's queue. See [runcuetype.QueueStatus].
 type QueueStatus = runcuetype.QueueStatus
@@ -106,6 +115,11 @@ type Reason = runcuetype.Reason
 // ReasonKind names why a unit is not running. See
 // [runcuetype.ReasonKind].
 type ReasonKind = runcuetype.ReasonKind
+
+// RetryAfterError asks runcue to try a unit again after Delay because a
+// service answered "not now" (HTTP 429 or 503 with Retry-After). See
+// [runcuetype.RetryAfterError].
+type RetryAfterError = runcuetype.RetryAfterError
 
 // RetryPolicy says whether and when a failed run is tried again. See
 // [runcuetype.RetryPolicy].
@@ -122,24 +136,32 @@ type ServiceStats = runcuetype.ServiceStats
 // [runcuetype.ServiceStatus].
 type ServiceStatus = runcuetype.ServiceStatus
 
+// SkipError ends a unit as skipped. See [runcuetype.SkipError].
+type SkipError = runcuetype.SkipError
+
 // Stats is a summary of a database's work and services. See
 // [runcuetype.Stats].
 type Stats = runcuetype.Stats
 
 // The constants of runcuetype, documented there.
 const (
+	HighWater                 = runcuetype.HighWater
+	LowWater                  = runcuetype.LowWater
+	BackoffExponential        = runcuetype.BackoffExponential
+	BackoffFixed              = runcuetype.BackoffFixed
+	BackoffLinear             = runcuetype.BackoffLinear
+	JitterEqual               = runcuetype.JitterEqual
+	JitterFull                = runcuetype.JitterFull
+	JitterNone                = runcuetype.JitterNone
+	DefaultMaxAttempts        = runcuetype.DefaultMaxAttempts
+	DefaultBaseDelay          = runcuetype.DefaultBaseDelay
+	DefaultMaxDelay           = runcuetype.DefaultMaxDelay
+	MaxTimeout                = runcuetype.MaxTimeout
+	MaxRateWindow             = runcuetype.MaxRateWindow
+	DefaultMargin             = runcuetype.DefaultMargin
+	MaxMargin                 = runcuetype.MaxMargin
 	PerDay                    = runcuetype.PerDay
 	PerMonth                  = runcuetype.PerMonth
-	MaxFreeProbes             = runcuetype.MaxFreeProbes
-	CircuitClosed             = runcuetype.CircuitClosed
-	CircuitOpen               = runcuetype.CircuitOpen
-	CircuitHalfOpen           = runcuetype.CircuitHalfOpen
-	MaxCost                   = runcuetype.MaxCost
-	Requests                  = runcuetype.Requests
-	ChargeActual              = runcuetype.ChargeActual
-	ChargeLarger              = runcuetype.ChargeLarger
-	ChargeEstimate            = runcuetype.ChargeEstimate
-	StatsKeys                 = runcuetype.StatsKeys
 	ReasonRunning             = runcuetype.ReasonRunning
 	ReasonFinished            = runcuetype.ReasonFinished
 	ReasonDependencies        = runcuetype.ReasonDependencies
@@ -167,18 +189,14 @@ const (
 	ReasonStopping            = runcuetype.ReasonStopping
 	ReasonNotLoaded           = runcuetype.ReasonNotLoaded
 	ReasonEligible            = runcuetype.ReasonEligible
-	HighWater                 = runcuetype.HighWater
-	LowWater                  = runcuetype.LowWater
-	BackoffExponential        = runcuetype.BackoffExponential
-	BackoffFixed              = runcuetype.BackoffFixed
-	BackoffLinear             = runcuetype.BackoffLinear
-	JitterEqual               = runcuetype.JitterEqual
-	JitterFull                = runcuetype.JitterFull
-	JitterNone                = runcuetype.JitterNone
-	DefaultMaxAttempts        = runcuetype.DefaultMaxAttempts
-	DefaultBaseDelay          = runcuetype.DefaultBaseDelay
-	DefaultMaxDelay           = runcuetype.DefaultMaxDelay
-	MaxRateWindow             = runcuetype.MaxRateWindow
-	DefaultMargin             = runcuetype.DefaultMargin
-	MaxMargin                 = runcuetype.MaxMargin
+	StatsKeys                 = runcuetype.StatsKeys
+	MaxFreeProbes             = runcuetype.MaxFreeProbes
+	CircuitClosed             = runcuetype.CircuitClosed
+	CircuitOpen               = runcuetype.CircuitOpen
+	CircuitHalfOpen           = runcuetype.CircuitHalfOpen
+	MaxCost                   = runcuetype.MaxCost
+	Requests                  = runcuetype.Requests
+	ChargeActual              = runcuetype.ChargeActual
+	ChargeLarger              = runcuetype.ChargeLarger
+	ChargeEstimate            = runcuetype.ChargeEstimate
 )

@@ -195,10 +195,6 @@ const (
 	MaxTarget = 8 << 10
 	// MaxIdempotencyKey is the longest Submission.IdempotencyKey, in bytes.
 	MaxIdempotencyKey = 1 << 10
-	// MaxTimeout bounds the timeouts and other durations runcue adds to
-	// the time (Submission and Task timeouts, DependencyTimeout, Config's
-	// timeouts and retentions): 100 years.
-	MaxTimeout = 100 * 365 * 24 * time.Hour
 )
 
 // minTime and maxTime bound the times a store represents (nanoseconds

@@ -7,14 +7,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
 	"strconv"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/runcue/runcue/internal/call"
 
 	"github.com/runcue/runcue"
 )
@@ -56,11 +58,12 @@ type request struct {
 	Deadline int64           `json:"deadline,omitempty"` // Unix ns
 }
 
+// response is a worker's answer: the handler's end as an executor
+// reports one (call.Report), so that its error means in the
+// orchestrator what it meant in the worker (a Skip, a Retry-After, ...).
 type response struct {
-	Seq       uint64          `json:"seq"`
-	Result    json.RawMessage `json:"result,omitempty"`
-	Error     string          `json:"error,omitempty"`
-	Permanent bool            `json:"permanent,omitempty"`
+	Seq uint64 `json:"seq"`
+	call.Report
 }
 
 // serveWorker is the main of a pool worker: it serves requests from fd 3
@@ -84,8 +87,8 @@ func serveWorker() int {
 		}
 		res := handle(req)
 		if len(res.Result) > limit {
-			res = response{Error: fmt.Sprintf("proc: result of %d bytes is over the pool's limit of %d (PoolOptions.MaxMessage)",
-				len(res.Result), limit), Permanent: true}
+			res = response{Report: call.Report{Error: fmt.Sprintf("proc: result of %d bytes is over the pool's limit of %d (PoolOptions.MaxMessage)",
+				len(res.Result), limit), Permanent: true}}
 		}
 		res.Seq = req.Seq
 		if err := enc.Encode(res); err != nil {
@@ -97,12 +100,12 @@ func serveWorker() int {
 // maxMessageEnv passes PoolOptions.MaxMessage to a worker.
 const maxMessageEnv = "RUNCUE_POOL_MAX_MESSAGE"
 
-func handle(req request) (res response) {
+func handle(req request) response {
 	registry.RLock()
 	h := registry.m[req.Handler]
 	registry.RUnlock()
 	if h == nil {
-		return response{Error: fmt.Sprintf("runcue: no pool handler %q registered in the worker", req.Handler), Permanent: true}
+		return response{Report: call.Report{Error: fmt.Sprintf("runcue: no pool handler %q registered in the worker", req.Handler), Permanent: true}}
 	}
 	ctx := context.Background()
 	if req.Deadline != 0 {
@@ -110,20 +113,11 @@ func handle(req request) (res response) {
 		ctx, cancel = context.WithDeadline(ctx, time.Unix(0, req.Deadline))
 		defer cancel()
 	}
-	defer func() {
-		if v := recover(); v != nil {
-			res = response{Error: fmt.Sprintf("panic: %v\n%s", v, debug.Stack())}
-		}
-	}()
-	out, err := h(ctx, &runcue.Work{ID: req.ID, Task: req.Task, Target: req.Target, Params: req.Params, Attempt: req.Attempt})
-	if err != nil {
-		return response{Error: err.Error(), Permanent: errors.Is(err, runcue.ErrPermanent)}
-	}
-	b, err := json.Marshal(out)
-	if err != nil {
-		return response{Error: fmt.Sprintf("runcue: encode result: %v", err), Permanent: true}
-	}
-	return response{Result: b}
+	w := &runcue.Work{ID: req.ID, Task: req.Task, Target: req.Target, Params: req.Params, Attempt: req.Attempt}
+	out, err := call.Invoke(ctx, func(ctx context.Context) (any, error) { return h(ctx, w) }, math.MaxInt)
+	r := call.ReportOf(err)
+	r.Result = out
+	return response{Report: r}
 }
 
 // PoolOptions configure a Pool. The zero value is valid.
@@ -233,11 +227,7 @@ func (p *Pool) Handler(name string) runcue.Handler {
 		} else {
 			p.putBack(wk)
 		}
-		if res.Error != "" {
-			err := errors.New(res.Error)
-			if res.Permanent {
-				err = runcue.Permanent(err)
-			}
+		if err := res.Err(); err != nil {
 			return nil, err
 		}
 		return res.Result, nil

@@ -39,6 +39,7 @@ func TestMain(m *testing.M) {
 	proc.Register("panic", func(context.Context, *runcue.Work) (any, error) { panic("handler bug") })
 	proc.Register("exit3", func(context.Context, *runcue.Work) (any, error) { os.Exit(3); return nil, nil })
 	proc.Register("hang", func(context.Context, *runcue.Work) (any, error) { select {} })
+	proc.Register("skip", func(context.Context, *runcue.Work) (any, error) { return nil, runcue.Skip("nothing to do") })
 	proc.Register("bad-input", func(context.Context, *runcue.Work) (any, error) {
 		return nil, runcue.Permanent(errors.New("unparseable"))
 	})
@@ -328,7 +329,7 @@ func TestPool(t *testing.T) {
 	pool, err := proc.NewPool(c, proc.PoolOptions{Size: 2})
 	require.NoError(t, err)
 	defer pool.Close()
-	for _, name := range []string{"echo", "panic", "exit3", "bad-input"} {
+	for _, name := range []string{"echo", "panic", "exit3", "bad-input", "skip"} {
 		require.NoError(t, c.Task(name, runcue.Task{Services: []string{pool.Service()}, Handler: pool.Handler(name),
 			Retry: runcue.RetryPolicy{MaxAttempts: 1}}))
 	}
@@ -362,8 +363,12 @@ func TestPool(t *testing.T) {
 	h := run("hang")
 	assert.Equal(t, runcue.StateFailed, h.State)
 	assert.Equal(t, "timeout", h.ErrorKind)
+	assert.Equal(t, "panic", p.ErrorKind, "a worker's panic is a panic, as in-process")
 	b := run("bad-input")
 	assert.Equal(t, "unparseable", b.Error)
+	s := run("skip")
+	assert.Equal(t, runcue.StateSkipped, s.State, "a worker's Skip skips the unit, as in-process")
+	assert.Equal(t, "nothing to do", s.Error)
 	after := run("echo")
 	assert.Equal(t, runcue.StateCompleted, after.State, "the next unit runs on a fresh worker")
 	assert.LessOrEqual(t, pool.Workers(), 2)

@@ -118,3 +118,8 @@ func (p RetryPolicy) Delay(failures int, r float64) time.Duration {
 	}
 	return time.Duration(d)
 }
+
+// MaxTimeout bounds the timeouts and other durations runcue adds to the
+// time (Submission and Task timeouts, DependencyTimeout, Config's timeouts
+// and retentions, a Retry-After's delay): 100 years.
+const MaxTimeout = 100 * 365 * 24 * time.Hour

@@ -1,9 +1,11 @@
-package runcue
+package execloop
 
 import (
 	"context"
 	"errors"
 	"time"
+
+	rt "github.com/runcue/runcue/runcuetype"
 
 	"github.com/runcue/runcue/store"
 )
@@ -14,7 +16,7 @@ import (
 // register registers the executor (again); registered is false while
 // another live process holds its ID. What is assigned to the name before
 // it registers was assigned to an earlier process of the name (see found).
-func (x *Executor) register(ctx context.Context) (registered bool, err error) {
+func (x *Loop) register(ctx context.Context) (registered bool, err error) {
 	rctx, cancel := context.WithTimeout(ctx, x.cfg.TTL/2)
 	defer cancel()
 	prior, err := x.es.Assigned(rctx, x.cfg.ID)
@@ -47,7 +49,7 @@ func (x *Executor) register(ctx context.Context) (registered bool, err error) {
 
 // beat stores a heartbeat; registered is false once the store judged this
 // process gone and another took its ID over.
-func (x *Executor) beat(ctx context.Context) (registered bool, err error) {
+func (x *Loop) beat(ctx context.Context) (registered bool, err error) {
 	sent := x.cfg.Clock.Now()
 	bctx, cancel := context.WithTimeout(ctx, x.cfg.Heartbeat)
 	defer cancel()
@@ -63,7 +65,7 @@ func (x *Executor) beat(ctx context.Context) (registered bool, err error) {
 	// runs it held were requeued, and their reports will be refused.
 	x.mu.Lock()
 	for _, r := range x.runs {
-		r.cancel(ErrLeaseLost)
+		r.cancel(rt.ErrLeaseLost)
 	}
 	x.mu.Unlock()
 	return x.register(ctx)
@@ -71,7 +73,7 @@ func (x *Executor) beat(ctx context.Context) (registered bool, err error) {
 
 // unavailable notes a transient failure of the store, logged once per
 // outage.
-func (x *Executor) unavailable(err error) {
+func (x *Loop) unavailable(err error) {
 	if x.outage.IsZero() {
 		x.outage = time.Now()
 		x.log.Warn("runcue: executor: the store is unavailable: retrying; no run starts until a heartbeat is stored", "executor", x.cfg.ID, "error", err)
@@ -79,7 +81,7 @@ func (x *Executor) unavailable(err error) {
 }
 
 // available notes that the store answered.
-func (x *Executor) available() {
+func (x *Loop) available() {
 	if !x.outage.IsZero() {
 		x.log.Info("runcue: executor: the store answers again", "executor", x.cfg.ID, "unavailable_for", time.Since(x.outage).Round(time.Millisecond))
 		x.outage = time.Time{}
@@ -87,7 +89,7 @@ func (x *Executor) available() {
 }
 
 // logOnce logs msg at Warn unless *said, and sets it.
-func (x *Executor) logOnce(said *bool, msg string, args ...any) {
+func (x *Loop) logOnce(said *bool, msg string, args ...any) {
 	if !*said {
 		x.log.Warn(msg, args...)
 		*said = true

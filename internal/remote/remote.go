@@ -1,21 +1,5 @@
-package runcue
-
-import (
-	"context"
-	"encoding/json"
-	"errors"
-	"slices"
-	"sync"
-	"time"
-
-	"github.com/runcue/runcue/internal/clocksync"
-	"github.com/runcue/runcue/internal/engine"
-	"github.com/runcue/runcue/internal/writer"
-	"github.com/runcue/runcue/store"
-)
-
-// The remote Runner: the runs of remote tasks (Task.Remote), handed to
-// executors (Executor) through the store. The scheduler still decides every
+// Package remote is the owner's Runner of remote tasks (Task.Remote):
+// their runs, handed to executors (runcue.Executor) through the store. The scheduler still decides every
 // start; the Runner picks a live executor with room that runs the task,
 // writes the assignment with its start deadline on the store's clock (the
 // run's StartBy, or its deadline, less this host's offset uncertainty),
@@ -24,12 +8,30 @@ import (
 // end. A run whose executor stops heartbeating ends as lost (requeued, no
 // budget spent); its Finish deletes the assignment in its transaction, so
 // that a late report from that executor is refused (store.ErrStaleRun).
+package remote
 
-// remoteRunner is one engine's Runner of its remote tasks. The engine calls
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/runcue/runcue/clock"
+	rt "github.com/runcue/runcue/runcuetype"
+
+	"github.com/runcue/runcue/internal/clocksync"
+	"github.com/runcue/runcue/internal/engine"
+	"github.com/runcue/runcue/internal/writer"
+	"github.com/runcue/runcue/store"
+)
+
+// Runner is one engine's Runner of its remote tasks. The engine calls
 // Launch, Cancel, Adopt and EndOps on its goroutine; the loop (run) reads
 // the store; mu guards the rest.
-type remoteRunner struct {
-	c    *Cue
+type Runner struct {
+	d    Deps
 	es   store.ExecutorStore
 	e    *engine.Engine
 	loop sync.Once
@@ -87,20 +89,30 @@ var errNotAssigned = errors.New("runcue: the run could not be assigned to an exe
 // last instant its handler could start.
 var errNoRoom = errors.New("runcue: no executor had room for the run before its start deadline")
 
-// ErrExecutorLost is the error recorded for a run whose executor stopped
-// heartbeating before it reported the run's end: the unit is requeued, no
-// retry budget spent (attempt outcome "abandoned").
-var ErrExecutorLost = errors.New("runcue: the executor running the unit stopped")
+// Deps are what a Runner works with, fixed for its life.
+type Deps struct {
+	// Store must implement store.ExecutorStore.
+	Store  store.Store
+	Writer *writer.Writer
+	Clock  clock.Clock
+	Log    *slog.Logger
+	// PollInterval is how often the executors are read without a
+	// notification; MaxStartDelay is the Cue's (an executor must poll
+	// well inside it to be assigned runs).
+	PollInterval, MaxStartDelay time.Duration
+}
 
-func newRemoteRunner(c *Cue) *remoteRunner {
-	es, _ := c.st.(store.ExecutorStore)
-	return &remoteRunner{c: c, es: es, runs: map[string]*remoteRun{}, execs: map[string]*execState{},
+// New returns the Runner of one engine; Bind gives it the engine before
+// the engine runs.
+func New(d Deps) *Runner {
+	es, _ := d.Store.(store.ExecutorStore)
+	return &Runner{d: d, es: es, runs: map[string]*remoteRun{}, execs: map[string]*execState{},
 		rooms: map[string]int{}, refused: map[string]bool{}, clock: clocksync.Estimator{}, finishing: map[string]finishingRun{},
 		wake: make(chan struct{}, 1)}
 }
 
-// addTask records a remote task (registration, under the Cue's mu).
-func (rr *remoteRunner) addTask(name string) {
+// AddTask records a remote task (registration, under the Cue's mu).
+func (rr *Runner) AddTask(name string) {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	if !slices.Contains(rr.remote, name) {
@@ -108,18 +120,18 @@ func (rr *remoteRunner) addTask(name string) {
 	}
 }
 
-// hasTasks reports whether a remote task is registered.
-func (rr *remoteRunner) hasTasks() bool {
+// HasTasks reports whether a remote task is registered.
+func (rr *Runner) HasTasks() bool {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	return len(rr.remote) > 0
 }
 
-// start starts the loop, once; it ends with the engine.
-func (rr *remoteRunner) start() { rr.loop.Do(func() { go rr.run() }) }
+// Start starts the loop, once; it ends with the engine.
+func (rr *Runner) Start() { rr.loop.Do(func() { go rr.run() }) }
 
 // Launch implements engine.Runner.
-func (rr *remoteRunner) Launch(p *engine.Run) {
+func (rr *Runner) Launch(p *engine.Run) {
 	x := &remoteRun{p: p}
 	p.Handle = x
 	rr.mu.Lock()
@@ -132,7 +144,7 @@ func (rr *remoteRunner) Launch(p *engine.Run) {
 
 // Adopt implements engine.Adopter: x's executor is learnt from the next
 // read of the assignments.
-func (rr *remoteRunner) Adopt(p *engine.Run) {
+func (rr *Runner) Adopt(p *engine.Run) {
 	x := &remoteRun{p: p, assigned: true}
 	p.Handle = x
 	rr.mu.Lock()
@@ -143,7 +155,7 @@ func (rr *remoteRunner) Adopt(p *engine.Run) {
 
 // Cancel implements engine.Runner: a run not assigned yet ends now; an
 // assigned one's executor is asked to stop its handler.
-func (rr *remoteRunner) Cancel(p *engine.Run, cause error) {
+func (rr *Runner) Cancel(p *engine.Run, cause error) {
 	x := p.Handle.(*remoteRun)
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
@@ -153,7 +165,7 @@ func (rr *remoteRunner) Cancel(p *engine.Run, cause error) {
 	if i := slices.Index(rr.pending, x); i >= 0 {
 		rr.pending = slices.Delete(rr.pending, i, i+1)
 		x.ended = true
-		p.Done(engine.Ending{Err: publicCause(cause), NotStarted: true, At: rr.c.clock.Now()})
+		p.Done(engine.Ending{Err: publicCause(cause), NotStarted: true, At: rr.d.Clock.Now()})
 		return
 	}
 	why := "cancelled"
@@ -170,18 +182,21 @@ func (rr *remoteRunner) Cancel(p *engine.Run, cause error) {
 func publicCause(cause error) error {
 	switch cause {
 	case engine.ErrTimeout:
-		return ErrTimeout
+		return rt.ErrTimeout
 	case engine.ErrShutdown:
-		return ErrShutdown
+		return rt.ErrShutdown
 	case engine.ErrCancelled:
-		return ErrCancelled
+		return rt.ErrCancelled
 	}
 	return cause
 }
 
+// Bind gives rr its engine, before the engine runs.
+func (rr *Runner) Bind(e *engine.Engine) { rr.e = e }
+
 // EndOps implements engine.EndWriter: the run's assignment is deleted with
 // its Finish, and its executor's slot freed.
-func (rr *remoteRunner) EndOps(p *engine.Run) []store.Op {
+func (rr *Runner) EndOps(p *engine.Run) []store.Op {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	if x := rr.runs[p.ID]; x != nil && x.p == p {
@@ -203,7 +218,7 @@ func (rr *remoteRunner) EndOps(p *engine.Run) []store.Op {
 // place assigns x to the live executor with the most room that runs its
 // task; false when none has room (or the offset is not measured yet).
 // rr.mu is held.
-func (rr *remoteRunner) place(x *remoteRun) bool {
+func (rr *Runner) place(x *remoteRun) bool {
 	p := x.p
 	var best *execState
 	for _, ex := range rr.execs {
@@ -219,7 +234,7 @@ func (rr *remoteRunner) place(x *remoteRun) bool {
 	}
 	// The last instant the handler may start, on this engine's timeline:
 	// StartBy for a run its windows count, else its deadline (wall).
-	by := now.Add(p.Deadline.Sub(rr.c.clock.Now()))
+	by := now.Add(p.Deadline.Sub(rr.d.Clock.Now()))
 	if !p.StartBy.IsZero() && p.StartBy.Before(by) {
 		by = p.StartBy
 	}
@@ -227,7 +242,7 @@ func (rr *remoteRunner) place(x *remoteRun) bool {
 	x.exec, x.slot = best.rec.ID, best
 	op := &store.Assign{Epoch: p.Epoch, ID: p.ID, Task: p.Task, Owner: p.Owner, Run: p.Attempt, Executor: best.rec.ID,
 		// The earliest store instant that can be by here.
-		StartBy: by.Add(offset - unc), Timeout: p.Deadline.Sub(rr.c.clock.Now())}
+		StartBy: by.Add(offset - unc), Timeout: p.Deadline.Sub(rr.d.Clock.Now())}
 	rr.submit(op, func(r store.Result) {
 		rr.mu.Lock()
 		defer rr.mu.Unlock()
@@ -237,7 +252,7 @@ func (rr *remoteRunner) place(x *remoteRun) bool {
 		}
 		if !x.ended {
 			x.ended = true
-			p.Done(engine.Ending{Err: errNotAssigned, NotStarted: true, Class: engine.ClassLateStart, At: rr.c.clock.Now()})
+			p.Done(engine.Ending{Err: errNotAssigned, NotStarted: true, Class: engine.ClassLateStart, At: rr.d.Clock.Now()})
 		}
 	})
 	return true
@@ -246,9 +261,9 @@ func (rr *remoteRunner) place(x *remoteRun) bool {
 // placePending assigns the pending runs that now have room, and ends as
 // late starts (nothing ran, no budget spent) those that waited past the
 // last instant their handlers could start. rr.mu is held.
-func (rr *remoteRunner) placePending() {
+func (rr *Runner) placePending() {
 	kept := rr.pending[:0]
-	now, wall := rr.e.Now(), rr.c.clock.Now()
+	now, wall := rr.e.Now(), rr.d.Clock.Now()
 	for _, x := range rr.pending {
 		p := x.p
 		if !x.ended && ((!p.StartBy.IsZero() && now.After(p.StartBy)) || !wall.Before(p.Deadline)) {
@@ -267,8 +282,8 @@ func (rr *remoteRunner) placePending() {
 
 // submit writes op; then, if set, calls done with its result (on the
 // writer's goroutine).
-func (rr *remoteRunner) submit(op store.Op, done func(store.Result)) {
-	err := rr.c.w.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
+func (rr *Runner) submit(op store.Op, done func(store.Result)) {
+	err := rr.d.Writer.Submit(&writer.Request{Ops: []store.Op{op}, Done: func(res []store.Result, err error) {
 		if done == nil {
 			return
 		}
@@ -284,7 +299,7 @@ func (rr *remoteRunner) submit(op store.Op, done func(store.Result)) {
 }
 
 // poke wakes the loop.
-func (rr *remoteRunner) poke() {
+func (rr *Runner) poke() {
 	select {
 	case rr.wake <- struct{}{}:
 	default:
@@ -293,29 +308,29 @@ func (rr *remoteRunner) poke() {
 
 // run is the loop: it reads the executors and the assignments every
 // PollInterval (and at the store's notifications), until stop.
-func (rr *remoteRunner) run() {
+func (rr *Runner) run() {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var notes <-chan struct{}
-	if w, ok := rr.c.st.(store.ExecutorWatcher); ok {
+	if w, ok := rr.d.Store.(store.ExecutorWatcher); ok {
 		notes, _ = w.WatchReported(ctx)
-	} else if w, ok := rr.c.st.(store.Watcher); ok {
+	} else if w, ok := rr.d.Store.(store.Watcher); ok {
 		notes, _ = w.Watch(ctx)
 	}
-	tick := time.NewTicker(rr.c.cfg.PollInterval)
+	tick := time.NewTicker(rr.d.PollInterval)
 	defer tick.Stop()
 	full := true
 	var failing time.Time // when the reads began to fail (logged once an outage)
 	for {
-		rctx, cancelRead := context.WithTimeout(ctx, readTimeout(rr.c.st))
+		rctx, cancelRead := context.WithTimeout(ctx, readTimeout(rr.d.Store))
 		err := rr.read(rctx, full)
 		cancelRead()
 		switch {
 		case err != nil && ctx.Err() == nil && failing.IsZero():
 			failing = time.Now()
-			rr.c.log.Warn("runcue: read the executors: retrying at every poll", "error", err)
+			rr.d.Log.Warn("runcue: read the executors: retrying at every poll", "error", err)
 		case err == nil && !failing.IsZero():
-			rr.c.log.Info("runcue: read the executors: the store answers again", "failed_for", time.Since(failing).Round(time.Millisecond))
+			rr.d.Log.Info("runcue: read the executors: the store answers again", "failed_for", time.Since(failing).Round(time.Millisecond))
 			failing = time.Time{}
 		}
 		select {
@@ -355,7 +370,7 @@ const syncEvery = 10 * time.Second
 // read measures the offset when due, reads the executors and the
 // assignments, and applies them: starts and ends reported, runs of
 // executors gone, the tasks' room, the pending runs placed.
-func (rr *remoteRunner) read(ctx context.Context, full bool) error {
+func (rr *Runner) read(ctx context.Context, full bool) error {
 	if now := rr.e.Now(); rr.synced.IsZero() || now.Sub(rr.synced) >= syncEvery {
 		if err := rr.sync(ctx); err != nil {
 			return err
@@ -399,7 +414,7 @@ func (rr *remoteRunner) read(ctx context.Context, full bool) error {
 
 // known is what the next read of the reports need not return: the starts
 // taken, the ends taken, and the runs finishing. It counts the read.
-func (rr *remoteRunner) known() []store.Known {
+func (rr *Runner) known() []store.Known {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	rr.reads++
@@ -426,15 +441,15 @@ func (rr *remoteRunner) known() []store.Known {
 // applyExecutors takes the executors read at storeNow (the store's clock):
 // the live ones whose poll is well inside MaxStartDelay, and each remote
 // task's room. rr.mu is held.
-func (rr *remoteRunner) applyExecutors(execs []store.ExecutorRecord, storeNow time.Time) {
+func (rr *Runner) applyExecutors(execs []store.ExecutorRecord, storeNow time.Time) {
 	live := make(map[string]*execState, len(execs))
 	for _, rec := range execs {
-		if rec.Poll > rr.c.cfg.MaxStartDelay/4 {
+		if rec.Poll > rr.d.MaxStartDelay/4 {
 			// It could read an assignment after its start deadline.
 			if !rr.refused[rec.ID] {
 				rr.refused[rec.ID] = true
-				rr.c.log.Warn("runcue: an executor's poll interval is not well inside MaxStartDelay (at most a quarter of it); no run is assigned to it",
-					"executor", rec.ID, "poll", rec.Poll, "max_start_delay", rr.c.cfg.MaxStartDelay)
+				rr.d.Log.Warn("runcue: an executor's poll interval is not well inside MaxStartDelay (at most a quarter of it); no run is assigned to it",
+					"executor", rec.ID, "poll", rec.Poll, "max_start_delay", rr.d.MaxStartDelay)
 			}
 			continue
 		}
@@ -472,7 +487,7 @@ func (rr *remoteRunner) applyExecutors(execs []store.ExecutorRecord, storeNow ti
 
 // applyReports tells the engine of the starts and ends reported, and
 // returns the runs the assignments named. rr.mu is held.
-func (rr *remoteRunner) applyReports(as []store.Assignment) map[string]bool {
+func (rr *Runner) applyReports(as []store.Assignment) map[string]bool {
 	offset, unc, _ := rr.clock.Estimate(rr.e.Now())
 	seen := make(map[string]bool, len(as))
 	for _, a := range as {
@@ -501,7 +516,7 @@ func (rr *remoteRunner) applyReports(as []store.Assignment) map[string]bool {
 		// there at once, ahead of the present).
 		if a.State == store.AssignEnded {
 			x.ended = true
-			x.p.Done(endingOf(a.Ending, rr.c.clock.Now()))
+			x.p.Done(endingOf(a.Ending, rr.d.Clock.Now()))
 		}
 	}
 	return seen
@@ -510,7 +525,7 @@ func (rr *remoteRunner) applyReports(as []store.Assignment) map[string]bool {
 // endLost ends, as lost, the runs of executors no longer live, and the
 // adopted runs no assignment names (seen: those a full read found). rr.mu
 // is held.
-func (rr *remoteRunner) endLost(seen map[string]bool) {
+func (rr *Runner) endLost(seen map[string]bool) {
 	for _, x := range rr.runs {
 		switch {
 		case x.ended || !x.assigned:
@@ -519,18 +534,18 @@ func (rr *remoteRunner) endLost(seen map[string]bool) {
 			// before its Assign committed, so no executor runs it.
 			if x.unseen++; x.unseen >= 2 {
 				x.ended = true
-				x.p.Done(engine.Ending{Err: ErrExecutorLost, Class: engine.ClassLost, At: rr.c.clock.Now()})
+				x.p.Done(engine.Ending{Err: rt.ErrExecutorLost, Class: engine.ClassLost, At: rr.d.Clock.Now()})
 			}
 		case x.exec != "" && rr.execs[x.exec] == nil:
 			x.ended = true
-			x.p.Done(engine.Ending{Err: ErrExecutorLost, Class: engine.ClassLost, At: rr.c.clock.Now()})
+			x.p.Done(engine.Ending{Err: rt.ErrExecutorLost, Class: engine.ClassLost, At: rr.d.Clock.Now()})
 		}
 	}
 }
 
 // adoptedUnknown reports whether an adopted run's executor is not known
 // yet.
-func (rr *remoteRunner) adoptedUnknown() bool {
+func (rr *Runner) adoptedUnknown() bool {
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
 	for _, x := range rr.runs {
@@ -542,7 +557,7 @@ func (rr *remoteRunner) adoptedUnknown() bool {
 }
 
 // sync measures the offset of the engine's timeline to the store's clock.
-func (rr *remoteRunner) sync(ctx context.Context) error {
+func (rr *Runner) sync(ctx context.Context) error {
 	sent := rr.e.Now()
 	remote, err := rr.es.Now(ctx)
 	if err != nil {
@@ -554,34 +569,4 @@ func (rr *remoteRunner) sync(ctx context.Context) error {
 	rr.clock.Add(clocksync.Sample{Sent: sent, Received: received, Remote: remote})
 	rr.synced = received
 	return nil
-}
-
-// endingOf decodes an executor's report of a run's end (see remoteEnding).
-func endingOf(b []byte, at time.Time) engine.Ending {
-	var r remoteEnding
-	if err := json.Unmarshal(b, &r); err != nil {
-		return engine.Ending{Err: Permanent(errors.New("runcue: an executor's report could not be read: " + err.Error())), At: at}
-	}
-	for name, n := range r.Used { // an executor of another version may not bound them
-		r.Used[name] = boundUsed(n)
-	}
-	e := engine.Ending{Result: r.Result, NotStarted: r.NotStarted, Used: r.Used, Permanent: r.Permanent, Overload: r.Overload, At: at}
-	if r.Error != "" {
-		e.Err = errors.New(r.Error)
-	}
-	switch {
-	case r.Late:
-		e.Class = engine.ClassLateStart
-	case r.Lost:
-		e.Class = engine.ClassLost
-	case r.Skip != nil:
-		e.Class, e.SkipReason = engine.ClassSkip, *r.Skip
-	case r.RetryAfter != nil:
-		e.Class, e.Delay, e.Services = engine.ClassRetryAfter, time.Duration(*r.RetryAfter)*time.Millisecond, r.Services
-	case r.Timeout:
-		e.Class = engine.ClassTimeout
-	case r.Panic:
-		e.Class = engine.ClassPanic
-	}
-	return e
 }
