@@ -5,7 +5,6 @@ import (
 
 	rt "github.com/runcue/runcue/runcuetype"
 
-	"github.com/runcue/runcue/runcuetype"
 	"github.com/runcue/runcue/store"
 )
 
@@ -27,11 +26,11 @@ func chargeOf(s string) rt.Charge {
 }
 
 // period returns a stored budget's period.
-func period(b store.BudgetDef) runcuetype.Period {
+func period(b store.BudgetDef) rt.Period {
 	if b.Per == "month" {
-		return runcuetype.PerMonth
+		return rt.PerMonth
 	}
-	return runcuetype.PerDay
+	return rt.PerDay
 }
 
 // location returns a stored budget's time zone.

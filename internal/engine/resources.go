@@ -10,7 +10,6 @@ import (
 
 	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/internal/heaps"
-	"github.com/runcue/runcue/runcuetype"
 	"github.com/runcue/runcue/store"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
@@ -78,7 +77,7 @@ type resource struct {
 	// budgetSpecs are the Budgets that Resource.Budgets count, in order.
 	budgetSpecs []store.BudgetDef
 	// byPeriod are its metric attributes per budget period, built once.
-	byPeriod map[runcuetype.Period]metric.MeasurementOption
+	byPeriod map[rt.Period]metric.MeasurementOption
 	keyed    bool
 	waiters  *heaps.Heap[*lane]
 	// timerAt is the pending wake-up timer, if any.
@@ -115,11 +114,11 @@ func (r *resource) attrs() metric.MeasurementOption {
 	return r.svcAttrs
 }
 
-func (r *resource) periodAttrs(p runcuetype.Period) metric.MeasurementOption {
+func (r *resource) periodAttrs(p rt.Period) metric.MeasurementOption {
 	o, ok := r.byPeriod[p]
 	if !ok {
 		if r.byPeriod == nil {
-			r.byPeriod = make(map[runcuetype.Period]metric.MeasurementOption)
+			r.byPeriod = make(map[rt.Period]metric.MeasurementOption)
 		}
 		o = metric.WithAttributes(attribute.String("service", r.class), attribute.String("period", p.String()))
 		r.byPeriod[p] = o
