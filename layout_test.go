@@ -118,24 +118,22 @@ func TestFileSizes(t *testing.T) {
 func exportedDecls(t *testing.T, dir string) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	{
-		for name, f := range parseLibrary(t, dir) {
-			for _, d := range f.Decls {
-				g, ok := d.(*ast.GenDecl)
-				if !ok || (g.Tok != token.TYPE && g.Tok != token.CONST) {
-					continue
-				}
-				for _, s := range g.Specs {
-					switch s := s.(type) {
-					case *ast.TypeSpec:
-						if s.Name.IsExported() && !s.Assign.IsValid() {
-							out[s.Name.Name] = filepath.Base(name)
-						}
-					case *ast.ValueSpec:
-						for _, n := range s.Names {
-							if n.IsExported() {
-								out[n.Name] = filepath.Base(name)
-							}
+	for name, f := range parseLibrary(t, dir) {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok || (g.Tok != token.TYPE && g.Tok != token.CONST) {
+				continue
+			}
+			for _, s := range g.Specs {
+				switch s := s.(type) {
+				case *ast.TypeSpec:
+					if s.Name.IsExported() && !s.Assign.IsValid() {
+						out[s.Name.Name] = filepath.Base(name)
+					}
+				case *ast.ValueSpec:
+					for _, n := range s.Names {
+						if n.IsExported() {
+							out[n.Name] = filepath.Base(name)
 						}
 					}
 				}
@@ -201,14 +199,12 @@ func TestLeafImports(t *testing.T) {
 func rootRunners(t *testing.T) []string {
 	t.Helper()
 	var out []string
-	{
-		for name, f := range parseLibrary(t, ".") {
-			for _, d := range f.Decls {
-				if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
-					switch fd.Name.Name {
-					case "Launch", "execute", "poll":
-						out = append(out, name+": "+fd.Name.Name)
-					}
+	for name, f := range parseLibrary(t, ".") {
+		for _, d := range f.Decls {
+			if fd, ok := d.(*ast.FuncDecl); ok && fd.Recv != nil {
+				switch fd.Name.Name {
+				case "Launch", "execute", "poll":
+					out = append(out, name+": "+fd.Name.Name)
 				}
 			}
 		}
