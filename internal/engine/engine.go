@@ -11,10 +11,10 @@
 //   - the Meters of each resource (package internal/broker): whether a
 //     dispatch may start now, and if not until when and why.
 //
-// Nothing here knows a user's Go types: tasks arrive as TaskSpecs, limits
-// as store.ServiceDefs, callbacks as funcs over plain values, and what the
-// engine reports (status, explanations, statistics) leaves as the structs
-// of this package, which runcue turns into its own.
+// Nothing here knows a user's handlers: tasks arrive as TaskSpecs, limits
+// as store.ServiceDefs, callbacks as funcs over plain values. What the
+// engine reports (status, explanations, statistics) is in runcuetype's
+// types, the ones runcue's users read.
 package engine
 
 import (

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // txn is one Apply: a transaction on a connection of the pool.
@@ -211,16 +212,10 @@ func (s *Store) apply(ctx context.Context, ops []store.Op, first int, optimistic
 // deposed owner's write either commits before the new owner's epoch does
 // or fails here.
 func (t *txn) fenced(op store.Op) (bool, error) {
-	o, ok := op.(store.OwnerOp)
-	if !ok || o.OwnerEpoch() == 0 {
-		return false, nil
-	}
-	if t.epoch < 0 {
-		if err := t.tx.QueryRow(t.ctx, `SELECT epoch FROM owner_lease WHERE id = 1 FOR SHARE`).Scan(&t.epoch); err != nil {
-			return false, err
-		}
-	}
-	return o.OwnerEpoch() != t.epoch, nil
+	return sqlcommon.Fenced(op, &t.epoch, func() (epoch int64, err error) {
+		err = t.tx.QueryRow(t.ctx, `SELECT epoch FROM owner_lease WHERE id = 1 FOR SHARE`).Scan(&epoch)
+		return epoch, err
+	})
 }
 
 // queue adds a statement whose result nothing reads to t.later.
@@ -320,60 +315,8 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 		return t.claim(op, r)
 	case *store.Finish:
 		return t.finish(op, r)
-	case *store.Recover:
-		return store.ApplyRecover(t, op, r)
-	case *store.Cancel:
-		return t.savepoint(r, func() error { return store.ApplyCancel(t, op, r) })
-	case *store.Requeue:
-		return store.ApplyRequeue(t, op, r)
-	case *store.Heartbeat:
-		ok, err := t.changed(`UPDATE work_units SET heartbeat_at=$1, lease_expires_at=greatest(lease_expires_at, $2)
-			WHERE id=$3 AND state='running' AND leased_by=$4 AND runs=$5`,
-			ns(op.At), ns(op.LeaseExpires), op.ID, op.Owner, op.Run)
-		r.Applied = ok
-		return err
-	case *store.PutTask:
-		_, err := t.exec(`INSERT INTO tasks(name, def) VALUES($1, $2) ON CONFLICT(name) DO UPDATE SET def=excluded.def`, op.Name, op.Def)
-		r.Applied = err == nil
-		return err
-	case *store.PutService:
-		return t.putService(op, r)
-	case *store.PutMeterState:
-		return t.putMeterState(op, r)
-	case *store.Reconcile:
-		ok, err := t.changed(`UPDATE service_log SET amount=$1, reconciled=true
-			WHERE service=$2 AND meter=$3 AND work_id=$4 AND started_at=$5 AND NOT reconciled`,
-			op.Amount, op.Service, op.Meter, op.WorkID, ns(op.At))
-		r.Applied = ok
-		return err
-	case *store.LogUsage:
-		_, err := t.exec(`INSERT INTO service_log(service, meter, amount, started_at, work_id) VALUES($1,$2,$3,$4,NULL)`,
-			op.Service, op.Meter, op.Amount, ns(op.At))
-		r.Applied = err == nil
-		return err
-	case *store.SetPause:
-		return t.setPause(op, r)
-	case *store.Ack:
-		return t.ack(op, r)
-	case *store.AppendEvent:
-		ev := op.Event
-		if err := t.event(&ev, op.Event.Time); err != nil {
-			return err
-		}
-		r.Applied = true
-		r.Events = append(r.Events, ev)
-		return nil
-	case *store.Prune:
-		// The log's end is read (FirstEventAt): the events this
-		// transaction appended so far are written first.
-		if err := t.flushEvents(true); err != nil {
-			return err
-		}
-		return store.ApplyPrune(t, op, r)
-	case *store.FailQueued:
-		return store.ApplyFailQueued(t, op, r)
 	}
-	if ok, err := t.applyRemote(op, r); ok {
+	if ok, err := sqlcommon.Apply(common{t}, op, r); ok {
 		return err
 	}
 	return fmt.Errorf("runcue: postgres: unknown op %T", op)

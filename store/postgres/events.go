@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // The event log's write side: a transaction's events are numbered as they
@@ -14,12 +15,7 @@ import (
 
 // event appends ev, filling Seq, and Time from at when zero.
 func (t *txn) event(ev *store.Event, at time.Time) error {
-	if ev.Time.IsZero() {
-		ev.Time = at
-	}
-	if ev.Data == nil && ev.Detail != nil {
-		ev.Data = ev.Detail.Encode()
-	}
+	sqlcommon.Stamp(ev, at)
 	ev.Seq = t.nextSeq
 	t.nextSeq++
 	t.pending = append(t.pending, *ev)
@@ -43,20 +39,14 @@ func (t *txn) flushEvents(mid bool) error {
 		t.pending = t.pending[:0]
 		clear(t.recorded)
 	}()
-	enc := &t.enc
-	for start := 0; start < len(pending); start += store.MaxBlockEvents {
-		enc.Reset()
-		end := min(start+store.MaxBlockEvents, len(pending))
-		for i := start; i < end; i++ {
-			enc.Add(&pending[i])
-		}
-		// mid: a Prune reads the log, and the transaction may append more
-		// events after these.
-		b := enc.Block(mid || end < len(pending))
+	// A block continues when more of the transaction's events follow it,
+	// or (mid) a Prune reads the log and more may be appended after.
+	_ = sqlcommon.Blocks(&t.enc, pending, mid, func(b store.EventBlock) error {
 		// Its data is the encoder's, which the next block reuses.
 		t.queue(`INSERT INTO event_blocks(last, first, min_at, max_at, data) VALUES($1, $2, $3, $4, $5)`,
 			b.Last, b.First, b.MinAt, b.MaxAt, bytes.Clone(b.Data))
-	}
+		return nil
+	})
 	// Units' records, in one statement.
 	index := map[string]int{}
 	var ids []string

@@ -5,73 +5,11 @@ import (
 	"time"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // Maintenance ops: service records, pauses, subscriptions, and the storage
 // primitives of retention (store.ApplyPrune).
-
-func (t *txn) putService(op *store.PutService, r *store.Result) error {
-	if _, err := t.exec(`INSERT INTO services(name, def) VALUES($1, $2) ON CONFLICT(name) DO UPDATE SET def=coalesce(excluded.def, services.def)`,
-		op.Name, nullBytes(op.Def)); err != nil {
-		return err
-	}
-	if op.Override != nil {
-		if _, err := t.exec(`UPDATE services SET override=$1 WHERE name=$2`, nullBytes(op.Override), op.Name); err != nil {
-			return err
-		}
-	}
-	if op.Paused != nil {
-		if _, err := t.exec(`UPDATE services SET paused=$1 WHERE name=$2`, *op.Paused, op.Name); err != nil {
-			return err
-		}
-	}
-	r.Applied = true
-	return nil
-}
-
-func (t *txn) putMeterState(op *store.PutMeterState, r *store.Result) error {
-	var err error
-	if len(op.State) == 0 {
-		_, err = t.exec(`DELETE FROM meter_state WHERE service=$1 AND meter=$2`, op.Service, op.Meter)
-	} else {
-		_, err = t.exec(`INSERT INTO meter_state(service, meter, state) VALUES($1, $2, $3)
-			ON CONFLICT(service, meter) DO UPDATE SET state=excluded.state`, op.Service, op.Meter, op.State)
-	}
-	r.Applied = err == nil
-	return err
-}
-
-func (t *txn) setPause(op *store.SetPause, r *store.Result) error {
-	if op.Task == "" {
-		paused := 0
-		if op.Paused {
-			paused = 1
-		}
-		_, err := t.exec(`INSERT INTO meta(key, value) VALUES('paused', $1) ON CONFLICT(key) DO UPDATE SET value=excluded.value`, paused)
-		r.Applied = err == nil
-		return err
-	}
-	ok, err := t.changed(`UPDATE tasks SET paused=$1 WHERE name=$2`, op.Paused, op.Task)
-	r.Applied = ok
-	return err
-}
-
-func (t *txn) ack(op *store.Ack, r *store.Result) error {
-	var err error
-	switch {
-	case op.Remove:
-		r.Applied, err = t.changed(`DELETE FROM subscriptions WHERE name=$1`, op.Name)
-	case op.Create:
-		r.Applied, err = t.changed(`INSERT INTO subscriptions(name, acked, created_at, types, tasks) VALUES($1, $2, $3, $4, $5)
-			ON CONFLICT DO NOTHING`, op.Name, op.Seq, ns(op.At), store.EncodeNames(op.Types), store.EncodeNames(op.Tasks))
-	case op.SetFilter:
-		r.Applied, err = t.changed(`UPDATE subscriptions SET types = $1, tasks = $2 WHERE name = $3`,
-			store.EncodeNames(op.Types), store.EncodeNames(op.Tasks), op.Name)
-	default:
-		r.Applied, err = t.changed(`UPDATE subscriptions SET acked = greatest(acked, $1), acked_at = $2 WHERE name = $3`, op.Seq, ns(op.At), op.Name)
-	}
-	return err
-}
 
 // PruneFinished implements store.Tx.
 func (t *txn) PruneFinished(before time.Time, limit int) (int, error) {
@@ -129,15 +67,7 @@ func (t *txn) FirstEventAt(at time.Time) (int64, error) {
 		return 0, err
 	}
 	if ok {
-		seq := int64(0)
-		err := store.DecodeBlock(first, data, func(e store.Event) bool {
-			if ns(e.Time) >= ns(at) {
-				seq = e.Seq
-				return false
-			}
-			return true
-		})
-		if err != nil || seq > 0 {
+		if seq, err := sqlcommon.FirstAt(first, data, at); err != nil || seq > 0 {
 			return seq, err
 		}
 	}
@@ -193,24 +123,14 @@ func (t *txn) PruneEvents(below int64, limit int) (bool, error) {
 	if err := rows.Err(); err != nil {
 		return false, err
 	}
-	// The limit counts events; the query's, blocks (each holds at least
-	// one): a full page of blocks may have more below the cut after it.
-	more, upto, n := limit > 0 && len(blocks) == limit, int64(0), 0
-	for _, b := range blocks {
-		if limit > 0 && n >= limit {
-			more = true
-			break
-		}
-		upto = b[1]
-		n += int(b[1] - b[0] + 1)
+	// The block the cut falls in is not among those deleted (they end
+	// below it).
+	upto, more := sqlcommon.PrunePage(blocks, limit)
+	if err := t.cutBlock(below, more); err != nil {
+		return false, err
 	}
 	if upto > 0 {
 		if _, err := t.exec(`DELETE FROM event_blocks WHERE last <= $1`, upto); err != nil {
-			return false, err
-		}
-	}
-	if !more {
-		if err := t.cutBlock(below); err != nil {
 			return false, err
 		}
 	}
@@ -230,25 +150,20 @@ func (t *txn) PruneEvents(below int64, limit int) (bool, error) {
 
 // cutBlock writes the block that holds events both below and at or above
 // below again, without those below.
-func (t *txn) cutBlock(below int64) error {
+func (t *txn) cutBlock(below int64, more bool) error {
+	if more {
+		return nil // the cut is not reached yet
+	}
 	var first, last int64
 	var data []byte
 	ok, err := t.one(`SELECT first, last, data FROM event_blocks WHERE last >= $1 ORDER BY last LIMIT 1`, []any{below}, &first, &last, &data)
 	if err != nil || !ok || first >= below {
 		return err
 	}
-	enc := &t.enc
-	enc.Reset()
-	err = store.DecodeBlock(first, data, func(e store.Event) bool {
-		if e.Seq >= below {
-			enc.Add(&e)
-		}
-		return true
-	})
+	b, err := sqlcommon.CutBlock(&t.enc, first, data, below)
 	if err != nil {
 		return err
 	}
-	b := enc.Block(store.BlockContinues(data))
 	_, err = t.exec(`UPDATE event_blocks SET first=$1, min_at=$2, max_at=$3, data=$4 WHERE last=$5`, b.First, b.MinAt, b.MaxAt, b.Data, last)
 	return err
 }
@@ -286,3 +201,20 @@ func (t *txn) PruneLog(service string, before time.Time, limit int) (bool, error
 	}
 	return limit > 0 && deleted == int64(limit), nil
 }
+
+// common is a transaction as sqlcommon's statements and ops use it.
+type common struct{ *txn }
+
+func (c common) Exec(q string, args ...any) error {
+	_, err := c.exec(sqlcommon.Rebind(q), args...)
+	return err
+}
+
+func (c common) Changed(q string, args ...any) (bool, error) {
+	return c.changed(sqlcommon.Rebind(q), args...)
+}
+func (common) Greatest() string                                         { return "greatest" }
+func (c common) Savepoint(r *store.Result, f func() error) error        { return c.savepoint(r, f) }
+func (c common) Event(ev *store.Event, at time.Time) error              { return c.event(ev, at) }
+func (c common) FlushEvents(mid bool) error                             { return c.flushEvents(mid) }
+func (c common) ApplyRemote(op store.Op, r *store.Result) (bool, error) { return c.applyRemote(op, r) }

@@ -32,11 +32,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io/fs"
 	"net"
-	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,6 +42,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 //go:embed migrations/*.sql
@@ -101,10 +99,7 @@ type Store struct {
 }
 
 // SchemaVersion is the schema version this package writes.
-var SchemaVersion = func() int {
-	n, _ := latestMigration()
-	return n
-}()
+var SchemaVersion = sqlcommon.SchemaVersion(migrations)
 
 // Open connects to the database at url (a PostgreSQL URL or DSN, as pgx
 // takes it) and migrates its schema. A schema newer than this package
@@ -165,32 +160,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-func latestMigration() (int, error) {
-	entries, err := fs.ReadDir(migrations, "migrations")
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, e := range entries {
-		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
-		if err != nil {
-			return 0, fmt.Errorf("bad migration name %q", e.Name())
-		}
-		n = max(n, v)
-	}
-	return n, nil
-}
-
 // migrationLock is the advisory lock key that makes one process at a time
 // migrate a schema (with the schema's name: see migrate).
 const migrationLock = 0x72756e637565 // "runcue"
 
 func (s *Store) migrate(ctx context.Context) error {
-	entries, err := fs.ReadDir(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return err
@@ -211,26 +185,15 @@ func (s *Store) migrate(ctx context.Context) error {
 	case err != nil:
 		return err
 	}
-	latest := 0
-	for _, e := range entries {
-		v, _ := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
-		latest = max(latest, v)
-		if v <= version {
-			continue
-		}
-		body, err := migrations.ReadFile("migrations/" + e.Name())
-		if err != nil {
+	err = sqlcommon.Migrate(migrations, version, func(v int, _, body string) error {
+		if _, err := tx.Exec(ctx, body); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, string(body)); err != nil {
-			return fmt.Errorf("migration %s: %w", e.Name(), err)
-		}
-		if _, err := tx.Exec(ctx, `UPDATE runcue_schema SET version = $1`, v); err != nil {
-			return err
-		}
-	}
-	if version > latest {
-		return fmt.Errorf("%w (the database has version %d, this runcue knows up to %d)", store.ErrSchemaTooNew, version, latest)
+		_, err := tx.Exec(ctx, `UPDATE runcue_schema SET version = $1`, v)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	return tx.Commit(ctx)
 }
@@ -279,33 +242,8 @@ func (s *Store) noteCommit(follows, last int64) {
 
 var _ store.Store = (*Store)(nil)
 
-func ns(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func tm(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n)
-}
-
-func nullStr(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
-func nullBytes(b []byte) any {
-	if len(b) == 0 {
-		return nil
-	}
-	return b
-}
+// The conversions every statement uses.
+var ns, tm, nullStr, nullBytes = sqlcommon.Nanos, sqlcommon.Time, sqlcommon.NullString, sqlcommon.NullBytes
 
 // channelName is prefix and schema as a notification channel's name: a
 // name is at most 63 bytes (with room for execChannelOf's 9), so a long

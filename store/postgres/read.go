@@ -4,12 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // Reads of units, their counts and the stored definitions. Each runs on a
@@ -19,26 +19,19 @@ const unitColumns = `seq, id, task, target, params, state, runs, failures, defer
 	finished_at, timeout, coalesce(leased_by, ''), lease_expires_at, heartbeat_at, result, coalesce(error, ''), coalesce(error_kind, ''),
 	coalesce(idempotency_key, ''), dependency_deadline, retry, trace, cancel_requested, coalesce(attempts, ''), costs, epoch`
 
-func scanUnit(row pgx.Row) (*store.Unit, error) {
+func scanUnit(row sqlcommon.Row) (*store.Unit, error) {
 	var u store.Unit
-	var created, runAt, started, finished, timeout, leaseExp, heartbeat, depDeadline int64
-	var cancelReq int
+	var ts sqlcommon.UnitTimes
 	var attempts, state string
 	var costs []byte
 	if err := row.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &state, &u.Runs, &u.Failures, &u.Deferrals,
-		&created, &runAt, &started, &finished, &timeout, &u.LeasedBy, &leaseExp, &heartbeat, &u.Result, &u.Error, &u.ErrorKind,
-		&u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace, &cancelReq, &attempts, &costs, &u.Epoch); err != nil {
+		&ts.Created, &ts.RunAt, &ts.Started, &ts.Finished, &ts.Timeout, &u.LeasedBy, &ts.LeaseExpires, &ts.Heartbeat, &u.Result,
+		&u.Error, &u.ErrorKind, &u.IdempotencyKey, &ts.DependencyDeadline, &u.Retry, &u.Trace, &ts.CancelRequested, &attempts, &costs,
+		&u.Epoch); err != nil {
 		return nil, err
 	}
 	u.State = store.State(state)
-	u.CreatedAt, u.RunAt, u.StartedAt, u.FinishedAt = tm(created), tm(runAt), tm(started), tm(finished)
-	u.Timeout = time.Duration(timeout)
-	u.LeaseExpiresAt, u.DependencyDeadline, u.HeartbeatAt = tm(leaseExp), tm(depDeadline), tm(heartbeat)
-	u.CancelRequested = cancelReq != 0
-	if err := store.DecodeUnitColumns(&u, costs, attempts); err != nil {
-		return nil, err
-	}
-	return &u, nil
+	return &u, sqlcommon.FillUnit(&u, &ts, costs, attempts)
 }
 
 // dependsOn fills the units' dependencies, in the order they were given.
@@ -46,27 +39,8 @@ func (s *Store) dependsOn(ctx context.Context, units []*store.Unit) error {
 	if len(units) == 0 {
 		return nil
 	}
-	byID := make(map[string]*store.Unit, len(units))
-	ids := make([]string, 0, len(units))
-	for _, u := range units {
-		byID[u.ID] = u
-		ids = append(ids, u.ID)
-	}
-	rows, err := s.pool.Query(ctx, `SELECT unit_id, depends_on FROM dependencies WHERE unit_id = ANY($1) ORDER BY n`, ids)
-	if err != nil {
-		return err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, dep string
-		if err := rows.Scan(&id, &dep); err != nil {
-			return err
-		}
-		if u := byID[id]; u != nil {
-			u.DependsOn = append(u.DependsOn, dep)
-		}
-	}
-	return rows.Err()
+	byID, ids := sqlcommon.ByID(units)
+	return sqlcommon.DependsOn(ctx, s.query, byID, `SELECT unit_id, depends_on FROM dependencies WHERE unit_id = ANY($1) ORDER BY n`, ids)
 }
 
 // UnitStates returns the state of each unit of ids that is stored.
@@ -75,41 +49,20 @@ func (s *Store) UnitStates(ctx context.Context, ids []string) (map[string]store.
 	if len(ids) == 0 {
 		return out, nil
 	}
-	rows, err := s.pool.Query(ctx, `SELECT id, state FROM work_units WHERE id = ANY($1)`, ids)
-	if err != nil {
+	if err := sqlcommon.States(ctx, s.query, out, `SELECT id, state FROM work_units WHERE id = ANY($1)`, ids); err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var id, st string
-		if err := rows.Scan(&id, &st); err != nil {
-			return nil, err
-		}
-		out[id] = store.State(st)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // GetUnit returns the unit with the given ID, or store.ErrNotFound.
 func (s *Store) GetUnit(ctx context.Context, id string) (*store.Unit, error) {
-	u, err := scanUnit(s.pool.QueryRow(ctx, `SELECT `+unitColumns+` FROM work_units WHERE id=$1`, id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %q", store.ErrNotFound, id)
-	} else if err != nil {
-		return nil, err
-	}
-	if err := s.dependsOn(ctx, []*store.Unit{u}); err != nil {
-		return nil, err
-	}
-	return u, nil
+	return sqlcommon.Unit(ctx, s.query, `SELECT `+unitColumns+` FROM work_units WHERE id=$1`, id, scanUnit, s.dependsOn)
 }
 
 // ListUnits returns units matching f.
 func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Unit, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
+	limit := sqlcommon.ListLimit(f)
 	var where []string
 	var args []any
 	arg := func(v any) string {
@@ -153,37 +106,8 @@ func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Uni
 	if f.ErrorContains != "" {
 		where = append(where, "strpos(coalesce(error, ''), "+arg(f.ErrorContains)+") > 0")
 	}
-	q := `SELECT ` + unitColumns + ` FROM work_units`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	if f.Desc {
-		q += " ORDER BY seq DESC"
-	} else {
-		q += " ORDER BY seq"
-	}
-	q += " LIMIT " + arg(limit)
-	rows, err := s.pool.Query(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	var out []*store.Unit
-	for rows.Next() {
-		u, err := scanUnit(rows)
-		if err != nil {
-			rows.Close()
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.dependsOn(ctx, out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	q := sqlcommon.ListSQL(unitColumns, where, f.Desc) + " LIMIT " + arg(limit)
+	return sqlcommon.Units(ctx, s.query, q, args, scanUnit, s.dependsOn)
 }
 
 // LoadActive calls fn for every queued or running unit after seq after, in
@@ -217,10 +141,8 @@ func (s *Store) LoadActive(ctx context.Context, after int64, fn func(*store.Unit
 		if err := s.dependsOn(ctx, page); err != nil {
 			return err
 		}
-		for _, u := range page {
-			if err := fn(u); err != nil {
-				return err
-			}
+		if err := sqlcommon.Deliver(page, fn); err != nil {
+			return err
 		}
 		if len(page) < size {
 			return nil
@@ -231,21 +153,7 @@ func (s *Store) LoadActive(ctx context.Context, after int64, fn func(*store.Unit
 
 // CountActive returns the number of queued and running units per task.
 func (s *Store) CountActive(ctx context.Context) (map[string]int, error) {
-	rows, err := s.pool.Query(ctx, `SELECT task, sum(n) FROM unit_counts WHERE state IN ('queued','running') GROUP BY task HAVING sum(n) > 0`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make(map[string]int)
-	for rows.Next() {
-		var task string
-		var n int64
-		if err := rows.Scan(&task, &n); err != nil {
-			return nil, err
-		}
-		out[task] = int(n)
-	}
-	return out, rows.Err()
+	return sqlcommon.CountByTask(ctx, s.query, sqlcommon.CountActiveSQL)
 }
 
 // Dependents returns the IDs of the units that depend on id.
@@ -267,30 +175,13 @@ func (s *Store) QueuedCount(ctx context.Context) (int, error) {
 
 // Counts returns the kept unit counts.
 func (s *Store) Counts(ctx context.Context) ([]store.UnitCount, error) {
-	rows, err := s.pool.Query(ctx, `SELECT task, state, n FROM unit_counts WHERE n <> 0 ORDER BY task COLLATE "C", state COLLATE "C"`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.UnitCount
-	for rows.Next() {
-		var c store.UnitCount
-		var st string
-		var n int64
-		if err := rows.Scan(&c.Task, &st, &n); err != nil {
-			return nil, err
-		}
-		c.State, c.N = store.State(st), int(n)
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return sqlcommon.Counts(ctx, s.query, `SELECT task, state, n FROM unit_counts WHERE n <> 0 ORDER BY task COLLATE "C", state COLLATE "C"`)
 }
 
 // OldestQueued returns the submission time of the first queued unit.
 func (s *Store) OldestQueued(ctx context.Context) (time.Time, bool, error) {
 	var created int64
-	err := s.pool.QueryRow(ctx, `SELECT created_at FROM work_units
-		WHERE state = 'queued' AND state NOT IN ('completed', 'skipped') ORDER BY seq LIMIT 1`).Scan(&created)
+	err := s.pool.QueryRow(ctx, sqlcommon.OldestQueuedSQL).Scan(&created)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return time.Time{}, false, nil
 	}
@@ -302,158 +193,41 @@ func (s *Store) OldestQueued(ctx context.Context) (time.Time, bool, error) {
 
 // Activity returns the kept activity of the minutes from since.
 func (s *Store) Activity(ctx context.Context, since time.Time) ([]store.ActivityCount, error) {
-	rows, err := s.pool.Query(ctx, `SELECT minute, task, kind, n FROM activity WHERE minute >= $1
+	return sqlcommon.Activity(ctx, s.query, `SELECT minute, task, kind, n FROM activity WHERE minute >= $1
 		ORDER BY minute, task COLLATE "C", kind COLLATE "C"`, since.UnixNano()/int64(time.Minute))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.ActivityCount
-	for rows.Next() {
-		var minute, n int64
-		var c store.ActivityCount
-		if err := rows.Scan(&minute, &c.Task, &c.Kind, &n); err != nil {
-			return nil, err
-		}
-		c.Minute, c.N = time.Unix(0, minute*int64(time.Minute)), int(n)
-		out = append(out, c)
-	}
-	return out, rows.Err()
 }
 
 // QueueWaits returns the queue-wait histogram of the minutes from since.
 func (s *Store) QueueWaits(ctx context.Context, since time.Time) ([]int64, error) {
-	rows, err := s.pool.Query(ctx, `SELECT bucket, sum(n)::bigint FROM queue_wait WHERE minute >= $1 GROUP BY bucket`,
+	return sqlcommon.QueueWaits(ctx, s.query, `SELECT bucket, sum(n)::bigint FROM queue_wait WHERE minute >= $1 GROUP BY bucket`,
 		since.UnixNano()/int64(time.Minute))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make([]int64, len(store.QueueWaitBounds)+1)
-	for rows.Next() {
-		var b int32
-		var n int64
-		if err := rows.Scan(&b, &n); err != nil {
-			return nil, err
-		}
-		if b >= 0 && int(b) < len(out) {
-			out[b] += n
-		}
-	}
-	return out, rows.Err()
 }
 
 // Subscriptions returns the named subscriptions.
 func (s *Store) Subscriptions(ctx context.Context) ([]store.Subscription, error) {
-	rows, err := s.pool.Query(ctx, `SELECT name, acked, created_at, acked_at, types, tasks FROM subscriptions ORDER BY name COLLATE "C"`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Subscription
-	for rows.Next() {
-		var sub store.Subscription
-		var created, acked int64
-		var types, tasks string
-		if err := rows.Scan(&sub.Name, &sub.Acked, &created, &acked, &types, &tasks); err != nil {
-			return nil, err
-		}
-		sub.CreatedAt, sub.AckedAt = tm(created), tm(acked)
-		if err := store.DecodeSubscriptionFilter(&sub, types, tasks); err != nil {
-			return nil, err
-		}
-		out = append(out, sub)
-	}
-	return out, rows.Err()
+	return sqlcommon.Subscriptions(ctx, s.query, `SELECT name, acked, created_at, acked_at, types, tasks FROM subscriptions ORDER BY name COLLATE "C"`)
 }
 
 // Tasks returns the stored task definitions.
 func (s *Store) Tasks(ctx context.Context) (map[string][]byte, error) {
-	rows, err := s.pool.Query(ctx, `SELECT name, def FROM tasks`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make(map[string][]byte)
-	for rows.Next() {
-		var name string
-		var def []byte
-		if err := rows.Scan(&name, &def); err != nil {
-			return nil, err
-		}
-		out[name] = def
-	}
-	return out, rows.Err()
+	return sqlcommon.Tasks(ctx, s.query, `SELECT name, def FROM tasks`)
 }
 
 // Services returns the stored services with their meters' state (a service
 // with a stored meter state but no record, such as a keyed instance, is
 // listed too).
 func (s *Store) Services(ctx context.Context) ([]store.ServiceRecord, error) {
-	rows, err := s.pool.Query(ctx, `SELECT name, def, override, paused FROM (
+	return sqlcommon.Services(ctx, s.query, `SELECT name, def, override, paused FROM (
 			SELECT s.name, s.def, s.override, s.paused FROM services s
 			UNION ALL
 			SELECT DISTINCT m.service, NULL::bytea, NULL::bytea, false FROM meter_state m WHERE m.service NOT IN (SELECT name FROM services)
-		) x ORDER BY name COLLATE "C"`)
-	if err != nil {
-		return nil, err
-	}
-	var out []store.ServiceRecord
-	index := map[string]int{}
-	for rows.Next() {
-		var r store.ServiceRecord
-		if err := rows.Scan(&r.Name, &r.Def, &r.Override, &r.Paused); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		index[r.Name] = len(out)
-		out = append(out, r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	rows, err = s.pool.Query(ctx, `SELECT service, meter, state FROM meter_state`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var svc, meter string
-		var state []byte
-		if err := rows.Scan(&svc, &meter, &state); err != nil {
-			return nil, err
-		}
-		if i, ok := index[svc]; ok {
-			r := &out[i]
-			if r.Meters == nil {
-				r.Meters = make(map[string][]byte, 1)
-			}
-			r.Meters[meter] = state
-		}
-	}
-	return out, rows.Err()
+		) x ORDER BY name COLLATE "C"`, `SELECT service, meter, state FROM meter_state`)
 }
 
 // ServiceLog returns the starts logged for service since the given time.
 func (s *Store) ServiceLog(ctx context.Context, service string, since time.Time) ([]store.Logged, error) {
-	rows, err := s.pool.Query(ctx, `SELECT started_at, meter, amount, reconciled FROM service_log
+	return sqlcommon.Logged(ctx, s.query, `SELECT started_at, meter, amount, reconciled FROM service_log
 		WHERE service=$1 AND started_at >= $2 ORDER BY started_at, n`, service, ns(since))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Logged
-	for rows.Next() {
-		var l store.Logged
-		var at int64
-		if err := rows.Scan(&at, &l.Meter, &l.Amount, &l.Reconciled); err != nil {
-			return nil, err
-		}
-		l.At = tm(at)
-		out = append(out, l)
-	}
-	return out, rows.Err()
 }
 
 // ServiceLogPrefix returns the recent starts of every service whose name
@@ -468,23 +242,7 @@ func (s *Store) ServiceLogPrefix(ctx context.Context, prefix string, since time.
 		q += ` AND left(service, $3) = $1`
 		args = append(args, len([]rune(prefix)))
 	}
-	rows, err := s.pool.Query(ctx, q+` ORDER BY service, started_at, n`, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make(map[string][]store.Logged)
-	for rows.Next() {
-		var svc string
-		var l store.Logged
-		var at int64
-		if err := rows.Scan(&svc, &at, &l.Meter, &l.Amount, &l.Reconciled); err != nil {
-			return nil, err
-		}
-		l.At = tm(at)
-		out[svc] = append(out[svc], l)
-	}
-	return out, rows.Err()
+	return sqlcommon.LoggedByService(ctx, s.query, q+` ORDER BY service, started_at, n`, args...)
 }
 
 // Pauses returns the stored pauses of the queue and of task types.
@@ -506,4 +264,9 @@ func (s *Store) Pauses(ctx context.Context) (store.Pauses, error) {
 		p.Tasks = nil
 	}
 	return p, err
+}
+
+// query runs a read on the pool (sqlcommon.Query).
+func (s *Store) query(ctx context.Context, q string, args ...any) (sqlcommon.Rows, error) {
+	return s.pool.Query(ctx, q, args...)
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // Executors' ops and reads (store.ExecutorStore). The store's clock is the
@@ -32,16 +33,13 @@ func (t *txn) applyRemote(op store.Op, r *store.Result) (ok bool, err error) {
 	switch op := op.(type) {
 	case *store.RegisterExecutor:
 		e := op.Executor
-		tasks, err := json.Marshal(e.Tasks)
-		if err != nil {
-			return true, err
-		}
+		tasks := sqlcommon.TaskNames(e.Tasks)
 		r.Applied, err = t.changed(`INSERT INTO executors(id, host, pid, tasks, capacity, poll_ns, ttl_ns, registered_at, seen_at)
 			VALUES($1,$2,$3,$4,$5,$6,$7,`+nowNS+`,`+nowNS+`)
 			ON CONFLICT(id) DO UPDATE SET host=excluded.host, pid=excluded.pid, tasks=excluded.tasks, capacity=excluded.capacity,
 				poll_ns=excluded.poll_ns, ttl_ns=excluded.ttl_ns, registered_at=excluded.registered_at, seen_at=excluded.seen_at
 			WHERE executors.seen_at + executors.ttl_ns <= excluded.seen_at OR (executors.host = excluded.host AND executors.pid = excluded.pid)`,
-			e.ID, e.Host, e.PID, string(tasks), e.Capacity, int64(e.Poll), int64(e.TTL))
+			e.ID, e.Host, e.PID, tasks, e.Capacity, int64(e.Poll), int64(e.TTL))
 		if err == nil && !r.Applied {
 			r.Err = store.ErrExecutorTaken
 		}
@@ -201,10 +199,7 @@ func lockFree(ops []store.Op) bool {
 func (t *txn) assignedTo(executor, id string, run int) (error, error) {
 	var one int
 	ok, err := t.one(`SELECT 1 FROM assignments WHERE work_id=$1 AND run=$2 AND executor=$3`, []any{id, run, executor}, &one)
-	if err != nil || ok {
-		return nil, err
-	}
-	return store.ErrStaleRun, nil
+	return sqlcommon.StaleUnless(ok, err)
 }
 
 // Unassign implements store.Tx.
@@ -274,12 +269,7 @@ func (s *Store) assignments(ctx context.Context, query string, args ...any) ([]s
 		var cancel, target *string
 		err := row.Scan(&a.ID, &a.Run, &a.Executor, &a.Task, &startBy, &timeout, &state, &cancel, &started, &a.Ending, &target, &a.Params)
 		a.StartBy, a.Timeout, a.Started, a.State = tm(startBy), time.Duration(timeout), tm(started), store.AssignState(state)
-		if cancel != nil {
-			a.Cancel = *cancel
-		}
-		if target != nil {
-			a.Target = *target
-		}
+		a.Cancel, a.Target = sqlcommon.Str(cancel), sqlcommon.Str(target)
 		return a, err
 	})
 }

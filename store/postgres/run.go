@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // A run's ops: Claim and Finish.
@@ -64,6 +65,5 @@ func (t *txn) finish(op *store.Finish, r *store.Result) error {
 	if err != nil || !ok {
 		return err
 	}
-	t.Moved(task, store.Running, op.State)
-	return store.FinishApplied(t, op, r)
+	return sqlcommon.Finished(t, task, op, r)
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // Segments of Claims and Finishes written a statement per kind: with fast
@@ -152,8 +153,7 @@ func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
 			if err := p.numbered(t, i); err != nil {
 				return err
 			}
-			t.Moved(task, store.Running, op.State)
-			if err := store.FinishApplied(t, op, &results[i]); err != nil {
+			if err := sqlcommon.Finished(t, task, op, &results[i]); err != nil {
 				return err
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // The counts Stats reads: units by task and state, per-minute activity and
@@ -15,25 +16,10 @@ func (t *txn) flushCounts() error {
 	if len(t.Counted) == 0 {
 		return nil
 	}
-	type key struct {
-		Task  string
-		State store.State
-	}
-	sum := map[key]int64{}
-	var order []key
-	for _, c := range t.Counted {
-		k := key{c.Task, c.State}
-		if _, ok := sum[k]; !ok {
-			order = append(order, k)
-		}
-		sum[k] += int64(c.D)
-	}
 	var tasks, states []string
 	var ns []int64
-	for _, k := range order {
-		if n := sum[k]; n != 0 {
-			tasks, states, ns = append(tasks, k.Task), append(states, string(k.State)), append(ns, n)
-		}
+	for _, c := range sqlcommon.CountChanges(t.Counted) {
+		tasks, states, ns = append(tasks, c.Task), append(states, string(c.State)), append(ns, c.N)
 	}
 	t.Counted = t.Counted[:0]
 	if len(tasks) == 0 {

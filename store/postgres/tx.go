@@ -1,13 +1,13 @@
 package postgres
 
 import (
-	"encoding/json"
 	"fmt"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // txn as a store.Tx: the storage the shared rules in package store read
@@ -43,13 +43,9 @@ func (t *txn) ReleaseKey(id string) error {
 // round trips, not 1,000). An ID already stored is found at the flush: an
 // *OpError wrapping ErrDuplicateID, which rolls the op back.
 func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int64, error) {
-	var costs []byte
-	if len(u.Costs) > 0 {
-		b, err := json.Marshal(u.Costs)
-		if err != nil {
-			return 0, err
-		}
-		costs = b
+	costs, err := sqlcommon.EncodeCosts(u.Costs)
+	if err != nil {
+		return 0, err
 	}
 	if len(t.seqs) == 0 {
 		// The numbers are taken as one block: the sequence moved on once
@@ -264,15 +260,6 @@ func (t *txn) CancelTarget(id string) (store.State, store.UnitRef, bool, bool, e
 	return store.State(st), ref, req != 0, ok, err
 }
 
-func (t *txn) RequestCancel(id string, cascade bool) error {
-	flag := 1
-	if cascade {
-		flag = 2
-	}
-	_, err := t.exec(`UPDATE work_units SET cancel_requested=$1 WHERE id=$2`, flag, id)
-	return err
-}
-
 func (t *txn) FailedUnits(tasks []string, finishedBefore time.Time) ([]string, error) {
 	q := `SELECT id FROM work_units WHERE state='failed'`
 	var args []any
@@ -297,6 +284,11 @@ func (t *txn) RequeueFailed(id string) (store.UnitRef, bool, error) {
 	}
 	t.Moved(ref.Task, store.Failed, store.Queued)
 	return ref, true, nil
+}
+
+func (t *txn) RequestCancel(id string, cascade bool) error {
+	_, err := t.exec(`UPDATE work_units SET cancel_requested=$1 WHERE id=$2`, sqlcommon.CancelFlag(cascade), id)
+	return err
 }
 
 func (t *txn) FailedByPrerequisite(id string) ([]string, error) {
@@ -348,10 +340,7 @@ func (t *txn) RunningUnits(ids []string) ([]store.RunningRef, error) {
 
 // EndRunning implements store.Tx.
 func (t *txn) EndRunning(id string, runs int, st store.State, at time.Time, attempt store.Attempt, errMsg, errKind string) (bool, error) {
-	var finished int64
-	if st.Terminal() {
-		finished = ns(at)
-	}
+	finished := sqlcommon.FinishedAt(st, at)
 	var task string
 	ok, err := t.one(`UPDATE work_units SET state=$1, finished_at=$2, error=coalesce($3, error), error_kind=coalesce($4, error_kind),
 			leased_by=NULL, lease_expires_at=0, cancel_requested=0, attempts=`+appendAttempt(5)+`

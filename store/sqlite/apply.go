@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // txn is one Apply on the writer's driver connection. It talks to the
@@ -266,18 +267,13 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 // stored one. The epoch is read once per transaction: the transaction
 // holds SQLite's write lock, so no Acquire moves it meanwhile.
 func (t *txn) fenced(op store.Op) (bool, error) {
-	o, ok := op.(store.OwnerOp)
-	if !ok || o.OwnerEpoch() == 0 {
-		return false, nil
-	}
-	if t.epoch < 0 {
+	return sqlcommon.Fenced(op, &t.epoch, func() (int64, error) {
 		row, _, err := t.one(`SELECT epoch FROM owner_epoch WHERE id = 1`)
 		if err != nil {
-			return false, err
+			return 0, err
 		}
-		t.epoch = asInt(row[0])
-	}
-	return o.OwnerEpoch() != t.epoch, nil
+		return asInt(row[0]), nil
+	})
 }
 
 func (t *txn) apply(op store.Op, r *store.Result) error {
@@ -305,60 +301,8 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 			return t.finishMerged(op, applied, r)
 		}
 		return t.finish(op, r)
-	case *store.Recover:
-		return store.ApplyRecover(t, op, r)
-	case *store.Cancel:
-		return t.savepoint(r, func() error { return store.ApplyCancel(t, op, r) })
-	case *store.Requeue:
-		return store.ApplyRequeue(t, op, r)
-	case *store.Heartbeat:
-		ok, err := t.changed(`UPDATE work_units SET heartbeat_at=?, lease_expires_at=max(lease_expires_at, ?)
-			WHERE id=? AND state='running' AND leased_by=? AND runs=?`,
-			ns(op.At), ns(op.LeaseExpires), op.ID, op.Owner, op.Run)
-		r.Applied = ok
-		return err
-	case *store.PutTask:
-		_, err := t.exec(`INSERT INTO tasks(name, def) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET def=excluded.def`, op.Name, nullBytes(op.Def))
-		r.Applied = err == nil
-		return err
-	case *store.PutService:
-		return t.putService(op, r)
-	case *store.PutMeterState:
-		return t.putMeterState(op, r)
-	case *store.Reconcile:
-		ok, err := t.changed(`UPDATE service_log SET amount=?, reconciled=1
-			WHERE service=? AND meter=? AND work_id=? AND started_at=? AND reconciled=0`,
-			op.Amount, op.Service, op.Meter, op.WorkID, ns(op.At))
-		r.Applied = ok
-		return err
-	case *store.LogUsage:
-		_, err := t.exec(`INSERT INTO service_log(service, meter, amount, started_at, work_id) VALUES(?,?,?,?,NULL)`,
-			t.box(op.Service), t.box(op.Meter), op.Amount, ns(op.At))
-		r.Applied = err == nil
-		return err
-	case *store.SetPause:
-		return t.setPause(op, r)
-	case *store.Ack:
-		return t.ack(op, r)
-	case *store.AppendEvent:
-		ev := op.Event
-		if err := t.event(&ev, op.Event.Time); err != nil {
-			return err
-		}
-		r.Applied = true
-		r.Events = append(r.Events, ev)
-		return nil
-	case *store.Prune:
-		// The log's end is read (FirstEventAt): the events this
-		// transaction appended so far are written first.
-		if err := t.flushEvents(true); err != nil {
-			return err
-		}
-		return store.ApplyPrune(t, op, r)
-	case *store.FailQueued:
-		return store.ApplyFailQueued(t, op, r)
 	}
-	if ok, err := t.applyRemote(op, r); ok {
+	if ok, err := sqlcommon.Apply(common{t}, op, r); ok {
 		return err
 	}
 	return fmt.Errorf("runcue: sqlite: unknown op %T", op)
@@ -395,13 +339,6 @@ func (t *txn) nullBox(s string) any {
 		return nil
 	}
 	return t.box(s)
-}
-
-func nullBytes(b []byte) any {
-	if len(b) == 0 {
-		return nil
-	}
-	return b
 }
 
 // appendAttempt is the SQL expression that appends ? (an attemptJSON) to the

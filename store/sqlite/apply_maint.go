@@ -7,73 +7,11 @@ import (
 	"time"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // Maintenance ops: service records (PutService, PutMeterState), pauses,
 // subscriptions, and the storage primitives of retention (store.ApplyPrune).
-
-func (t *txn) putService(op *store.PutService, r *store.Result) error {
-	if _, err := t.exec(`INSERT INTO services(name, def) VALUES(?, ?) ON CONFLICT(name) DO UPDATE SET def=coalesce(excluded.def, def)`,
-		op.Name, nullBytes(op.Def)); err != nil {
-		return err
-	}
-	if op.Override != nil {
-		if _, err := t.exec(`UPDATE services SET override=? WHERE name=?`, nullBytes(op.Override), op.Name); err != nil {
-			return err
-		}
-	}
-	if op.Paused != nil {
-		if _, err := t.exec(`UPDATE services SET paused=? WHERE name=?`, *op.Paused, op.Name); err != nil {
-			return err
-		}
-	}
-	r.Applied = true
-	return nil
-}
-
-func (t *txn) putMeterState(op *store.PutMeterState, r *store.Result) error {
-	var err error
-	if len(op.State) == 0 {
-		_, err = t.exec(`DELETE FROM meter_state WHERE service=? AND meter=?`, op.Service, op.Meter)
-	} else {
-		_, err = t.exec(`INSERT INTO meter_state(service, meter, state) VALUES(?, ?, ?)
-			ON CONFLICT(service, meter) DO UPDATE SET state=excluded.state`, op.Service, op.Meter, op.State)
-	}
-	r.Applied = err == nil
-	return err
-}
-
-func (t *txn) setPause(op *store.SetPause, r *store.Result) error {
-	paused := 0
-	if op.Paused {
-		paused = 1
-	}
-	if op.Task == "" {
-		_, err := t.exec(`INSERT INTO meta(key, value) VALUES('paused', ?) ON CONFLICT(key) DO UPDATE SET value=excluded.value`, paused)
-		r.Applied = err == nil
-		return err
-	}
-	ok, err := t.changed(`UPDATE tasks SET paused=? WHERE name=?`, paused, op.Task)
-	r.Applied = ok
-	return err
-}
-
-func (t *txn) ack(op *store.Ack, r *store.Result) error {
-	var err error
-	switch {
-	case op.Remove:
-		r.Applied, err = t.changed(`DELETE FROM subscriptions WHERE name=?`, op.Name)
-	case op.Create:
-		r.Applied, err = t.changed(`INSERT OR IGNORE INTO subscriptions(name, acked, created_at, types, tasks) VALUES(?,?,?,?,?)`,
-			op.Name, op.Seq, ns(op.At), store.EncodeNames(op.Types), store.EncodeNames(op.Tasks))
-	case op.SetFilter:
-		r.Applied, err = t.changed(`UPDATE subscriptions SET types = ?, tasks = ? WHERE name = ?`,
-			store.EncodeNames(op.Types), store.EncodeNames(op.Tasks), op.Name)
-	default:
-		r.Applied, err = t.changed(`UPDATE subscriptions SET acked = max(acked, ?), acked_at = ? WHERE name = ?`, op.Seq, ns(op.At), op.Name)
-	}
-	return err
-}
 
 // PruneFinished implements store.Tx.
 func (t *txn) PruneFinished(before time.Time, limit int) (int, error) {
@@ -109,15 +47,7 @@ func (t *txn) FirstEventAt(at time.Time) (int64, error) {
 		return 0, err
 	}
 	if ok {
-		seq := int64(0)
-		err := store.DecodeBlock(asInt(row[0]), asBytes(row[1]), func(e store.Event) bool {
-			if ns(e.Time) >= ns(at) {
-				seq = e.Seq
-				return false
-			}
-			return true
-		})
-		if err != nil || seq > 0 {
+		if seq, err := sqlcommon.FirstAt(asInt(row[0]), asBytes(row[1]), at); err != nil || seq > 0 {
 			return seq, err
 		}
 	}
@@ -152,27 +82,19 @@ func (t *txn) PruneEvents(below int64, limit int) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	// The limit counts events; the query's, blocks (each holds at least
-	// one): a full page of blocks may have more below the cut after it.
-	more, upto, n := limit > 0 && len(rows) == limit, int64(0), 0
-	for _, row := range rows {
-		if limit > 0 && n >= limit {
-			more = true
-			break
-		}
-		upto = asInt(row[1])
-		n += int(upto - asInt(row[0]) + 1)
+	blocks := make([][2]int64, len(rows))
+	for i, row := range rows {
+		blocks[i] = [2]int64{asInt(row[0]), asInt(row[1])}
+	}
+	upto, more := sqlcommon.PrunePage(blocks, limit)
+	if err := t.cutBlock(below, more); err != nil {
+		return false, err
 	}
 	if upto > 0 {
 		if _, err := t.exec(`DELETE FROM event_blocks WHERE last <= ?`, upto); err != nil {
 			return false, err
 		}
 		if _, err := t.exec(`UPDATE meta SET value = max(value, ?) WHERE key = 'events_floor'`, upto); err != nil {
-			return false, err
-		}
-	}
-	if !more {
-		if err := t.cutBlock(below); err != nil {
 			return false, err
 		}
 	}
@@ -198,23 +120,18 @@ func limitClause(limit int) string {
 
 // cutBlock writes the block that holds events both below and at or above
 // below again, without those below.
-func (t *txn) cutBlock(below int64) error {
+func (t *txn) cutBlock(below int64, more bool) error {
+	if more {
+		return nil // the cut is not reached yet
+	}
 	row, ok, err := t.one(`SELECT first, last, data FROM event_blocks WHERE last >= ? ORDER BY last LIMIT 1`, below)
 	if err != nil || !ok || asInt(row[0]) >= below {
 		return err
 	}
-	enc := &t.s.enc
-	enc.Reset()
-	err = store.DecodeBlock(asInt(row[0]), asBytes(row[2]), func(e store.Event) bool {
-		if e.Seq >= below {
-			enc.Add(&e)
-		}
-		return true
-	})
+	b, err := sqlcommon.CutBlock(&t.s.enc, asInt(row[0]), asBytes(row[2]), below)
 	if err != nil {
 		return err
 	}
-	b := enc.Block(store.BlockContinues(asBytes(row[2])))
 	_, err = t.exec(`UPDATE event_blocks SET first=?, min_at=?, max_at=?, data=? WHERE last=?`, b.First, b.MinAt, b.MaxAt, b.Data, asInt(row[1]))
 	return err
 }
@@ -259,3 +176,18 @@ func (t *txn) PruneLog(service string, before time.Time, limit int) (bool, error
 	}
 	return full(res, limit), nil
 }
+
+// common is a transaction as sqlcommon's statements and ops use it.
+type common struct{ *txn }
+
+func (c common) Exec(q string, args ...any) error {
+	_, err := c.exec(q, args...)
+	return err
+}
+
+func (c common) Changed(q string, args ...any) (bool, error)            { return c.changed(q, args...) }
+func (common) Greatest() string                                         { return "max" }
+func (c common) Savepoint(r *store.Result, f func() error) error        { return c.savepoint(r, f) }
+func (c common) Event(ev *store.Event, at time.Time) error              { return c.event(ev, at) }
+func (c common) FlushEvents(mid bool) error                             { return c.flushEvents(mid) }
+func (c common) ApplyRemote(op store.Op, r *store.Result) (bool, error) { return c.applyRemote(op, r) }

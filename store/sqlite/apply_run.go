@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // A run's ops: Claim, Finish (and a Claim and Finish of one run merged
@@ -179,8 +180,7 @@ func (t *txn) finish(op *store.Finish, r *store.Result) error {
 		t.expect = expectation{}
 		return err
 	}
-	t.Moved(task, store.Running, op.State)
-	return store.FinishApplied(t, op, r)
+	return sqlcommon.Finished(t, task, op, r)
 }
 
 // mergeClaims finds each Claim followed in the same batch by the Finish of
@@ -292,10 +292,7 @@ func (t *txn) RunningUnits(ids []string) ([]store.RunningRef, error) {
 
 // EndRunning implements store.Tx.
 func (t *txn) EndRunning(id string, runs int, st store.State, at time.Time, attempt store.Attempt, errMsg, errKind string) (bool, error) {
-	var finished int64
-	if st.Terminal() {
-		finished = ns(at)
-	}
+	finished := sqlcommon.FinishedAt(st, at)
 	row, ok, err := t.one(`UPDATE work_units SET state=?, finished_at=?, error=coalesce(?, error), error_kind=coalesce(?, error_kind),
 			leased_by=NULL, lease_expires_at=0, cancel_requested=0, attempts=`+appendAttempt+`
 		WHERE id=? AND state='running' AND runs=? RETURNING task`,

@@ -2,12 +2,12 @@ package sqlite
 
 import (
 	"database/sql/driver"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // txn as a store.Tx: the storage the shared rules in package store (Insert,
@@ -87,14 +87,11 @@ func (s *Store) insertSQL(form insertForm) string {
 }
 
 func (t *txn) InsertUnit(u *store.Unit, finished time.Time, errKind string) (int64, error) {
-	var costs any
-	if len(u.Costs) > 0 {
-		b, err := json.Marshal(u.Costs)
-		if err != nil {
-			return 0, err
-		}
-		costs = b
+	b, err := sqlcommon.EncodeCosts(u.Costs)
+	if err != nil {
+		return 0, err
 	}
+	costs := nullBytes(b)
 	// The rules append the unit's work_queued event right after, and its
 	// work_failed when it is stored failed (store.ApplyInsert).
 	n := 1
@@ -214,21 +211,12 @@ func (t *txn) CancelTarget(id string) (store.State, store.UnitRef, bool, bool, e
 }
 
 func (t *txn) RequestCancel(id string, cascade bool) error {
-	_, err := t.exec(`UPDATE work_units SET cancel_requested=? WHERE id=?`, cancelFlag(cascade), id)
+	_, err := t.exec(`UPDATE work_units SET cancel_requested=? WHERE id=?`, sqlcommon.CancelFlag(cascade), id)
 	return err
 }
 
-// cancelFlag encodes a cancellation request: 1 plain, 2 cascading.
-func cancelFlag(cascade bool) int {
-	if cascade {
-		return 2
-	}
-	return 1
-}
-
 func (t *txn) FailedUnits(tasks []string, finishedBefore time.Time) ([]string, error) {
-	q := `SELECT id FROM work_units WHERE state='failed'`
-	var args []any
+	q, args := `SELECT id FROM work_units WHERE state='failed'`, make([]any, 0, len(tasks)+1)
 	if len(tasks) > 0 {
 		q += ` AND task IN (` + placeholders(len(tasks)) + `)`
 		for _, t := range tasks {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // The event log's write side: a transaction's events are numbered as they
@@ -25,12 +26,7 @@ const lastSeqQuery = `SELECT max(coalesce((SELECT max(last) FROM event_blocks), 
 // over the database's life. SQLite has one writer at a time: every lower
 // number is committed (Batch.Follows), and the numbers are contiguous.
 func (t *txn) event(ev *store.Event, at time.Time) error {
-	if ev.Time.IsZero() {
-		ev.Time = at
-	}
-	if ev.Data == nil && ev.Detail != nil {
-		ev.Data = ev.Detail.Encode()
-	}
+	sqlcommon.Stamp(ev, at)
 	if err := t.numbered(); err != nil {
 		return err
 	}
@@ -146,18 +142,13 @@ func (t *txn) flushEvents(mid bool) error {
 		t.s.pending = t.s.pending[:0]
 		t.s.recorded = t.s.recorded[:0]
 	}()
-	enc := &t.s.enc
-	for start := 0; start < len(pending); start += store.MaxBlockEvents {
-		enc.Reset()
-		end := min(start+store.MaxBlockEvents, len(pending))
-		for i := start; i < end; i++ {
-			enc.Add(&pending[i])
-		}
-		b := enc.Block(mid || end < len(pending))
-		if _, err := t.exec(`INSERT INTO event_blocks(last, first, min_at, max_at, data) VALUES(?,?,?,?,?)`,
-			b.Last, b.First, b.MinAt, b.MaxAt, b.Data); err != nil {
-			return err
-		}
+	err := sqlcommon.Blocks(&t.s.enc, pending, mid, func(b store.EventBlock) error {
+		_, err := t.exec(`INSERT INTO event_blocks(last, first, min_at, max_at, data) VALUES(?,?,?,?,?)`,
+			b.Last, b.First, b.MinAt, b.MaxAt, b.Data)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	return t.flushRecords(pending)
 }

@@ -4,41 +4,30 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 const unitColumns = `seq, id, task, target, params, state, runs, failures, deferrals, created_at, run_at, started_at,
 	finished_at, timeout, coalesce(leased_by, ''), lease_expires_at, heartbeat_at, result, coalesce(error, ''), coalesce(error_kind, ''),
 	coalesce(idempotency_key, ''), dependency_deadline, retry, trace, cancel_requested, attempts, costs, epoch`
 
-type scanner interface{ Scan(dest ...any) error }
-
-func scanUnit(sc scanner) (*store.Unit, error) {
+func scanUnit(sc sqlcommon.Row) (*store.Unit, error) {
 	var u store.Unit
-	var created, runAt, started, finished, timeout, leaseExp, heartbeat, depDeadline int64
-	var cancelReq int
+	var ts sqlcommon.UnitTimes
 	var attempts sql.NullString
 	var costs []byte
 	if err := sc.Scan(&u.Seq, &u.ID, &u.Task, &u.Target, &u.Params, &u.State, &u.Runs, &u.Failures, &u.Deferrals,
-		&created, &runAt, &started, &finished, &timeout, &u.LeasedBy, &leaseExp, &heartbeat, &u.Result, &u.Error, &u.ErrorKind,
-		&u.IdempotencyKey, &depDeadline, &u.Retry, &u.Trace, &cancelReq, &attempts, &costs, &u.Epoch); err != nil {
+		&ts.Created, &ts.RunAt, &ts.Started, &ts.Finished, &ts.Timeout, &u.LeasedBy, &ts.LeaseExpires, &ts.Heartbeat, &u.Result,
+		&u.Error, &u.ErrorKind, &u.IdempotencyKey, &ts.DependencyDeadline, &u.Retry, &u.Trace, &ts.CancelRequested, &attempts, &costs,
+		&u.Epoch); err != nil {
 		return nil, err
 	}
-	u.CreatedAt, u.RunAt, u.StartedAt, u.FinishedAt = tm(created), tm(runAt), tm(started), tm(finished)
-	u.Timeout = time.Duration(timeout)
-	u.LeaseExpiresAt, u.DependencyDeadline, u.HeartbeatAt = tm(leaseExp), tm(depDeadline), tm(heartbeat)
-	u.CancelRequested = cancelReq != 0
-	if err := store.DecodeUnitColumns(&u, costs, attempts.String); err != nil {
-		return nil, err
-	}
-	return &u, nil
+	return &u, sqlcommon.FillUnit(&u, &ts, costs, attempts.String)
 }
 
 func (s *Store) dependsOn(ctx context.Context, units []*store.Unit) error {
@@ -54,20 +43,8 @@ func (s *Store) dependsOn(ctx context.Context, units []*store.Unit) error {
 	// Chunk to stay under SQLite's host-parameter limit.
 	for len(args) > 0 {
 		n := min(len(args), maxIDs)
-		rows, err := s.read.QueryContext(ctx, `SELECT unit_id, depends_on FROM dependencies WHERE unit_id IN (`+placeholders(n)+`) ORDER BY rowid`, args[:n]...)
+		err := sqlcommon.DependsOn(ctx, s.query, byID, `SELECT unit_id, depends_on FROM dependencies WHERE unit_id IN (`+placeholders(n)+`) ORDER BY rowid`, args[:n]...)
 		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var id, dep string
-			if err := rows.Scan(&id, &dep); err != nil {
-				rows.Close()
-				return err
-			}
-			byID[id].DependsOn = append(byID[id].DependsOn, dep)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
 			return err
 		}
 		args = args[n:]
@@ -89,25 +66,9 @@ func (s *Store) pageDependsOn(ctx context.Context, need []*store.Unit) error {
 			args[i] = u.ID
 		}
 		need = need[n:]
-		rows, err := s.read.QueryContext(ctx, `SELECT unit_id, depends_on FROM dependencies
+		err := sqlcommon.DependsOn(ctx, s.query, byID, `SELECT unit_id, depends_on FROM dependencies
 			WHERE unit_id IN (`+placeholders(n)+`) ORDER BY rowid`, args...)
 		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var id, dep string
-			if err := rows.Scan(&id, &dep); err != nil {
-				rows.Close()
-				return err
-			}
-			if u := byID[id]; u != nil {
-				u.DependsOn = append(u.DependsOn, dep)
-			}
-		}
-		if err := rows.Close(); err != nil {
-			return err
-		}
-		if err := rows.Err(); err != nil {
 			return err
 		}
 	}
@@ -127,20 +88,7 @@ func (s *Store) UnitStates(ctx context.Context, ids []string) (map[string]store.
 		for i, id := range ids[:n] {
 			args[i] = id
 		}
-		rows, err := s.read.QueryContext(ctx, `SELECT id, state FROM work_units WHERE id IN (`+placeholders(n)+`)`, args...)
-		if err != nil {
-			return nil, err
-		}
-		for rows.Next() {
-			var id, state string
-			if err := rows.Scan(&id, &state); err != nil {
-				rows.Close()
-				return nil, err
-			}
-			out[id] = store.State(state)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
+		if err := sqlcommon.States(ctx, s.query, out, `SELECT id, state FROM work_units WHERE id IN (`+placeholders(n)+`)`, args...); err != nil {
 			return nil, err
 		}
 		ids = ids[n:]
@@ -150,24 +98,12 @@ func (s *Store) UnitStates(ctx context.Context, ids []string) (map[string]store.
 
 // GetUnit returns the unit with the given ID, or store.ErrNotFound.
 func (s *Store) GetUnit(ctx context.Context, id string) (*store.Unit, error) {
-	u, err := scanUnit(s.read.QueryRowContext(ctx, `SELECT `+unitColumns+` FROM work_units WHERE id=?`, id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, fmt.Errorf("%w: %q", store.ErrNotFound, id)
-	} else if err != nil {
-		return nil, err
-	}
-	if err := s.dependsOn(ctx, []*store.Unit{u}); err != nil {
-		return nil, err
-	}
-	return u, nil
+	return sqlcommon.Unit(ctx, s.query, `SELECT `+unitColumns+` FROM work_units WHERE id=?`, id, scanUnit, s.dependsOn)
 }
 
 // ListUnits returns units matching f.
 func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Unit, error) {
-	limit := f.Limit
-	if limit <= 0 {
-		limit = 100
-	}
+	limit := sqlcommon.ListLimit(f)
 	if len(f.IDs) > maxIDs {
 		// Chunk to stay under SQLite's host-parameter limit, then merge.
 		var out []*store.Unit
@@ -248,37 +184,8 @@ func (s *Store) ListUnits(ctx context.Context, f store.ListFilter) ([]*store.Uni
 		where = append(where, "instr(coalesce(error, ''), ?) > 0")
 		args = append(args, f.ErrorContains)
 	}
-	q := `SELECT ` + unitColumns + ` FROM work_units`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	if f.Desc {
-		q += " ORDER BY seq DESC"
-	} else {
-		q += " ORDER BY seq"
-	}
-	q += " LIMIT ?"
-	args = append(args, limit)
-	rows, err := s.read.QueryContext(ctx, q, args...)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []*store.Unit
-	for rows.Next() {
-		u, err := scanUnit(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, u)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	if err := s.dependsOn(ctx, out); err != nil {
-		return nil, err
-	}
-	return out, nil
+	q := sqlcommon.ListSQL(unitColumns, where, f.Desc) + " LIMIT ?"
+	return sqlcommon.Units(ctx, s.query, q, append(args, limit), scanUnit, s.dependsOn)
 }
 
 // LoadActive calls fn for every queued or running unit, in Seq order,
@@ -325,10 +232,8 @@ func (s *Store) LoadActive(ctx context.Context, after int64, fn func(*store.Unit
 		if err := s.pageDependsOn(ctx, need); err != nil {
 			return err
 		}
-		for _, u := range page {
-			if err := fn(u); err != nil {
-				return err
-			}
+		if err := sqlcommon.Deliver(page, fn); err != nil {
+			return err
 		}
 		if bound == math.MaxInt64 {
 			return nil
@@ -423,39 +328,12 @@ func mergeBySeq(a, b []*store.Unit, bound int64) []*store.Unit {
 // CountActive returns queued plus running units per task, from the kept
 // counts.
 func (s *Store) CountActive(ctx context.Context) (map[string]int, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT task, sum(n) FROM unit_counts WHERE state IN ('queued','running') GROUP BY task HAVING sum(n) > 0`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make(map[string]int)
-	for rows.Next() {
-		var task string
-		var n int
-		if err := rows.Scan(&task, &n); err != nil {
-			return nil, err
-		}
-		out[task] = n
-	}
-	return out, rows.Err()
+	return sqlcommon.CountByTask(ctx, s.query, sqlcommon.CountActiveSQL)
 }
 
 // Dependents returns the IDs of the units that depend on id.
 func (s *Store) Dependents(ctx context.Context, id string) ([]string, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT unit_id FROM dependencies WHERE depends_on=? ORDER BY unit_id`, id)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []string
-	for rows.Next() {
-		var d string
-		if err := rows.Scan(&d); err != nil {
-			return nil, err
-		}
-		out = append(out, d)
-	}
-	return out, rows.Err()
+	return sqlcommon.Strings(ctx, s.query, `SELECT unit_id FROM dependencies WHERE depends_on=? ORDER BY unit_id`, id)
 }
 
 // QueuedCount returns the number of queued units, from the count every
@@ -465,3 +343,17 @@ func (s *Store) QueuedCount(ctx context.Context) (int, error) {
 	err := s.read.QueryRowContext(ctx, `SELECT coalesce(sum(n), 0) FROM unit_counts WHERE state = 'queued'`).Scan(&n)
 	return n, err
 }
+
+// query runs a read on the read connections (sqlcommon.Query).
+func (s *Store) query(ctx context.Context, q string, args ...any) (sqlcommon.Rows, error) {
+	rows, err := s.read.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	return sqlRows{rows}, nil
+}
+
+// sqlRows are database/sql's rows as sqlcommon reads them.
+type sqlRows struct{ *sql.Rows }
+
+func (r sqlRows) Close() { _ = r.Rows.Close() }

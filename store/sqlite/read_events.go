@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // Reads of the event log, the tasks, the services and their log, and the
@@ -278,90 +279,23 @@ func (s *Store) FirstSeq(ctx context.Context) (int64, error) {
 
 // Tasks returns the stored task definitions.
 func (s *Store) Tasks(ctx context.Context) (map[string][]byte, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT name, def FROM tasks`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make(map[string][]byte)
-	for rows.Next() {
-		var name string
-		var def []byte
-		if err := rows.Scan(&name, &def); err != nil {
-			return nil, err
-		}
-		out[name] = def
-	}
-	return out, rows.Err()
+	return sqlcommon.Tasks(ctx, s.query, `SELECT name, def FROM tasks`)
 }
 
 // Services returns the stored services with their meters' state (a
 // service with a stored meter state but no record, such as a keyed
 // instance, is listed too).
 func (s *Store) Services(ctx context.Context) ([]store.ServiceRecord, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT s.name, s.def, s.override, s.paused FROM services s
+	return sqlcommon.Services(ctx, s.query, `SELECT s.name, s.def, s.override, s.paused FROM services s
 		UNION ALL
 		SELECT DISTINCT m.service, NULL, NULL, 0 FROM meter_state m WHERE m.service NOT IN (SELECT name FROM services)
-		ORDER BY 1`)
-	if err != nil {
-		return nil, err
-	}
-	var out []store.ServiceRecord
-	index := map[string]int{}
-	for rows.Next() {
-		var r store.ServiceRecord
-		if err := rows.Scan(&r.Name, &r.Def, &r.Override, &r.Paused); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		index[r.Name] = len(out)
-		out = append(out, r)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	rows, err = s.read.QueryContext(ctx, `SELECT service, meter, state FROM meter_state`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var svc, meter string
-		var state []byte
-		if err := rows.Scan(&svc, &meter, &state); err != nil {
-			return nil, err
-		}
-		if i, ok := index[svc]; ok {
-			r := &out[i]
-			if r.Meters == nil {
-				r.Meters = make(map[string][]byte, 1)
-			}
-			r.Meters[meter] = state
-		}
-	}
-	return out, rows.Err()
+		ORDER BY 1`, `SELECT service, meter, state FROM meter_state`)
 }
 
 // ServiceLog returns the starts logged for service since the given time.
 func (s *Store) ServiceLog(ctx context.Context, service string, since time.Time) ([]store.Logged, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT started_at, meter, amount, reconciled FROM service_log
+	return sqlcommon.Logged(ctx, s.query, `SELECT started_at, meter, amount, reconciled FROM service_log
 		WHERE service=? AND started_at >= ? ORDER BY started_at, rowid`, service, ns(since))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Logged
-	for rows.Next() {
-		var l store.Logged
-		var at int64
-		if err := rows.Scan(&at, &l.Meter, &l.Amount, &l.Reconciled); err != nil {
-			return nil, err
-		}
-		l.At = tm(at)
-		out = append(out, l)
-	}
-	return out, rows.Err()
 }
 
 // ServiceLogPrefix returns the recent starts of every service whose name
@@ -373,24 +307,8 @@ func (s *Store) ServiceLogPrefix(ctx context.Context, prefix string, since time.
 	if n := len(prefix); n > 0 && prefix[n-1] < 0xff {
 		hi = prefix[:n-1] + string(rune(prefix[n-1]+1))
 	}
-	rows, err := s.read.QueryContext(ctx, `SELECT service, started_at, meter, amount, reconciled FROM service_log
+	return sqlcommon.LoggedByService(ctx, s.query, `SELECT service, started_at, meter, amount, reconciled FROM service_log
 		WHERE service >= ? AND service < ? AND started_at >= ? ORDER BY service, started_at, rowid`, prefix, hi, ns(since))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make(map[string][]store.Logged)
-	for rows.Next() {
-		var svc string
-		var l store.Logged
-		var at int64
-		if err := rows.Scan(&svc, &at, &l.Meter, &l.Amount, &l.Reconciled); err != nil {
-			return nil, err
-		}
-		l.At = tm(at)
-		out[svc] = append(out[svc], l)
-	}
-	return out, rows.Err()
 }
 
 // Pauses returns the stored pauses of the queue and of task types.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // Executors' ops and reads (store.ExecutorStore). The store's clock is
@@ -21,15 +22,12 @@ func (t *txn) applyRemote(op store.Op, r *store.Result) (ok bool, err error) {
 	switch op := op.(type) {
 	case *store.RegisterExecutor:
 		e := op.Executor
-		tasks, err := json.Marshal(e.Tasks)
-		if err != nil {
-			return true, err
-		}
+		tasks := sqlcommon.TaskNames(e.Tasks)
 		r.Applied, err = t.changed(`INSERT INTO executors(id, host, pid, tasks, capacity, poll_ns, ttl_ns, registered_at, seen_at) VALUES(?,?,?,?,?,?,?,?,?)
 			ON CONFLICT(id) DO UPDATE SET host=excluded.host, pid=excluded.pid, tasks=excluded.tasks, capacity=excluded.capacity,
 				poll_ns=excluded.poll_ns, ttl_ns=excluded.ttl_ns, registered_at=excluded.registered_at, seen_at=excluded.seen_at
 			WHERE executors.seen_at + executors.ttl_ns <= excluded.seen_at OR (executors.host = excluded.host AND executors.pid = excluded.pid)`,
-			e.ID, e.Host, e.PID, string(tasks), e.Capacity, int64(e.Poll), int64(e.TTL), now, now)
+			e.ID, e.Host, e.PID, tasks, e.Capacity, int64(e.Poll), int64(e.TTL), now, now)
 		if err == nil && !r.Applied {
 			r.Err = store.ErrExecutorTaken
 		}
@@ -90,10 +88,7 @@ func (t *txn) applyRemote(op store.Op, r *store.Result) (ok bool, err error) {
 // run is still assigned to executor (a repeated report).
 func (t *txn) assignedTo(executor, id string, run int) (error, error) {
 	_, ok, err := t.one(`SELECT 1 FROM assignments WHERE work_id=? AND run=? AND executor=?`, id, run, executor)
-	if err != nil || ok {
-		return nil, err
-	}
-	return store.ErrStaleRun, nil
+	return sqlcommon.StaleUnless(ok, err)
 }
 
 // Executors implements store.ExecutorStore.
@@ -168,12 +163,7 @@ func (s *Store) assignments(ctx context.Context, query string, args ...any) ([]s
 			return nil, err
 		}
 		a.StartBy, a.Timeout, a.Started = tm(startBy), time.Duration(timeout), tm(started)
-		if cancel != nil {
-			a.Cancel = *cancel
-		}
-		if target != nil {
-			a.Target = *target
-		}
+		a.Cancel, a.Target = sqlcommon.Str(cancel), sqlcommon.Str(target)
 		out = append(out, a)
 	}
 	return out, rows.Err()

@@ -31,13 +31,13 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -120,10 +120,7 @@ type Store struct {
 }
 
 // SchemaVersion is the schema version this package writes.
-var SchemaVersion = func() int {
-	n, _ := latestMigration()
-	return n
-}()
+var SchemaVersion = sqlcommon.SchemaVersion(migrations)
 
 // Open opens or creates the database at path and migrates its schema. A file
 // that is not a SQLite database gives an error naming path; a schema newer
@@ -214,28 +211,7 @@ func describe(err error) error {
 	return err
 }
 
-func latestMigration() (int, error) {
-	entries, err := fs.ReadDir(migrations, "migrations")
-	if err != nil {
-		return 0, err
-	}
-	n := 0
-	for _, e := range entries {
-		v, err := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
-		if err != nil {
-			return 0, fmt.Errorf("bad migration name %q", e.Name())
-		}
-		n = max(n, v)
-	}
-	return n, nil
-}
-
 func (s *Store) migrate(ctx context.Context) error {
-	entries, err := fs.ReadDir(migrations, "migrations")
-	if err != nil {
-		return err
-	}
-	sort.Slice(entries, func(i, j int) bool { return entries[i].Name() < entries[j].Name() })
 	tx, err := s.write.BeginTx(ctx, nil) // BEGIN IMMEDIATE: one migrator at a time
 	if err != nil {
 		return err
@@ -245,26 +221,15 @@ func (s *Store) migrate(ctx context.Context) error {
 	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
 		return err
 	}
-	latest := 0
-	for _, e := range entries {
-		v, _ := strconv.Atoi(strings.SplitN(e.Name(), "_", 2)[0])
-		latest = max(latest, v)
-		if v <= version {
-			continue
-		}
-		body, err := migrations.ReadFile("migrations/" + e.Name())
-		if err != nil {
+	err = sqlcommon.Migrate(migrations, version, func(v int, _, body string) error {
+		if _, err := tx.ExecContext(ctx, body); err != nil {
 			return err
 		}
-		if _, err := tx.ExecContext(ctx, string(body)); err != nil {
-			return fmt.Errorf("migration %s: %w", e.Name(), err)
-		}
-		if _, err := tx.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(v)); err != nil {
-			return err
-		}
-	}
-	if version > latest {
-		return fmt.Errorf("%w (file has version %d, this runcue knows up to %d)", store.ErrSchemaTooNew, version, latest)
+		_, err := tx.ExecContext(ctx, "PRAGMA user_version = "+strconv.Itoa(v))
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
 		return err
@@ -460,26 +425,8 @@ func (s *Store) prepare(ctx context.Context, dc driverConn, query string) (drive
 
 var _ store.Store = (*Store)(nil)
 
-func ns(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func tm(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n)
-}
-
-func nullStr(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
+// The conversions every statement uses.
+var ns, tm, nullStr, nullBytes = sqlcommon.Nanos, sqlcommon.Time, sqlcommon.NullString, sqlcommon.NullBytes
 
 func isUnique(err error) bool {
 	var se *sqlite.Error

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/internal/sqlcommon"
 )
 
 // What Stats reads: unit counts (kept by triggers, see migration 0006),
@@ -33,19 +34,9 @@ func (t *txn) flushCounts() error {
 	if len(t.Counted) == 0 {
 		return nil
 	}
-	type key struct {
-		Task  string
-		State store.State
-	}
-	sum := make(map[key]int, 4)
-	for _, c := range t.Counted {
-		sum[key{c.Task, c.State}] += c.D
-	}
 	var args []any
-	for k, n := range sum {
-		if n != 0 {
-			args = append(args, k.Task, string(k.State), int64(n))
-		}
+	for _, c := range sqlcommon.CountChanges(t.Counted) {
+		args = append(args, c.Task, string(c.State), c.N)
 	}
 	if len(args) == 0 {
 		return nil
@@ -101,28 +92,14 @@ func (t *txn) flushActivity() error {
 
 // Counts returns the kept unit counts.
 func (s *Store) Counts(ctx context.Context) ([]store.UnitCount, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT task, state, n FROM unit_counts WHERE n <> 0 ORDER BY task, state`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.UnitCount
-	for rows.Next() {
-		var c store.UnitCount
-		if err := rows.Scan(&c.Task, &c.State, &c.N); err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, rows.Err()
+	return sqlcommon.Counts(ctx, s.query, `SELECT task, state, n FROM unit_counts WHERE n <> 0 ORDER BY task, state`)
 }
 
 // OldestQueued returns the submission time of the first queued unit, by
 // the open-units index.
 func (s *Store) OldestQueued(ctx context.Context) (time.Time, bool, error) {
 	var created int64
-	err := s.read.QueryRowContext(ctx, `SELECT created_at FROM work_units
-		WHERE state = 'queued' AND state NOT IN ('completed', 'skipped') ORDER BY seq LIMIT 1`).Scan(&created)
+	err := s.read.QueryRowContext(ctx, sqlcommon.OldestQueuedSQL).Scan(&created)
 	if err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return time.Time{}, false, nil
@@ -134,68 +111,19 @@ func (s *Store) OldestQueued(ctx context.Context) (time.Time, bool, error) {
 
 // Activity returns the kept activity of the minutes from since.
 func (s *Store) Activity(ctx context.Context, since time.Time) ([]store.ActivityCount, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT minute, task, kind, n FROM activity WHERE minute >= ? ORDER BY minute, task, kind`,
+	return sqlcommon.Activity(ctx, s.query, `SELECT minute, task, kind, n FROM activity WHERE minute >= ? ORDER BY minute, task, kind`,
 		since.UnixNano()/int64(time.Minute))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.ActivityCount
-	for rows.Next() {
-		var minute int64
-		var c store.ActivityCount
-		if err := rows.Scan(&minute, &c.Task, &c.Kind, &c.N); err != nil {
-			return nil, err
-		}
-		c.Minute = time.Unix(0, minute*int64(time.Minute))
-		out = append(out, c)
-	}
-	return out, rows.Err()
 }
 
 // QueueWaits returns the queue-wait histogram of the minutes from since.
 func (s *Store) QueueWaits(ctx context.Context, since time.Time) ([]int64, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT bucket, sum(n) FROM queue_wait WHERE minute >= ? GROUP BY bucket`,
+	return sqlcommon.QueueWaits(ctx, s.query, `SELECT bucket, sum(n) FROM queue_wait WHERE minute >= ? GROUP BY bucket`,
 		since.UnixNano()/int64(time.Minute))
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	out := make([]int64, len(store.QueueWaitBounds)+1)
-	for rows.Next() {
-		var b, n int64
-		if err := rows.Scan(&b, &n); err != nil {
-			return nil, err
-		}
-		if b >= 0 && int(b) < len(out) {
-			out[b] += n
-		}
-	}
-	return out, rows.Err()
 }
 
 // Subscriptions returns the named subscriptions.
 func (s *Store) Subscriptions(ctx context.Context) ([]store.Subscription, error) {
-	rows, err := s.read.QueryContext(ctx, `SELECT name, acked, created_at, acked_at, types, tasks FROM subscriptions ORDER BY name`)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var out []store.Subscription
-	for rows.Next() {
-		var sub store.Subscription
-		var created, acked int64
-		var types, tasks string
-		if err := rows.Scan(&sub.Name, &sub.Acked, &created, &acked, &types, &tasks); err != nil {
-			return nil, err
-		}
-		sub.CreatedAt, sub.AckedAt = tm(created), tm(acked)
-		if err := store.DecodeSubscriptionFilter(&sub, types, tasks); err != nil {
-			return nil, err
-		}
-		out = append(out, sub)
-	}
-	return out, rows.Err()
+	return sqlcommon.Subscriptions(ctx, s.query, `SELECT name, acked, created_at, acked_at, types, tasks FROM subscriptions ORDER BY name`)
 }
 
 // Backup writes a consistent copy of the database to path (which must not
