@@ -43,15 +43,28 @@ import (
 //	        [meter=AMOUNT:N/DUR] [adaptive] [share=AMOUNT]
 //	task NAME [services=A,B] [max=N] [attempts=N] [backoff=DUR] [timeout=DUR] [hold]
 //	        [keys=CLASS]     (a unit's keyed service is CLASS:its target)
+//	        [failonskip]     a skipped dependency fails the task's units
+//	        [reports]        its runner reports starts (Run.Started), no start gate
 //	start [priority]           the engine takes ownership and recovers (priority:
-//	                           a unit's target, read as a number, is its score)
-//	submit ID TASK [after=ID,...] [at=DUR] [target=T] [cost=AMOUNT:N]
+//	                           a unit's target, a number from 0 to 10, is ten
+//	                           times its score)
+//	submit ID TASK [after=ID,...] [at=DUR] [target=T] [cost=AMOUNT:N] [deptimeout=DUR]
+//	       [| ID TASK ...]     several units in one batch
+//	submit-elsewhere ...       the same, committed by another process
 //	tick DUR                   the clock moves on; the engine settles
 //	done ID ok|fail|permanent|skip|overloaded|retry-after=DUR|panic [used=AMOUNT:N]
 //	cancel ID [cascade]
 //	pause service NAME | pause queue | pause task NAME (resume likewise)
 //	explain ID                 the reasons it is not running
 //	status NAME                a service's active, in-window and circuit
+//	start [depcheck] [feed=N] [maxqueued=N] [loadahead=N]
+//	                           depcheck: DependencySatisfied refuses what "unready ID"
+//	                           names; feed: a Feed that submits N units of task a
+//	unready ID | ready ID      DependencySatisfied's answer for dependency ID
+//	override NAME max=N        a service's stored override
+//	room TASK N                the room executors have for TASK (SetRoom)
+//	observe ID AMOUNT:N/DUR    the run's service said it has N left, whole after DUR
+//	inspect                    the dispatcher's counts
 //	stats                      the services' statistics, the queue and backpressure
 //	progress ID                the handler reports progress and a heartbeat
 //	drain                      whether the engine holds no work (waits 50ms at most)
@@ -160,6 +173,11 @@ type world struct {
 
 	// priority: units run by their targets read as numbers, highest first.
 	priority bool
+	// opts are the start command's options (depcheck, feed=N, maxqueued=N).
+	opts map[string]string
+	// unready are the dependencies DependencySatisfied refuses (depcheck).
+	unready map[string]bool
+	fed     int
 
 	mu   sync.Mutex
 	log  []string
@@ -331,7 +349,11 @@ func (w *world) do(cmd string) []string {
 		spec := &TaskSpec{Name: pos[0], MaxConcurrent: atoi(args["max"]), Timeout: dur(args["timeout"]),
 			Retry:     fixedRetry{attempts: max(atoi(args["attempts"]), 1), delay: dur(args["backoff"])},
 			Retryable: func(error) bool { return true }, MaxDeferrals: 10, Runner: &scriptRunner{w: w},
-			HoldSlotsUntilReturn: args["hold"] != "" || slices.Contains(pos, "hold")}
+			HoldSlotsUntilReturn: args["hold"] != "" || slices.Contains(pos, "hold"),
+			FailOnSkippedDependency: slices.Contains(pos, "failonskip")}
+		if slices.Contains(pos, "reports") {
+			spec.Runner = &scriptRunner{w: w, reports: true}
+		}
 		if s := args["services"]; s != "" {
 			spec.Services = strings.Split(s, ",")
 		}
@@ -348,14 +370,45 @@ func (w *world) do(cmd string) []string {
 		}
 	case "start":
 		w.priority = slices.Contains(pos, "priority")
+		w.opts = args
+		if slices.Contains(pos, "depcheck") {
+			w.opts["depcheck"] = "1"
+		}
 		w.start(nil)
-	case "submit":
+	case "unready", "ready":
+		w.mu.Lock()
+		if w.unready == nil {
+			w.unready = map[string]bool{}
+		}
+		w.unready[pos[0]] = f[0] == "unready"
+		w.mu.Unlock()
+	case "override":
+		def := w.reg.Services[pos[0]]
+		def.MaxConcurrent = atoi(args["max"])
+		w.write(&store.PutService{Name: pos[0], Override: def.Encode()})
+		w.e.ServiceChanged(w.ctx, pos[0])
+	case "room":
+		w.e.SetRoom(pos[0], atoi(pos[1]))
+	case "observe": // observe ID AMOUNT:REMAINING/RESET
+		w.mu.Lock()
+		r := w.runs[pos[0]]
+		w.mu.Unlock()
+		name, rest, _ := strings.Cut(pos[1], ":")
+		n, reset, _ := strings.Cut(rest, "/")
+		r.p.Observe(rt.Observation{Limits: []rt.ObservedLimit{{Name: name, Remaining: int64(atoi(n)), Reset: dur(reset)}}})
+	case "inspect":
+		st, err := w.e.Inspect(w.ctx)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		extra = append(extra, fmt.Sprintf("live=%d inflight=%d lanes=%d units=%d keyed=%d", st.Live, st.Inflight, st.Lanes, st.Units, st.Keyed))
+	case "submit", "submit-elsewhere":
 		// submit ID TASK [k=v...] [| ID TASK [k=v...]]...: one batch
 		var units []*store.Unit
-		for _, spec := range strings.Split(strings.TrimPrefix(cmd, "submit "), "|") {
+		for _, spec := range strings.Split(strings.TrimPrefix(strings.TrimPrefix(cmd, "submit-elsewhere "), "submit "), "|") {
 			units = append(units, w.unit(strings.Fields(spec)))
 		}
-		res := w.write(&store.Insert{Units: units, At: w.clk.Now()})
+		res := w.write(&store.Insert{Units: units, At: w.clk.Now(), MaxQueued: atoi(w.opts["maxqueued"])})
 		if res.Err != nil {
 			extra = append(extra, "refused "+res.Err.Error())
 			break
@@ -375,7 +428,11 @@ func (w *world) do(cmd string) []string {
 				ended = append(ended, ev)
 			}
 		}
-		if w.e != nil && (len(fresh) > 0 || len(ended) > 0) {
+		switch {
+		case w.e == nil:
+		case f[0] == "submit-elsewhere":
+			w.e.External(res.Events) // as another process's commit, read from the log
+		case len(fresh) > 0 || len(ended) > 0:
 			w.e.Inserted(fresh, ended)
 		}
 	case "tick":
@@ -425,6 +482,15 @@ func (w *world) do(cmd string) []string {
 			extra = append(extra, s)
 		}
 	case "status":
+		if strings.Contains(pos[0], ":") {
+			st, _, err := w.e.KeyStatus(w.ctx, pos[0])
+			if err != nil || st == nil {
+				extra = append(extra, fmt.Sprintf("%s unknown (%v)", pos[0], err))
+				break
+			}
+			extra = append(extra, fmt.Sprintf("%s active=%d in_window=%d circuit=%s paused=%v", st.Name, st.Active, st.InWindow, st.Circuit, st.Paused))
+			break
+		}
 		sts, _, err := w.e.Services(w.ctx)
 		if err != nil {
 			w.t.Fatal(err)
@@ -505,6 +571,9 @@ func (w *world) unit(f []string) *store.Unit {
 		name, n, _ := strings.Cut(c, ":")
 		u.Costs = map[string]int64{name: int64(atoi(n))}
 	}
+	if d := args["deptimeout"]; d != "" {
+		u.DependencyDeadline = w.clk.Now().Add(dur(d))
+	}
 	return u
 }
 
@@ -535,22 +604,55 @@ func (w *world) start(ended []store.RunRef) {
 	cfg := Settings{
 		MaxConcurrent: 100, MaxUncommitted: 1024, MaxPayload: 1 << 20, DefaultTimeout: time.Hour, LeaseBuffer: time.Minute,
 		MaxStartDelay: 2 * time.Second, EventRetention: 7 * 24 * time.Hour, SubscriptionRetention: 30 * 24 * time.Hour,
-		QueueStatusInterval: -1, CancelGrace: 30 * time.Second, DependencyRecheck: time.Second, PriorityTTL: time.Hour,
+		QueueStatusInterval: 5 * time.Second, CancelGrace: 30 * time.Second, DependencyRecheck: time.Second, PriorityTTL: time.Hour,
 		CallbackTimeout: 20 * time.Second, FeedInterval: time.Second, LoadAhead: -1, StatsKeys: 10,
 		Rand: rand.NewPCG(1, 2), Clock: w.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Ended: ended,
+	}
+	cfg.MaxQueued = atoi(w.opts["maxqueued"])
+	if n := atoi(w.opts["loadahead"]); n > 0 {
+		cfg.LoadAhead = n
+	}
+	if w.opts["depcheck"] != "" {
+		cfg.DependencySatisfied = func(_ context.Context, dep rt.Dependency) (bool, error) {
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			return !w.unready[dep.ID], nil
+		}
+	}
+	if n := atoi(w.opts["feed"]); n > 0 {
+		cfg.FeedLowWater = 2
+		cfg.Feed = func(ctx context.Context, want int) error {
+			w.mu.Lock()
+			i := w.fed
+			w.fed++
+			w.mu.Unlock()
+			if i >= n {
+				return ErrFeedExhausted
+			}
+			u := &store.Unit{ID: fmt.Sprintf("fed%d", i), Task: "a", State: store.Queued, CreatedAt: w.clk.Now()}
+			res, err := w.w.Do(ctx, &store.Insert{Units: []*store.Unit{u}, At: w.clk.Now()})
+			if err == nil && res[0].Err == nil {
+				w.e.Inserted([]*store.Unit{u}, nil)
+			}
+			return err
+		}
 	}
 	if w.priority {
 		cfg.Priority = func(in PriorityInput) float64 {
 			x, _ := strconv.ParseFloat(in.Unit.Target, 64)
-			return x
+			return x / 10 // scores are from 0 to 1
 		}
+	}
+	hooks := Hooks{CheckInvariants: func(err error) { w.t.Errorf("invariant: %v", err) }}
+	if cfg.LoadAhead > 0 { // the load's pages as small as its bound
+		hooks.FirstLoad, hooks.LoadBatch = cfg.LoadAhead, cfg.LoadAhead
 	}
 	w.own = own
 	w.e = New(cfg, Deps{Store: w.st, Writer: w.w, Hub: w.hub, Tel: w.tel, Stats: &w.count,
 		UnitRetry:     func([]byte) (RetryPolicy, error) { return fixedRetry{attempts: 1}, nil },
 		Encode:        func(v any) []byte { b, _ := json.Marshal(v); return b },
 		ReportOrphans: func(map[string]int) {}, Detach: func(*Engine) {},
-		Hooks: Hooks{CheckInvariants: func(err error) { w.t.Errorf("invariant: %v", err) }},
+		Hooks: hooks,
 	}, "scenario", own, stored, pauses, w.snapshot())
 	if err := w.e.Recover(w.ctx); err != nil {
 		w.t.Fatal(err)
@@ -612,7 +714,12 @@ func scriptEnding(what string, at time.Time) Ending {
 
 // scriptRunner runs a script's handlers: each run starts at once (through
 // the start gate) and stays running until "done" ends it.
-type scriptRunner struct{ w *world }
+type scriptRunner struct {
+	w *world
+	// reports: the runner reports its starts (Run.Started) instead of
+	// passing the start gate, as a Runner whose handlers run elsewhere.
+	reports bool
+}
 
 type scriptRun struct {
 	p    *Run
@@ -631,7 +738,9 @@ func (sr *scriptRunner) Launch(p *Run) {
 			p.Done(Ending{Err: err, NotStarted: true, At: sr.w.clk.Now()})
 			return
 		}
-		if _, err := p.Begin(); err != nil {
+		if sr.reports {
+			p.Started(p.Now())
+		} else if _, err := p.Begin(); err != nil {
 			p.Done(Ending{Err: err, NotStarted: true, At: sr.w.clk.Now()})
 			return
 		}
