@@ -349,7 +349,7 @@ func (w *world) do(cmd string) []string {
 		spec := &TaskSpec{Name: pos[0], MaxConcurrent: atoi(args["max"]), Timeout: dur(args["timeout"]),
 			Retry:     fixedRetry{attempts: max(atoi(args["attempts"]), 1), delay: dur(args["backoff"])},
 			Retryable: func(error) bool { return true }, MaxDeferrals: 10, Runner: &scriptRunner{w: w},
-			HoldSlotsUntilReturn: args["hold"] != "" || slices.Contains(pos, "hold"),
+			HoldSlotsUntilReturn:    args["hold"] != "" || slices.Contains(pos, "hold"),
 			FailOnSkippedDependency: slices.Contains(pos, "failonskip")}
 		if slices.Contains(pos, "reports") {
 			spec.Runner = &scriptRunner{w: w, reports: true}
