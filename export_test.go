@@ -118,13 +118,6 @@ func OnLoadWaits(c *Cue, f func(held, unloaded int)) {
 	c.mach.hooks.LoadWaits = f
 }
 
-// SetParamBudget sets the memory budget of params kept for queued units,
-// and a func called (on the dispatcher goroutine) for every read of params
-// with the number of units it reads. Call before Start.
-func SetParamBudget(c *Cue, bytes int, read func(units int)) {
-	c.mach.hooks.ParamBudget, c.mach.hooks.ParamRead = bytes, read
-}
-
 // WatchIterations returns a channel that receives after loop iterations of
 // c's dispatcher (signals coalesce). Call before Start.
 func WatchIterations(c *Cue) <-chan struct{} {
@@ -132,16 +125,6 @@ func WatchIterations(c *Cue) <-chan struct{} {
 		c.mach.hooks.Iterated = make(chan struct{}, 1)
 	}
 	return c.mach.hooks.Iterated
-}
-
-// CorruptActive adds a phantom holder to a registered service's count, on
-// the dispatcher goroutine, so tests can see that CheckInvariants fails.
-func CorruptActive(ctx context.Context, c *Cue, service string) error {
-	d := c.disp.Load()
-	if d == nil {
-		return fmt.Errorf("not running")
-	}
-	return d.e.CorruptActive(ctx, service)
 }
 
 // TrackRuns records a weak pointer to every run c starts, and to its unit.

@@ -313,32 +313,6 @@ func TestTimeoutReleasesSlot(t *testing.T) {
 	}
 }
 
-// TestInvariantCheckCanFail: the active-count invariant reports a count
-// that no run accounts for, also when some task holds its slots until its
-// handler returns (that once turned the check off for every resource).
-func TestInvariantCheckCanFail(t *testing.T) {
-	e := newEnv(t, runcue.Config{})
-	require.NoError(t, e.c.Service("api", runcue.Service{MaxConcurrent: 5}))
-	require.NoError(t, e.c.Service("other", runcue.Service{MaxConcurrent: 5}))
-	require.NoError(t, e.c.Task("holds", runcue.Task{Services: []string{"other"}, HoldSlotsUntilReturn: true, Handler: noop}))
-	require.NoError(t, e.c.Task("t", runcue.Task{Services: []string{"api"}, Handler: noop}))
-	var mu sync.Mutex
-	var violations []error
-	runcue.CheckInvariants(e.c, func(err error) { mu.Lock(); violations = append(violations, err); mu.Unlock() })
-	e.start()
-	e.wait(e.submit("t"))
-	e.settle()
-	mu.Lock()
-	require.Empty(t, violations)
-	mu.Unlock()
-	require.NoError(t, runcue.CorruptActive(e.ctx, e.c, "api"))
-	e.settle()
-	mu.Lock()
-	defer mu.Unlock()
-	require.NotEmpty(t, violations, "a phantom holder is reported")
-	assert.Contains(t, violations[0].Error(), "api: active 1")
-}
-
 func TestSubmissionTimeout(t *testing.T) {
 	e := newEnv(t, runcue.Config{})
 	p := newProbe(true)

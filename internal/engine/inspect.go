@@ -110,16 +110,3 @@ func Reachable(p *Run) func() (run, unit bool) {
 	rw, uw := weak.Make(p.r), weak.Make(p.r.u)
 	return func() (bool, bool) { return rw.Value() != nil, uw.Value() != nil }
 }
-
-// CorruptActive adds a phantom holder to a registered service's count,
-// so that tests see the invariants' check fail.
-func (d *Engine) CorruptActive(ctx context.Context, service string) error {
-	_, ok, err := ask(ctx, d, func(d *Engine) struct{} {
-		d.services[service].Active++
-		return struct{}{}
-	})
-	if !ok && err == nil {
-		err = ErrShutdown
-	}
-	return err
-}

@@ -178,6 +178,10 @@ type world struct {
 	// unready are the dependencies DependencySatisfied refuses (depcheck).
 	unready map[string]bool
 	fed     int
+	// invariant, when set, gets the invariants' violations (default: the
+	// test fails); hooks, when set, adjusts the engine's hooks.
+	invariant func(error)
+	hooks     func(*Hooks)
 
 	mu   sync.Mutex
 	log  []string
@@ -644,6 +648,12 @@ func (w *world) start(ended []store.RunRef) {
 		}
 	}
 	hooks := Hooks{CheckInvariants: func(err error) { w.t.Errorf("invariant: %v", err) }}
+	if w.invariant != nil {
+		hooks.CheckInvariants = w.invariant
+	}
+	if w.hooks != nil {
+		w.hooks(&hooks)
+	}
 	if cfg.LoadAhead > 0 { // the load's pages as small as its bound
 		hooks.FirstLoad, hooks.LoadBatch = cfg.LoadAhead, cfg.LoadAhead
 	}
