@@ -3,7 +3,6 @@ package runcue
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -125,36 +124,6 @@ func WatchIterations(c *Cue) <-chan struct{} {
 		c.mach.hooks.Iterated = make(chan struct{}, 1)
 	}
 	return c.mach.hooks.Iterated
-}
-
-// TrackRuns records a weak pointer to every run c starts, and to its unit.
-// The returned function collects garbage and reports how many runs and
-// units are still reachable, of how many started. Call before Start.
-func TrackRuns(c *Cue) (reachable func() (runs, units, started int)) {
-	var mu sync.Mutex
-	var tracked []func() (bool, bool)
-	c.mach.hooks.Started = func(r *engine.Run) {
-		mu.Lock()
-		tracked = append(tracked, engine.Reachable(r))
-		mu.Unlock()
-	}
-	return func() (int, int, int) {
-		runtime.GC()
-		runtime.GC()
-		mu.Lock()
-		defer mu.Unlock()
-		runs, units := 0, 0
-		for _, f := range tracked {
-			r, u := f()
-			if r {
-				runs++
-			}
-			if u {
-				units++
-			}
-		}
-		return runs, units, len(tracked)
-	}
 }
 
 // BudgetRecheckEvery is how often a spent budget is checked against the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"weak"
 )
 
 // What tests see of the engine: its internals' counts, and a check of its
@@ -101,12 +100,4 @@ func (d *Engine) verify() error {
 		}
 	}
 	return nil
-}
-
-// Reachable returns a function that reports whether p's run and its unit
-// are still reachable (held by weak pointers, after a collection), for
-// tests of what the engine keeps.
-func Reachable(p *Run) func() (run, unit bool) {
-	rw, uw := weak.Make(p.r), weak.Make(p.r.u)
-	return func() (bool, bool) { return rw.Value() != nil, uw.Value() != nil }
 }
