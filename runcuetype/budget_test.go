@@ -4,23 +4,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-)
+	"github.com/runcue/runcue/internal/testutil"
 
-func zone(t *testing.T, name string) *time.Location {
-	t.Helper()
-	loc, err := time.LoadLocation(name)
-	require.NoError(t, err)
-	return loc
-}
+	"github.com/stretchr/testify/assert"
+)
 
 // A day is local midnight to local midnight, 23 or 25 hours across a
 // daylight-saving change; a month runs from the 1st to the 1st.
 func TestPeriodBounds(t *testing.T) {
-	ny := zone(t, "America/New_York")
+	ny := testutil.Zone(t, "America/New_York")
 	// Cuba moves its clocks at midnight: 2026-03-08 00:00 does not exist.
-	havana := zone(t, "America/Havana")
+	havana := testutil.Zone(t, "America/Havana")
 	for _, tc := range []struct {
 		name       string
 		p          Period

@@ -3,22 +3,16 @@ package broker
 import (
 	"testing"
 	"time"
-	_ "time/tzdata" // the zones below, whatever the machine has
+
+	"github.com/runcue/runcue/internal/testutil"
 
 	"github.com/runcue/runcue/runcuetype"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-func zone(t *testing.T, name string) *time.Location {
-	t.Helper()
-	loc, err := time.LoadLocation(name)
-	require.NoError(t, err)
-	return loc
-}
-
 func TestBudgetPeriods(t *testing.T) {
-	ny := zone(t, "America/New_York")
+	ny := testutil.Zone(t, "America/New_York")
 	wall := time.Date(2026, 3, 7, 23, 0, 0, 0, ny) // the eve of spring forward
 	mono := t0
 	at := func(d time.Duration) (time.Time, time.Time) { return wall.Add(d), mono.Add(d) }
@@ -63,7 +57,7 @@ func TestBudgetPeriods(t *testing.T) {
 // at once; set back into the previous day, the period is not reopened and
 // its end moves out on the timeline.
 func TestBudgetFollowsWallClockSteps(t *testing.T) {
-	ny := zone(t, "America/New_York")
+	ny := testutil.Zone(t, "America/New_York")
 	wall := time.Date(2026, 6, 10, 12, 0, 0, 0, ny)
 	b := NewQuota(1, runcuetype.PerDay, ny, wall, t0)
 	b.Reserve()
@@ -92,7 +86,7 @@ func TestBudgetFollowsWallClockSteps(t *testing.T) {
 // A spent budget refuses a resource until its period's end, before any
 // other refusal but a pause, and keeps a keyed instance alive.
 func TestResourceBudget(t *testing.T) {
-	ny := zone(t, "America/New_York")
+	ny := testutil.Zone(t, "America/New_York")
 	wall := time.Date(2026, 6, 10, 12, 0, 0, 0, ny)
 	r := &Resource{}
 	r.SetLimits(Limits{Rate: 10, Window: time.Second})

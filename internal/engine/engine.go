@@ -34,12 +34,12 @@ import (
 	"github.com/runcue/runcue/store"
 )
 
-// Errors the engine gives as the causes of the runs it stops, and the one
-// a feed returns when it has no more work; runcue exports them.
+// Errors the engine gives as the causes of the runs it stops (runcue's,
+// from runcuetype), and the one a feed returns when it has no more work.
 var (
-	ErrShutdown       = errors.New("runcue: shutting down")
-	ErrTimeout        = errors.New("runcue: timeout")
-	ErrCancelled      = errors.New("runcue: cancelled")
+	ErrShutdown       = rt.ErrShutdown
+	ErrTimeout        = rt.ErrTimeout
+	ErrCancelled      = rt.ErrCancelled
 	ErrFeedExhausted  = errors.New("runcue: feed exhausted")
 	ErrUnknownService = errors.New("runcue: unknown service")
 )

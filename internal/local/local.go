@@ -102,17 +102,11 @@ func (lr *Runner) Launch(p *engine.Run) {
 }
 
 // Cancel implements engine.Runner: the handler's context is cancelled
-// with the cause, as runcue names it.
+// with the cause (runcue's errors: the engine's are the same values).
 func (lr *Runner) Cancel(p *engine.Run, cause error) {
 	l := p.Handle.(*run)
-	switch cause {
-	case engine.ErrTimeout:
+	if cause == engine.ErrTimeout {
 		l.ctx.Expire()
-		cause = rt.ErrTimeout
-	case engine.ErrCancelled:
-		cause = rt.ErrCancelled
-	case engine.ErrShutdown:
-		cause = rt.ErrShutdown
 	}
 	l.cancel(cause)
 }

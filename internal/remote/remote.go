@@ -165,7 +165,7 @@ func (rr *Runner) Cancel(p *engine.Run, cause error) {
 	if i := slices.Index(rr.pending, x); i >= 0 {
 		rr.pending = slices.Delete(rr.pending, i, i+1)
 		x.ended = true
-		p.Done(engine.Ending{Err: publicCause(cause), NotStarted: true, At: rr.d.Clock.Now()})
+		p.Done(engine.Ending{Err: cause, NotStarted: true, At: rr.d.Clock.Now()})
 		return
 	}
 	why := "cancelled"
@@ -176,19 +176,6 @@ func (rr *Runner) Cancel(p *engine.Run, cause error) {
 		why = "shutdown"
 	}
 	rr.submit(&store.CancelAssigned{Epoch: p.Epoch, ID: p.ID, Run: p.Attempt, Cause: why}, nil)
-}
-
-// publicCause is the engine's cause of a stop as runcue names it.
-func publicCause(cause error) error {
-	switch cause {
-	case engine.ErrTimeout:
-		return rt.ErrTimeout
-	case engine.ErrShutdown:
-		return rt.ErrShutdown
-	case engine.ErrCancelled:
-		return rt.ErrCancelled
-	}
-	return cause
 }
 
 // Bind gives rr its engine, before the engine runs.
