@@ -45,6 +45,7 @@ import (
 //	        [keys=CLASS]     (a unit's keyed service is CLASS:its target)
 //	        [failonskip]     a skipped dependency fails the task's units
 //	        [reports]        its runner reports starts (Run.Started), no start gate
+//	        [manual]         its runner reports nothing until "report" and "done"
 //	start [priority]           the engine takes ownership and recovers (priority:
 //	                           a unit's target, a number from 0 to 10, is ten
 //	                           times its score)
@@ -57,13 +58,14 @@ import (
 //	pause service NAME | pause queue | pause task NAME (resume likewise)
 //	explain ID                 the reasons it is not running
 //	status NAME                a service's active, in-window and circuit
-//	start [depcheck] [feed=N] [maxqueued=N] [loadahead=N]
+//	start [depcheck] [feed=N] [maxqueued=N] [loadahead=N] [startdelay=DUR]
 //	                           depcheck: DependencySatisfied refuses what "unready ID"
 //	                           names; feed: a Feed that submits N units of task a
 //	unready ID | ready ID      DependencySatisfied's answer for dependency ID
 //	override NAME max=N        a service's stored override
 //	room TASK N                the room executors have for TASK (SetRoom)
 //	observe ID AMOUNT:N/DUR    the run's service said it has N left, whole after DUR
+//	report ID DUR              a manual run's start, at the engine's now plus DUR
 //	inspect                    the dispatcher's counts
 //	stats                      the services' statistics, the queue and backpressure
 //	progress ID                the handler reports progress and a heartbeat
@@ -358,6 +360,10 @@ func (w *world) do(cmd string) []string {
 		if slices.Contains(pos, "reports") {
 			spec.Runner = &scriptRunner{w: w, reports: true}
 		}
+		if slices.Contains(pos, "manual") {
+			// Not InProcess: Settle does not wait for its runs to start.
+			spec.Runner = manualRunner{&scriptRunner{w: w, manual: true}}
+		}
 		if s := args["services"]; s != "" {
 			spec.Services = strings.Split(s, ",")
 		}
@@ -400,6 +406,11 @@ func (w *world) do(cmd string) []string {
 		name, rest, _ := strings.Cut(pos[1], ":")
 		n, reset, _ := strings.Cut(rest, "/")
 		r.p.Observe(rt.Observation{Limits: []rt.ObservedLimit{{Name: name, Remaining: int64(atoi(n)), Reset: dur(reset)}}})
+	case "report": // report ID OFFSET: the run's start, at the engine's now plus OFFSET
+		w.mu.Lock()
+		r := w.runs[pos[0]]
+		w.mu.Unlock()
+		r.p.Started(r.p.Now().Add(dur(pos[1])))
 	case "inspect":
 		st, err := w.e.Inspect(w.ctx)
 		if err != nil {
@@ -613,6 +624,9 @@ func (w *world) start(ended []store.RunRef) {
 		Rand: rand.NewPCG(1, 2), Clock: w.clk, Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Ended: ended,
 	}
 	cfg.MaxQueued = atoi(w.opts["maxqueued"])
+	if d := w.opts["startdelay"]; d != "" {
+		cfg.MaxStartDelay = dur(d)
+	}
 	if n := atoi(w.opts["loadahead"]); n > 0 {
 		cfg.LoadAhead = n
 	}
@@ -727,8 +741,9 @@ func scriptEnding(what string, at time.Time) Ending {
 type scriptRunner struct {
 	w *world
 	// reports: the runner reports its starts (Run.Started) instead of
-	// passing the start gate, as a Runner whose handlers run elsewhere.
-	reports bool
+	// passing the start gate, as a Runner whose handlers run elsewhere;
+	// manual: the script reports them ("report").
+	reports, manual bool
 }
 
 type scriptRun struct {
@@ -739,9 +754,29 @@ type scriptRun struct {
 
 func (sr *scriptRunner) InProcess() {}
 
+// manualRunner is a scriptRunner whose runs start elsewhere, when the
+// script says.
+type manualRunner struct{ sr *scriptRunner }
+
+func (m manualRunner) Launch(p *Run)              { m.sr.Launch(p) }
+func (m manualRunner) Cancel(p *Run, cause error) { m.sr.Cancel(p, cause) }
+
 func (sr *scriptRunner) Launch(p *Run) {
 	r := &scriptRun{p: p, end: make(chan Ending, 1), sent: make(chan struct{})}
 	p.Handle = r
+	if sr.manual {
+		sr.w.mu.Lock()
+		sr.w.runs[p.ID] = r
+		sr.w.log = append(sr.w.log, "launched "+p.ID)
+		sr.w.mu.Unlock()
+		go func() {
+			defer close(r.sent)
+			if e, ok := <-r.end; ok {
+				p.Done(e)
+			}
+		}()
+		return
+	}
 	go func() {
 		defer close(r.sent)
 		if _, err := p.Params(); err != nil {
