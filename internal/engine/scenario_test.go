@@ -189,8 +189,10 @@ type world struct {
 	log  []string
 	runs map[string]*scriptRun
 	// stopped are runs the engine asked to stop, whose ends are on their
-	// way: settle waits for them.
-	stopped []*scriptRun
+	// way: settle waits for them. launching counts the runs launched that
+	// have not yet started or ended: settle waits for them too.
+	stopped   []*scriptRun
+	launching int // under mu
 }
 
 func newWorld(t *testing.T) *world {
@@ -253,10 +255,15 @@ func (w *world) close() {
 // stopEngine stops the engine, ending the handlers it asks to stop (and
 // any it left) until it exits.
 func (w *world) stopEngine() {
-	w.e.Stop(true)
+	w.e.Stop(true) // the engine cancels its runs (Cancel ends them)
+	select {
+	case <-w.e.Done():
+		return
+	case <-time.After(5 * time.Second):
+	}
 	deadline := time.After(10 * time.Second)
 	for {
-		w.finishAll()
+		w.finishAll() // runs the engine did not cancel
 		select {
 		case <-w.e.Done():
 			return
@@ -281,7 +288,9 @@ func (w *world) finishAll() {
 
 func (w *world) settle() {
 	for {
+		w.waitLaunches()
 		w.settleOnce()
+		w.waitLaunches()
 		w.mu.Lock()
 		stopped := w.stopped
 		w.stopped = nil
@@ -292,6 +301,24 @@ func (w *world) settle() {
 		for _, r := range stopped {
 			<-r.sent
 		}
+	}
+}
+
+// waitLaunches waits until every run launched has started or ended (a
+// generous deadline: a run's goroutine only passes the start gate).
+func (w *world) waitLaunches() {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		w.mu.Lock()
+		n := w.launching
+		w.mu.Unlock()
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			w.t.Fatalf("%d runs launched never started", n)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -777,8 +804,19 @@ func (sr *scriptRunner) Launch(p *Run) {
 		}()
 		return
 	}
+	sr.w.mu.Lock()
+	sr.w.launching++
+	sr.w.mu.Unlock()
 	go func() {
 		defer close(r.sent)
+		launched := false
+		defer func() {
+			if !launched {
+				sr.w.mu.Lock()
+				sr.w.launching--
+				sr.w.mu.Unlock()
+			}
+		}()
 		if _, err := p.Params(); err != nil {
 			p.Done(Ending{Err: err, NotStarted: true, At: sr.w.clk.Now()})
 			return
@@ -792,7 +830,9 @@ func (sr *scriptRunner) Launch(p *Run) {
 		sr.w.mu.Lock()
 		sr.w.runs[p.ID] = r
 		sr.w.log = append(sr.w.log, "started "+p.ID)
+		sr.w.launching--
 		sr.w.mu.Unlock()
+		launched = true
 		e, ok := <-r.end
 		if ok {
 			p.Done(e)
