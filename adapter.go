@@ -30,11 +30,6 @@ type machinery struct {
 	tel   *engine.Telemetry
 	stats engine.Counters
 	hooks engine.Hooks
-	// runner, when set (by tests), replaces each task's local Runner;
-	// costs, when set (by tests, until submissions state costs), gives
-	// every unit submitted its costs by amount.
-	runner func(task string, local engine.Runner) engine.Runner
-	costs  func(Submission) map[string]int64
 	// ready is tel once made: the writer's hooks may run before.
 	ready atomic.Pointer[engine.Telemetry]
 }
@@ -200,9 +195,6 @@ func (c *Cue) taskSpec(name string, t *Task, rr *remote.Runner) *engine.TaskSpec
 	if t.Remote && rr != nil {
 		spec.Runner, spec.Remote = rr, true
 		rr.AddTask(name)
-	}
-	if f := c.mach.runner; f != nil {
-		spec.Runner = f(name, spec.Runner)
 	}
 	if f := t.ServiceKeys; f != nil {
 		spec.Keys = func(v engine.UnitView) ([]string, error) {

@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/runcue/runcue/internal/broker"
 	"github.com/runcue/runcue/internal/engine"
 )
 
@@ -102,21 +101,6 @@ func WatchChecks(c *Cue) <-chan string {
 	return c.mach.hooks.Checked
 }
 
-// SetLoad sets the sizes of the parts of the start's streamed load, and a
-// func the loading goroutine calls before each batch and before the load's
-// end (it may block; its context ends when the dispatcher exits). Call
-// before Start.
-func SetLoad(c *Cue, first, batch int, step func(context.Context)) {
-	c.mach.hooks.FirstLoad, c.mach.hooks.LoadBatch, c.mach.hooks.LoadStep = first, batch, step
-}
-
-// OnLoadWaits sets a func the dispatcher calls whenever the streamed load
-// starts waiting for dispatch to make room (Config.LoadAhead), with the
-// queued units held and those not loaded. Call before Start.
-func OnLoadWaits(c *Cue, f func(held, unloaded int)) {
-	c.mach.hooks.LoadWaits = f
-}
-
 // WatchIterations returns a channel that receives after loop iterations of
 // c's dispatcher (signals coalesce). Call before Start.
 func WatchIterations(c *Cue) <-chan struct{} {
@@ -129,28 +113,6 @@ func WatchIterations(c *Cue) <-chan struct{} {
 // BudgetRecheckEvery is how often a spent budget is checked against the
 // wall clock.
 const BudgetRecheckEvery = engine.BudgetRecheckEvery
-
-// OnConcluded makes c call f on its dispatcher goroutine for every run
-// whose outcome it decided and queued for the writer. Call before Start.
-func OnConcluded(c *Cue, f func(id string)) {
-	c.mach.hooks.Concluded = func(r *engine.Run) { f(r.ID) }
-}
-
-// UseRunner makes c start the runs of every task through the Runner f
-// returns (given the task's local Runner). Call before registering tasks.
-func UseRunner(c *Cue, f func(task string, local engine.Runner) engine.Runner) { c.mach.runner = f }
-
-// AddMeter gives every resource of service (and of each of its keyed
-// instances) an extra meter made by f. Call before Start.
-func AddMeter(c *Cue, service string, f func() broker.Limiter) {
-	if c.mach.hooks.Meters == nil {
-		c.mach.hooks.Meters = map[string][]func() broker.Limiter{}
-	}
-	c.mach.hooks.Meters[service] = append(c.mach.hooks.Meters[service], f)
-}
-
-// SetCosts makes c store, with every unit it submits, the costs f gives.
-func SetCosts(c *Cue, f func(Submission) map[string]int64) { c.mach.costs = f }
 
 // StartReading makes x take f(reading) as a handler's start instant, the
 // reading its start gate checks (f is called with x's lock held).

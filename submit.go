@@ -250,9 +250,6 @@ func (c *Cue) unitFor(s Submission, now time.Time) (*store.Unit, error) {
 			}
 		}
 	}
-	if f := c.mach.costs; f != nil {
-		costs = f(s)
-	}
 	if err := validCosts(costs); err != nil {
 		return nil, err
 	}

@@ -177,9 +177,9 @@ type Hooks struct {
 	// CheckInvariants verifies the broker's bookkeeping after every loop
 	// iteration (see Verify).
 	CheckInvariants func(error)
-	// Started is called on the dispatcher goroutine for every run started;
-	// Concluded for every run whose Finish it queued, after queuing it.
-	Started, Concluded func(*Run)
+	// Concluded is called on the dispatcher goroutine for every run whose
+	// Finish it queued, after queuing it.
+	Concluded func(*Run)
 	// Iterated gets a (non-blocking) signal after every loop iteration.
 	Iterated chan struct{}
 	// Checked gets the unit ID of every DependencySatisfied answer received

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"runtime"
@@ -20,51 +21,6 @@ func reachable(p *Run) func() (run, unit bool) {
 	return func() (bool, bool) { return rw.Value() != nil, uw.Value() != nil }
 }
 
-// endingRunner ends each run at once as its task says: "fails" fails,
-// "cancelled" waits to be cancelled, any other succeeds.
-type endingRunner struct {
-	w         *world
-	cancelled chan struct{}
-	mu        sync.Mutex
-	waiting   map[string]chan error
-}
-
-func (r *endingRunner) InProcess() {}
-
-func (r *endingRunner) Launch(p *Run) {
-	var stop chan error
-	if p.Task == "cancelled" {
-		stop = make(chan error, 1)
-		r.mu.Lock()
-		r.waiting[p.ID] = stop
-		r.mu.Unlock()
-	}
-	go func() {
-		if _, err := p.Begin(); err != nil {
-			p.Done(Ending{Err: err, NotStarted: true, At: r.w.clk.Now()})
-			return
-		}
-		switch p.Task {
-		case "fails":
-			p.Done(Ending{Err: errors.New("no"), At: r.w.clk.Now()})
-		case "cancelled":
-			r.cancelled <- struct{}{}
-			p.Done(Ending{Err: <-stop, At: r.w.clk.Now()})
-		default:
-			p.Done(Ending{Result: []byte(`null`), At: r.w.clk.Now()})
-		}
-	}()
-}
-
-func (r *endingRunner) Cancel(p *Run, cause error) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if stop := r.waiting[p.ID]; stop != nil {
-		stop <- cause
-		delete(r.waiting, p.ID)
-	}
-}
-
 // TestFinishedRunsUnreachable: once a unit has finished, nothing the
 // engine keeps reaches its run (unit record, contexts, span) or its unit
 // record, whatever the way it ended and although its deadline, its
@@ -76,13 +32,22 @@ func TestFinishedRunsUnreachable(t *testing.T) {
 	defer w.close()
 	var mu sync.Mutex
 	var tracked []func() (bool, bool)
-	w.hooks = func(h *Hooks) {
-		h.Started = func(p *Run) { mu.Lock(); tracked = append(tracked, reachable(p)); mu.Unlock() }
-	}
-	er := &endingRunner{w: w, cancelled: make(chan struct{}, 1), waiting: map[string]chan error{}}
+	// Each run ends at once as its task says: "fails" fails, "cancelled"
+	// waits to be cancelled, any other succeeds.
+	cancelled := make(chan struct{}, 1)
+	er := &funcRunner{w: w, f: func(ctx context.Context, p *Run, _ time.Time, _ []byte) Ending {
+		switch p.Task {
+		case "fails":
+			return Ending{Err: errors.New("no")}
+		case "cancelled":
+			cancelled <- struct{}{}
+			<-ctx.Done()
+			return stopped(ctx)
+		}
+		return Ending{Result: []byte(`null`)}
+	}, launched: func(p *Run) { mu.Lock(); tracked = append(tracked, reachable(p)); mu.Unlock() }}
 	for _, task := range []string{"ok", "fails", "cancelled"} {
-		w.do("task " + task + " timeout=30m")
-		w.reg.Tasks[task].Runner = er
+		w.useRunner("task "+task+" timeout=30m", er)
 	}
 	w.do("start priority") // a priority function holds scores too
 	const n = 300
@@ -98,7 +63,7 @@ func TestFinishedRunsUnreachable(t *testing.T) {
 	w.write(&store.Insert{Units: units, At: w.clk.Now()})
 	w.e.Inserted(units, nil)
 	w.do("submit c1 cancelled")
-	<-er.cancelled
+	<-cancelled
 	if _, _, err := w.e.Cancel(w.ctx, "c1", rt.CancelOptions{}); err != nil {
 		t.Fatal(err)
 	}

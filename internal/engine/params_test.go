@@ -1,45 +1,16 @@
 package engine
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	rt "github.com/runcue/runcue/runcuetype"
 	"github.com/runcue/runcue/store"
 )
-
-// autoRunner ends every run at once, successfully, after reading its
-// params (seen: unit ID to the ID its params name).
-type autoRunner struct {
-	w    *world
-	mu   sync.Mutex
-	seen map[string]string
-}
-
-func (a *autoRunner) InProcess() {}
-
-func (a *autoRunner) Launch(p *Run) {
-	go func() {
-		b, err := p.Params()
-		if err == nil {
-			_, err = p.Begin()
-		}
-		if err != nil {
-			p.Done(Ending{Err: err, NotStarted: true, At: a.w.clk.Now()})
-			return
-		}
-		var params struct{ ID string }
-		_ = json.Unmarshal(b, &params)
-		a.mu.Lock()
-		a.seen[p.ID] = params.ID
-		a.mu.Unlock()
-		p.Done(Ending{Result: []byte(`null`), At: a.w.clk.Now()})
-	}()
-}
-
-func (a *autoRunner) Cancel(*Run, error) {}
 
 // submitParams submits n units of task t from ID number from, each with
 // params naming its own ID; the running engine is told, as a Cue does.
@@ -47,15 +18,9 @@ func (w *world) submitParams(t string, from, n int) {
 	units := make([]*store.Unit, n)
 	for i := range units {
 		id := fmt.Sprintf("u%05d", from+i)
-		units[i] = &store.Unit{ID: id, Task: t, State: store.Queued, CreatedAt: w.clk.Now(), Params: []byte(`{"ID":"` + id + `"}`)}
+		units[i] = &store.Unit{ID: id, Task: t, Params: []byte(`{"ID":"` + id + `"}`)}
 	}
-	res := w.write(&store.Insert{Units: units, At: w.clk.Now()})
-	if res.Err != nil {
-		w.t.Fatal(res.Err)
-	}
-	if w.e != nil {
-		w.e.Inserted(units, nil)
-	}
+	w.insert(units...)
 }
 
 // TestParamsBeyondBudgetReadInBatches: with a params budget far below the
@@ -72,21 +37,28 @@ func TestParamsBeyondBudgetReadInBatches(t *testing.T) {
 		h.ParamBudget = 2000
 		h.ParamRead = func(n int) { mu.Lock(); reads++; readUnits += n; mu.Unlock() }
 	}
-	ar := &autoRunner{w: w, seen: map[string]string{}}
-	w.do("task t")
-	w.reg.Tasks["t"].Runner = ar
+	var seenMu sync.Mutex
+	seen := map[string]string{} // unit ID to the ID its params name
+	w.useRunner("task t", &funcRunner{w: w, f: func(_ context.Context, p *Run, _ time.Time, b []byte) Ending {
+		var params struct{ ID string }
+		_ = json.Unmarshal(b, &params)
+		seenMu.Lock()
+		seen[p.ID] = params.ID
+		seenMu.Unlock()
+		return Ending{Result: []byte(`null`)}
+	}})
 	w.submitParams("t", 0, 3000)
 	w.do("start")
 	w.submitParams("t", 3000, 2000)
 	if err := w.e.Drain(w.ctx); err != nil {
 		t.Fatal(err)
 	}
-	ar.mu.Lock()
-	defer ar.mu.Unlock()
-	if len(ar.seen) != 5000 {
-		t.Fatalf("%d units ran, want 5000", len(ar.seen))
+	seenMu.Lock()
+	defer seenMu.Unlock()
+	if len(seen) != 5000 {
+		t.Fatalf("%d units ran, want 5000", len(seen))
 	}
-	for id, p := range ar.seen {
+	for id, p := range seen {
 		if id != p {
 			t.Fatalf("%s saw %s's params", id, p)
 		}

@@ -215,9 +215,6 @@ func (d *Engine) start(u *unit, l *lane, now time.Time, probes []*resource, spen
 		d.pushTimer(r.startByTimer)
 	}
 	d.runs[u.id] = r
-	if h := d.hooks.Started; h != nil {
-		h(&r.pub)
-	}
 	d.inflight++
 	d.stats.Dispatches.Add(1)
 	r.mem.deadline = timerEntry{at: now.Add(timeout), kind: tDeadline, r: r}

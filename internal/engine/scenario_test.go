@@ -181,9 +181,11 @@ type world struct {
 	unready map[string]bool
 	fed     int
 	// invariant, when set, gets the invariants' violations (default: the
-	// test fails); hooks, when set, adjusts the engine's hooks.
+	// test fails); hooks and settings, when set, adjust the engine's hooks
+	// and settings at each start.
 	invariant func(error)
 	hooks     func(*Hooks)
+	settings  func(*Settings)
 
 	mu   sync.Mutex
 	log  []string
@@ -195,17 +197,25 @@ type world struct {
 	launching int // under mu
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t *testing.T) *world { return newWorldOn(t, nil) }
+
+// newWorldOn is newWorld whose writer commits through wrap's store (the
+// engine's reads go to the SQLite store itself).
+func newWorldOn(t *testing.T, wrap func(store.Store) store.Store) *world {
 	ctx := t.Context()
 	st, err := sqlite.Open(filepath.Join(t.TempDir(), "runcue.db"), sqlite.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	var commits store.Store = st
+	if wrap != nil {
+		commits = wrap(st)
+	}
 	clk := clock.NewFake(time.Date(2026, 1, 5, 9, 0, 0, 0, time.UTC))
 	w := &world{t: t, ctx: ctx, clk: clk, st: st, runs: map[string]*scriptRun{},
 		reg: Registry{Services: map[string]store.ServiceDef{}, Tasks: map[string]*TaskSpec{}}}
 	w.hub = hub.New(st, 64, 0)
-	w.w = writer.New(writer.Settings{Store: st, Clock: clk, Poll: time.Hour,
+	w.w = writer.New(writer.Settings{Store: commits, Clock: clk, Poll: time.Hour,
 		Hooks: writer.Hooks{Publish: func(evs []store.Event, external bool) {
 			w.hub.Publish(evs)
 			w.mu.Lock()
@@ -695,7 +705,10 @@ func (w *world) start(ended []store.RunRef) {
 	if w.hooks != nil {
 		w.hooks(&hooks)
 	}
-	if cfg.LoadAhead > 0 { // the load's pages as small as its bound
+	if w.settings != nil {
+		w.settings(&cfg)
+	}
+	if cfg.LoadAhead > 0 && hooks.FirstLoad == 0 { // the load's pages as small as its bound
 		hooks.FirstLoad, hooks.LoadBatch = cfg.LoadAhead, cfg.LoadAhead
 	}
 	w.own = own

@@ -1,27 +1,20 @@
-package runcue_test
+package engine
 
 import (
 	"cmp"
 	"container/heap"
 	"context"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
-	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
-	"github.com/stretchr/testify/require"
-
-	"github.com/runcue/runcue"
 	"github.com/runcue/runcue/clock"
-	"github.com/runcue/runcue/internal/engine"
 	"github.com/runcue/runcue/store"
-	"github.com/runcue/runcue/store/sqlite"
 )
 
 // remoteRunner is a Runner that behaves like workers on other hosts seen
@@ -36,7 +29,6 @@ import (
 // included) and every end. Its actions happen on a virtual timeline that
 // the test advances (next, fire).
 type remoteRunner struct {
-	t      *testing.T
 	rnd    *rand.Rand
 	clk    *clock.Fake
 	lease  time.Duration // LeaseBuffer
@@ -56,7 +48,7 @@ type remoteRunner struct {
 
 // remoteRun is one run as the remote side saw it.
 type remoteRun struct {
-	p          *engine.Run
+	p          *Run
 	services   []string
 	lost       bool
 	started    bool
@@ -92,7 +84,7 @@ func (r *remoteRunner) after(d time.Duration, f func()) {
 	heap.Push(&r.actions, action{at: r.clk.Now().Add(d), seq: r.n, f: f})
 }
 
-func (r *remoteRunner) Launch(p *engine.Run) {
+func (r *remoteRunner) Launch(p *Run) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.launched++
@@ -115,7 +107,7 @@ func (r *remoteRunner) begin(run *remoteRun) {
 	if !p.StartBy.IsZero() && now.After(p.StartBy) {
 		if !run.lost {
 			r.after(time.Duration(r.rnd.Int64N(int64(r.msd))), func() {
-				p.Done(engine.Ending{Err: engine.ErrLateStart, Class: engine.ClassLateStart, NotStarted: true, At: r.clk.Now()})
+				p.Done(Ending{Err: ErrLateStart, Class: ClassLateStart, NotStarted: true, At: r.clk.Now()})
 			})
 		}
 		return
@@ -155,10 +147,10 @@ func (r *remoteRunner) stop(run *remoteRun) {
 		return
 	}
 	p := run.p
-	r.after(time.Duration(r.rnd.Int64N(int64(300*time.Millisecond))), func() { p.Done(engine.Ending{At: r.clk.Now()}) })
+	r.after(time.Duration(r.rnd.Int64N(int64(300*time.Millisecond))), func() { p.Done(Ending{At: r.clk.Now()}) })
 }
 
-func (r *remoteRunner) Cancel(p *engine.Run, cause error) {
+func (r *remoteRunner) Cancel(p *Run, cause error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	run := p.Handle.(*remoteRun)
@@ -218,6 +210,17 @@ func (f *finishCounter) Apply(ctx context.Context, ops []store.Op) (store.Batch,
 	return b, err
 }
 
+// expRetry waits base, then twice as long after each failure, up to most.
+type expRetry struct {
+	attempts   int
+	base, most time.Duration
+}
+
+func (e expRetry) Attempts() int { return e.attempts }
+func (e expRetry) Delay(failures int, _ float64) time.Duration {
+	return min(e.base<<min(failures-1, 20), e.most)
+}
+
 // TestRunnerProperty runs units through remoteRunner: starts reported up
 // to MaxStartDelay late, ends reported out of order, some runs lost
 // entirely. Checked against the Runner's own record of what happened: no
@@ -226,6 +229,8 @@ func (f *finishCounter) Apply(ctx context.Context, ops []store.Op) (store.Batch,
 // than MaxConcurrent + MaxUncommitted, each unit completes exactly once,
 // and no unit has two runs going at once (a run whose end was not
 // reported goes on, for the engine, until its lease ends: the lease rule).
+// (Moved from the root, where it plugged the Runner in through a back
+// door.)
 func TestRunnerProperty(t *testing.T) {
 	seed := uint64(time.Now().UnixNano())
 	for i := range uint64(5) {
@@ -245,64 +250,49 @@ func runnerProperty(t *testing.T, seed uint64) {
 		maxConc = 8
 		maxUnc  = 2
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), wait)
-	defer cancel()
-	t0 := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
-	clk := clock.NewFake(t0)
-	st, err := sqlite.Open(filepath.Join(t.TempDir(), "runcue.db"), sqlite.Options{})
-	require.NoError(t, err)
-	defer st.Close()
-	fc := &finishCounter{Store: st}
-	c, err := runcue.New(fc, runcue.Config{Clock: clk, Logger: slog.New(slog.DiscardHandler), MaxConcurrent: maxConc, MaxUncommitted: maxUnc,
-		MaxStartDelay: msd, LeaseBuffer: lease, DefaultTimeout: timeout, PollInterval: time.Hour})
-	require.NoError(t, err)
-	defer c.Close()
-	runcue.CheckInvariants(c, func(err error) { t.Error(err) })
-	rr := &remoteRunner{t: t, rnd: rand.New(rand.NewPCG(seed, 99)), clk: clk, lease: lease, msd: msd, bound: maxConc + maxUnc,
+	fc := &finishCounter{}
+	w := newWorldOn(t, func(st store.Store) store.Store { fc.Store = st; return fc })
+	defer w.close()
+	t0 := w.clk.Now()
+	rr := &remoteRunner{rnd: rand.New(rand.NewPCG(seed, 99)), clk: w.clk, lease: lease, msd: msd, bound: maxConc + maxUnc,
 		uses: map[string][]string{"t1": {"api"}, "t2": {"api", "db"}, "t3": {"db"}, "t4": nil}, finish: &fc.n}
-	runcue.UseRunner(c, func(string, engine.Runner) engine.Runner { return rr })
-	require.NoError(t, c.Service("api", runcue.Service{RateLimit: limit, RateWindow: window}))
-	require.NoError(t, c.Service("db", runcue.Service{MaxConcurrent: 3}))
-	retry := runcue.RetryPolicy{MaxAttempts: 100, BaseDelay: 50 * time.Millisecond, MaxDelay: time.Second}
+	w.settings = func(s *Settings) {
+		s.MaxConcurrent, s.MaxUncommitted, s.MaxStartDelay, s.LeaseBuffer = maxConc, maxUnc, msd, lease
+	}
+	w.do(fmt.Sprintf("service api rate=%d/%v", limit, window))
+	w.do("service db max=3")
 	for task, svcs := range rr.uses {
-		require.NoError(t, c.Task(task, runcue.Task{Services: svcs, Retry: retry, Handler: noop}))
+		w.do(fmt.Sprintf("task %s services=%s timeout=%v", task, strings.Join(svcs, ","), timeout))
+		spec := w.reg.Tasks[task]
+		spec.Runner, spec.Retry = rr, expRetry{attempts: 100, base: 50 * time.Millisecond, most: time.Second}
 	}
-	require.NoError(t, c.Start(ctx))
-	subs := make([]runcue.Submission, units)
+	w.do("start")
+	subs := make([]*store.Unit, units)
 	for i := range subs {
-		subs[i] = runcue.Submission{ID: fmt.Sprintf("u%03d", i), Task: []string{"t1", "t2", "t3", "t4", "t4"}[i%5]}
+		subs[i] = &store.Unit{ID: fmt.Sprintf("u%03d", i), Task: []string{"t1", "t2", "t3", "t4", "t4"}[i%5]}
 	}
-	_, err = c.SubmitBatch(ctx, subs)
-	require.NoError(t, err)
+	w.insert(subs...)
 
-	done := func() bool {
-		n, err := st.QueuedCount(ctx)
-		require.NoError(t, err)
-		counts, err := st.CountActive(ctx)
-		require.NoError(t, err)
-		active := 0
-		for _, k := range counts {
-			active += k
-		}
-		return n == 0 && active == 0
-	}
 	const step = 50 * time.Millisecond
-	for steps := 0; steps%50 != 0 || !done(); steps++ {
-		require.Less(t, steps, 100_000, "the units did not finish")
+	for steps := 0; steps%50 != 0 || !w.finished(); steps++ {
+		if steps >= 100_000 {
+			t.Fatal("the units did not finish")
+		}
 		rr.fire()
-		_, err = c.Settle(ctx)
-		require.NoError(t, err)
-		to := clk.Now().Add(step)
+		w.settle()
+		to := w.clk.Now().Add(step)
 		if n := rr.next(); !n.IsZero() && n.Before(to) {
 			to = n
 		}
-		clk.Advance(max(to.Sub(clk.Now()), time.Millisecond))
+		w.clk.Advance(max(to.Sub(w.clk.Now()), time.Millisecond))
 		rr.fire()
 	}
 
 	rr.mu.Lock()
 	defer rr.mu.Unlock()
-	assert.Empty(t, rr.overrun, "MaxUncommitted")
+	if len(rr.overrun) > 0 {
+		t.Errorf("MaxUncommitted: %v", rr.overrun)
+	}
 	// The windows, counted at the actual starts.
 	var starts []time.Time
 	lost := 0
@@ -320,24 +310,28 @@ func runnerProperty(t *testing.T, seed uint64) {
 		}
 	}
 	t.Logf("%d runs, %d lost, %d api starts, at most %d launched ahead of the Finishes committed, virtual time %v", len(rr.runs), lost,
-		len(starts), rr.maxAhead, clk.Now().Sub(t0))
-	require.NotZero(t, lost, "some runs were lost")
+		len(starts), rr.maxAhead, w.clk.Now().Sub(t0))
+	if lost == 0 {
+		t.Fatal("no run was lost")
+	}
 	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
 	for i := range starts {
 		j := i
 		for j < len(starts) && starts[j].Sub(starts[i]) < window {
 			j++
 		}
-		if !assert.LessOrEqual(t, j-i, limit, "api starts in [%v, +%v)", starts[i].Sub(t0), window) {
-			break
+		if j-i > limit {
+			t.Fatalf("%d api starts in [%v, +%v), at most %d", j-i, starts[i].Sub(t0), window, limit)
 		}
 	}
 	// One completion per unit.
 	completed := map[string]int{}
 	var after int64
 	for {
-		evs, err := st.EventsAfter(ctx, after, 1000)
-		require.NoError(t, err)
+		evs, err := w.st.EventsAfter(w.ctx, after, 1000)
+		if err != nil {
+			t.Fatal(err)
+		}
 		if len(evs) == 0 {
 			break
 		}
@@ -349,19 +343,26 @@ func runnerProperty(t *testing.T, seed uint64) {
 		after = evs[len(evs)-1].Seq
 	}
 	for _, s := range subs {
-		assert.Equal(t, 1, completed[s.ID], s.ID)
-		u, err := st.GetUnit(ctx, s.ID)
-		require.NoError(t, err)
-		assert.Equal(t, store.Completed, u.State, s.ID)
+		if completed[s.ID] != 1 {
+			t.Errorf("%s completed %d times", s.ID, completed[s.ID])
+		}
+		u, err := w.st.GetUnit(w.ctx, s.ID)
+		if err != nil || u.State != store.Completed {
+			t.Errorf("%s: %v %v, want completed", s.ID, u.State, err)
+		}
 	}
 	// The lease rule: a unit's runs never overlap on the workers.
 	for id, runs := range byUnit {
 		slices.SortFunc(runs, func(a, b *remoteRun) int { return cmp.Compare(a.p.Attempt, b.p.Attempt) })
 		for i := 1; i < len(runs); i++ {
 			prev, cur := runs[i-1], runs[i]
-			require.True(t, prev.ended, "%s run %d never ended", id, prev.p.Attempt)
-			assert.False(t, cur.start.Before(prev.end), "%s: run %d started at %v, before run %d ended at %v (lost %v)",
-				id, cur.p.Attempt, cur.start.Sub(t0), prev.p.Attempt, prev.end.Sub(t0), prev.lost)
+			if !prev.ended {
+				t.Fatalf("%s run %d never ended", id, prev.p.Attempt)
+			}
+			if cur.start.Before(prev.end) {
+				t.Errorf("%s: run %d started at %v, before run %d ended at %v (lost %v)",
+					id, cur.p.Attempt, cur.start.Sub(t0), prev.p.Attempt, prev.end.Sub(t0), prev.lost)
+			}
 		}
 	}
 }
