@@ -65,11 +65,12 @@ func TestPauseTaskAndQueue(t *testing.T) {
 	close(gb.release)
 	require.NoError(t, e.c.Drain(e.ctx))
 
+	// The events reach the subscriber after the commits: wait for the four.
 	var changes []string
-	for _, ev := range rec.all() {
-		if ev.Type == runcue.EventTaskChanged || ev.Type == runcue.EventQueueChanged {
-			changes = append(changes, string(ev.Type)+":"+ev.Task+":"+ev.Reason)
-		}
+	for _, ev := range rec.waitFor(t, 4, func(ev runcue.Event) bool {
+		return ev.Type == runcue.EventTaskChanged || ev.Type == runcue.EventQueueChanged
+	}) {
+		changes = append(changes, string(ev.Type)+":"+ev.Task+":"+ev.Reason)
 	}
 	assert.Equal(t, []string{"task_changed:a:paused", "queue_changed::paused", "queue_changed::resumed", "task_changed:a:resumed"}, changes)
 	assert.ErrorIs(t, e.c.PauseTask(e.ctx, "ghost"), runcue.ErrUnknownTask)
