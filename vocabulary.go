@@ -83,6 +83,11 @@ type MeterStatus = runcuetype.MeterStatus
 // deferred by a Retry-After (429, 503). See [runcuetype.MinuteStats].
 type MinuteStats = runcuetype.MinuteStats
 
+// Missed says what a schedule does with the periods that fell due while
+// no owner ran it (a stop, a crash before a takeover) or while it was
+// paused. See [runcuetype.Missed].
+type Missed = runcuetype.Missed
+
 // Observation is what a service said of its limits in one response (see
 // Work.Observe). See [runcuetype.Observation].
 type Observation = runcuetype.Observation
@@ -125,6 +130,10 @@ type RetryAfterError = runcuetype.RetryAfterError
 // [runcuetype.RetryPolicy].
 type RetryPolicy = runcuetype.RetryPolicy
 
+// ScheduleStatus is a schedule as stored, with its next period. See
+// [runcuetype.ScheduleStatus].
+type ScheduleStatus = runcuetype.ScheduleStatus
+
 // Service describes a rate-limited or capacity-limited external resource:
 // an API, a remote host, a local pool. See [runcuetype.Service].
 type Service = runcuetype.Service
@@ -162,6 +171,9 @@ const (
 	MaxMargin                 = runcuetype.MaxMargin
 	PerDay                    = runcuetype.PerDay
 	PerMonth                  = runcuetype.PerMonth
+	MissedLatest              = runcuetype.MissedLatest
+	MissedSkip                = runcuetype.MissedSkip
+	MissedEach                = runcuetype.MissedEach
 	ReasonRunning             = runcuetype.ReasonRunning
 	ReasonFinished            = runcuetype.ReasonFinished
 	ReasonDependencies        = runcuetype.ReasonDependencies
