@@ -316,6 +316,66 @@ type Prune struct {
 	Limit  int
 }
 
+// PutSchedule stores a schedule or changes it. With Def, it registers
+// the schedule: a new one is created at At; a stored one whose Def
+// differs takes the new Def and loses its run-time Timing and pause (the
+// code's definition changed); the same Def changes nothing. Without Def,
+// it changes what Timing (a nil *[]byte: unchanged; a nil []byte:
+// cleared) and Paused say, or deletes the schedule (Delete); a schedule
+// that is not stored is ErrUnknownSchedule. Every change appends a
+// schedule_changed event (Data: ScheduleEventData).
+type PutSchedule struct {
+	Name   string
+	Def    []byte
+	At     time.Time
+	Timing *[]byte
+	Paused *bool
+	Delete bool
+}
+
+// Fire records one period of a schedule in one transaction: it submits
+// Unit (nil: the period is skipped, for Reason), moves the schedule's
+// cursor to the period (Nominal, Key), and appends a schedule_submitted
+// or schedule_skipped event. With SkipIfRunning, a period whose previous
+// unit (Prev) is queued or running is skipped instead (reason
+// "overlap"). Skipped counts the earlier periods skipped with it
+// (missed ones, from FirstSkipped). A period at or before the stored
+// cursor, or of a schedule no longer stored, is ErrScheduleMoved and
+// changes nothing. The unit's idempotency key makes a second submission
+// of the period a duplicate whatever happens.
+type Fire struct {
+	Epoch         int64
+	Schedule      string
+	Key           string
+	Nominal, At   time.Time
+	Unit          *Unit
+	Reason        string
+	Prev          string
+	SkipIfRunning bool
+	Skipped       int
+	FirstSkipped  string
+}
+
+// OwnerEpoch implements OwnerOp.
+func (f *Fire) OwnerEpoch() int64 { return f.Epoch }
+
+// ScheduleEventData is the Data of the schedule events.
+type ScheduleEventData struct {
+	Schedule string `json:"schedule"`
+	// Period is the period's key (schedule_submitted, schedule_skipped).
+	Period string `json:"period,omitempty"`
+	// Reason says why periods were skipped: "missed" (they fell due while
+	// no owner ran the schedule, or while it was paused), "overlap" (the
+	// previous unit was still queued or running). Skipped counts the
+	// periods skipped, from FirstSkipped to Period.
+	Reason       string `json:"reason,omitempty"`
+	Skipped      int    `json:"skipped,omitempty"`
+	FirstSkipped string `json:"first_skipped,omitempty"`
+	// Change says what schedule_changed changed: registered, retimed,
+	// paused, resumed, deleted.
+	Change string `json:"change,omitempty"`
+}
+
 // Result is the outcome of one op.
 type Result struct {
 	// Applied reports whether the op changed anything.
@@ -339,6 +399,8 @@ type Result struct {
 }
 
 func (*Insert) isOp()        {}
+func (*PutSchedule) isOp()   {}
+func (*Fire) isOp()          {}
 func (*SetPause) isOp()      {}
 func (*Ack) isOp()           {}
 func (*Claim) isOp()         {}

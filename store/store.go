@@ -217,6 +217,11 @@ var (
 	// ErrDependencyRefused: a unit of a batch depends on a unit of the same
 	// batch that was refused, so it is refused too.
 	ErrDependencyRefused = errors.New("runcue: a dependency in the same batch was refused")
+	// ErrUnknownSchedule: no schedule of that name is stored.
+	ErrUnknownSchedule = errors.New("runcue: unknown schedule")
+	// ErrScheduleMoved: a Fire's period is at or before the schedule's
+	// stored cursor, or the schedule is no longer stored.
+	ErrScheduleMoved = errors.New("runcue: the schedule's cursor is past this period")
 )
 
 // LockedError reports that another Cue owns the database. It matches
@@ -387,6 +392,8 @@ type Store interface {
 	// Tasks and Services return the stored definitions by name.
 	Tasks(ctx context.Context) (map[string][]byte, error)
 	Services(ctx context.Context) ([]ServiceRecord, error)
+	// Schedules returns the stored schedules, by name.
+	Schedules(ctx context.Context) ([]ScheduleRecord, error)
 	// Pauses returns what SetPause stored: whether the queue is paused,
 	// and the paused task types.
 	Pauses(ctx context.Context) (Pauses, error)
@@ -519,6 +526,21 @@ type ServiceRecord struct {
 	// circuit breaker and any Retry-After hold (CircuitRecord). Nil when
 	// none is stored.
 	Meters map[string][]byte
+}
+
+// ScheduleRecord is a schedule as stored.
+type ScheduleRecord struct {
+	Name string
+	// Def is the definition registered in code, Timing a timing set at
+	// run time (nil: none); both are opaque to the store.
+	Def, Timing []byte
+	Paused      bool
+	Created     time.Time
+	// LastAt and LastKey are the last period handled (submitted or
+	// skipped): its nominal instant and key. Before the first, LastAt is
+	// Created and LastKey empty. LastUnit is the last unit submitted.
+	LastAt            time.Time
+	LastKey, LastUnit string
 }
 
 // Logged is a start in the service log: when, which meter of the service

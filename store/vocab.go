@@ -43,6 +43,9 @@ const (
 	TypeOwnerAsked          = "owner_asked"
 	TypeOwnerAnswered       = "owner_answered"
 	TypeServiceChanged      = "service_changed"
+	TypeScheduleSubmitted   = "schedule_submitted"
+	TypeScheduleSkipped     = "schedule_skipped"
+	TypeScheduleChanged     = "schedule_changed"
 )
 
 // EventData is the Data of a work event: why it failed, whether it will

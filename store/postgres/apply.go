@@ -302,15 +302,11 @@ func (t *txn) query(query string, args ...any) (pgx.Rows, error) {
 func (t *txn) apply(op store.Op, r *store.Result) error {
 	switch op := op.(type) {
 	case *store.Insert:
-		t.seqWant = len(op.Units)
-		defer func() { t.seqs, t.seqWant = t.seqs[:0], 0 }()
-		return t.savepoint(r, func() error {
-			if err := store.ApplyInsert(t, op, r); err != nil {
-				t.ins.reset()
-				return err
-			}
-			return t.flushInserts()
-		})
+		return t.savepoint(r, func() error { return t.insert(op, r) })
+	case *store.PutSchedule:
+		return t.savepoint(r, func() error { return sqlcommon.PutSchedule(common{t}, op, r) })
+	case *store.Fire:
+		return t.savepoint(r, func() error { return sqlcommon.Fire(common{t}, op, r, t.insert) })
 	case *store.Claim:
 		return t.claim(op, r)
 	case *store.Finish:
@@ -320,6 +316,18 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 		return err
 	}
 	return fmt.Errorf("runcue: postgres: unknown op %T", op)
+}
+
+// insert applies an Insert, its units' rows written at its end
+// (flushInserts).
+func (t *txn) insert(op *store.Insert, r *store.Result) error {
+	t.seqWant = len(op.Units)
+	defer func() { t.seqs, t.seqWant = t.seqs[:0], 0 }()
+	if err := store.ApplyInsert(t, op, r); err != nil {
+		t.ins.reset()
+		return err
+	}
+	return t.flushInserts()
 }
 
 // savepoint runs f inside a savepoint; an *store.OpError rolls back only

@@ -291,6 +291,12 @@ func (t *txn) apply(op store.Op, r *store.Result) error {
 			return err
 		}
 		return t.savepoint(r, func() error { return store.ApplyInsert(t, op, r) })
+	case *store.PutSchedule:
+		return t.savepoint(r, func() error { return sqlcommon.PutSchedule(common{t}, op, r) })
+	case *store.Fire:
+		return t.savepoint(r, func() error {
+			return sqlcommon.Fire(common{t}, op, r, func(ins *store.Insert, ir *store.Result) error { return store.ApplyInsert(t, ins, ir) })
+		})
 	case *store.Claim:
 		if f := t.pairs[op]; f != nil {
 			return t.claimFinish(op, f, r)

@@ -292,6 +292,12 @@ func (s *Store) Services(ctx context.Context) ([]store.ServiceRecord, error) {
 		ORDER BY 1`, `SELECT service, meter, state FROM meter_state`)
 }
 
+// Schedules returns the stored schedules, by name.
+func (s *Store) Schedules(ctx context.Context) ([]store.ScheduleRecord, error) {
+	return sqlcommon.Schedules(ctx, s.query, `SELECT name, def, timing, paused, created_at, last_at, last_key, last_unit
+		FROM schedules ORDER BY name`)
+}
+
 // ServiceLog returns the starts logged for service since the given time.
 func (s *Store) ServiceLog(ctx context.Context, service string, since time.Time) ([]store.Logged, error) {
 	return sqlcommon.Logged(ctx, s.query, `SELECT started_at, meter, amount, reconciled FROM service_log

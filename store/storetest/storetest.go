@@ -74,6 +74,7 @@ func Run(t *testing.T, open Opener) {
 		{"FailQueued", testFailQueued},
 		{"Skipped", testSkipped},
 		{"Pauses", testPauses},
+		{"Schedules", testSchedules},
 		{"Stats", testStats},
 		{"Subscriptions", testSubscriptions},
 		{"EventTargets", testEventTargets},
