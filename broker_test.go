@@ -492,7 +492,11 @@ func TestCircuitProbe(t *testing.T) {
 	assert.Equal(t, runcue.CircuitClosed, st.Circuit, "another unit's successful probe closed the circuit")
 	// The hung probe's unit spent no retry budget (MaxAttempts 1): it
 	// came back behind the other 99, once its run's lease ended (its
-	// handler never returned: it may still be calling the service).
+	// handler never returned: it may still be calling the service). The
+	// 99 complete first: a jump of the clock past their timeout while a
+	// loaded machine had not yet run their handlers would fail them and
+	// open the circuit again.
+	rec.waitFor(t, 99, func(ev runcue.Event) bool { return ev.Type == runcue.EventWorkCompleted })
 	e.clk.Advance(time.Minute) // LeaseBuffer's default
 	require.NoError(t, e.c.Drain(e.ctx))
 	st, _ = e.c.ServiceStatus(e.ctx, "api")
