@@ -12,6 +12,7 @@ import (
 	"github.com/runcue/runcue/internal/call"
 	"github.com/runcue/runcue/internal/engine"
 	"github.com/runcue/runcue/internal/local"
+	"github.com/runcue/runcue/internal/recur"
 	"github.com/runcue/runcue/internal/remote"
 	"github.com/runcue/runcue/internal/vocab"
 	"github.com/runcue/runcue/store"
@@ -90,6 +91,10 @@ type dispatcher struct {
 	e *engine.Engine
 	// remote runs the remote tasks' runs (nil: the store has no executors).
 	remote *remote.Runner
+	// sched runs the stored schedules while the engine runs; finished
+	// closes once both have ended.
+	sched    *recur.Loop
+	finished chan struct{}
 }
 
 // startEngine makes the engine of an owner that took ownership (own):
@@ -131,7 +136,10 @@ func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.Servic
 			return err
 		}
 	}
-	d := &dispatcher{}
+	d := &dispatcher{finished: make(chan struct{})}
+	epoch := own.Epoch()
+	d.sched = recur.NewLoop(recur.Deps{Clock: c.clock, Load: c.st.Schedules, Log: c.log,
+		Fire: func(ctx context.Context, f recur.Firing) (store.Result, error) { return c.fire(ctx, epoch, f) }})
 	if _, ok := c.st.(store.ExecutorStore); ok {
 		d.remote = remote.New(remote.Deps{Store: c.st, Writer: c.w, Clock: c.clock, Log: c.log,
 			PollInterval: c.cfg.PollInterval, MaxStartDelay: c.cfg.MaxStartDelay})
@@ -259,8 +267,23 @@ func (d *dispatcher) run() {
 	if d.remote != nil && d.remote.HasTasks() {
 		d.remote.Start()
 	}
+	// The schedules run as long as the engine: its end stops them.
+	ctx, cancel := context.WithCancel(context.Background())
+	loopDone := make(chan struct{})
+	go func() {
+		defer close(loopDone)
+		d.sched.Run(ctx)
+	}()
+	go func() {
+		<-d.e.Done()
+		cancel()
+		<-loopDone
+		close(d.finished)
+	}()
 }
-func (d *dispatcher) done() <-chan struct{} { return d.e.Done() }
+
+// done closes once the engine and its schedules have ended.
+func (d *dispatcher) done() <-chan struct{} { return d.finished }
 func (d *dispatcher) owner() string         { return d.e.Owner() }
 func (d *dispatcher) stopping() bool        { return d.e.Stopping() }
 func (d *dispatcher) stop(cancel bool)      { d.e.Stop(cancel) }
@@ -272,7 +295,15 @@ func (d *dispatcher) storeFailed(err error) { d.e.StoreFailed(err) }
 func (d *dispatcher) inserted(units []*store.Unit, ended []store.Event) { d.e.Inserted(units, ended) }
 
 // external hands the engine events committed elsewhere (or requeues).
-func (d *dispatcher) external(evs []store.Event) { d.e.External(evs) }
+func (d *dispatcher) external(evs []store.Event) {
+	d.e.External(evs)
+	for _, ev := range evs {
+		if ev.Type == store.TypeScheduleChanged {
+			d.sched.Reload()
+			break
+		}
+	}
+}
 
 // serviceChanged and pausesChanged return once the engine applied a
 // stored change (or exited, or ctx ended).
@@ -281,7 +312,13 @@ func (d *dispatcher) pausesChanged(ctx context.Context)               { d.e.Paus
 
 func (d *dispatcher) drain(ctx context.Context) error { return d.e.Drain(ctx) }
 
-func (d *dispatcher) settle(ctx context.Context) (int, error) { return d.e.Settle(ctx) }
+// settle records the periods due now, then settles the engine.
+func (d *dispatcher) settle(ctx context.Context) (int, error) {
+	if err := d.sched.Sync(ctx, d.finished); err != nil {
+		return 0, err
+	}
+	return d.e.Settle(ctx)
+}
 
 // cancel cancels unit id as the owner; ok is false when the engine exited
 // first.

@@ -113,6 +113,20 @@ const (
 	// (SetService, ResetService, PauseService, ResumeService). Service.Name
 	// names it and Reason says what changed.
 	EventServiceChanged EventType = store.TypeServiceChanged
+	// EventScheduleSubmitted: a schedule submitted its period's unit
+	// (WorkID). Schedule and Period name them. Reason "missed": the period
+	// fell due while no owner ran the schedule (or while it was paused);
+	// Skipped then counts the missed periods skipped before it (from
+	// FirstSkipped).
+	EventScheduleSubmitted EventType = store.TypeScheduleSubmitted
+	// EventScheduleSkipped: a schedule skipped periods: Skipped of them,
+	// from FirstSkipped to Period, for Reason "missed" (they fell due while
+	// no owner ran it or while it was paused) or "overlap" (the previous
+	// unit was still queued or running; Schedule.SkipIfRunning).
+	EventScheduleSkipped EventType = store.TypeScheduleSkipped
+	// EventScheduleChanged: a schedule was registered with a new
+	// definition, retimed, paused, resumed or deleted (Reason says which).
+	EventScheduleChanged EventType = store.TypeScheduleChanged
 )
 
 // Event reports a change. Events of a Cue are delivered in commit order.
@@ -166,6 +180,13 @@ type Event struct {
 	// are lost.
 	MissedFrom int64 `json:"missed_from,omitempty"`
 	MissedTo   int64 `json:"missed_to,omitempty"`
+	// Schedule, Period, Skipped and FirstSkipped describe a schedule's
+	// event (EventScheduleSubmitted, EventScheduleSkipped,
+	// EventScheduleChanged).
+	Schedule     string `json:"schedule,omitempty"`
+	Period       string `json:"period,omitempty"`
+	Skipped      int    `json:"skipped,omitempty"`
+	FirstSkipped string `json:"first_skipped,omitempty"`
 }
 
 // budgetEventData is the data of a budget_exhausted event.
@@ -236,6 +257,16 @@ func eventFrom(se *store.Event) Event {
 		return ev
 	case EventOwnerAsked, EventOwnerAnswered:
 		ev.Reason = string(se.Data)
+		return ev
+	case EventScheduleSubmitted, EventScheduleSkipped, EventScheduleChanged:
+		var data store.ScheduleEventData
+		if json.Unmarshal(se.Data, &data) == nil {
+			ev.Schedule, ev.Period, ev.Skipped, ev.FirstSkipped = data.Schedule, data.Period, data.Skipped, data.FirstSkipped
+			ev.Reason = data.Reason
+			if data.Change != "" {
+				ev.Reason = data.Change
+			}
+		}
 		return ev
 	case EventServiceChanged:
 		var data struct {

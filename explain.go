@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/runcue/runcue/internal/recur"
 	"github.com/runcue/runcue/internal/vocab"
 	"github.com/runcue/runcue/store"
 )
@@ -19,7 +20,20 @@ import (
 // or RunAt, backpressure, or a task type not registered. In the owning Cue
 // the answer comes from the dispatcher's live state; elsewhere, from the
 // database.
+//
+// A unit a schedule submitted names the schedule and the period
+// (Explanation.Schedule, Period).
 func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
+	ex, err := c.explain(ctx, id)
+	if err == nil {
+		if u, gerr := c.st.GetUnit(ctx, id); gerr == nil {
+			ex.Schedule, ex.Period, _ = recur.ParseUnitKey(u.IdempotencyKey)
+		}
+	}
+	return ex, err
+}
+
+func (c *Cue) explain(ctx context.Context, id string) (Explanation, error) {
 	if err := c.checkOpen(); err != nil {
 		return Explanation{}, err
 	}

@@ -66,6 +66,17 @@ func newEnv(t *testing.T, cfg runcue.Config) *env {
 	return e
 }
 
+// newEnvAt is newEnv with its fake clock at start.
+func newEnvAt(t *testing.T, start time.Time) *env {
+	t.Helper()
+	e := &env{t: t, path: filepath.Join(t.TempDir(), "runcue.db"), clk: clock.NewFake(start), logs: &syncBuffer{}}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	t.Cleanup(cancel)
+	e.ctx = ctx
+	e.c = e.open(runcue.Config{})
+	return e
+}
+
 // open opens another Cue on the env's file, sharing its clock and logs.
 func (e *env) open(cfg runcue.Config) *runcue.Cue {
 	e.t.Helper()

@@ -46,6 +46,9 @@ func (c *Cue) Stats(ctx context.Context) (Stats, error) {
 		return Stats{}, c.readErr(err)
 	}
 	s.QueuePaused, s.PausedTasks = p.Queue, p.Tasks
+	if s.Schedules, err = c.Schedules(ctx); err != nil {
+		return Stats{}, err
+	}
 	if s.Backpressure, err = c.backpressureStats(ctx); err != nil {
 		return Stats{}, err
 	}

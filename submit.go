@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/runcue/runcue/internal/recur"
 	"github.com/runcue/runcue/internal/writer"
 	"github.com/runcue/runcue/store"
 )
@@ -106,6 +107,9 @@ func (c *Cue) SubmitBatch(ctx context.Context, subs []Submission) ([]Submitted, 
 	trace := traceCarrier(ctx) // the submitter's span, for the runs' spans
 	for i, s := range subs {
 		u, err := c.unitFor(s, now)
+		if err == nil && strings.HasPrefix(s.IdempotencyKey, recur.KeyPrefix) {
+			err = fmt.Errorf("%w: an IdempotencyKey beginning %q is a schedule's", ErrInvalid, recur.KeyPrefix)
+		}
 		if err != nil {
 			if len(subs) > 1 {
 				err = fmt.Errorf("submission %d: %w", i, err)

@@ -152,6 +152,11 @@ type SkipError = runcuetype.SkipError
 // [runcuetype.Stats].
 type Stats = runcuetype.Stats
 
+// Timing says when a schedule's periods are due: every Every since
+// Anchor, or at the local times a cron expression names in Zone. See
+// [runcuetype.Timing].
+type Timing = runcuetype.Timing
+
 // The constants of runcuetype, documented there.
 const (
 	HighWater                 = runcuetype.HighWater

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/runcue/runcue/internal/recur"
 	"github.com/runcue/runcue/store"
 )
 
@@ -143,6 +144,10 @@ type WorkInfo struct {
 	Cost Costs `json:"cost,omitempty"`
 	// Attempts is the history of runs, oldest first.
 	Attempts []Attempt `json:"attempts,omitempty"`
+	// Schedule and Period name the schedule and the period that
+	// submitted the unit, if one did.
+	Schedule string `json:"schedule,omitempty"`
+	Period   string `json:"period,omitempty"`
 }
 
 // workInfoJSON is WorkInfo's JSON form: the fields as tagged, and the
@@ -181,6 +186,7 @@ func infoFrom(u *store.Unit) WorkInfo {
 	for _, a := range u.Attempts {
 		wi.Attempts = append(wi.Attempts, Attempt{Run: a.Run, Start: a.Start, End: a.End, Outcome: a.Outcome, Error: a.Error})
 	}
+	wi.Schedule, wi.Period, _ = recur.ParseUnitKey(u.IdempotencyKey)
 	return wi
 }
 

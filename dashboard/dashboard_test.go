@@ -451,3 +451,19 @@ func TestPulseSaysOutage(t *testing.T) {
 	}
 	assert.Equal(t, "client", b["role"])
 }
+
+// TestSchedulesShown: the overview lists the schedules with their timing
+// and next period; a unit a schedule submitted names it and its period.
+func TestSchedulesShown(t *testing.T) {
+	f := newFixture(t, dashboard.Options{})
+	ctx := t.Context()
+	require.NoError(t, f.c.Schedule(ctx, "nightly", runcue.Schedule{Submission: runcue.Submission{Task: "fetch", Target: "ok-9"},
+		Timing: runcue.Timing{Cron: "30 2 * * *", Zone: "Europe/Berlin"}}))
+	require.NoError(t, f.c.PauseSchedule(ctx, "nightly"))
+	code, body := f.get(t, "")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `id="schedules"`)
+	assert.Contains(t, body, "30 2 * * * Europe/Berlin")
+	assert.Contains(t, body, "nightly <span class=\"bad\">paused</span>")
+	assert.Regexp(t, `T02:30 Europe/Berlin</td>`, body, "the next period")
+}

@@ -116,4 +116,8 @@ type Explanation struct {
 	// only where the unit's task is registered with its ServiceKeys.
 	Live bool      `json:"live"`
 	AsOf time.Time `json:"as_of"`
+	// Schedule and Period name the schedule and the period that
+	// submitted the unit, if one did.
+	Schedule string `json:"schedule,omitempty"`
+	Period   string `json:"period,omitempty"`
 }

@@ -38,6 +38,8 @@ type Stats struct {
 	// Services are the registered services (see Services), each with its
 	// Retry-After answers over the window and its busiest keyed instances.
 	Services []ServiceStats `json:"services"`
+	// Schedules are the stored schedules, each with its next period.
+	Schedules []ScheduleStatus `json:"schedules,omitempty"`
 }
 
 // QueueWaitStats summarizes queue waits. Percentiles are read from a

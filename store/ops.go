@@ -321,7 +321,9 @@ type Prune struct {
 // differs takes the new Def and loses its run-time Timing and pause (the
 // code's definition changed); the same Def changes nothing. Without Def,
 // it changes what Timing (a nil *[]byte: unchanged; a nil []byte:
-// cleared) and Paused say, or deletes the schedule (Delete); a schedule
+// cleared) and Paused say, or deletes the schedule (Delete). A new Def
+// or Timing moves the cursor forward to At (the new timing's periods
+// before the change are not due). A schedule
 // that is not stored is ErrUnknownSchedule. Every change appends a
 // schedule_changed event (Data: ScheduleEventData).
 type PutSchedule struct {

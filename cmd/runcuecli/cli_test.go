@@ -498,3 +498,27 @@ func TestEmbeddedExecutor(t *testing.T) {
 	assert.Equal(t, 2, runcuecli.Main(runcuecli.Options{Stdout: &out, Stderr: &errOut}, []string{"--db", db, "executor"}),
 		"the plain command has no executor: it has no handlers")
 }
+
+// The schedule commands: ls (table and JSON) shows a schedule's timing and
+// next period; pause, resume and delete change it as stored.
+func TestScheduleCommands(t *testing.T) {
+	db, c := newDB(t)
+	require.NoError(t, c.Task("report", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil }}))
+	require.NoError(t, c.Schedule(t.Context(), "nightly", runcue.Schedule{Submission: runcue.Submission{Task: "report"},
+		Timing: runcue.Timing{Cron: "30 2 * * *", Zone: "Europe/Berlin"}}))
+	table := ok(t, db, "schedule", "ls")
+	assert.Contains(t, table, "nightly")
+	assert.Contains(t, table, "30 2 * * * Europe/Berlin")
+	assert.Contains(t, table, "T02:30 Europe/Berlin", "the next period")
+	ok(t, db, "schedule", "pause", "nightly")
+	var all []runcue.ScheduleStatus
+	require.NoError(t, json.Unmarshal([]byte(ok(t, db, "schedule", "ls", "-o", "json")), &all))
+	require.Len(t, all, 1)
+	assert.True(t, all[0].Paused)
+	assert.Equal(t, "Europe/Berlin", all[0].Timing.Zone)
+	ok(t, db, "schedule", "resume", "nightly")
+	ok(t, db, "schedule", "delete", "nightly")
+	_, _, code := run(t, db, "schedule", "pause", "nightly")
+	assert.Equal(t, 1, code, "an unknown schedule")
+	assert.Equal(t, "SCHEDULE  TASK  TIMING  MISSED  PAUSED  LAST  NEXT  NEXT AT\n", ok(t, db, "schedule", "ls"))
+}

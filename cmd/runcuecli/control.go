@@ -787,3 +787,72 @@ func (c *cli) runSummary(ctx context.Context, q *runcue.Cue, before runcue.Stats
 			took.Round(100*time.Millisecond), v.Completed, v.Failed, v.Skipped, v.Cancelled, v.Queued, v.Running)
 	})
 }
+
+func (c *cli) scheduleCmd() *cobra.Command {
+	sched := &cobra.Command{Use: "schedule", Short: "Recurring submissions: ls, pause, resume, delete"}
+	sched.AddCommand(&cobra.Command{
+		Use: "ls", Aliases: []string{"list"}, Short: "Every schedule, with its last and next period", Args: args(0, "no arguments"),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return c.with(func(ctx context.Context, q *runcue.Cue) error {
+				all, err := q.Schedules(ctx)
+				if err != nil {
+					return err
+				}
+				return c.emit(all, func(w *tabwriter.Writer) {
+					fmt.Fprintln(w, "SCHEDULE\tTASK\tTIMING\tMISSED\tPAUSED\tLAST\tNEXT\tNEXT AT")
+					for _, s := range all {
+						next := "-"
+						if !s.NextAt.IsZero() {
+							next = s.NextAt.Format(time.RFC3339)
+						}
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%s\t%s\t%s\n", s.Name, s.Task, timingText(s.Timing, s.Retimed), s.Missed, s.Paused,
+							orDash(s.Last), orDash(s.Next), next)
+					}
+				})
+			})
+		},
+	})
+	for _, op := range []struct {
+		use, short string
+		f          func(*runcue.Cue, context.Context, string) error
+	}{
+		{"pause", "Stop a schedule submitting (stored; the periods due meanwhile are missed)", (*runcue.Cue).PauseSchedule},
+		{"resume", "Let a paused schedule submit again", (*runcue.Cue).ResumeSchedule},
+		{"delete", "Delete a schedule (its units stay)", (*runcue.Cue).DeleteSchedule},
+	} {
+		sched.AddCommand(&cobra.Command{
+			Use: op.use + " NAME", Short: op.short, Args: args(1, "one schedule"),
+			RunE: func(cmd *cobra.Command, a []string) error {
+				return c.with(func(ctx context.Context, q *runcue.Cue) error {
+					if err := op.f(q, ctx, a[0]); err != nil {
+						return err
+					}
+					return c.done(op.use, a[0])
+				})
+			},
+		})
+	}
+	return sched
+}
+
+// timingText is a schedule's timing in a word or two.
+func timingText(t runcue.Timing, retimed bool) string {
+	s := "every " + t.Every.String()
+	if t.Cron != "" {
+		s = t.Cron
+		if t.Zone != "" {
+			s += " " + t.Zone
+		}
+	}
+	if retimed {
+		s += " (retimed)"
+	}
+	return s
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

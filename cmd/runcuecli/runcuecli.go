@@ -158,7 +158,7 @@ argument, no --db).`,
 	root.PersistentFlags().DurationVar(&c.timeout, "timeout", 30*time.Second,
 		"how long a command waits for an unavailable database (retrying) before it fails; 0 waits as long as it takes (tail, serve, run, executor, import, prune and backup are not bounded)")
 	root.AddCommand(c.statsCmd(), c.listCmd(), c.showCmd(), c.explainCmd(), c.enqueueCmd(), c.importCmd(),
-		c.retryCmd(), c.cancelCmd(), c.serviceCmd(), c.taskCmd(), c.pauseCmd(true), c.pauseCmd(false),
+		c.retryCmd(), c.cancelCmd(), c.serviceCmd(), c.taskCmd(), c.scheduleCmd(), c.pauseCmd(true), c.pauseCmd(false),
 		c.tailCmd(), c.pruneCmd(), c.backupCmd(), c.serveCmd(), c.versionCmd())
 	if embedded {
 		root.AddCommand(c.runCmd())

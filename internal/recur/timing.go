@@ -31,7 +31,9 @@ type Period struct {
 
 // Cursor is where a schedule stands: the last period it handled. Periods
 // are ordered by nominal instant, then key (two local times that fall in
-// one gap are due at the same instant).
+// one gap are due at the same instant). A Cursor with no Key is an
+// instant (a schedule's creation, a change of its timing): the periods
+// after it are those strictly after the instant.
 type Cursor struct {
 	Nominal time.Time
 	Key     string
@@ -42,7 +44,7 @@ func (c Cursor) Before(p Period) bool {
 	if d := p.Nominal.Compare(c.Nominal); d != 0 {
 		return d > 0
 	}
-	return p.Key > c.Key
+	return c.Key != "" && p.Key > c.Key
 }
 
 // Spec is a compiled Timing.
@@ -50,7 +52,9 @@ type Spec struct {
 	t    rt.Timing
 	name string
 	loc  *time.Location
-	cron *cron.SpecSchedule
+	// anchor is Every's: t.Anchor, or the Unix epoch.
+	anchor time.Time
+	cron   *cron.SpecSchedule
 	// elapsed: the expression names every hour, so the schedule follows
 	// the wall clock as shown (see rt.Timing).
 	elapsed bool
@@ -70,7 +74,10 @@ func Compile(name string, t rt.Timing) (*Spec, error) {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, a...))
 	}
-	s := &Spec{t: t, name: name, loc: time.UTC}
+	s := &Spec{t: t, name: name, loc: time.UTC, anchor: t.Anchor}
+	if s.anchor.IsZero() {
+		s.anchor = time.Unix(0, 0).UTC()
+	}
 	switch {
 	case (t.Every != 0) == (t.Cron != ""):
 		return nil, bad("set exactly one of Every and Cron")
@@ -129,7 +136,7 @@ func (s *Spec) Timing() rt.Timing { return s.t }
 func (s *Spec) After(c Cursor) (Period, bool) {
 	if s.cron == nil {
 		k := s.everyIndex(c.Nominal, true) // the first at or after c
-		if s.nominalEvery(k).Equal(c.Nominal) && s.keyEvery(k) <= c.Key {
+		if s.nominalEvery(k).Equal(c.Nominal) && (c.Key == "" || s.keyEvery(k) <= c.Key) {
 			k++
 		}
 		if !s.t.Start.IsZero() && s.nominalEvery(k).Before(s.t.Start) {
@@ -208,7 +215,7 @@ func (s *Spec) Due(c Cursor, now time.Time, keep, limit int) (latest []Period, n
 // everyIndex returns the index k of the last period whose nominal
 // instant is at or before t (up: the first at or after t).
 func (s *Spec) everyIndex(t time.Time, up bool) int64 {
-	d := t.Sub(s.t.Anchor) // saturates beyond ±292 years: not reached
+	d := t.Sub(s.anchor) // saturates beyond ±292 years from the anchor
 	k := int64(d / s.t.Every)
 	if d%s.t.Every != 0 {
 		if d < 0 && !up {
@@ -221,7 +228,7 @@ func (s *Spec) everyIndex(t time.Time, up bool) int64 {
 }
 
 func (s *Spec) nominalEvery(k int64) time.Time {
-	return s.t.Anchor.Add(time.Duration(k) * s.t.Every)
+	return s.anchor.Add(time.Duration(k) * s.t.Every)
 }
 
 func (s *Spec) keyEvery(k int64) string {

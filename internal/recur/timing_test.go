@@ -208,17 +208,17 @@ func TestEvery(t *testing.T) {
 	if n != 10 || !more {
 		t.Errorf("Due with a limit of 10: %d %v", n, more)
 	}
-	// A period with its own key on its instant comes after a cursor on
-	// that instant keyed "" (a schedule created at that instant).
+	// A cursor without a key is an instant: a period on it is not after
+	// it (a schedule created at that instant starts with the next).
 	p, _ = s.After(Cursor{Nominal: anchor.Add(time.Hour)})
-	if !p.Nominal.Equal(anchor.Add(time.Hour)) {
-		t.Errorf("after (1:00:10, \"\"): %v", p.Nominal)
+	if !p.Nominal.Equal(anchor.Add(time.Hour + time.Minute)) {
+		t.Errorf("after the instant 1:00:10: %v", p.Nominal)
 	}
 }
 
 // TestCronDue counts a cron schedule's missed periods and keeps the
-// latest; the cursor (10:00, "") is a schedule created at 10:00, whose
-// 10:00 period comes after it.
+// latest; the cursor (10:00, "") is a schedule created at 10:00: its
+// periods are those after 10:00.
 func TestCronDue(t *testing.T) {
 	s, err := Compile("c", rt.Timing{Cron: "*/15 * * * *"})
 	if err != nil {
@@ -226,7 +226,7 @@ func TestCronDue(t *testing.T) {
 	}
 	from := time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
 	latest, n, more := s.Due(Cursor{Nominal: from}, from.Add(2*time.Hour), 2, 100)
-	if n != 9 || more || len(latest) != 2 || latest[1].Key != "2026-05-01T12:00 UTC" || latest[0].Key != "2026-05-01T11:45 UTC" {
+	if n != 8 || more || len(latest) != 2 || latest[1].Key != "2026-05-01T12:00 UTC" || latest[0].Key != "2026-05-01T11:45 UTC" {
 		t.Errorf("%d %v %+v", n, more, latest)
 	}
 }
@@ -249,5 +249,18 @@ func TestCompileRefuses(t *testing.T) {
 		if _, err := Compile("x", tm); !errors.Is(err, ErrInvalid) {
 			t.Errorf("%+v: %v", tm, err)
 		}
+	}
+}
+
+// TestEveryZeroAnchor: without an Anchor, periods are whole multiples of
+// Every since the Unix epoch (hourly: on the hour, UTC).
+func TestEveryZeroAnchor(t *testing.T) {
+	s, err := Compile("z", rt.Timing{Every: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 5, 1, 10, 30, 0, 0, time.UTC)
+	if p, _ := s.After(Cursor{Nominal: at}); !p.Nominal.Equal(time.Date(2026, 5, 1, 11, 0, 0, 0, time.UTC)) {
+		t.Errorf("after 10:30: %v", p.Nominal)
 	}
 }

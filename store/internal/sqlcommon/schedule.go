@@ -22,15 +22,22 @@ func PutSchedule(t Applier, op *store.PutSchedule, r *store.Result) error {
 		}
 	case op.Def != nil:
 		data.Change = "registered"
-		// A definition that changed resets the run-time timing and pause;
-		// the same one changes nothing (no row counted).
+		// A definition that changed resets the run-time timing and pause,
+		// and starts from the change (no period of the new timing before
+		// it is due); the same one changes nothing (no row counted).
 		changed, err = t.Changed(`INSERT INTO schedules(name, def, created_at, last_at) VALUES(?, ?, ?, ?)
-			ON CONFLICT(name) DO UPDATE SET def=excluded.def, timing=NULL, paused=false
+			ON CONFLICT(name) DO UPDATE SET def=excluded.def, timing=NULL, paused=false,
+				last_at=CASE WHEN schedules.last_at < excluded.last_at THEN excluded.last_at ELSE schedules.last_at END,
+				last_key=CASE WHEN schedules.last_at < excluded.last_at THEN '' ELSE schedules.last_key END
 			WHERE schedules.def <> excluded.def`, op.Name, op.Def, Nanos(op.At), Nanos(op.At))
 	default:
 		if op.Timing != nil {
 			data.Change = "retimed"
-			changed, err = t.Changed(`UPDATE schedules SET timing=? WHERE name=?`, NullBytes(*op.Timing), op.Name)
+			// A new timing starts from the change, as a new definition.
+			at := Nanos(op.At)
+			changed, err = t.Changed(`UPDATE schedules SET timing=?,
+				last_at=CASE WHEN last_at < ? THEN ? ELSE last_at END, last_key=CASE WHEN last_at < ? THEN '' ELSE last_key END
+				WHERE name=?`, NullBytes(*op.Timing), at, at, at, op.Name)
 		}
 		if err == nil && op.Paused != nil {
 			data.Change = map[bool]string{true: "paused", false: "resumed"}[*op.Paused]
