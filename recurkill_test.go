@@ -9,36 +9,20 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/internal/hoststest"
 	"github.com/runcue/runcue/store/sqlite"
 )
 
 func init() {
 	childModes["recurring"] = childMode{run: recurringChild}
-}
-
-// recurPolicies are the schedules of the kill test: one a second each,
-// one per policy for the periods missed while no owner runs.
-var recurPolicies = map[string]runcue.Schedule{
-	"latest": {Missed: runcue.MissedLatest},
-	"skip":   {Missed: runcue.MissedSkip},
-	"each":   {Missed: runcue.MissedEach, MaxMissed: 3},
-}
-
-func registerRecurring(c *runcue.Cue, handler runcue.Handler) {
-	must(c.Task("tick", runcue.Task{Handler: handler}))
-	for name, s := range recurPolicies {
-		s.Submission = runcue.Submission{Task: "tick"}
-		s.Timing = runcue.Timing{Every: time.Second}
-		must(c.Schedule(context.Background(), name, s))
-	}
 }
 
 // recurringChild registers the schedules (as a program does at every
@@ -47,13 +31,13 @@ func registerRecurring(c *runcue.Cue, handler runcue.Handler) {
 // and then stops.
 func recurringChild(c *runcue.Cue) int {
 	j := openJournal()
-	registerRecurring(c, func(ctx context.Context, w *runcue.Work) (any, error) {
-		wi, err := c.Get(ctx, w.ID)
+	must(hoststest.RegisterRecurring(c, func(ctx context.Context, w *runcue.Work) (any, error) {
+		line, err := hoststest.RanLine(ctx, c, w)
 		if err != nil {
 			return nil, err
 		}
-		return nil, j.line("%s %s %s %d", wi.Schedule, wi.Period, w.ID, w.Attempt)
-	})
+		return nil, j.line("%s", line)
+	}))
 	ctx := context.Background()
 	must(c.Start(ctx))
 	fmt.Println("ready")
@@ -108,144 +92,18 @@ func TestSchedulesAcrossKills(t *testing.T) {
 	lives = append(lives, life{ready, time.Now()})
 	t.Logf("%d owners, %d killed", len(lives), len(lives)-1)
 
-	// What ran, by the journal: schedule -> period -> units.
-	ran := map[string]map[string]map[string]bool{}
-	for _, f := range readJournal(t, jpath) {
-		if len(f) != 4 {
-			continue // cut by a kill
-		}
-		if ran[f[0]] == nil {
-			ran[f[0]] = map[string]map[string]bool{}
-		}
-		if ran[f[0]][f[1]] == nil {
-			ran[f[0]][f[1]] = map[string]bool{}
-		}
-		ran[f[0]][f[1]][f[2]] = true
-	}
+	b, err := os.ReadFile(jpath)
+	require.NoError(t, err)
 	st, err := sqlite.Open(db, sqlite.Options{})
 	require.NoError(t, err)
 	defer st.Close()
 	c, err := runcue.New(st, runcue.Config{Logger: quietLogger})
 	require.NoError(t, err)
 	defer c.Close()
-	ctx := context.Background()
-
-	// What was recorded, by the events: schedule -> period -> record.
-	type record struct {
-		unit   string // "" when skipped
-		missed bool
+	require.NoError(t, c.Task("tick", runcue.Task{Handler: noop}))
+	var reigns []hoststest.Reign
+	for _, l := range lives {
+		reigns = append(reigns, hoststest.Reign{From: l.ready, To: l.end})
 	}
-	recs := map[string]map[string]record{}
-	var first time.Time
-	lastSeq, err := st.LastSeq(ctx)
-	require.NoError(t, err)
-	sctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	sub, stop, err := c.Subscribe(sctx, runcue.SubscribeOptions{After: 0})
-	require.NoError(t, err)
-	defer stop()
-	for ev := range sub {
-		if ev.Type == runcue.EventScheduleSubmitted || ev.Type == runcue.EventScheduleSkipped {
-			m := recs[ev.Schedule]
-			if m == nil {
-				m = map[string]record{}
-				recs[ev.Schedule] = m
-			}
-			add := func(period string, r record) {
-				_, dup := m[period]
-				require.False(t, dup, "%s's period %s recorded twice", ev.Schedule, period)
-				m[period] = r
-				if p := periodTime(t, period); first.IsZero() || p.Before(first) {
-					first = p
-				}
-			}
-			if ev.Type == runcue.EventScheduleSkipped { // Skipped periods, FirstSkipped to Period
-				require.Equal(t, ev.Period, periodTime(t, ev.FirstSkipped).Add(time.Duration(ev.Skipped-1)*time.Second).UTC().Format(time.RFC3339Nano))
-				for k := range ev.Skipped {
-					add(periodTime(t, ev.FirstSkipped).Add(time.Duration(k)*time.Second).UTC().Format(time.RFC3339Nano), record{missed: ev.Reason == "missed"})
-				}
-			} else {
-				add(ev.Period, record{unit: ev.WorkID, missed: ev.Reason == "missed"})
-			}
-		}
-		if ev.Seq >= lastSeq {
-			break
-		}
-	}
-	last := lives[len(lives)-1].end
-	for name, s := range recurPolicies {
-		m := recs[name]
-		require.NotEmpty(t, m, name)
-		missedRun := []time.Time{} // the current run of missed periods
-		check := func() {
-			if len(missedRun) == 0 {
-				return
-			}
-			var submitted []time.Time
-			for _, p := range missedRun {
-				if m[p.UTC().Format(time.RFC3339Nano)].unit != "" {
-					submitted = append(submitted, p)
-				}
-			}
-			want := map[runcue.Missed]int{runcue.MissedLatest: 1, runcue.MissedSkip: 0, runcue.MissedEach: 3}[s.Missed]
-			want = min(want, len(missedRun))
-			if assert.Len(t, submitted, want, "%s: %d missed periods from %v", name, len(missedRun), missedRun[0]) && want > 0 {
-				assert.Equal(t, missedRun[len(missedRun)-want:], submitted, "%s submits the latest", name)
-			}
-			missedRun = missedRun[:0]
-		}
-		counts := map[string]int{}
-		for p := first; !p.After(last); p = p.Add(time.Second) {
-			key := p.UTC().Format(time.RFC3339Nano)
-			r, ok := m[key]
-			if !ok {
-				// Not recorded: due after the last owner stopped, or
-				// before the schedule was first registered.
-				assert.True(t, p.After(last.Add(-2*time.Second)) || p.Before(lives[0].ready), "%s's period %v was never handled", name, p)
-				continue
-			}
-			for u := range ran[name][key] {
-				assert.Equal(t, r.unit, u, "%s's period %s ran as a unit it did not submit", name, key)
-			}
-			alive, dead := false, false
-			for i, l := range lives {
-				alive = alive || (p.After(l.ready.Add(500*time.Millisecond)) && p.Before(l.end.Add(-500*time.Millisecond)))
-				dead = dead || (i > 0 && p.After(lives[i-1].end.Add(200*time.Millisecond)) && p.Before(l.ready.Add(-time.Second)))
-			}
-			switch {
-			case alive:
-				assert.False(t, r.missed, "%s's period %s was due while an owner ran", name, key)
-				assert.NotEmpty(t, r.unit, "%s's period %s was due while an owner ran", name, key)
-			case dead:
-				assert.True(t, r.missed, "%s's period %s was due while no owner ran", name, key)
-			}
-			if r.missed {
-				missedRun = append(missedRun, p)
-			} else {
-				check()
-			}
-			if r.unit != "" {
-				counts["submitted"]++
-				if r.missed {
-					counts["missed, submitted"]++
-				}
-				if len(ran[name][key]) == 0 {
-					// Every unit submitted before the last owner's end ran.
-					assert.True(t, p.After(last.Add(-2*time.Second)), "%s's period %s was submitted and never ran", name, key)
-				}
-			} else {
-				counts["skipped"]++
-			}
-		}
-		check()
-		t.Logf("%s: %v", name, counts)
-	}
-}
-
-// periodTime reads an Every schedule's period key.
-func periodTime(t *testing.T, key string) time.Time {
-	t.Helper()
-	p, err := time.Parse(time.RFC3339Nano, key)
-	require.NoError(t, err)
-	return p
+	hoststest.CheckSchedules(t, c, hoststest.Ran(strings.Split(string(b), "\n")), reigns)
 }
