@@ -3,6 +3,7 @@ package runcue
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -207,9 +208,15 @@ func (c *Cue) fire(ctx context.Context, epoch int64, f recur.Firing) (store.Resu
 			sub.Params = json.RawMessage(t.Params)
 		}
 		u, err := c.unitFor(sub, now)
+		if err == nil {
+			if err = c.checkCosts(ctx, []*store.Unit{u}); err != nil && !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrCostTooLarge) {
+				return store.Result{}, err // a read failed: the loop tries again
+			}
+		}
 		if err != nil {
-			// The template no longer makes a unit (an Estimate that
-			// fails): the period is recorded as skipped.
+			// The template no longer makes a valid unit (an Estimate
+			// that fails, a cost a changed meter refuses): the period is
+			// recorded as skipped, with the reason.
 			c.log.Error("runcue: a schedule's period could not be submitted", "schedule", s.Name, "period", f.Period.Key, "error", err)
 			op.Reason, op.Skipped = "invalid: "+err.Error(), f.Skipped+1
 			if op.FirstSkipped == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -365,4 +366,33 @@ func TestScheduleAcrossDST(t *testing.T) {
 			})
 		}
 	}
+}
+
+// TestScheduleInvalidAtFire: a period whose unit the template no longer
+// makes (the task's Estimate now panics) is skipped, with the reason, and
+// the schedule goes on.
+func TestScheduleInvalidAtFire(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	var s starts
+	var broken atomic.Bool
+	require.NoError(t, e.c.Task("call", runcue.Task{Handler: s.handler, Estimate: func(runcue.Submission) runcue.Costs {
+		if broken.Load() {
+			panic("the estimator broke")
+		}
+		return nil
+	}}))
+	rec := record(t, e.c)
+	t0 := e.clk.Now()
+	require.NoError(t, e.c.Schedule(e.ctx, "m", runcue.Schedule{Submission: runcue.Submission{Task: "call"},
+		Timing: runcue.Timing{Every: time.Minute, Anchor: t0}}))
+	e.start()
+	runUntil(t, e, e.c, t0.Add(90*time.Second), time.Minute)
+	broken.Store(true)
+	runUntil(t, e, e.c, t0.Add(150*time.Second), time.Minute)
+	broken.Store(false)
+	runUntil(t, e, e.c, t0.Add(210*time.Second), time.Minute)
+	skips := rec.waitFor(t, 1, func(ev runcue.Event) bool { return ev.Type == runcue.EventScheduleSkipped })
+	assert.Contains(t, skips[0].Reason, "invalid: ")
+	assert.Equal(t, t0.Add(2*time.Minute).UTC().Format(time.RFC3339Nano), skips[0].Period)
+	assert.Len(t, s.byPeriod(t, e)["m"], 2, "the first and third periods ran; the second was skipped")
 }
