@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -85,7 +86,11 @@ func TestOutsideConsumer(t *testing.T) {
 	run(consumer, nil, "go", "mod", "tidy")
 	run(consumer, nil, "go", "build", "./...")
 	out := run(consumer, nil, "go", "run", "./quickstart", "-n", "3")
-	require.Contains(t, out, "3 units: 3 completed", "the quickstart ran:\n%s", out)
+	// Its model API fails a fifth of the calls: a unit fails all three
+	// attempts once in 125. Every unit ends, completed or failed.
+	m := regexp.MustCompile(`3 units: (\d) completed, (\d) failed`).FindStringSubmatch(out)
+	require.NotNil(t, m, "the quickstart ran:\n%s", out)
+	require.Equal(t, 3, int(m[1][0]-'0')+int(m[2][0]-'0'), "the quickstart ran:\n%s", out)
 	if url := os.Getenv("RUNCUE_TEST_POSTGRES"); url != "" {
 		out := run(consumer, nil, "go", "run", "./pgopen", url)
 		require.Contains(t, out, "completed", out)
