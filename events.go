@@ -121,8 +121,10 @@ const (
 	EventScheduleSubmitted EventType = store.TypeScheduleSubmitted
 	// EventScheduleSkipped: a schedule skipped periods: Skipped of them,
 	// from FirstSkipped to Period, for Reason "missed" (they fell due while
-	// no owner ran it or while it was paused) or "overlap" (the previous
-	// unit was still queued or running; Schedule.SkipIfRunning).
+	// no owner ran it or while it was paused), "overlap" (the previous
+	// unit was still queued or running; Schedule.SkipIfRunning) or
+	// "refused: " and why the period's unit was refused (an Estimate that
+	// failed, say).
 	EventScheduleSkipped EventType = store.TypeScheduleSkipped
 	// EventScheduleChanged: a schedule was registered with a new
 	// definition, retimed, paused, resumed or deleted (Reason says which).

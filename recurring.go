@@ -186,7 +186,9 @@ func (c *Cue) Schedules(ctx context.Context) ([]ScheduleStatus, error) {
 	for _, rec := range recs {
 		s, err := recur.Decode(rec)
 		if err != nil {
-			return nil, err
+			// One schedule this runcue cannot read does not hide the others.
+			out = append(out, ScheduleStatus{Name: rec.Name, Paused: rec.Paused, Last: rec.LastKey, LastUnit: rec.LastUnit, Error: err.Error()})
+			continue
 		}
 		out = append(out, s.Status())
 	}
@@ -209,24 +211,20 @@ func (c *Cue) fire(ctx context.Context, epoch int64, f recur.Firing) (store.Resu
 		}
 		u, err := c.unitFor(sub, now)
 		if err == nil {
-			if err = c.checkCosts(ctx, []*store.Unit{u}); err != nil && !errors.Is(err, ErrInvalid) && !errors.Is(err, ErrCostTooLarge) {
-				return store.Result{}, err // a read failed: the loop tries again
-			}
+			err = c.checkCosts(ctx, []*store.Unit{u})
 		}
-		if err != nil {
-			// The template no longer makes a valid unit (an Estimate
-			// that fails, a cost a changed meter refuses): the period is
-			// recorded as skipped, with the reason.
-			c.log.Error("runcue: a schedule's period could not be submitted", "schedule", s.Name, "period", f.Period.Key, "error", err)
-			op.Reason, op.Skipped = "invalid: "+err.Error(), f.Skipped+1
-			if op.FirstSkipped == "" {
-				op.FirstSkipped = f.Period.Key
-			}
-		} else {
-			u.Retry = t.Retry
-			u.IdempotencyKey = recur.UnitKey(s.Name, f.Period.Key)
-			op.Unit = u
+		switch {
+		case errors.Is(err, ErrInvalid) || errors.Is(err, ErrCostTooLarge):
+			// The template no longer makes a valid unit (an Estimate that
+			// fails, a cost a changed meter refuses): refused as the
+			// store refuses a unit, and the loop skips the period.
+			return store.Result{Err: err}, nil
+		case err != nil:
+			return store.Result{}, err // a read failed: the loop tries again
 		}
+		u.Retry = t.Retry
+		u.IdempotencyKey = recur.UnitKey(s.Name, f.Period.Key)
+		op.Unit = u
 	}
 	type out struct {
 		res store.Result

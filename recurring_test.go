@@ -13,6 +13,8 @@ import (
 
 	"github.com/runcue/runcue"
 	"github.com/runcue/runcue/internal/recur"
+	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/sqlite"
 )
 
 // starts records the handler starts of a task: unit ID to start time.
@@ -392,7 +394,39 @@ func TestScheduleInvalidAtFire(t *testing.T) {
 	broken.Store(false)
 	runUntil(t, e, e.c, t0.Add(210*time.Second), time.Minute)
 	skips := rec.waitFor(t, 1, func(ev runcue.Event) bool { return ev.Type == runcue.EventScheduleSkipped })
-	assert.Contains(t, skips[0].Reason, "invalid: ")
+	assert.Contains(t, skips[0].Reason, "refused: ")
+	assert.Contains(t, skips[0].Reason, "the estimator broke")
 	assert.Equal(t, t0.Add(2*time.Minute).UTC().Format(time.RFC3339Nano), skips[0].Period)
 	assert.Len(t, s.byPeriod(t, e)["m"], 2, "the first and third periods ran; the second was skipped")
+}
+
+// TestScheduleUnreadable: a stored schedule this runcue cannot run (a
+// definition from a newer version, here a cron expression it refuses)
+// is listed with the reason, does not hide the others or fail Stats, and
+// the owner runs the others.
+func TestScheduleUnreadable(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	var s starts
+	require.NoError(t, e.c.Task("report", runcue.Task{Handler: s.handler}))
+	t0 := e.clk.Now()
+	require.NoError(t, e.c.Schedule(e.ctx, "good", runcue.Schedule{Submission: runcue.Submission{Task: "report"},
+		Timing: runcue.Timing{Every: time.Minute, Anchor: t0}}))
+	st, err := sqlite.Open(e.path, sqlite.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	b, err := st.Apply(e.ctx, []store.Op{&store.PutSchedule{Name: "future", At: t0,
+		Def: []byte(`{"template":{"task":"report"},"timing":{"cron":"61 * * * *"}}`)}})
+	require.NoError(t, err)
+	require.NoError(t, b.Results[0].Err)
+	all, err := e.c.Schedules(e.ctx)
+	require.NoError(t, err)
+	require.Len(t, all, 2)
+	assert.Contains(t, all[0].Error, "61", "future: the reason")
+	assert.Empty(t, all[1].Error)
+	stats, err := e.c.Stats(e.ctx)
+	require.NoError(t, err)
+	assert.Len(t, stats.Schedules, 2)
+	e.start()
+	runUntil(t, e, e.c, t0.Add(150*time.Second), time.Minute)
+	assert.Len(t, s.byPeriod(t, e)["good"], 2)
 }

@@ -108,4 +108,9 @@ type ScheduleStatus struct {
 	// the schedule has ended).
 	Next   string    `json:"next,omitempty"`
 	NextAt time.Time `json:"next_at,omitzero"`
+	// Error, when set, says why this runcue cannot run the stored
+	// schedule (a definition written by a newer version, say): the owner
+	// leaves it alone, and the fields above but Name, Paused, Last and
+	// LastUnit are empty.
+	Error string `json:"error,omitempty"`
 }

@@ -368,8 +368,9 @@ type ScheduleEventData struct {
 	Period string `json:"period,omitempty"`
 	// Reason says why periods were skipped: "missed" (they fell due while
 	// no owner ran the schedule, or while it was paused), "overlap" (the
-	// previous unit was still queued or running). Skipped counts the
-	// periods skipped, from FirstSkipped to Period.
+	// previous unit was still queued or running), "refused: " and why
+	// (its unit was refused). Skipped counts the periods skipped, from
+	// FirstSkipped to Period.
 	Reason       string `json:"reason,omitempty"`
 	Skipped      int    `json:"skipped,omitempty"`
 	FirstSkipped string `json:"first_skipped,omitempty"`

@@ -86,7 +86,13 @@ func (l *Loop) Run(ctx context.Context) {
 	var waiting []chan struct{}
 	dirty := true
 	var retryAt time.Time
+	began := l.clock.Now()
 	for {
+		select {
+		case <-l.reload: // a Reload before a Sync is read before the Sync's answer
+			dirty, retryAt = true, time.Time{}
+		default:
+		}
 		now := l.clock.Now()
 		if dirty && !now.Before(retryAt) {
 			recs, err := l.load(ctx)
@@ -110,8 +116,13 @@ func (l *Loop) Run(ctx context.Context) {
 						continue
 					}
 					e := &entry{s: s, since: now}
-					if o := old[s.Name]; o != nil && !o.s.Paused && !s.Paused {
+					switch o := old[s.Name]; {
+					case o != nil && !o.s.Paused && !s.Paused:
 						e.since = o.since // it ran on: what fell due since is not missed
+					case s.Cursor.Key == "" && s.Cursor.Nominal.After(began) && s.Cursor.Nominal.Before(now):
+						// Registered (or given a new timing) while this owner
+						// ran, read at its next poll: nothing of it was missed.
+						e.since = s.Cursor.Nominal
 					}
 					scheds = append(scheds, e)
 				}
@@ -125,6 +136,16 @@ func (l *Loop) Run(ctx context.Context) {
 			}
 			for _, f := range Plan(e.s, e.since, now) {
 				res, err := l.fire(ctx, f)
+				if err == nil && f.Submit && refused(res.Err) {
+					// The store refused the period's unit (a failed unit
+					// holds its key, say): the same record would be refused
+					// again, so the period is skipped, with the reason.
+					l.log.Error("runcue: a schedule's period was refused; it is skipped", "schedule", e.s.Name,
+						"period", f.Period.Key, "error", res.Err)
+					f = Firing{Schedule: f.Schedule, Period: f.Period, Reason: "refused: " + res.Err.Error(), Skipped: 1,
+						FirstSkipped: f.Period.Key}
+					res, err = l.fire(ctx, f)
+				}
 				if err == nil {
 					err = res.Err
 				}
@@ -186,4 +207,11 @@ func (l *Loop) Run(ctx context.Context) {
 			return
 		}
 	}
+}
+
+// refused reports whether a Fire's own error is the store's refusal of
+// its unit, which a retry would meet again (not a moved cursor, not a
+// lost ownership).
+func refused(err error) bool {
+	return err != nil && !errors.Is(err, store.ErrScheduleMoved) && !errors.Is(err, store.ErrNotOwner)
 }

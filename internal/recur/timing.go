@@ -178,13 +178,18 @@ func (s *Spec) Due(c Cursor, now time.Time, keep, limit int) (latest []Period, n
 		if !ok || first.Due.After(now) {
 			return nil, 0, false
 		}
-		last := s.everyIndex(now, false) + 1
-		for s.periodEvery(last).Due.After(now) || (!s.t.End.IsZero() && s.nominalEvery(last).After(s.t.End)) {
-			last--
-		}
 		k0 := s.everyIndex(first.Nominal, false)
 		for s.nominalEvery(k0).Before(first.Nominal) {
 			k0++
+		}
+		// The last period due by now, at or before End: the jitter is
+		// below Every, so at most two steps back.
+		last := s.everyIndex(now, false) + 1
+		if !s.t.End.IsZero() {
+			last = min(last, s.everyIndex(s.t.End, false))
+		}
+		for last > k0 && s.periodEvery(last).Due.After(now) {
+			last--
 		}
 		total := last - k0 + 1
 		for k := max(k0, last-int64(keep)+1); k <= last; k++ {

@@ -204,6 +204,11 @@ func TestEvery(t *testing.T) {
 	if n != 61 || more || len(latest) != 3 || !latest[2].Nominal.Equal(anchor.Add(2*time.Hour)) {
 		t.Errorf("Due: %d %v %+v", n, more, latest)
 	}
+	// Years after the End: the same 61, counted without walking back.
+	_, n, _ = s.Due(Cursor{Nominal: anchor}, anchor.Add(5*365*24*time.Hour), 1, 1000)
+	if n != 61 {
+		t.Errorf("Due five years on: %d", n)
+	}
 	_, n, more = s.Due(Cursor{Nominal: anchor}, anchor.Add(5*time.Hour), 1, 10)
 	if n != 10 || !more {
 		t.Errorf("Due with a limit of 10: %d %v", n, more)
