@@ -440,3 +440,33 @@ func (o *Reconcile) OwnerEpoch() int64     { return o.Epoch }
 func (o *LogUsage) OwnerEpoch() int64      { return o.Epoch }
 func (o *AppendEvent) OwnerEpoch() int64   { return o.Epoch }
 func (o *Prune) OwnerEpoch() int64         { return o.Epoch }
+
+// Ask stores a question to the live owner (OwnerQuestion, its Nonce the
+// ID) in the questions table: no event is appended, so no subscription
+// sees it. Anyone may ask; it is not an owner op.
+type Ask struct {
+	Question OwnerQuestion
+	At       time.Time
+}
+
+// AnswerQuestion stores the owner's answer to question ID (Answer: JSON,
+// nil when it has none), and forgets every question asked before Forget
+// (zero: none), which no asker waits for any more. An ID no longer stored
+// (its asker gave up and forgot it) changes nothing.
+type AnswerQuestion struct {
+	Epoch  int64
+	ID     string
+	Answer []byte
+	Forget time.Time
+}
+
+// OwnerEpoch implements OwnerOp.
+func (a *AnswerQuestion) OwnerEpoch() int64 { return a.Epoch }
+
+// ForgetQuestion deletes question ID: its asker read the answer, or gave
+// up.
+type ForgetQuestion struct{ ID string }
+
+func (*Ask) isOp()            {}
+func (*AnswerQuestion) isOp() {}
+func (*ForgetQuestion) isOp() {}

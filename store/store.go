@@ -454,6 +454,18 @@ type OwnerProber interface {
 	Owner(ctx context.Context) (Holder, bool, error)
 }
 
+// Questioner is implemented by stores that carry questions to the live
+// owner outside the event log (Ask, AnswerQuestion, ForgetQuestion): a
+// table no subscription reads, cleared as questions are answered.
+type Questioner interface {
+	// Questions returns the questions not yet answered, oldest first.
+	Questions(ctx context.Context) ([]OwnerQuestion, error)
+	// Answered reports whether the owner answered question id, and its
+	// answer (nil: it had none). A question not stored (never asked, or
+	// forgotten) reads as not answered.
+	Answered(ctx context.Context, id string) (answer []byte, answered bool, err error)
+}
+
 // UnitCount is the number of units of a task in a state.
 type UnitCount struct {
 	Task  string

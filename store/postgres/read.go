@@ -276,3 +276,14 @@ func (s *Store) Pauses(ctx context.Context) (store.Pauses, error) {
 func (s *Store) query(ctx context.Context, q string, args ...any) (sqlcommon.Rows, error) {
 	return s.pool.Query(ctx, q, args...)
 }
+
+// Questions returns the questions to the owner not yet answered, oldest
+// first.
+func (s *Store) Questions(ctx context.Context) ([]store.OwnerQuestion, error) {
+	return sqlcommon.Questions(ctx, s.query, `SELECT id, question FROM questions WHERE answer IS NULL ORDER BY asked_at, id`)
+}
+
+// Answered reports the owner's answer to question id, once given.
+func (s *Store) Answered(ctx context.Context, id string) ([]byte, bool, error) {
+	return sqlcommon.Answered(ctx, s.query, `SELECT answer FROM questions WHERE id=$1`, id)
+}

@@ -75,6 +75,7 @@ func Run(t *testing.T, open Opener) {
 		{"Skipped", testSkipped},
 		{"Pauses", testPauses},
 		{"Schedules", testSchedules},
+		{"Questions", testQuestions},
 		{"Stats", testStats},
 		{"Subscriptions", testSubscriptions},
 		{"EventTargets", testEventTargets},

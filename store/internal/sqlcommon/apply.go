@@ -28,6 +28,9 @@ type Applier interface {
 // Claim and Finish, which each backend applies its own way. ok is
 // false for an op it does not know.
 func Apply(t Applier, op store.Op, r *store.Result) (ok bool, err error) {
+	if ok, err := applyQuestion(t, op, r); ok {
+		return true, err
+	}
 	switch op := op.(type) {
 	case *store.Recover:
 		return true, store.ApplyRecover(t, op, r)

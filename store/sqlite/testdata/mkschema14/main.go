@@ -1,0 +1,54 @@
+// Command mkschema14 wrote testdata/schema14.db: a database of schema
+// version 14 (before the questions table) holding a task, a completed
+// unit, a queued one, a schedule, and a question asked and answered the
+// old way (owner_asked and owner_answered events), for the test of the
+// migration to the questions table. It must run against the runcue of
+// schema 14 (commit af7442e):
+//
+//	git worktree add /tmp/s14 af7442e
+//	cd /tmp/s14 && go run ./store/sqlite/testdata/mkschema14 schema14.db
+package main
+
+import (
+	"context"
+	"os"
+	"time"
+
+	"github.com/runcue/runcue/store"
+	"github.com/runcue/runcue/store/sqlite"
+)
+
+func main() {
+	ctx := context.Background()
+	st, err := sqlite.Open(os.Args[1], sqlite.Options{})
+	must(err)
+	at := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	own, err := st.Acquire(ctx, store.Holder{Owner: "old-owner", PID: 1, Host: "fixture", Since: at})
+	must(err)
+	ep := own.Epoch()
+	apply(st, &store.PutTask{Name: "report", Def: []byte(`{}`)})
+	apply(st, &store.Insert{At: at, Units: []*store.Unit{
+		{ID: "done-1", Task: "report", State: store.Queued, CreatedAt: at, IdempotencyKey: "k-done"},
+		{ID: "queued-1", Task: "report", State: store.Queued, CreatedAt: at, IdempotencyKey: "k-queued"},
+	}})
+	apply(st, &store.Claim{Epoch: ep, ID: "done-1", Task: "report", Owner: "old-owner", Run: 1, At: at, LeaseExpires: at.Add(time.Minute)})
+	apply(st, &store.Finish{Epoch: ep, ID: "done-1", Task: "report", Owner: "old-owner", Run: 1, At: at.Add(time.Second), State: store.Completed,
+		Result: []byte(`"ok"`), Attempt: store.Attempt{Run: 1, Start: at, End: at.Add(time.Second), Outcome: "completed"}})
+	apply(st, &store.PutSchedule{Name: "hourly", Def: []byte(`{"task":"report"}`), At: at})
+	apply(st, &store.AppendEvent{Event: store.Event{Type: store.TypeOwnerAsked, Time: at, Data: []byte(`{"nonce":"n1","kind":"services"}`)}})
+	apply(st, &store.AppendEvent{Epoch: ep, Event: store.Event{Type: store.TypeOwnerAnswered, Time: at, Data: []byte(`{"nonce":"n1","kind":"services","answer":[]}`)}})
+	must(own.Release())
+	must(st.Close())
+}
+
+func apply(st *sqlite.Store, op store.Op) {
+	b, err := st.Apply(context.Background(), []store.Op{op})
+	must(err)
+	must(b.Results[0].Err)
+}
+
+func must(err error) {
+	if err != nil {
+		panic(err)
+	}
+}
