@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -95,6 +96,10 @@ type dispatcher struct {
 	// closes once both have ended.
 	sched    *recur.Loop
 	finished chan struct{}
+	// questions holds the questions other processes ask (nil: the store
+	// carries none); they are read every poll.
+	questions store.Questioner
+	poll      time.Duration
 }
 
 // startEngine makes the engine of an owner that took ownership (own):
@@ -136,7 +141,8 @@ func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.Servic
 			return err
 		}
 	}
-	d := &dispatcher{finished: make(chan struct{})}
+	d := &dispatcher{finished: make(chan struct{}), poll: c.cfg.PollInterval}
+	d.questions, _ = c.st.(store.Questioner)
 	epoch := own.Epoch()
 	d.sched = recur.NewLoop(recur.Deps{Clock: c.clock, Load: c.st.Schedules, Log: c.log,
 		Fire: func(ctx context.Context, f recur.Firing) (store.Result, error) { return c.fire(ctx, epoch, f) }})
@@ -267,19 +273,58 @@ func (d *dispatcher) run() {
 	if d.remote != nil && d.remote.HasTasks() {
 		d.remote.Start()
 	}
-	// The schedules run as long as the engine: its end stops them.
+	// The schedules, and the answers to other processes' questions, run
+	// as long as the engine: its end stops them.
 	ctx, cancel := context.WithCancel(context.Background())
-	loopDone := make(chan struct{})
-	go func() {
-		defer close(loopDone)
-		d.sched.Run(ctx)
-	}()
+	var loops sync.WaitGroup
+	loops.Go(func() { d.sched.Run(ctx) })
+	if d.questions != nil {
+		loops.Go(func() { d.answer(ctx) })
+	}
 	go func() {
 		<-d.e.Done()
 		cancel()
-		<-loopDone
+		loops.Wait()
 		close(d.finished)
 	}()
+}
+
+// answer reads the questions other processes ask the owner every poll
+// interval (real time: they come from other processes) and hands the
+// engine each new one, until ctx ends. The engine's answer is stored with
+// the question; its asker reads it there (Cue.askOwner).
+func (d *dispatcher) answer(ctx context.Context) {
+	tick := time.NewTicker(d.poll)
+	defer tick.Stop()
+	handed := map[string]bool{} // given to the engine, not yet answered in the store
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		open, err := d.questions.Questions(ctx)
+		if err != nil {
+			continue // the next poll asks again
+		}
+		var fresh []store.OwnerQuestion
+		listed := make(map[string]bool, len(open))
+		for _, q := range open {
+			listed[q.Nonce] = true
+			if !handed[q.Nonce] {
+				handed[q.Nonce] = true
+				fresh = append(fresh, q)
+			}
+		}
+		for n := range handed {
+			if !listed[n] {
+				delete(handed, n)
+			}
+		}
+		if len(fresh) > 0 {
+			d.e.Answer(fresh)
+		}
+	}
 }
 
 // done closes once the engine and its schedules have ended.
@@ -357,7 +402,7 @@ func (d *dispatcher) backpressure(ctx context.Context) (BackpressureStats, bool,
 
 // encodeReport is the JSON of what the engine reports, in this package's
 // types: service_status, queue_status and budget_exhausted events, and
-// the answers to another process's owner_asked.
+// the answers to another process's questions.
 func encodeReport(v any) []byte {
 	var out any = v
 	switch v := v.(type) {

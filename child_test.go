@@ -23,12 +23,17 @@ import (
 //	  50 per second, journaling each run's Work.Started, until drained.
 //	hold: own the database and run "quick" units at once and "hold" units
 //	  forever (until killed), printing "started <id>" for each hold run.
+//
+// RUNCUE_POLL, if set, is the child's PollInterval.
 func runChild(mode string) int {
 	path := os.Getenv("RUNCUE_DB")
 	// MaxUncommitted bounds what a kill makes run again (TestCrashRecovery).
 	cfg := runcue.Config{MaxConcurrent: 16, MaxUncommitted: 16, Logger: quietLogger}
 	if mode == "followups" {
 		cfg.DrainSubscriptions = []string{"pages"}
+	}
+	if poll, err := time.ParseDuration(os.Getenv("RUNCUE_POLL")); err == nil {
+		cfg.PollInterval = poll
 	}
 	extra, isExtra := childModes[mode]
 	if isExtra && extra.config != nil {

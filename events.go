@@ -102,11 +102,12 @@ const (
 	// EventQueueChanged: the queue was paused or resumed (PauseQueue,
 	// ResumeQueue); Reason is "paused" or "resumed".
 	EventQueueChanged EventType = store.TypeQueueChanged
-	// EventOwnerAsked: a process that does not own the database asked the
-	// owner about its live state (Explain, Services, Stats);
-	// EventOwnerAnswered carries the answer. Reason holds the question's
-	// JSON ({"nonce", "kind", "id"}, and "answer" in the answer). UIs may
-	// ignore both.
+	// EventOwnerAsked and EventOwnerAnswered are in logs written by
+	// runcue 0.1.0: a process that did not own the database asked the owner
+	// about its live state (Explain, Services, Stats) through the log, and
+	// the owner answered there. Reason holds the question's JSON ({"nonce",
+	// "kind", "id"}, and "answer" in the answer). runcue no longer appends
+	// them: questions travel outside the log. UIs may ignore both.
 	EventOwnerAsked    EventType = store.TypeOwnerAsked
 	EventOwnerAnswered EventType = store.TypeOwnerAnswered
 	// EventServiceChanged: a service's override or pause was changed

@@ -222,49 +222,51 @@ func (c *Cue) storedServiceReasons(ctx context.Context, u *store.Unit, now time.
 }
 
 // askOwner asks the owner, when it runs in another process, a question
-// about its live state, through the event log: an owner_asked event the
-// owner sees at its next poll, answered by an owner_answered event, whose
-// answer is decoded into out. It reports false (the caller reads the
-// database instead) when no other process owns the database, the owner
-// cannot answer (it does not hold the unit), or no answer comes within two
-// of this Cue's poll intervals and a second.
+// about its live state, outside the event log: a question stored for the
+// owner (store.Ask), which it answers at its next poll, the answer read
+// here until it comes, and the question then forgotten. It reports false
+// (the caller reads the database instead) when no other process owns the
+// database, the store carries no questions, the owner cannot answer (it
+// does not hold the unit), or no answer comes within two of this Cue's
+// poll intervals and a second.
 func (c *Cue) askOwner(ctx context.Context, q store.OwnerQuestion, out any) bool {
 	p, ok := c.st.(store.OwnerProber)
-	if !ok {
+	qs, ok2 := c.st.(store.Questioner)
+	if !ok || !ok2 {
 		return false
 	}
 	h, owned, err := p.Owner(ctx)
 	if err != nil || !owned || h.PID == os.Getpid() {
 		return false // none, or in this process: its state is read from the database
 	}
-	answers, stop, err := c.Subscribe(ctx, SubscribeOptions{After: SeqNow, Types: []EventType{EventOwnerAnswered}})
-	if err != nil {
-		return false
-	}
-	defer stop()
 	q.Nonce = c.ids.New(c.clock.Now())
-	data, _ := json.Marshal(q)
-	if _, err := c.w.Do(ctx, &store.AppendEvent{Event: store.Event{Type: string(EventOwnerAsked),
-		Time: c.clock.Now(), Data: data}}); err != nil {
+	if _, err := c.w.Do(ctx, &store.Ask{Question: q, At: c.clock.Now()}); err != nil {
 		return false
 	}
-	timeout := time.NewTimer(2*c.cfg.PollInterval + time.Second) // real time: an answer from another process
-	defer timeout.Stop()
+	defer func() {
+		// Forgotten whether answered or not (an owner's answer to come
+		// then changes nothing); the owner forgets what this misses.
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = c.w.Do(fctx, &store.ForgetQuestion{ID: q.Nonce})
+	}()
+	// Real time: the answer comes from another process, within its poll.
+	deadline := time.NewTimer(2*c.cfg.PollInterval + time.Second)
+	defer deadline.Stop()
+	tick := time.NewTicker(min(max(c.cfg.PollInterval/4, 5*time.Millisecond), 50*time.Millisecond))
+	defer tick.Stop()
 	for {
 		select {
-		case ev, open := <-answers:
-			if !open {
-				return false
-			}
-			var a store.OwnerQuestion
-			if json.Unmarshal([]byte(ev.Reason), &a) != nil || a.Nonce != q.Nonce {
-				continue
-			}
-			return len(a.Answer) > 0 && json.Unmarshal(a.Answer, out) == nil
-		case <-timeout.C:
+		case <-tick.C:
+		case <-deadline.C:
 			return false
 		case <-ctx.Done():
 			return false
 		}
+		answer, answered, err := qs.Answered(ctx, q.Nonce)
+		if err != nil || !answered {
+			continue
+		}
+		return len(answer) > 0 && json.Unmarshal(answer, out) == nil
 	}
 }

@@ -17,8 +17,8 @@ import (
 
 // Services reports every registered service, keyed instances folded into
 // their class. The figures are the owner's live ones: in the owning Cue at
-// once, in another process asked of the owner through the event log (see
-// EventOwnerAsked). With no owner to answer, they are read from the
+// once, in another process asked of the owner (a question stored for it,
+// outside the event log: no subscription sees it). With no owner to answer, they are read from the
 // database (Active from running units, InWindow from the service log;
 // keyed instances' load is not stored).
 func (c *Cue) Services(ctx context.Context) ([]ServiceStatus, error) {

@@ -450,9 +450,9 @@ type Ask struct {
 }
 
 // AnswerQuestion stores the owner's answer to question ID (Answer: JSON,
-// nil when it has none), and forgets every question asked before Forget
-// (zero: none), which no asker waits for any more. An ID no longer stored
-// (its asker gave up and forgot it) changes nothing.
+// nil when it has none), and forgets every answered question asked before
+// Forget (zero: none), whose asker read it or gave up. An ID no longer
+// stored (its asker gave up and forgot it) changes nothing.
 type AnswerQuestion struct {
 	Epoch  int64
 	ID     string

@@ -252,9 +252,10 @@ func DecodeCircuitRecord(raw []byte) (cr CircuitRecord, ok bool) {
 	return cr, true
 }
 
-// OwnerQuestion is the Data of owner_asked and owner_answered: a question
-// another process asks the owner about its live state, and (answered) the
-// owner's answer as JSON. Nonce pairs an answer with its question.
+// OwnerQuestion is a question another process asks the owner about its
+// live state (Ask, Questioner), and (answered) the owner's answer as
+// JSON; Nonce is its ID. It was the Data of owner_asked and
+// owner_answered events, which runcue 0.1.0 appended to the log.
 type OwnerQuestion struct {
 	Nonce string `json:"nonce"`
 	// Kind is "explain" (of unit ID), "services" (every service's live

@@ -79,6 +79,11 @@ func (d *Engine) Inserted(units []*store.Unit, ended []store.Event) {
 // its Cue outside the engine (requeues).
 func (d *Engine) External(events []store.Event) { d.in.Push(msgExternal{events: events}) }
 
+// Answer hands the engine questions another process asked it (read from
+// the store's questions table): it answers each from its live state, in
+// one store.AnswerQuestion.
+func (d *Engine) Answer(questions []store.OwnerQuestion) { d.in.Push(msgQuestions{questions: questions}) }
+
 // StoreFailed tells the engine the store failed: nothing more is
 // dispatched.
 func (d *Engine) StoreFailed(err error) { d.in.Push(msgStoreFailed{err: err}) }

@@ -290,6 +290,8 @@ func (d *Engine) handle(m message) {
 		d.addUnits(m.units)
 	case msgExternal:
 		d.external(m.events)
+	case msgQuestions:
+		d.answerQuestions(m.questions)
 	case msgDone:
 		d.live--
 		if m.run.local {

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/json"
 	"fmt"
 	"strconv"
 	"strings"
@@ -222,30 +221,31 @@ func grouped(n int64) string {
 	return b.String()
 }
 
-// answerOwnerQuestion answers another process's owner_asked, on the
-// dispatcher goroutine, from the live state.
-func (d *Engine) answerOwnerQuestion(ev store.Event) {
-	var q store.OwnerQuestion
-	if json.Unmarshal(ev.Data, &q) != nil || q.Nonce == "" {
-		return
-	}
-	var answer any
-	switch q.Kind {
-	case "explain":
-		if ex := d.explain(q.ID); ex.ID != "" {
-			ex.AsOf = d.wall()
-			answer = ex
+// answerQuestions answers questions another process asked, on the
+// dispatcher goroutine, from the live state. An answer forgets the
+// answered questions asked more than a minute before: their askers read
+// them or gave up.
+func (d *Engine) answerQuestions(qs []store.OwnerQuestion) {
+	for _, q := range qs {
+		var answer any
+		switch q.Kind {
+		case "explain":
+			if ex := d.explain(q.ID); ex.ID != "" {
+				ex.AsOf = d.wall()
+				answer = ex
+			}
+		case "services":
+			answer = d.serviceStats()
+		case "service":
+			if st := d.liveKeyStatus(q.Service); st != nil {
+				answer = st
+			}
 		}
-	case "services":
-		answer = d.serviceStats()
-	case "service":
-		if st := d.liveKeyStatus(q.Service); st != nil {
-			answer = st
+		var data []byte
+		if answer != nil {
+			data = d.encode(answer)
 		}
+		now := d.wall()
+		d.submit(&store.AnswerQuestion{Epoch: d.epoch, ID: q.Nonce, Answer: data, Forget: now.Add(-time.Minute)})
 	}
-	if answer != nil {
-		q.Answer = d.encode(answer)
-	}
-	data, _ := json.Marshal(q)
-	d.submit(&store.AppendEvent{Epoch: d.epoch, Event: store.Event{Type: store.TypeOwnerAnswered, Time: d.wall(), Data: data}})
 }

@@ -28,6 +28,10 @@ type msgInserted struct {
 // one), to apply.
 type msgExternal struct{ events []store.Event }
 
+// msgQuestions: questions another process asked the owner
+// (store.Questioner), to answer.
+type msgQuestions struct{ questions []store.OwnerQuestion }
+
 // msgDone: a run's Runner reported its end (Run.Done), in run.end. (One
 // pointer: pushing it allocates nothing.)
 type msgDone struct{ run *run }
@@ -198,6 +202,7 @@ type msgStarted struct {
 
 func (msgInserted) isMessage()       {}
 func (msgExternal) isMessage()       {}
+func (msgQuestions) isMessage()      {}
 func (msgDone) isMessage()           {}
 func (msgGhost) isMessage()          {}
 func (msgFenced) isMessage()         {}

@@ -443,8 +443,6 @@ func (d *Engine) external(evs []store.Event) {
 			}
 		case store.TypeTaskChanged, store.TypeQueueChanged:
 			d.reloadPauses(nil)
-		case store.TypeOwnerAsked:
-			d.answerOwnerQuestion(ev)
 		case store.TypeServiceChanged:
 			var data struct {
 				Service string `json:"service"`

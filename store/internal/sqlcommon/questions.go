@@ -28,7 +28,7 @@ func applyQuestion(t Applier, op store.Op, r *store.Result) (ok bool, err error)
 		}
 		r.Applied, err = t.Changed(`UPDATE questions SET answer=? WHERE id=? AND answer IS NULL`, answer, op.ID)
 		if err == nil && !op.Forget.IsZero() {
-			err = t.Exec(`DELETE FROM questions WHERE asked_at < ?`, Nanos(op.Forget))
+			err = t.Exec(`DELETE FROM questions WHERE asked_at < ? AND answer IS NOT NULL`, Nanos(op.Forget))
 		}
 		return true, err
 	case *store.ForgetQuestion:
