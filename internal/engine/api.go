@@ -82,7 +82,9 @@ func (d *Engine) External(events []store.Event) { d.in.Push(msgExternal{events: 
 // Answer hands the engine questions another process asked it (read from
 // the store's questions table): it answers each from its live state, in
 // one store.AnswerQuestion.
-func (d *Engine) Answer(questions []store.OwnerQuestion) { d.in.Push(msgQuestions{questions: questions}) }
+func (d *Engine) Answer(questions []store.OwnerQuestion) {
+	d.in.Push(msgQuestions{questions: questions})
+}
 
 // StoreFailed tells the engine the store failed: nothing more is
 // dispatched.
