@@ -27,16 +27,27 @@ func validateMeter(m Meter) error {
 	return nil
 }
 
-// validateMeters checks each meter and that no amount is metered twice.
+// validateMeters checks each meter and that no amount is metered twice,
+// by name or alias.
 func validateMeters(ms []Meter) error {
-	for i, m := range ms {
+	seen := map[string]bool{}
+	for _, m := range ms {
 		if err := validateMeter(m); err != nil {
 			return err
 		}
-		for _, o := range ms[:i] {
-			if o.Name == m.Name {
-				return fmt.Errorf("%w: two meters of %q", ErrInvalid, m.Name)
+		for j, name := range append([]string{m.Name}, m.Aliases...) {
+			if j > 0 {
+				if err := validName("meter alias", name); err != nil {
+					return err
+				}
+				if name == store.MeterRequests || name == store.MeterCircuit || name == store.MeterAdapt || name == "concurrency" {
+					return fmt.Errorf("%w: meter %q: an alias may not be %q (runcue's own)", ErrInvalid, m.Name, name)
+				}
 			}
+			if seen[name] {
+				return fmt.Errorf("%w: two meters of %q (by name or alias)", ErrInvalid, name)
+			}
+			seen[name] = true
 		}
 	}
 	return nil

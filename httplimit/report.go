@@ -66,6 +66,13 @@ func (r Reading) Throttle() time.Duration {
 // task's policy), inside runcue.RetryAfter if Retry-After is given. Both
 // are overload signals to adaptive limits (runcue.Adaptive). Nil
 // otherwise.
+//
+// The readings name their amounts Requests, Tokens, InputTokens and
+// OutputTokens ("requests", "tokens", "input_tokens", "output_tokens"):
+// the service's RateLimit takes the requests, and a meter takes an amount
+// whose Name or one of whose Aliases is that name (a meter "llm_tokens"
+// with Aliases {"tokens"}). A reading no meter takes is ignored; runcue
+// logs it once and lists it in ServiceStatus.Unmatched.
 func Report(w *runcue.Work, h http.Header, status int, now time.Time) error {
 	r := Parse(h, status, now)
 	if len(r.Limits) > 0 {

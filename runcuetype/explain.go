@@ -120,4 +120,8 @@ type Explanation struct {
 	// submitted the unit, if one did.
 	Schedule string `json:"schedule,omitempty"`
 	Period   string `json:"period,omitempty"`
+	// Notes say what else the owner knows of the unit's services that it
+	// did not act on: an amount their runs reported (Work.Used,
+	// Work.Observe) that no meter counts (ServiceStatus.Unmatched).
+	Notes []string `json:"notes,omitempty"`
 }

@@ -54,6 +54,14 @@ type Meter struct {
 	// Name is the amount counted: a unit's Costs[Name]. Not "requests"
 	// (RateLimit counts those) nor "circuit".
 	Name string
+	// Aliases are other names a run's reports may give the amount
+	// (Work.Used, Work.Observe, httplimit.Report, which names token
+	// readings "tokens"): a meter named "llm_tokens" with Aliases
+	// []string{"tokens"} takes them. Costs name the meter by Name. A
+	// reported amount that no meter of the run's services counts, by name
+	// or alias, is ignored: it is logged once and listed in
+	// ServiceStatus.Unmatched and Explanation.Notes.
+	Aliases []string
 	// Limit is the most of Name that may start within any Window.
 	Limit int64
 	// Window is the sliding window's length, from 1 ms to MaxRateWindow.

@@ -80,6 +80,13 @@ type ServiceStatus struct {
 	Budgets []BudgetStatus `json:"budgets,omitempty"`
 	// Meters report the amount meters (Limits.Meters) now, in the owner.
 	Meters []MeterStatus `json:"meters,omitempty"`
+	// Unmatched lists, in the owner, the amounts its runs reported
+	// (Work.Used, Work.Observe, httplimit.Report) that no meter of the
+	// service counts by name or alias (Meter.Aliases), so that runcue
+	// ignored them: a meter named "llm_tokens" does not take a report of
+	// "tokens" unless it lists the alias. "requests" is listed when the
+	// service has no RateLimit to take a reading of requests.
+	Unmatched []string `json:"unmatched,omitempty"`
 	// Adaptive reports the adaptive limits (Limits.Adaptive): each in
 	// force beside its configured value, and the overloads behind them.
 	// Limits and Meters state the configured limits; a meter's Limit in

@@ -124,8 +124,9 @@ func (a AdaptDef) InForce() AdaptDef {
 // of Name, replaced per Charge ("" for the actual amount, "larger",
 // "estimate") once the run reports what it used.
 type MeterDef struct {
-	Name   string        `json:"name"`
-	Limit  int64         `json:"limit"`
+	Name    string        `json:"name"`
+	Aliases []string      `json:"aliases,omitempty"`
+	Limit   int64         `json:"limit"`
 	Window time.Duration `json:"window"`
 	Charge string        `json:"charge,omitempty"`
 	Bucket bool          `json:"bucket,omitempty"`

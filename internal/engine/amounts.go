@@ -2,6 +2,7 @@ package engine
 
 import (
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -49,6 +50,9 @@ func (t *resourceTable) hold(l *lane, r *resource, now time.Time, costs rt.Costs
 // start is counted (the ops go with its Finish, or alone if that is
 // written already), else when it is.
 func (d *Engine) noteUsed(r *run, used map[string]int64) {
+	if len(used) > 0 {
+		d.checkReported(r, slices.Collect(maps.Keys(used)), nil, "Work.Used")
+	}
 	switch {
 	case len(used) == 0:
 	case r.counted:
@@ -82,7 +86,16 @@ func (d *Engine) reconcile(r *run, used map[string]int64) []store.Op {
 			amount := rc.Counts()
 			actual, ok := used[amount]
 			if !ok {
-				continue
+				// Reported under an alias of the meter's?
+				for name, n := range used {
+					if name != amount && res.meterOf(name) == amount {
+						actual, ok = n, true
+						break
+					}
+				}
+				if !ok {
+					continue
+				}
 			}
 			est := costs.Of(amount)
 			to := rc.ChargePolicy().Charged(est, actual)
@@ -108,6 +121,13 @@ func (d *Engine) reconcile(r *run, used map[string]int64) []store.Op {
 // again at most a window. Each meter takes reports in the order they were
 // made: an older one than it already took is stale and ignored.
 func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
+	if len(o.Limits) > 0 {
+		names := make([]string, 0, len(o.Limits))
+		for _, l := range o.Limits {
+			names = append(names, l.Name)
+		}
+		d.checkReported(r, names, o.Services, "Work.Observe")
+	}
 	for _, res := range r.lane.resources {
 		if res.class == "" || (len(o.Services) > 0 && !slices.Contains(o.Services, res.name) && !slices.Contains(o.Services, res.class)) {
 			continue
@@ -118,7 +138,8 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 			}
 			var limit, counted int64
 			var hold time.Duration
-			switch a := res.Amount(l.Name); {
+			name := res.meterOf(l.Name)
+			switch a := res.Amount(name); {
 			case a != nil:
 				limit, counted, hold = a.Limit(), a.Sum(at), a.Hold()
 			case l.Name == store.MeterRequests && res.Window != nil:
@@ -126,7 +147,7 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 			default:
 				continue // no meter counts it: it is not this service's business
 			}
-			if !res.observedAfter(l.Name, at) {
+			if !res.observedAfter(name, at) {
 				continue
 			}
 			ext := limit - counted - l.Remaining
@@ -141,17 +162,17 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 				leaves = min(l.Reset, hold)
 			}
 			place := at.Add(leaves - hold) // an entry there leaves the window at at+leaves
-			if a := res.Amount(l.Name); a != nil {
+			if a := res.Amount(name); a != nil {
 				a.AddUsage(place, ext)
 			} else {
 				for range min(ext, limit) {
 					res.Window.Add(place)
 				}
 			}
-			d.submit(&store.LogUsage{Epoch: d.epoch, Service: res.name, Meter: l.Name, At: d.toWall(place), Amount: ext})
+			d.submit(&store.LogUsage{Epoch: d.epoch, Service: res.name, Meter: name, At: d.toWall(place), Amount: ext})
 			d.markStatus(res)
 			if d.log.Enabled(bg, slog.LevelDebug) {
-				d.log.Debug("service_usage_observed", "service", res.name, "meter", l.Name, "remaining", l.Remaining,
+				d.log.Debug("service_usage_observed", "service", res.name, "meter", name, "remaining", l.Remaining,
 					"from_elsewhere", ext, "reset", l.Reset)
 			}
 		}
@@ -169,4 +190,48 @@ func (r *resource) observedAfter(amount string, at time.Time) bool {
 	}
 	r.observed[amount] = at
 	return true
+}
+
+// checkReported notes the amounts a report of run r names (from: what
+// reported them) that no meter of its services counts, by name or alias:
+// each is logged once per service and listed in the service's status
+// (Unmatched) and in Explain. only, when set, limits the services to
+// those a report names (Observation.Services).
+func (d *Engine) checkReported(r *run, names []string, only []string, from string) {
+	var classes []*resource
+	for _, res := range r.lane.resources {
+		if res.class != "" && (len(only) == 0 || slices.Contains(only, res.name) || slices.Contains(only, res.class)) {
+			classes = append(classes, res)
+		}
+	}
+	for _, name := range names {
+		if slices.ContainsFunc(classes, func(res *resource) bool { return res.counts(name) }) {
+			continue
+		}
+		if len(classes) == 0 {
+			if d.unmatched == nil {
+				d.unmatched = make(map[string][]string)
+			}
+			key := "task " + r.u.task
+			if !slices.Contains(d.unmatched[key], name) {
+				d.unmatched[key] = append(d.unmatched[key], name)
+				d.log.Warn("runcue: a reported amount was ignored: the unit's task uses no service that meters it",
+					"task", r.u.task, "amount", name, "reported_by", from)
+			}
+			continue
+		}
+		for _, res := range classes {
+			if slices.Contains(d.unmatched[res.class], name) {
+				continue
+			}
+			if d.unmatched == nil {
+				d.unmatched = make(map[string][]string)
+			}
+			d.unmatched[res.class] = append(d.unmatched[res.class], name)
+			slices.Sort(d.unmatched[res.class])
+			d.log.Warn("runcue: a reported amount was ignored: no meter of the service counts it (name a meter so, or list the name in a meter's Aliases)",
+				"service", res.class, "amount", name, "reported_by", from)
+			d.markStatus(res)
+		}
+	}
 }

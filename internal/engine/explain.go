@@ -31,7 +31,7 @@ func (d *Engine) explain(id string) rt.Explanation {
 		}
 		return rt.Explanation{}
 	}
-	ex := rt.Explanation{ID: id, Task: u.task, State: store.Queued}
+	ex := rt.Explanation{ID: id, Task: u.task, State: store.Queued, Notes: d.unmatchedNotes(u)}
 	add := func(r rt.Reason) { ex.Reasons = append(ex.Reasons, r) }
 	if d.stopping || d.failed != nil {
 		add(rt.Reason{Kind: rt.ReasonStopping, Detail: "the owning Cue is stopping or its store failed: nothing is dispatched"})
@@ -248,4 +248,27 @@ func (d *Engine) answerQuestions(qs []store.OwnerQuestion) {
 		now := d.wall()
 		d.submit(&store.AnswerQuestion{Epoch: d.epoch, ID: q.Nonce, Answer: data, Forget: now.Add(-time.Minute)})
 	}
+}
+
+// unmatchedNotes words the amounts runs reported that no meter of u's
+// services counts (checkReported).
+func (d *Engine) unmatchedNotes(u *unit) []string {
+	var notes []string
+	note := func(who string, names []string) {
+		for _, n := range names {
+			notes = append(notes, fmt.Sprintf("%s: runs reported an amount of %q that no meter counts; it was ignored", who, n))
+		}
+	}
+	note("task "+u.task, d.unmatched["task "+u.task])
+	if u.lane == nil {
+		return notes
+	}
+	seen := map[string]bool{}
+	for _, r := range u.lane.resources {
+		if r.class != "" && !seen[r.class] {
+			seen[r.class] = true
+			note("service "+r.class, d.unmatched[r.class])
+		}
+	}
+	return notes
 }

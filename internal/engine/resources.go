@@ -48,6 +48,9 @@ type resourceTable struct {
 	classLogs map[string]map[string][]store.Logged
 	// shares are the fair classes' virtual times, by class (shares.go).
 	shares map[string]*shareState
+	// unmatched lists, by class, the amounts runs reported that no meter
+	// of the class counts (see checkReported).
+	unmatched map[string][]string
 	// limitsGen counts the changes of limits applied at run time: a lane
 	// whose loggedGen differs lists its logged resources again.
 	limitsGen uint64
@@ -93,6 +96,9 @@ type resource struct {
 	// observed is, by amount, the instant of the latest report of the
 	// service's limits it took (see observe).
 	observed map[string]time.Time
+	// aliases names, by a reported name a meter takes as an alias
+	// (Meter.Aliases), the meter's amount.
+	aliases map[string]string
 	// adapt holds its adaptive limits' controllers (nil: not adaptive).
 	adapt *adaptive
 	// finish is a keyed instance's virtual finish in its class's fair
@@ -259,8 +265,15 @@ func (t *resourceTable) applyLimits(r *resource, s store.ServiceDef) {
 		Threshold: s.CircuitThreshold, Timeout: s.CircuitTimeout})
 	t.applyBudgets(r, s)
 	var amounts []broker.AmountLimits
+	r.aliases = nil
 	for _, m := range s.Meters {
 		amounts = append(amounts, broker.AmountLimits{Name: m.Name, Limit: m.Limit, Window: m.Window, Charge: chargeOf(m.Charge), Bucket: m.Bucket})
+		for _, a := range m.Aliases {
+			if r.aliases == nil {
+				r.aliases = make(map[string]string, len(m.Aliases))
+			}
+			r.aliases[a] = m.Name
+		}
 	}
 	r.SetAmounts(amounts, margin(s))
 }
@@ -569,4 +582,23 @@ func ns(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixNano()
+}
+
+// meterOf is the amount a meter of r counts under the reported name: the
+// name, or the meter's whose alias it is.
+func (r *resource) meterOf(reported string) string {
+	if m, ok := r.aliases[reported]; ok {
+		return m
+	}
+	return reported
+}
+
+// counts reports whether a meter of r takes a report of the amount named
+// reported (by name or alias): an amount meter, or the rate window for
+// requests.
+func (r *resource) counts(reported string) bool {
+	if reported == store.MeterRequests {
+		return r.Window != nil
+	}
+	return r.Amount(r.meterOf(reported)) != nil
 }

@@ -128,6 +128,7 @@ func (t *resourceTable) statusOf(r *resource, now time.Time) rt.ServiceStatus {
 	for i, b := range r.Budgets {
 		st.Budgets = append(st.Budgets, budgetStatus(r.budgetSpecs[i], b, now))
 	}
+	st.Unmatched = slices.Clone(t.unmatched[r.class])
 	for _, a := range r.Amounts {
 		ms := rt.MeterStatus{Name: a.Name(), Used: a.Used(now), Limit: a.Limit(), Window: a.Length()}
 		ms.Frees = t.toWall(a.Frees(now))

@@ -4,6 +4,7 @@
 package vocab
 
 import (
+	"slices"
 	"time"
 
 	rt "github.com/runcue/runcue/runcuetype"
@@ -38,7 +39,7 @@ func Location(b rt.Budget) *time.Location {
 
 // MeterDef is m's stored form.
 func MeterDef(m rt.Meter) store.MeterDef {
-	def := store.MeterDef{Name: m.Name, Limit: m.Limit, Window: m.Window, Bucket: m.Bucket}
+	def := store.MeterDef{Name: m.Name, Aliases: slices.Clone(m.Aliases), Limit: m.Limit, Window: m.Window, Bucket: m.Bucket}
 	if m.Charge != rt.ChargeActual {
 		def.Charge = m.Charge.String()
 	}
@@ -48,7 +49,7 @@ func MeterDef(m rt.Meter) store.MeterDef {
 // MeterOf reads a stored meter (an unknown charge policy reads as
 // actual).
 func MeterOf(def store.MeterDef) rt.Meter {
-	m := rt.Meter{Name: def.Name, Limit: def.Limit, Window: def.Window, Bucket: def.Bucket}
+	m := rt.Meter{Name: def.Name, Aliases: slices.Clone(def.Aliases), Limit: def.Limit, Window: def.Window, Bucket: def.Bucket}
 	_ = m.Charge.UnmarshalText([]byte(def.Charge)) // an unknown stored policy reads as actual, as the engine reads it
 	return m
 }
