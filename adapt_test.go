@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/httplimit"
 )
 
 // adaptiveLimit returns the adaptive limit named of service name now.
@@ -302,4 +304,92 @@ func TestAdaptiveMetric(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []int64{48}, got)
+}
+
+// TestAdaptiveCutsTheNamedLimit: a 429 whose headers say requests remain
+// and tokens do not lowers the token limit only; one whose headers name
+// no exhausted limit (or a timeout) lowers every limit, as before; a 429
+// for a limit the service does not adapt cuts nothing.
+func TestAdaptiveCutsTheNamedLimit(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	require.NoError(t, e.c.Service("llm", runcue.Service{MaxConcurrent: 8, RateLimit: 60, RateWindow: time.Minute,
+		Meters:   []runcue.Meter{{Name: "tokens", Limit: 10_000, Window: time.Minute}},
+		Adaptive: &runcue.Adaptive{}}))
+	var mu sync.Mutex
+	headers := map[string]http.Header{}
+	require.NoError(t, e.c.Task("chat", runcue.Task{Services: []string{"llm"}, Retry: runcue.RetryPolicy{MaxAttempts: 1},
+		Estimate: func(runcue.Submission) runcue.Costs { return runcue.Costs{"tokens": 500} },
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			if w.Attempt > 1 {
+				return nil, nil
+			}
+			mu.Lock()
+			h := headers[w.Target]
+			mu.Unlock()
+			return nil, httplimit.Report(w, h, http.StatusTooManyRequests, e.clk.Now())
+		}}))
+	e.start()
+	limits := func() map[string]int64 {
+		st, err := e.c.ServiceStatus(e.ctx, "llm")
+		require.NoError(t, err)
+		out := map[string]int64{}
+		for _, l := range st.Adaptive.Limits {
+			out[l.Limit] = l.Effective
+		}
+		return out
+	}
+	throttle := func(target string, h http.Header) {
+		t.Helper()
+		mu.Lock()
+		headers[target] = h
+		mu.Unlock()
+		id := e.submit("chat", func(s *runcue.Submission) { s.Target = target })
+		// Until its retry completed: its first run throttled (after any
+		// hold of the meters), then the Retry-After and the burst passed.
+		for e.get(id).State != runcue.StateCompleted {
+			for {
+				running, err := e.c.Settle(e.ctx)
+				require.NoError(t, err)
+				if running == 0 {
+					break
+				}
+			}
+			e.clk.Advance(time.Minute)
+		}
+		e.settle()
+	}
+	full := map[string]int64{"concurrency": 8, "requests": 60, "tokens": 10_000}
+	require.Equal(t, full, limits())
+
+	throttle("tokens", http.Header{"Retry-After": {"1"},
+		"X-Ratelimit-Limit-Requests": {"60"}, "X-Ratelimit-Remaining-Requests": {"45"},
+		"X-Ratelimit-Limit-Tokens": {"10000"}, "X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Tokens": {"1s"}})
+	got := limits()
+	assert.Less(t, got["tokens"], int64(10_000), "the token limit is cut")
+	assert.Equal(t, int64(8), got["concurrency"], "concurrency is not")
+	assert.Equal(t, int64(60), got["requests"], "requests are not")
+	tokens := got["tokens"]
+
+	// Tokens left, but fewer than the unit's 500: exhausted for it.
+	throttle("short", http.Header{"Retry-After": {"1"},
+		"X-Ratelimit-Remaining-Requests": {"45"}, "X-Ratelimit-Remaining-Tokens": {"120"}})
+	got = limits()
+	assert.Less(t, got["tokens"], tokens)
+	assert.Equal(t, int64(8), got["concurrency"])
+	assert.Equal(t, int64(60), got["requests"])
+
+	// Headers that say every named limit has room: nothing points at one.
+	throttle("unsaid", http.Header{"Retry-After": {"1"}, "X-Ratelimit-Remaining-Requests": {"45"}})
+	got = limits()
+	assert.Less(t, got["concurrency"], int64(8), "no limit named as exhausted: every limit is cut")
+	assert.Less(t, got["requests"], int64(60))
+
+	// Out of a limit the service does not meter: no limit of its is cut.
+	before := limits()
+	throttle("other", http.Header{"Retry-After": {"1"}, "Anthropic-Ratelimit-Input-Tokens-Limit": {"1000"},
+		"Anthropic-Ratelimit-Input-Tokens-Remaining": {"0"}})
+	got = limits()
+	for name, v := range before {
+		assert.GreaterOrEqual(t, got[name], v, "%s is not cut", name)
+	}
 }

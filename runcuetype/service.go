@@ -92,7 +92,19 @@ type Service struct {
 //
 // The overload signals: a Retry-After (RetryAfter, or httplimit.Report
 // for a 429 or a 503), an error made with Overloaded (a 503 without
-// Retry-After), and a run cut off by its timeout. The effective limits
+// Retry-After), and a run cut off by its timeout. When the run's report
+// (Work.Observe, httplimit.Report's headers) said which of the service's
+// limits had less left than the unit costs, a Retry-After or an overload
+// cuts those only (a 429 for tokens leaves concurrency and requests
+// alone; one for an amount the service does not meter cuts nothing); a
+// timeout, or a report that named no exhausted limit, cuts each.
+//
+// Adaptive pays where the real limit is hidden or moves and refusals do
+// not say how long to wait. Against a provider that states its limits in
+// every response and an accurate Retry-After in its 429s, report the
+// headers (httplimit.Report) and leave Adaptive off: the meters are
+// corrected and the service held exactly as long as needed, and adaptive
+// limits only slow the recovery. The effective limits
 // are persisted (a new owner goes on from them), shown in ServiceStatus
 // (Adaptive), Explain, the command line and the dashboard, announced by
 // an EventLimitAdapted event and exported as the metric

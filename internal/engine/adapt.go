@@ -178,8 +178,19 @@ func (t *resourceTable) adaptRun(r *run, sig Overload, success bool, held []stri
 			case OverloadTimeout:
 				a.counts.Timeouts++
 			}
+			// A response that said which of the service's limits it ran
+			// out of (its headers, Work.Observe) cuts those only: a 429
+			// for tokens does not cut concurrency or requests. A timeout,
+			// or a response that said nothing of them, cuts every limit.
+			var only []string
+			if sig != OverloadTimeout {
+				only = r.pointedAt(res)
+			}
 			now := t.wall()
 			for _, l := range a.limits {
+				if len(only) > 0 && !slices.Contains(only, l.name) {
+					continue
+				}
 				if l.ctl.Overload(r.start, now) {
 					changed, cut = true, true
 				}

@@ -145,7 +145,16 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 			case l.Name == store.MeterRequests && res.Window != nil:
 				limit, counted, hold = int64(res.Window.Limit()), int64(res.Window.Count(at)), res.Window.Hold()
 			default:
-				continue // no meter counts it: it is not this service's business
+				// No meter counts it: it is not this service's business,
+				// but a response that ran out of it points at no limit the
+				// service adapts.
+				if res.adapt != nil && l.Remaining == 0 {
+					r.tell(res, name, true)
+				}
+				continue
+			}
+			if res.adapt != nil {
+				r.tell(res, name, l.Remaining < max(r.u.costs().Of(name), 1))
 			}
 			if !res.observedAfter(name, at) {
 				continue
@@ -234,4 +243,42 @@ func (d *Engine) checkReported(r *run, names []string, only []string, from strin
 			d.markStatus(res)
 		}
 	}
+}
+
+// toldLimits is what a run's reports said of one adaptive resource's
+// limits: each limit they named, and whether it had less left than the
+// unit costs (exhausted).
+type toldLimits struct {
+	res       *resource
+	named     []string
+	exhausted []string
+}
+
+// tell records that a report of r named limit of res, exhausted or not.
+func (r *run) tell(res *resource, limit string, exhausted bool) {
+	i := slices.IndexFunc(r.told, func(t toldLimits) bool { return t.res == res })
+	if i < 0 {
+		r.told = append(r.told, toldLimits{res: res})
+		i = len(r.told) - 1
+	}
+	t := &r.told[i]
+	if !slices.Contains(t.named, limit) {
+		t.named = append(t.named, limit)
+	}
+	if exhausted && !slices.Contains(t.exhausted, limit) {
+		t.exhausted = append(t.exhausted, limit)
+	}
+}
+
+// pointedAt returns the limits of res that r's reports said were
+// exhausted, or nil when they named none of res's limits, or none as
+// exhausted: the overload of r's end then points at no limit in
+// particular.
+func (r *run) pointedAt(res *resource) []string {
+	for _, t := range r.told {
+		if t.res == res {
+			return t.exhausted
+		}
+	}
+	return nil
 }

@@ -138,6 +138,10 @@ type run struct {
 	countedAt  time.Time
 	used       map[string]int64
 	reconciles []store.Op
+	// told lists, by adaptive resource, what the run's reports said of its
+	// limits: the ones they named, and of those the ones with less left
+	// than the unit costs (see observe, adaptRun).
+	told []toldLimits
 	// cancelled holds the options of a Cancel that reached the run.
 	cancelled *rt.CancelOptions
 	// lastBeat is the time of the last heartbeat written (Unix ns).
