@@ -204,7 +204,7 @@ func (c *Cue) taskSpec(name string, t *Task, rr *remote.Runner) *engine.TaskSpec
 		Name: name, Services: t.Services, Timeout: t.Timeout, MaxConcurrent: t.MaxConcurrent,
 		Retry: retryOf(policy), Retryable: func(err error) bool { return retryable(policy, err) }, MaxDeferrals: t.maxDeferrals(),
 		HoldSlotsUntilReturn: t.HoldSlotsUntilReturn, FailOnSkippedDependency: t.FailOnSkippedDependency,
-		Runner: &local.Runner{Call: localCall(t.Handler), MaxPayload: c.cfg.MaxPayload, Clock: c.clock, ShowDeadline: clock.IsReal(c.clock)},
+		Runner: &local.Runner{Call: c.localCall(t.Handler), MaxPayload: c.cfg.MaxPayload, Clock: c.clock, ShowDeadline: clock.IsReal(c.clock)},
 	}
 	if t.Remote && rr != nil {
 		spec.Runner, spec.Remote = rr, true
@@ -227,9 +227,9 @@ func (c *Cue) taskSpec(name string, t *Task, rr *remote.Runner) *engine.TaskSpec
 }
 
 // localCall calls h with run p's Work.
-func localCall(h Handler) local.Call {
+func (c *Cue) localCall(h Handler) local.Call {
 	return func(ctx context.Context, p *engine.Run, params json.RawMessage, started time.Time, rep call.Reporter) (any, error) {
-		return h(ctx, &Work{ID: p.ID, Task: p.Task, Target: p.Target, Params: params, Attempt: p.Attempt, Started: started, run: rep})
+		return h(ctx, &Work{ID: p.ID, Task: p.Task, Target: p.Target, Params: params, Attempt: p.Attempt, Started: started, run: rep, cue: c})
 	}
 }
 

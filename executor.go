@@ -69,8 +69,49 @@ type ExecutorConfig struct {
 }
 
 // NewExecutor returns an executor of the tasks named in tasks, working
-// through st (which must implement store.ExecutorStore). Run runs it.
+// through st (which must implement store.ExecutorStore). Run runs it. Its
+// handlers' Work has no Cue: an executor that submits follow-up work is
+// made with Cue.Executor.
 func NewExecutor(st store.Store, cfg ExecutorConfig, tasks map[string]Handler) (*Executor, error) {
+	return newExecutor(st, cfg, tasks, nil)
+}
+
+// Executor returns an executor, working through c's store, of the tasks
+// named in handlers, each registered in c as the scheduler registers it
+// (Task with Remote set, and its Services, Estimate, ServiceKeys), and
+// gives c to its handlers (Work.Cue): what they submit is costed by c's
+// registered tasks (a follow-up's Estimate applies), and they read their
+// dependencies' results with c.DependencyResults. c need not be started:
+// in an executor's process it owns nothing and dispatches nothing. Run
+// runs the executor; c must stay open while it runs.
+func (c *Cue) Executor(cfg ExecutorConfig, handlers map[string]Handler) (*Executor, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	for name := range handlers {
+		if t, ok := c.tasks[name]; !ok || !t.Remote {
+			c.mu.Unlock()
+			return nil, fmt.Errorf("%w: task %q is not registered in this Cue as a remote task (Task.Remote), as the scheduler registers it", ErrInvalid, name)
+		}
+	}
+	c.mu.Unlock()
+	if cfg.Logger == nil {
+		cfg.Logger = c.log
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = c.clock
+	}
+	if cfg.MaxPayload == 0 {
+		cfg.MaxPayload = c.cfg.MaxPayload
+	}
+	if cfg.MaxStartDelay == 0 {
+		cfg.MaxStartDelay = c.cfg.MaxStartDelay
+	}
+	return newExecutor(c.st, cfg, handlers, c)
+}
+
+func newExecutor(st store.Store, cfg ExecutorConfig, tasks map[string]Handler, cue *Cue) (*Executor, error) {
 	if _, ok := st.(store.ExecutorStore); !ok {
 		return nil, fmt.Errorf("%w: the store has no executors (store.ExecutorStore)", ErrInvalid)
 	}
@@ -116,7 +157,7 @@ func NewExecutor(st store.Store, cfg ExecutorConfig, tasks map[string]Handler) (
 	}
 	slices.Sort(names)
 	call := func(ctx context.Context, a store.Assignment, started time.Time, rep call.Reporter) (any, error) {
-		return tasks[a.Task](ctx, &Work{ID: a.ID, Task: a.Task, Target: a.Target, Params: a.Params, Attempt: a.Run, Started: started, run: rep})
+		return tasks[a.Task](ctx, &Work{ID: a.ID, Task: a.Task, Target: a.Target, Params: a.Params, Attempt: a.Run, Started: started, run: rep, cue: cue})
 	}
 	set := execloop.Settings{ID: cfg.ID, Capacity: cfg.Capacity, PollInterval: cfg.PollInterval, MaxStartDelay: cfg.MaxStartDelay,
 		Heartbeat: cfg.Heartbeat, TTL: cfg.TTL, ClockSync: cfg.ClockSync, MaxPayload: cfg.MaxPayload, Logger: cfg.Logger, Clock: cfg.Clock}

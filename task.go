@@ -103,7 +103,17 @@ type Work struct {
 
 	// run reports the run's progress and heartbeats; nil outside a run.
 	run call.Reporter
+	// cue is the Cue the run belongs to (see Cue); nil outside a run.
+	cue *Cue
 }
+
+// Cue returns the Cue to submit follow-up work through and to read the
+// unit's dependencies with (Cue.DependencyResults): in a handler this
+// process's dispatcher runs, the Cue that runs it; in an executor made
+// with Cue.Executor, that Cue, whose registered tasks (their Estimate,
+// Services and ServiceKeys) apply to what it submits. Nil outside a run
+// and in an executor made with NewExecutor, which knows no tasks.
+func (w *Work) Cue() *Cue { return w.cue }
 
 // Progress reports how far the handler has got: any JSON-encodable value
 // (a percentage, "page 3 of 12", a struct). It is published as a

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -449,4 +450,37 @@ func (c *Cue) Wait(ctx context.Context, id string) (WorkInfo, error) {
 			return WorkInfo{}, ctx.Err()
 		}
 	}
+}
+
+// DependencyResults returns the results of the units that unit id depends
+// on (its DependsOn), by ID: a completed dependency's result (null when
+// its handler returned none). A dependency not completed (skipped,
+// satisfied outside runcue by DependencySatisfied, pruned) has no entry.
+// A handler reads its own with w.Cue().DependencyResults(ctx, w.ID).
+func (c *Cue) DependencyResults(ctx context.Context, id string) (map[string]json.RawMessage, error) {
+	if err := c.checkOpen(); err != nil {
+		return nil, err
+	}
+	u, err := c.st.GetUnit(ctx, id)
+	if err != nil {
+		return nil, c.readErr(err)
+	}
+	out := make(map[string]json.RawMessage, len(u.DependsOn))
+	for _, dep := range u.DependsOn {
+		d, err := c.st.GetUnit(ctx, dep)
+		if errors.Is(err, store.ErrNotFound) {
+			continue // pruned
+		}
+		if err != nil {
+			return nil, c.readErr(err)
+		}
+		if d.State == store.Completed {
+			r := json.RawMessage(d.Result)
+			if len(r) == 0 {
+				r = json.RawMessage("null")
+			}
+			out[dep] = r
+		}
+	}
+	return out, nil
 }
