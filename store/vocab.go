@@ -127,9 +127,9 @@ type MeterDef struct {
 	Name    string        `json:"name"`
 	Aliases []string      `json:"aliases,omitempty"`
 	Limit   int64         `json:"limit"`
-	Window time.Duration `json:"window"`
-	Charge string        `json:"charge,omitempty"`
-	Bucket bool          `json:"bucket,omitempty"`
+	Window  time.Duration `json:"window"`
+	Charge  string        `json:"charge,omitempty"`
+	Bucket  bool          `json:"bucket,omitempty"`
 }
 
 // Meter returns def's meter of amount name, if it has one.
