@@ -12,8 +12,10 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -316,4 +318,41 @@ func TestPackageDoc(t *testing.T) {
 	for _, word := range []string{"SQLite", "PostgreSQL", "executors", "meters"} {
 		assert.Contains(t, first, word, "the first paragraph of the package's doc")
 	}
+}
+
+// TestLLMRecipesSetMargin: every documented service that a handler calls
+// over the internet (its block reports the provider's headers with
+// httplimit.Report) sets a Margin that fits real HTTPS, at least 100 ms:
+// the default, 10 ms, is for a service on the same network, and start to
+// arrival reached 10.9 ms even on loopback.
+func TestLLMRecipesSetMargin(t *testing.T) {
+	block := regexp.MustCompile("(?s)```go\\n(.*?)```")
+	service := regexp.MustCompile(`(?s)runcue\.Service\{(.*?)\}\)`)
+	margin := regexp.MustCompile(`Margin:\s*(\d+)\s*\*\s*time\.(Millisecond|Second)`)
+	checked := 0
+	for _, f := range []string{"README.md", "docs/llm.md"} {
+		for i, m := range block.FindAllStringSubmatch(read(t, f), -1) {
+			if !strings.Contains(m[1], "httplimit.Report") {
+				continue
+			}
+			for _, s := range service.FindAllStringSubmatch(m[1], -1) {
+				if !strings.Contains(s[1], "RateLimit") && !strings.Contains(s[1], "Meters") {
+					continue
+				}
+				checked++
+				mm := margin.FindStringSubmatch(s[1])
+				if !assert.NotNil(t, mm, "%s, Go block %d: a service called over HTTPS sets its Margin", f, i+1) {
+					continue
+				}
+				n, err := strconv.Atoi(mm[1])
+				require.NoError(t, err)
+				d := time.Duration(n) * time.Millisecond
+				if mm[2] == "Second" {
+					d = time.Duration(n) * time.Second
+				}
+				assert.GreaterOrEqual(t, d, 100*time.Millisecond, "%s, Go block %d: Margin %v", f, i+1, d)
+			}
+		}
+	}
+	assert.GreaterOrEqual(t, checked, 2, "the recipes of README.md and docs/llm.md")
 }
