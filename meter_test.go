@@ -519,3 +519,26 @@ func TestBucketMeter(t *testing.T) {
 	}
 	t.Logf("%d calls in the first minute, %d in all by %v", first, len(calls), calls[len(calls)-1].at.Sub(epoch))
 }
+
+// TestExplainMeterFull: a unit held by a token meter is explained as
+// meter_full, naming the meter, not as a full rate window.
+func TestExplainMeterFull(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	require.NoError(t, e.c.Service("llm", runcue.Service{RateLimit: 100, RateWindow: time.Minute,
+		Meters: []runcue.Meter{{Name: "tokens", Limit: 100, Window: time.Minute}}}))
+	require.NoError(t, e.c.Task("chat", runcue.Task{Services: []string{"llm"}, Handler: noop}))
+	e.start()
+	e.wait(e.submit("chat", func(s *runcue.Submission) { s.Cost = runcue.Costs{"tokens": 80} }))
+	held := e.submit("chat", func(s *runcue.Submission) { s.Cost = runcue.Costs{"tokens": 80} })
+	e.settle()
+	ex, err := e.c.Explain(e.ctx, held)
+	require.NoError(t, err)
+	require.Len(t, ex.Reasons, 1, "%+v", ex.Reasons)
+	r := ex.Reasons[0]
+	assert.Equal(t, runcue.ReasonMeterFull, r.Kind)
+	assert.Equal(t, "llm", r.Service)
+	assert.Equal(t, "tokens", r.Meter)
+	assert.Contains(t, r.Detail, "tokens")
+	e.clk.Advance(time.Minute + runcue.DefaultMargin)
+	e.wait(held)
+}

@@ -185,6 +185,7 @@ const (
 	ReasonDependencyCheck     = runcuetype.ReasonDependencyCheck
 	ReasonServiceBusy         = runcuetype.ReasonServiceBusy
 	ReasonRateLimited         = runcuetype.ReasonRateLimited
+	ReasonMeterFull           = runcuetype.ReasonMeterFull
 	ReasonCircuitOpen         = runcuetype.ReasonCircuitOpen
 	ReasonCircuitProbe        = runcuetype.ReasonCircuitProbe
 	ReasonBudgetExhausted     = runcuetype.ReasonBudgetExhausted

@@ -25,6 +25,9 @@ const (
 	ReasonServiceBusy ReasonKind = "service_at_capacity"
 	// ReasonRateLimited: Service's rate window is full until Until.
 	ReasonRateLimited ReasonKind = "rate_window_full"
+	// ReasonMeterFull: an amount meter of Service (Meter: tokens, bytes)
+	// has no room for the unit's cost until Until.
+	ReasonMeterFull ReasonKind = "meter_full"
 	// ReasonCircuitOpen: Service's circuit is open until Until.
 	ReasonCircuitOpen ReasonKind = "circuit_open"
 	// ReasonCircuitProbe: Service's circuit is half-open and its one probe
@@ -92,6 +95,8 @@ type Reason struct {
 	Kind ReasonKind `json:"kind"`
 	// Service is the service concerned, if any.
 	Service string `json:"service,omitempty"`
+	// Meter is the amount meter concerned (ReasonMeterFull).
+	Meter string `json:"meter,omitempty"`
 	// Until is when the reason may end, if known.
 	Until time.Time `json:"until,omitzero"`
 	// Dependencies are the units still awaited (ReasonDependencies) or

@@ -282,3 +282,22 @@ func (r *run) pointedAt(res *resource) []string {
 	}
 	return nil
 }
+
+// meterOf is the amount a meter of r counts under the reported name: the
+// name, or the meter's whose alias it is.
+func (r *resource) meterOf(reported string) string {
+	if m, ok := r.aliases[reported]; ok {
+		return m
+	}
+	return reported
+}
+
+// counts reports whether a meter of r takes a report of the amount named
+// reported (by name or alias): an amount meter, or the rate window for
+// requests.
+func (r *resource) counts(reported string) bool {
+	if reported == store.MeterRequests {
+		return r.Window != nil
+	}
+	return r.Amount(r.meterOf(reported)) != nil
+}

@@ -133,8 +133,9 @@ func (d *Engine) resourceReason(r *resource, now time.Time, costs rt.Costs, l *l
 		reason.Detail = name + "'s circuit is half-open; its probe is running"
 	case rt.ReasonServiceBusy:
 		reason.Detail = fmt.Sprintf("%s has %d of %d slots in use", name, r.Active, r.Limit)
-	case rt.ReasonRateLimited:
-		if a := r.Amount(rf.Meter); rf.Kind == broker.RefuseMeter && a != nil {
+	case rt.ReasonMeterFull:
+		reason.Meter = rf.Meter
+		if a := r.Amount(rf.Meter); a != nil {
 			reason.Detail = amountDetail(name, a, now, costs.Of(rf.Meter), d.toWall(rf.Until))
 			if rf.Held {
 				reason.Detail += fmt.Sprintf("; %s held for an older unit of cost %s until it starts, at the latest %s", rf.Meter,
@@ -142,8 +143,10 @@ func (d *Engine) resourceReason(r *resource, now time.Time, costs rt.Costs, l *l
 			}
 			break
 		}
-		if rf.Kind == broker.RefuseMeter || r.Window == nil {
-			reason.Detail = fmt.Sprintf("%s's %s meter is full", name, rf.Meter)
+		reason.Detail = fmt.Sprintf("%s's %s meter is full", name, rf.Meter)
+	case rt.ReasonRateLimited:
+		if r.Window == nil {
+			reason.Detail = fmt.Sprintf("%s's rate window is full", name)
 			break
 		}
 		reason.Detail = fmt.Sprintf("%s's rate window is full (%d per %v)", name, r.Window.Limit(), r.Window.Length())
@@ -155,7 +158,7 @@ func (d *Engine) resourceReason(r *resource, now time.Time, costs rt.Costs, l *l
 	switch {
 	case reason.Kind == rt.ReasonServiceBusy:
 		reason.Detail += adaptNote(r, LimitConcurrency)
-	case reason.Kind == rt.ReasonRateLimited && rf.Kind == broker.RefuseMeter:
+	case reason.Kind == rt.ReasonMeterFull:
 		reason.Detail += adaptNote(r, rf.Meter)
 	case reason.Kind == rt.ReasonRateLimited:
 		reason.Detail += adaptNote(r, LimitRequests)

@@ -179,7 +179,7 @@ func TestMeterPortProperty(t *testing.T) {
 			t.Fatal(err)
 		}
 		said = said || slices.ContainsFunc(ex.Reasons, func(r rt.Reason) bool {
-			return r.Kind == rt.ReasonRateLimited && r.Service == "api" && strings.Contains(r.Detail, "widgets meter is full")
+			return r.Kind == rt.ReasonMeterFull && r.Service == "api" && r.Meter == "widgets" && strings.Contains(r.Detail, "widgets meter is full")
 		})
 	}
 	if !said {

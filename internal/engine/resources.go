@@ -407,7 +407,7 @@ var reasons = [...]rt.ReasonKind{
 	broker.RefuseTaskCap:      rt.ReasonTaskCap,
 	broker.RefuseBusy:         rt.ReasonServiceBusy,
 	broker.RefuseRateLimited:  rt.ReasonRateLimited,
-	broker.RefuseMeter:        rt.ReasonRateLimited,
+	broker.RefuseMeter:        rt.ReasonMeterFull,
 }
 
 // admit checks every resource of l for a unit of costs; it returns the
@@ -582,23 +582,4 @@ func ns(t time.Time) int64 {
 		return 0
 	}
 	return t.UnixNano()
-}
-
-// meterOf is the amount a meter of r counts under the reported name: the
-// name, or the meter's whose alias it is.
-func (r *resource) meterOf(reported string) string {
-	if m, ok := r.aliases[reported]; ok {
-		return m
-	}
-	return reported
-}
-
-// counts reports whether a meter of r takes a report of the amount named
-// reported (by name or alias): an amount meter, or the rate window for
-// requests.
-func (r *resource) counts(reported string) bool {
-	if reported == store.MeterRequests {
-		return r.Window != nil
-	}
-	return r.Amount(r.meterOf(reported)) != nil
 }

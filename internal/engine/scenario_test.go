@@ -528,6 +528,9 @@ func (w *world) do(cmd string) []string {
 			if r.Service != "" {
 				s += " " + r.Service
 			}
+			if r.Meter != "" {
+				s += " meter=" + r.Meter
+			}
 			if !r.Until.IsZero() {
 				s += " until=+" + r.Until.Sub(w.clk.Now()).String()
 			}
