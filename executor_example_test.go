@@ -85,5 +85,5 @@ func ExampleCue_Executor() {
 		log.Fatal(err)
 	}
 	// Output:
-	// completed map[tokens:250] "\"THE PAGE AT EXAMPLE.ORG\""
+	// completed tokens 250 "\"THE PAGE AT EXAMPLE.ORG\""
 }

@@ -3,6 +3,7 @@ package runcue_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -541,4 +542,43 @@ func TestExplainMeterFull(t *testing.T) {
 	assert.Contains(t, r.Detail, "tokens")
 	e.clk.Advance(time.Minute + runcue.DefaultMargin)
 	e.wait(held)
+}
+
+// TestUsageKeptPerAttempt: a unit's cost (the estimate, stored at
+// submit) and each run's reported usage are stored with the unit and
+// shown in WorkInfo, in this process and another, and in its JSON.
+func TestUsageKeptPerAttempt(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	require.NoError(t, e.c.Service("llm", runcue.Service{Meters: []runcue.Meter{{Name: "tokens", Limit: 10_000, Window: time.Minute}}}))
+	require.NoError(t, e.c.Task("chat", runcue.Task{Services: []string{"llm"}, Retry: runcue.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond},
+		Estimate: func(runcue.Submission) runcue.Costs { return runcue.Costs{"tokens": 500} },
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			if w.Attempt == 1 {
+				w.Used(runcue.Costs{"tokens": 40})
+				return nil, errors.New("the answer was cut off")
+			}
+			w.Used(runcue.Costs{"tokens": 321})
+			return "ok", nil
+		}}))
+	e.start()
+	id := e.submit("chat")
+	for e.get(id).Runs < 1 || e.get(id).State == runcue.StateRunning {
+		_, err := e.c.Settle(e.ctx)
+		require.NoError(t, err)
+	}
+	e.clk.Advance(time.Second) // the retry's backoff
+	wi := e.wait(id)
+	require.Equal(t, runcue.StateCompleted, wi.State)
+	assert.Equal(t, runcue.Costs{"tokens": 500}, wi.Cost)
+	require.Len(t, wi.Attempts, 2)
+	assert.Equal(t, runcue.Costs{"tokens": 40}, wi.Attempts[0].Used)
+	assert.Equal(t, runcue.Costs{"tokens": 321}, wi.Attempts[1].Used)
+	other := e.open(runcue.Config{})
+	got, err := other.Get(e.ctx, id)
+	require.NoError(t, err)
+	assert.Equal(t, wi.Attempts, got.Attempts)
+	b, err := json.Marshal(got)
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"cost":{"tokens":500}`)
+	assert.Contains(t, string(b), `"used":{"tokens":321}`)
 }

@@ -101,6 +101,10 @@ type Attempt struct {
 	// its dispatch; it was requeued, nothing ran) or abandoned (owner died).
 	Outcome string `json:"outcome"`
 	Error   string `json:"error,omitempty"`
+	// Used are the amounts the run reported it used (Work.Used), by
+	// amount; nil when it reported none. Beside WorkInfo.Cost (the
+	// estimate each run is charged at its start), they audit an estimator.
+	Used Costs `json:"used,omitempty"`
 }
 
 // Duration returns how long the run took.
@@ -185,7 +189,7 @@ func infoFrom(u *store.Unit) WorkInfo {
 		LeasedBy: u.LeasedBy, LeaseExpiresAt: u.LeaseExpiresAt, HeartbeatAt: u.HeartbeatAt, DependsOn: u.DependsOn,
 	}
 	for _, a := range u.Attempts {
-		wi.Attempts = append(wi.Attempts, Attempt{Run: a.Run, Start: a.Start, End: a.End, Outcome: a.Outcome, Error: a.Error})
+		wi.Attempts = append(wi.Attempts, Attempt{Run: a.Run, Start: a.Start, End: a.End, Outcome: a.Outcome, Error: a.Error, Used: a.Used})
 	}
 	wi.Schedule, wi.Period, _ = recur.ParseUnitKey(u.IdempotencyKey)
 	return wi

@@ -61,8 +61,9 @@ func newFixture(t *testing.T, o dashboard.Options) *fixture {
 		}}))
 	f := &fixture{c: c, ids: map[string]string{}}
 	ctx := context.Background()
-	_, err = c.Submit(ctx, runcue.Submission{Task: "chat"})
+	chat, err := c.Submit(ctx, runcue.Submission{Task: "chat"})
 	require.NoError(t, err)
+	f.ids["chat"] = chat.ID
 	for _, target := range []string{"ok-1", "ok-2", "bad-1"} {
 		s, err := c.Submit(ctx, runcue.Submission{Task: "fetch", Target: target, Params: map[string]int{"n": len(target)}})
 		require.NoError(t, err)
@@ -391,7 +392,7 @@ func TestSecurityHeaders(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	assert.NotContains(t, body, "session expired", "a flash in the URL is not shown")
 	assert.NotContains(t, body, `style="`, "no inline style for the policy to refuse")
-	assert.Contains(t, body, `<meter min="0" max="4" value="0">`)
+	assert.Contains(t, body, `<meter min="0" max="3" value="0">`)
 
 	framed := newFixture(t, dashboard.Options{FrameAncestors: []string{"'self'"}})
 	resp, err := http.Get(framed.srv.URL + "/ops/")
@@ -466,4 +467,48 @@ func TestSchedulesShown(t *testing.T) {
 	assert.Contains(t, body, "30 2 * * * Europe/Berlin")
 	assert.Contains(t, body, "nightly <span class=\"bad\">paused</span>")
 	assert.Regexp(t, `T02:30 Europe/Berlin</td>`, body, "the next period")
+}
+
+// TestServiceBarsAgainstLimitsInForce: a service's bars are drawn against
+// the limits in force, which an adaptive service lowered (the fixture's
+// api: 3 at once of 4, 48 a minute of 60), as the text beneath says; a
+// service without a breaker shows its circuit as off, not as a closed
+// circuit with 0 failures.
+func TestServiceBarsAgainstLimitsInForce(t *testing.T) {
+	f := newFixture(t, dashboard.Options{})
+	code, body := f.get(t, "services")
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `<td class="inflight"><meter min="0" max="3" value="0"></meter> 0/3</td>`)
+	assert.Contains(t, body, `<meter min="0" max="48" value="3"></meter> 3/48 per 1m0s`)
+	assert.Contains(t, body, `room for 45 more`)
+	assert.Contains(t, body, `effective limit 3 at once (configured 4)`)
+	assert.Contains(t, body, `<td class="circuit-off">off</td>`)
+	assert.NotContains(t, body, `max="4"`, "no bar against the configured cap")
+}
+
+// TestUnitCostAndUsage: the unit page shows the unit's cost (its
+// estimate) and what each run reported using.
+func TestUnitCostAndUsage(t *testing.T) {
+	f := newFixture(t, dashboard.Options{})
+	code, body := f.get(t, "work/"+f.ids["chat"])
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `<td id="cost">tokens 1000 <span class="muted">estimated at submit, charged at each start</span></td>`)
+	assert.Contains(t, body, `<td class="used">tokens 640</td>`)
+	_, body = f.get(t, "work/"+f.ids["ok-1"])
+	assert.Contains(t, body, `<td id="cost">requests 1`)
+	assert.Contains(t, body, `<td class="used">—</td>`)
+}
+
+// TestQueueWaitAsBuckets: the overview shows the queue-wait percentiles
+// as the histogram buckets they fell in, not as exact durations.
+func TestQueueWaitAsBuckets(t *testing.T) {
+	f := newFixture(t, dashboard.Options{})
+	code, body := f.get(t, "")
+	require.Equal(t, http.StatusOK, code)
+	m := regexp.MustCompile(`<span id="queue-wait">p50 ([^<]*) · p95 ([^<]*) · p99 ([^<]*)</span>`).FindStringSubmatch(body)
+	require.NotNil(t, m, body)
+	for _, p := range m[1:] {
+		assert.Regexp(t, `^(under \S+|\S+-\S+|over \S+)$`, p)
+	}
+	assert.Contains(t, body, "percentiles within their histogram buckets")
 }

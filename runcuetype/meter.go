@@ -3,6 +3,8 @@ package runcuetype
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/runcue/runcue/store"
@@ -23,6 +25,24 @@ func (c Costs) Of(amount string) int64 {
 		return n
 	}
 	return 1
+}
+
+// String writes c as its amounts in name order, each with its figure
+// ("input_tokens 1100, requests 1"); "" for none.
+func (c Costs) String() string {
+	names := make([]string, 0, len(c))
+	for name := range c {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	var b strings.Builder
+	for i, name := range names {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "%s %d", name, c[name])
+	}
+	return b.String()
 }
 
 // MaxCost is the largest cost of one amount a submission may state.

@@ -45,7 +45,8 @@ type Stats struct {
 // QueueWaitStats summarizes queue waits. Percentiles are read from a
 // histogram: each is the upper bound of the bucket that holds it (1ms,
 // 5ms, 10ms, 50ms, 100ms, 250ms, 500ms, 1s, 2.5s, 5s, 10s, 30s, 1m, 5m,
-// 15m, 1h), or, past the last, that bound.
+// 15m, 1h), or, past the last, that bound. They are not exact: a P95 of
+// 5m means between 1m and 5m (Bounds says so).
 type QueueWaitStats struct {
 	Count int64
 	P50   time.Duration
@@ -155,4 +156,29 @@ type QueueStatus struct {
 	Backpressure bool `json:"backpressure,omitempty"`
 	// Paused reports that the queue is paused (PauseQueue).
 	Paused bool `json:"paused,omitempty"`
+}
+
+// Bounds says which bucket of the histogram a percentile p of q falls
+// in, as an operator should read it: "under 1ms", "1m0s-5m0s", "over
+// 15m0s" (the last bucket's bound is also what a wait past it reads as);
+// "-" when nothing was dispatched.
+func (q QueueWaitStats) Bounds(p time.Duration) string {
+	if q.Count == 0 {
+		return "-"
+	}
+	bounds := store.QueueWaitBounds
+	for i, b := range bounds {
+		if p > b {
+			continue
+		}
+		switch {
+		case i == 0:
+			return "under " + b.String()
+		case i == len(bounds)-1:
+			return "over " + bounds[i-1].String()
+		default:
+			return bounds[i-1].String() + "-" + b.String()
+		}
+	}
+	return "over " + bounds[len(bounds)-1].String()
 }

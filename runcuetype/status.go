@@ -62,9 +62,13 @@ type ServiceStatus struct {
 	Overridden bool    `json:"overridden,omitempty"`
 	// Active is the number of running units holding the service.
 	Active int `json:"active"`
-	// Waiting is the number of groups of queued units (task types and key
-	// sets) waiting for this service in particular.
-	Waiting int `json:"waiting,omitempty"`
+	// Waiting is the number of groups of queued units waiting for this
+	// service in particular (the units of one task type with one set of
+	// keyed services are one group: they wait in submission and priority
+	// order, and the group's first is what the service refuses);
+	// WaitingUnits the units in them.
+	Waiting      int `json:"waiting,omitempty"`
+	WaitingUnits int `json:"waiting_units,omitempty"`
 	// InWindow is the number of handler starts in the current rate window,
 	// plus the dispatches decided whose handlers have not started yet.
 	InWindow int `json:"in_window,omitempty"`
@@ -115,4 +119,36 @@ type ServiceStatus struct {
 	// (PauseService("host:example.org")), live ones in the owner, stored
 	// ones elsewhere.
 	PausedKeys int `json:"paused_keys,omitempty"`
+}
+
+// Concurrency is the concurrency cap in force: an adaptive service's
+// effective one (Adaptive), else Limits.MaxConcurrent; 0 for none.
+func (s ServiceStatus) Concurrency() int {
+	return int(s.inForce("concurrency", int64(s.Limits.MaxConcurrent)))
+}
+
+// Rate is the rate limit in force per Limits.RateWindow: an adaptive
+// service's effective one (Adaptive), else Limits.RateLimit; 0 for none.
+func (s ServiceStatus) Rate() int {
+	return int(s.inForce(Requests, int64(s.Limits.RateLimit)))
+}
+
+func (s ServiceStatus) inForce(limit string, configured int64) int64 {
+	if s.Adaptive != nil && configured > 0 {
+		for _, l := range s.Adaptive.Limits {
+			if l.Limit == limit {
+				return l.Effective
+			}
+		}
+	}
+	return configured
+}
+
+// CircuitShown is the circuit's state as an operator reads it: "off"
+// for a service without a breaker (no CircuitThreshold), else its state.
+func (s ServiceStatus) CircuitShown() string {
+	if s.Limits.CircuitThreshold == 0 {
+		return "off"
+	}
+	return string(s.Circuit)
 }

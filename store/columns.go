@@ -25,15 +25,16 @@ func DecodeUnitColumns(u *Unit, costs []byte, attempts string) error {
 		Run     int    `json:"run"`
 		Start   int64  `json:"start"`
 		End     int64  `json:"end"`
-		Outcome string `json:"outcome"`
-		Error   string `json:"error"`
+		Outcome string           `json:"outcome"`
+		Error   string           `json:"error"`
+		Used    map[string]int64 `json:"used"`
 	}
 	if err := json.Unmarshal([]byte(attempts), &recs); err != nil {
 		return fmt.Errorf("unit %s: attempts: %w", u.ID, err)
 	}
 	u.Attempts = make([]Attempt, len(recs))
 	for i, a := range recs {
-		u.Attempts[i] = Attempt{Run: a.Run, Start: fromUnixNano(a.Start), End: fromUnixNano(a.End), Outcome: a.Outcome, Error: a.Error}
+		u.Attempts[i] = Attempt{Run: a.Run, Start: fromUnixNano(a.Start), End: fromUnixNano(a.End), Outcome: a.Outcome, Error: a.Error, Used: a.Used}
 	}
 	return nil
 }

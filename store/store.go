@@ -163,6 +163,9 @@ type Attempt struct {
 	End     time.Time `json:"end"`
 	Outcome string    `json:"outcome"`
 	Error   string    `json:"error,omitempty"`
+	// Used are the amounts the run reported it used (Work.Used), by
+	// meter amount; nil when it reported none.
+	Used map[string]int64 `json:"used,omitempty"`
 }
 
 // Event is one entry of the durable event log. Seq is assigned by the store;

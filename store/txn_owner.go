@@ -196,6 +196,23 @@ func AttemptJSON(a Attempt) string {
 		b = append(b, `,"error":`...)
 		b = appendJSONString(b, a.Error)
 	}
+	if len(a.Used) > 0 {
+		names := make([]string, 0, len(a.Used))
+		for name := range a.Used {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		b = append(b, `,"used":{`...)
+		for i, name := range names {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, name)
+			b = append(b, ':')
+			b = strconv.AppendInt(b, a.Used[name], 10)
+		}
+		b = append(b, '}')
+	}
 	b = append(b, '}')
 	return unsafe.String(unsafe.SliceData(b), len(b)) // b is not used again: no copy
 }

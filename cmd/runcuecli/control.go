@@ -413,10 +413,12 @@ func (c *cli) serviceCmd() *cobra.Command {
 				return c.emit(all, func(w *tabwriter.Writer) {
 					// A class's own load against its limits; its instances
 					// (each with those limits of its own) apart.
-					fmt.Fprintln(w, "SERVICE\tACTIVE\tLIMIT\tIN WINDOW\tCIRCUIT\tPAUSED\tKEYS\tKEYS ACTIVE")
+					// Against the limits in force (an adaptive service's
+					// effective ones).
+					fmt.Fprintln(w, "SERVICE\tRUNNING/CAP\tIN WINDOW/RATE\tCIRCUIT\tPAUSED\tKEYS\tKEYS RUNNING")
 					for _, s := range all {
-						fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%v\t%d\t%d\n", s.Name, s.Active, limit(s.Limits.MaxConcurrent), inWindow(s),
-							s.Circuit, s.Paused, s.Keys, s.KeysActive)
+						fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%d\t%d\n", s.Name, active(s), inWindow(s),
+							s.CircuitShown(), s.Paused, s.Keys, s.KeysActive)
 					}
 				})
 			})
@@ -432,17 +434,31 @@ func (c *cli) serviceCmd() *cobra.Command {
 				}
 				return c.emit(st, func(w *tabwriter.Writer) {
 					l := st.Limits
-					fmt.Fprintf(w, "service\t%s\nlimits\tmax_concurrent %s, rate %d per %v, circuit %d failures / %v\n", st.Name,
-						limit(l.MaxConcurrent), l.RateLimit, l.RateWindow, l.CircuitThreshold, l.CircuitTimeout)
+					circuit := "off"
+					if l.CircuitThreshold > 0 {
+						circuit = fmt.Sprintf("opens after %d failures in a row, for %v", l.CircuitThreshold, l.CircuitTimeout)
+					}
+					rate := "none"
+					if l.RateLimit > 0 {
+						rate = fmt.Sprintf("%d per %v", l.RateLimit, l.RateWindow)
+					}
+					fmt.Fprintf(w, "service\t%s\nlimits\tmax_concurrent %s, rate %s, circuit breaker %s\n", st.Name,
+						limit(l.MaxConcurrent), rate, circuit)
 					if l.RateLimit > 0 {
 						fmt.Fprintf(w, "margin\t%s%s\n", margin(l.Margin), map[bool]string{true: ", paced"}[l.Pace])
 					}
 					if st.Keys > 0 {
-						fmt.Fprintf(w, "keys\t%d (%d units running, %d groups waiting; each with these limits of its own)\n",
+						fmt.Fprintf(w, "keys\t%d (%d units running; %d groups of queued units, by task and keys, waiting for one; each with these limits of its own)\n",
 							st.Keys, st.KeysActive, st.KeysWaiting)
 					}
-					fmt.Fprintf(w, "overridden\t%v\npaused\t%v (%d keys paused)\nactive\t%d\nin window\t%d\ncircuit\t%s\n", st.Overridden,
-						st.Paused, st.PausedKeys, st.Active, st.InWindow, st.Circuit)
+					fmt.Fprintf(w, "overridden\t%v\npaused\t%v (%d keys paused)\nrunning\t%s\nin window\t%s\ncircuit\t%s\n", st.Overridden,
+						st.Paused, st.PausedKeys, active(st), inWindow(st), st.CircuitShown())
+					if st.Waiting > 0 {
+						fmt.Fprintf(w, "waiting\t%d units, in %d groups (by task and keys), held by this service\n", st.WaitingUnits, st.Waiting)
+					}
+					if len(st.Unmatched) > 0 {
+						fmt.Fprintf(w, "ignored\treported amounts no meter counts: %s (see Meter.Aliases)\n", strings.Join(st.Unmatched, ", "))
+					}
 					fmt.Fprintf(w, "held until\t%s\nnext capacity\t%s\n", when(st.BlockedUntil), when(st.NextCapacity))
 					for _, m := range st.Meters {
 						fmt.Fprintf(w, "meter %s\t%s\n", m.Name, meterLine(m))
@@ -549,11 +565,22 @@ func grouped(n int64) string {
 }
 
 // inWindow is a service's starts in its rate window against its limit.
+// inWindow is a service's rate window against the limit in force: "12/60
+// per 1m0s"; "-" without one.
 func inWindow(s runcue.ServiceStatus) string {
 	if s.Limits.RateLimit == 0 {
 		return "-"
 	}
-	return fmt.Sprintf("%d/%d", s.InWindow, s.Limits.RateLimit)
+	return fmt.Sprintf("%d/%d per %v", s.InWindow, s.Rate(), s.Limits.RateWindow)
+}
+
+// active is a service's running units against the cap in force: "3/8";
+// "3" without a cap.
+func active(s runcue.ServiceStatus) string {
+	if s.Concurrency() == 0 {
+		return fmt.Sprint(s.Active)
+	}
+	return fmt.Sprintf("%d/%d", s.Active, s.Concurrency())
 }
 
 // margin describes a Service.Margin.

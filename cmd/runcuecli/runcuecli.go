@@ -278,8 +278,9 @@ func (c *cli) statsCmd() *cobra.Command {
 					fmt.Fprintf(w, "oldest queued\t%s\n", when(s.OldestQueued))
 					fmt.Fprintf(w, "last hour\t%d started, %d completed, %d failed, %d retried, %d deferred\n",
 						m.Started, m.Completed, m.Failed, m.Retried, m.Deferred)
-					fmt.Fprintf(w, "queue wait\tp50 %v, p90 %v, p99 %v (%d dispatches)\n", s.QueueWait.P50, s.QueueWait.P90,
-						s.QueueWait.P99, s.QueueWait.Count)
+					q := s.QueueWait
+					fmt.Fprintf(w, "queue wait\tp50 %s, p90 %s, p99 %s (%d dispatches; each within its histogram bucket)\n",
+						q.Bounds(q.P50), q.Bounds(q.P90), q.Bounds(q.P99), q.Count)
 					if s.QueuePaused {
 						fmt.Fprintln(w, "queue\tpaused")
 					}
@@ -288,12 +289,12 @@ func (c *cli) statsCmd() *cobra.Command {
 					}
 					if len(s.Services) > 0 {
 						fmt.Fprintln(w)
-						fmt.Fprintln(w, "SERVICE\tACTIVE\tLIMIT\tIN WINDOW\tCIRCUIT\tPAUSED\tDEFERRED")
+						fmt.Fprintln(w, "SERVICE\tRUNNING/CAP\tIN WINDOW/RATE\tCIRCUIT\tPAUSED\tDEFERRED")
 						for _, sv := range s.Services {
-							fmt.Fprintf(w, "%s\t%d\t%s\t%d\t%s\t%v\t%d\n", sv.Name, sv.Active, limit(sv.Limits.MaxConcurrent),
-								sv.InWindow, sv.Circuit, sv.Paused, sv.Deferred)
+							fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%v\t%d\n", sv.Name, active(sv.ServiceStatus), inWindow(sv.ServiceStatus),
+								sv.CircuitShown(), sv.Paused, sv.Deferred)
 							for _, k := range sv.Keys {
-								fmt.Fprintf(w, "  %s\t%d\t\t%d\t%s\t%v\t\n", k.Name, k.Active, k.InWindow, k.Circuit, k.Paused)
+								fmt.Fprintf(w, "  %s\t%s\t%s\t%s\t%v\t\n", k.Name, active(k), inWindow(k), k.CircuitShown(), k.Paused)
 							}
 						}
 					}
@@ -433,10 +434,16 @@ func (c *cli) showCmd() *cobra.Command {
 					if len(wi.DependsOn) > 0 {
 						fmt.Fprintf(w, "depends on\t%s\n", strings.Join(wi.DependsOn, ", "))
 					}
+					cost := wi.Cost.String()
+					if cost == "" {
+						cost = "requests 1"
+					}
+					fmt.Fprintf(w, "cost\t%s (estimated at submit; charged at each start)\n", cost)
 					if len(wi.Attempts) > 0 {
-						fmt.Fprintln(w, "\nRUN\tSTART\tDURATION\tOUTCOME\tERROR")
+						fmt.Fprintln(w, "\nRUN\tSTART\tDURATION\tOUTCOME\tUSED\tERROR")
 						for _, at := range wi.Attempts {
-							fmt.Fprintf(w, "%d\t%s\t%v\t%s\t%s\n", at.Run, when(at.Start), at.Duration(), at.Outcome, cell(firstLine(at.Error)))
+							fmt.Fprintf(w, "%d\t%s\t%v\t%s\t%s\t%s\n", at.Run, when(at.Start), at.Duration(), at.Outcome, cell(at.Used.String()),
+								cell(firstLine(at.Error)))
 						}
 					}
 					fmt.Fprintln(w)
@@ -454,7 +461,14 @@ func explainTable(w *tabwriter.Writer, ex runcue.Explanation) {
 	}
 	fmt.Fprintf(w, "REASON\tSERVICE\tUNTIL\tDETAIL\t(from %s)\n", source)
 	for _, r := range ex.Reasons {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t\n", r.Kind, cell(r.Service), when(r.Until), cell(r.Detail))
+		svc := r.Service
+		if r.Meter != "" {
+			svc += " (" + r.Meter + ")"
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t\n", r.Kind, cell(svc), when(r.Until), cell(r.Detail))
+	}
+	for _, n := range ex.Notes {
+		fmt.Fprintf(w, "note\t\t\t%s\t\n", n)
 	}
 }
 

@@ -44,6 +44,8 @@ type ending struct {
 	shutdown bool
 	// at is the wall-clock end.
 	at time.Time
+	// used are the amounts the run reported it used (Ending.Used).
+	used map[string]int64
 }
 
 // runFacts is what decide needs to know of a run and its unit.
@@ -113,7 +115,7 @@ func decide(f runFacts, e ending, jitter float64) outcome {
 	}
 	fin := &o.fin
 	*fin = store.Finish{ID: f.id, Task: f.task, Owner: f.owner, Run: f.run, At: e.at,
-		Attempt: store.Attempt{Run: f.run, Start: f.start, End: e.at}}
+		Attempt: store.Attempt{Run: f.run, Start: f.start, End: e.at, Used: e.used}}
 	delay, services, isDeferral := e.delay, e.services, e.class == ClassRetryAfter
 	var errText string
 	if e.err != nil {

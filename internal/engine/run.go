@@ -515,7 +515,7 @@ func (d *Engine) finished(r *run, e Ending) {
 		return
 	}
 	d.conclude(r, ending{returned: true, err: e.Err, class: e.Class, permanent: e.Permanent, skipReason: e.SkipReason, delay: e.Delay, services: e.Services,
-		result: e.Result, cancelled: r.cancelled, shutdown: errors.Is(r.cause, ErrShutdown), at: e.At, overload: e.Overload})
+		result: e.Result, cancelled: r.cancelled, shutdown: errors.Is(r.cause, ErrShutdown), at: e.At, overload: e.Overload, used: e.Used})
 }
 
 // conclude ends r as e says: the run leaves the running set (its

@@ -113,6 +113,9 @@ func (t *resourceTable) statusOf(r *resource, now time.Time) rt.ServiceStatus {
 	overridden := len(t.stored[r.class].Override) > 0 || (r.keyed && len(t.stored[r.name].Override) > 0)
 	st := rt.ServiceStatus{Name: r.name, Class: r.class, Limits: vocab.ServiceOf(s), Overridden: overridden,
 		Active: r.Active, Paused: r.Paused, Circuit: rt.CircuitClosed, Waiting: r.waiters.Len()}
+	for _, l := range r.waiters.Items() {
+		st.WaitingUnits += l.units.Len()
+	}
 	if r.Window != nil {
 		st.InWindow = r.Window.Used(now)
 	}

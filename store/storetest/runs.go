@@ -94,10 +94,12 @@ func testRetryAndHistory(t *testing.T, h *harness) {
 	assert.Equal(t, 1, got.Failures, "a deferral spends no budget")
 	assert.Equal(t, 1, got.Deferrals)
 	h.claim(u.ID, 3)
-	h.finish(u.ID, 3, store.Completed)
+	h.finish(u.ID, 3, store.Completed, func(f *store.Finish) { f.Attempt.Used = map[string]int64{"tokens": 123, "a\"b": 1} })
 	got = h.get(u.ID)
 	assert.Equal(t, 3, got.Runs)
 	require.Len(t, got.Attempts, 3)
+	assert.Nil(t, got.Attempts[0].Used)
+	assert.Equal(t, map[string]int64{"tokens": 123, "a\"b": 1}, got.Attempts[2].Used, "the amounts the run used are kept")
 	assert.Equal(t, []string{"failed", "deferred", "completed"}, []string{got.Attempts[0].Outcome, got.Attempts[1].Outcome, got.Attempts[2].Outcome})
 	assert.Equal(t, "boom", got.Attempts[0].Error)
 }
