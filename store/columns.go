@@ -22,9 +22,9 @@ func DecodeUnitColumns(u *Unit, costs []byte, attempts string) error {
 		return nil
 	}
 	var recs []struct {
-		Run     int    `json:"run"`
-		Start   int64  `json:"start"`
-		End     int64  `json:"end"`
+		Run     int              `json:"run"`
+		Start   int64            `json:"start"`
+		End     int64            `json:"end"`
 		Outcome string           `json:"outcome"`
 		Error   string           `json:"error"`
 		Used    map[string]int64 `json:"used"`
