@@ -111,3 +111,30 @@ func TestMeterAliasesValidated(t *testing.T) {
 	require.NoError(t, e.c.Service("s", runcue.Service{Meters: []runcue.Meter{
 		{Name: "input", Limit: 1, Window: time.Second, Aliases: []string{"input_tokens", "prompt_tokens"}}}}))
 }
+
+// TestWaitingUnitsCounted: a service's status counts the units it holds
+// back, beside the groups they wait in (one per task type and keys).
+func TestWaitingUnitsCounted(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	g := newGate()
+	require.NoError(t, e.c.Service("one", runcue.Service{MaxConcurrent: 1}))
+	require.NoError(t, e.c.Task("a", runcue.Task{Services: []string{"one"}, Handler: g.handler}))
+	require.NoError(t, e.c.Task("b", runcue.Task{Services: []string{"one"}, Handler: g.handler}))
+	e.start()
+	e.submit("a")
+	g.next(t)
+	for _, task := range []string{"a", "a", "b"} {
+		e.submit(task)
+	}
+	e.settle()
+	st, err := e.c.ServiceStatus(e.ctx, "one")
+	require.NoError(t, err)
+	assert.Equal(t, 2, st.Waiting, "the groups of a and of b")
+	assert.Equal(t, 3, st.WaitingUnits)
+	assert.Equal(t, 1, st.Concurrency())
+	assert.Equal(t, "off", st.CircuitShown())
+	for range 4 {
+		g.release <- nil
+	}
+	require.NoError(t, e.c.Drain(e.ctx))
+}
