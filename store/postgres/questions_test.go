@@ -1,64 +1,24 @@
 package postgres_test
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/runcue/runcue/store"
 	"github.com/runcue/runcue/store/postgres"
+	"github.com/runcue/runcue/store/storetest"
 )
 
 // TestMigrateFromSchema4 loads a database written by schema version 4
 // (testdata/schema4.sql, dumped by testdata/mkschema4 with the runcue of
-// that schema) and checks that the migration to the questions table
-// keeps the units, the schedule and the old owner_asked and
-// owner_answered events as they were, and that a question then travels
-// through the new table without an event.
+// that schema) and checks the migration to the questions table
+// (storetest.CheckQuestionsMigrated).
 func TestMigrateFromSchema4(t *testing.T) {
-	ctx := context.Background()
 	u := loadFixture(t, "schema4.sql")
-	st, err := postgres.Open(ctx, u, postgres.Options{})
+	st, err := postgres.Open(t.Context(), u, postgres.Options{})
 	require.NoError(t, err)
 	defer st.Close()
 	assert.GreaterOrEqual(t, postgres.SchemaVersion, 5)
-	states, err := st.UnitStates(ctx, []string{"done-1", "queued-1"})
-	require.NoError(t, err)
-	assert.Equal(t, map[string]store.State{"done-1": store.Completed, "queued-1": store.Queued}, states)
-	recs, err := st.Schedules(ctx)
-	require.NoError(t, err)
-	require.Len(t, recs, 1)
-	assert.Equal(t, "hourly", recs[0].Name)
-	evs, err := st.EventsAfter(ctx, 0, 100)
-	require.NoError(t, err)
-	var types []string
-	for _, ev := range evs {
-		types = append(types, ev.Type)
-	}
-	assert.Contains(t, types, store.TypeOwnerAsked)
-	assert.Contains(t, types, store.TypeOwnerAnswered)
-
-	own, err := st.Acquire(ctx, store.Holder{Owner: "new-owner"})
-	require.NoError(t, err)
-	defer own.Release()
-	at := time.Date(2026, 11, 29, 13, 0, 0, 0, time.UTC)
-	b, err := st.Apply(ctx, []store.Op{
-		&store.Ask{Question: store.OwnerQuestion{Nonce: "n2", Kind: "services"}, At: at},
-		&store.AnswerQuestion{Epoch: own.Epoch(), ID: "n2", Answer: []byte(`[]`)},
-	})
-	require.NoError(t, err)
-	for _, r := range b.Results {
-		require.NoError(t, r.Err)
-		assert.True(t, r.Applied)
-	}
-	answer, answered, err := st.Answered(ctx, "n2")
-	require.NoError(t, err)
-	assert.True(t, answered)
-	assert.Equal(t, "[]", string(answer))
-	last, err := st.LastSeq(ctx)
-	require.NoError(t, err)
-	assert.Equal(t, evs[len(evs)-1].Seq, last, "no event appended")
+	storetest.CheckQuestionsMigrated(t, st)
 }

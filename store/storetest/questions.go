@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -87,4 +88,54 @@ func testQuestions(t *testing.T, h *harness) {
 	after, err := h.st.LastSeq(h.ctx)
 	require.NoError(t, err)
 	assert.Equal(t, last, after, "questions append no event")
+}
+
+// CheckQuestionsMigrated checks a store opened on the fixture the
+// backends' mkschema programs write before the questions table (SQLite
+// schema 14, PostgreSQL schema 4: a completed unit done-1, a queued one
+// queued-1, a schedule hourly, an owner_asked and an owner_answered
+// event), once migrated: the units, the schedule and the old events are as
+// they were, and a question then travels through the table without an
+// event.
+func CheckQuestionsMigrated(t *testing.T, st store.Store) {
+	t.Helper()
+	ctx := t.Context()
+	states, err := st.UnitStates(ctx, []string{"done-1", "queued-1"})
+	require.NoError(t, err)
+	assert.Equal(t, map[string]store.State{"done-1": store.Completed, "queued-1": store.Queued}, states)
+	recs, err := st.Schedules(ctx)
+	require.NoError(t, err)
+	require.Len(t, recs, 1)
+	assert.Equal(t, "hourly", recs[0].Name)
+	evs, err := st.EventsAfter(ctx, 0, 100)
+	require.NoError(t, err)
+	var types []string
+	for _, ev := range evs {
+		types = append(types, ev.Type)
+	}
+	assert.Contains(t, types, store.TypeOwnerAsked)
+	assert.Contains(t, types, store.TypeOwnerAnswered)
+
+	q, ok := st.(store.Questioner)
+	require.True(t, ok, "the store carries questions")
+	own, err := st.Acquire(ctx, store.Holder{Owner: "new-owner"})
+	require.NoError(t, err)
+	defer own.Release()
+	at := time.Date(2026, 11, 29, 13, 0, 0, 0, time.UTC)
+	b, err := st.Apply(ctx, []store.Op{
+		&store.Ask{Question: store.OwnerQuestion{Nonce: "n2", Kind: "services"}, At: at},
+		&store.AnswerQuestion{Epoch: own.Epoch(), ID: "n2", Answer: []byte(`[]`)},
+	})
+	require.NoError(t, err)
+	for _, r := range b.Results {
+		require.NoError(t, r.Err)
+		assert.True(t, r.Applied)
+	}
+	answer, answered, err := q.Answered(ctx, "n2")
+	require.NoError(t, err)
+	assert.True(t, answered)
+	assert.Equal(t, "[]", string(answer))
+	last, err := st.LastSeq(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, evs[len(evs)-1].Seq, last, "no event appended")
 }
