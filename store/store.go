@@ -135,6 +135,9 @@ type Unit struct {
 	ErrorKind string
 	// IdempotencyKey, when set, is unique among stored units.
 	IdempotencyKey string
+	// Debounce, on an Insert, collapses the unit with the queued one that
+	// holds Debounce.Key (see Debounce). It is not read back.
+	Debounce *Debounce
 	// DependsOn lists the units that must complete before this one runs.
 	DependsOn []string
 	// DependencyDeadline, when set, is the time at which a unit still waiting
@@ -199,6 +202,7 @@ const (
 	EventWorkRecovered = "work_recovered"
 	EventWorkCancelled = "work_cancelled"
 	EventWorkFailed    = "work_failed"
+	EventWorkSkipped   = "work_skipped"
 	// EventWorkCancelRequested records a request to cancel a running unit,
 	// made by a process that does not own it; Data is {"cascade":bool}.
 	EventWorkCancelRequested = "work_cancel_requested"
@@ -592,3 +596,20 @@ type AdaptLimitRecord struct {
 	Effective float64 `json:"effective"`
 	Overloads int     `json:"overloads,omitempty"`
 }
+
+// Debounce collapses a burst of submissions of one key into one unit. An
+// Insert of a unit with a Debounce skips the unit that holds Key if it is
+// still queued and has never started (state skipped, error kind
+// "debounced", error "replaced by <the new unit>", a work_skipped event
+// with that reason), and the new unit takes the key. Its RunAt is Period
+// after the insert, and at the latest MaxWait (zero: no bound) after the
+// burst's first insert, which the key's holders pass on. A holder that
+// started, or ended, leaves the next insert to start a new burst.
+type Debounce struct {
+	Key     string
+	Period  time.Duration
+	MaxWait time.Duration
+}
+
+// DebounceKind is the error kind of a unit a later one replaced.
+const DebounceKind = "debounced"

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -54,6 +55,14 @@ type Tx interface {
 	// ReleaseKey clears the idempotency key of unit id, so that a new unit
 	// may take it.
 	ReleaseKey(id string) error
+	// SkipDebounced skips the unit that holds debounce key (see Debounce)
+	// if it is queued and never started, with the error "replaced by "+by
+	// at at; it returns that unit and the burst's first insert (since),
+	// and skipped false (since zero) when no unit was skipped. Locks the
+	// key.
+	SkipDebounced(key, by string, at time.Time) (ref UnitRef, since time.Time, skipped bool, err error)
+	// HoldDebounce gives debounce key to unit id, its burst begun at since.
+	HoldDebounce(key, id string, since time.Time) error
 	// InsertUnit stores u as it stands (u.State is Queued or Failed; a
 	// failed one has finished, errKind as its error and kind) with its
 	// dependency edges, and returns its Seq. An ID already stored is an
@@ -278,9 +287,18 @@ outer:
 		if u.CreatedAt.IsZero() {
 			u.CreatedAt = op.At
 		}
+		since, err := debounce(tx, u, op.At, r)
+		if err != nil {
+			return err
+		}
 		seq, err := tx.InsertUnit(u, finished, deadKind)
 		if err != nil {
 			return err
+		}
+		if u.Debounce != nil && u.State == Queued {
+			if err := tx.HoldDebounce(u.Debounce.Key, u.ID, since); err != nil {
+				return err
+			}
 		}
 		u.Seq = seq
 		*out = InsertedUnit{ID: u.ID, Seq: u.Seq, State: u.State}
@@ -300,6 +318,37 @@ outer:
 	}
 	r.Applied = true
 	return nil
+}
+
+// debounce applies unit u's Debounce, if it has one and is to be stored
+// queued: the unit holding its key is skipped if it may be, and u's RunAt
+// moved to the end of the burst. It returns the burst's first insert.
+func debounce(tx Tx, u *Unit, at time.Time, r *Result) (time.Time, error) {
+	db := u.Debounce
+	if db == nil || u.State != Queued {
+		return time.Time{}, nil
+	}
+	since := at
+	ref, first, skipped, err := tx.SkipDebounced(db.Key, u.ID, at)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if skipped {
+		since = first
+		data, _ := json.Marshal(EventData{Reason: "debounced: replaced by " + u.ID})
+		ev := []Event{{Type: EventWorkSkipped, Task: ref.Task, Data: data}}
+		if err := AppendEvents(tx, r, ev, ref.ID, ref.Target, at); err != nil {
+			return time.Time{}, err
+		}
+	}
+	runAt := at.Add(db.Period)
+	if db.MaxWait > 0 && since.Add(db.MaxWait).Before(runAt) {
+		runAt = since.Add(db.MaxWait)
+	}
+	if u.RunAt.Before(runAt) {
+		u.RunAt = runAt
+	}
+	return since, nil
 }
 
 // makeRoom enforces Insert.MaxQueued after the units went in: it refuses

@@ -22,6 +22,12 @@ type memTx struct {
 	events     []store.Event
 	subs       map[string]int64
 	pruneBelow int64
+	debounces  map[string]memDebounce
+}
+
+type memDebounce struct {
+	id    string
+	since time.Time
 }
 
 type memUnit struct {
@@ -48,6 +54,27 @@ func (m *memTx) UnitByKey(key string) (string, store.State, int64, bool, error) 
 }
 
 func (m *memTx) ReleaseKey(id string) error { m.units[id].u.IdempotencyKey = ""; return nil }
+
+func (m *memTx) SkipDebounced(key, by string, at time.Time) (store.UnitRef, time.Time, bool, error) {
+	d, ok := m.debounces[key]
+	if !ok {
+		return store.UnitRef{}, time.Time{}, false, nil
+	}
+	x := m.units[d.id]
+	if x == nil || x.u.State != store.Queued || x.u.Runs > 0 {
+		return store.UnitRef{}, time.Time{}, false, nil
+	}
+	x.u.State, x.u.FinishedAt, x.u.Error, x.u.ErrorKind = store.Skipped, at, "replaced by "+by, store.DebounceKind
+	return store.UnitRef{ID: x.u.ID, Task: x.u.Task, Target: x.u.Target}, d.since, true, nil
+}
+
+func (m *memTx) HoldDebounce(key, id string, since time.Time) error {
+	if m.debounces == nil {
+		m.debounces = map[string]memDebounce{}
+	}
+	m.debounces[key] = memDebounce{id, since}
+	return nil
+}
 
 func (m *memTx) InsertUnit(u *store.Unit, finished time.Time, kind string) (int64, error) {
 	if m.units[u.ID] != nil {

@@ -22,3 +22,16 @@ func TestMigrateFromSchema4(t *testing.T) {
 	assert.GreaterOrEqual(t, postgres.SchemaVersion, 5)
 	storetest.CheckQuestionsMigrated(t, st)
 }
+
+// TestMigrateFromSchema5 loads a database written by schema version 5
+// (testdata/schema5.sql, dumped by testdata/mkschema5 with the runcue of
+// that schema) and checks the migration to debounce keys
+// (storetest.CheckDebounceMigrated).
+func TestMigrateFromSchema5(t *testing.T) {
+	u := loadFixture(t, "schema5.sql")
+	st, err := postgres.Open(t.Context(), u, postgres.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	assert.GreaterOrEqual(t, postgres.SchemaVersion, 6)
+	storetest.CheckDebounceMigrated(t, st)
+}

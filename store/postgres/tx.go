@@ -360,3 +360,27 @@ func appendAttempt(n int) string {
 	return `CASE WHEN attempts IS NULL OR attempts = '' THEN '[' || ` + p + ` || ']'
 		ELSE left(attempts, length(attempts) - 1) || ',' || ` + p + ` || ']' END`
 }
+
+func (t *txn) SkipDebounced(key, by string, at time.Time) (store.UnitRef, time.Time, bool, error) {
+	var holder string
+	var since int64
+	ok, err := t.one(`SELECT unit_id, since FROM debounces WHERE key=$1 FOR UPDATE`, []any{key}, &holder, &since)
+	if err != nil || !ok {
+		return store.UnitRef{}, time.Time{}, false, err
+	}
+	var ref store.UnitRef
+	ok, err = t.one(`UPDATE work_units SET state='skipped', finished_at=$1, error=$2, error_kind=$3
+		WHERE id=$4 AND state='queued' AND runs=0 RETURNING id, task, target`,
+		[]any{ns(at), "replaced by " + by, store.DebounceKind, holder}, &ref.ID, &ref.Task, &ref.Target)
+	if err != nil || !ok {
+		return store.UnitRef{}, time.Time{}, false, err
+	}
+	t.Moved(ref.Task, store.Queued, store.Skipped)
+	return ref, time.Unix(0, since), true, nil
+}
+
+func (t *txn) HoldDebounce(key, id string, since time.Time) error {
+	_, err := t.exec(`INSERT INTO debounces(key, unit_id, since) VALUES($1, $2, $3)
+		ON CONFLICT(key) DO UPDATE SET unit_id=excluded.unit_id, since=excluded.since`, key, id, ns(since))
+	return err
+}

@@ -262,3 +262,26 @@ func (t *txn) AppendEvent(ev *store.Event, at time.Time) error { return t.event(
 // partial index, without walking finished ones (TestOpenUnitQueriesUseIndex).
 const oldestQueuedQuery = `SELECT id, task, target FROM work_units WHERE state = 'queued' AND state NOT IN ('completed', 'skipped')
 	ORDER BY seq LIMIT ?`
+
+func (t *txn) SkipDebounced(key, by string, at time.Time) (store.UnitRef, time.Time, bool, error) {
+	row, ok, err := t.one(`SELECT unit_id, since FROM debounces WHERE key=?`, key)
+	if err != nil || !ok {
+		return store.UnitRef{}, time.Time{}, false, err
+	}
+	since := time.Unix(0, asInt(row[1]))
+	row, ok, err = t.one(`UPDATE work_units SET state='skipped', finished_at=?, error=?, error_kind=?
+		WHERE id=? AND state='queued' AND runs=0 RETURNING id, task, target`,
+		ns(at), "replaced by "+by, store.DebounceKind, asStr(row[0]))
+	if err != nil || !ok {
+		return store.UnitRef{}, time.Time{}, false, err
+	}
+	ref := store.UnitRef{ID: asStr(row[0]), Task: asStr(row[1]), Target: asStr(row[2])}
+	t.Moved(ref.Task, store.Queued, store.Skipped)
+	return ref, since, true, nil
+}
+
+func (t *txn) HoldDebounce(key, id string, since time.Time) error {
+	_, err := t.exec(`INSERT INTO debounces(key, unit_id, since) VALUES(?, ?, ?)
+		ON CONFLICT(key) DO UPDATE SET unit_id=excluded.unit_id, since=excluded.since`, key, id, ns(since))
+	return err
+}

@@ -76,6 +76,8 @@ func Run(t *testing.T, open Opener) {
 		{"Pauses", testPauses},
 		{"Schedules", testSchedules},
 		{"Questions", testQuestions},
+		{"Debounce", testDebounce},
+		{"TwoWritersDebounce", testTwoWritersDebounce},
 		{"Stats", testStats},
 		{"Subscriptions", testSubscriptions},
 		{"EventTargets", testEventTargets},

@@ -1,0 +1,9 @@
+-- runcue schema version 16: debounce keys (store.Debounce).
+--
+-- Each key names the unit that holds it, the latest inserted with it, and
+-- since, the first insert of its burst (Unix nanoseconds).
+CREATE TABLE debounces (
+    key     TEXT    PRIMARY KEY,
+    unit_id TEXT    NOT NULL,
+    since   INTEGER NOT NULL
+);
