@@ -242,16 +242,18 @@ func (c *Cue) unitFor(s Submission, now time.Time) (*store.Unit, error) {
 		}
 		u.Retry = encodeRetry(*s.Retry)
 	}
+	c.mu.Lock()
+	t := c.tasks[s.Task]
+	c.mu.Unlock()
+	if t != nil && t.Debounce != nil {
+		if u.Debounce, err = debounceOf(t.Debounce, s); err != nil {
+			return nil, err
+		}
+	}
 	costs := s.Cost
-	if costs == nil {
-		c.mu.Lock()
-		t := c.tasks[s.Task]
-		c.mu.Unlock()
-		if t != nil && t.Estimate != nil {
-			var err error
-			if costs, err = estimate(t.Estimate, s); err != nil {
-				return nil, err
-			}
+	if costs == nil && t != nil && t.Estimate != nil {
+		if costs, err = estimate(t.Estimate, s); err != nil {
+			return nil, err
 		}
 	}
 	if err := validCosts(costs); err != nil {
@@ -292,6 +294,28 @@ func (c *Cue) checkTasks(ctx context.Context, subs []Submission) error {
 		}
 	}
 	return nil
+}
+
+// debounceOf is a submission's debounce under its task's d: nil for an
+// empty key. The stored key is the task's own: its name (which holds no
+// space), a space and the key.
+func debounceOf(d *Debounce, s Submission) (db *store.Debounce, err error) {
+	key := s.Target
+	if d.Key != nil {
+		defer func() {
+			if p := recover(); p != nil {
+				db, err = nil, fmt.Errorf("%w: the Debounce Key of task %q panicked: %v", ErrInvalid, s.Task, p)
+			}
+		}()
+		key = d.Key(s)
+	}
+	if key == "" {
+		return nil, nil
+	}
+	if err := validText("debounce key", key, MaxIdempotencyKey); err != nil {
+		return nil, err
+	}
+	return &store.Debounce{Key: s.Task + " " + key, Period: d.Period, MaxWait: d.MaxWait}, nil
 }
 
 // estimate calls a task's Estimate, reporting a panic as an error (of the

@@ -78,6 +78,34 @@ type Task struct {
 	// unit; a process that submits units of a task it has not registered
 	// states their Cost itself.
 	Estimate func(s Submission) Costs
+	// Debounce collapses a burst of submissions of one key into one run
+	// (see Debounce). Like Estimate, it applies where the task is
+	// registered: a process that submits units of a task it has not
+	// registered submits them undebounced.
+	Debounce *Debounce
+}
+
+// Debounce collapses a burst of submissions of one key (a document edited
+// ten times) into one run, for the latest. A submission whose key a
+// queued unit of the task holds, one that has not started, replaces it:
+// that unit ends skipped, its reason naming the new one (error kind
+// "debounced"), and the new one runs Period after its submission, unless
+// another replaces it in turn. The store decides, in the transaction that
+// stores the new unit: submissions from several processes, and a change
+// of owner, collapse exactly. Once the unit has started (its burst is
+// over), a submission of its key begins a new burst. The latest
+// submission's params win.
+type Debounce struct {
+	// Key derives a submission's key; nil means its Target. An empty key
+	// does not debounce the submission.
+	Key func(s Submission) string
+	// Period is how long after the last submission of a burst its unit
+	// runs. At least 1ms.
+	Period time.Duration
+	// MaxWait bounds a burst that does not settle: its unit runs at the
+	// latest MaxWait after the burst's first submission. Zero: no bound;
+	// else at least Period.
+	MaxWait time.Duration
 }
 
 // Work is the unit a Handler performs.
@@ -223,6 +251,11 @@ func (c *Cue) Task(name string, t Task) error {
 	}
 	if t.Timeout < 0 || t.MaxConcurrent < 0 || t.MaxDeferrals < 0 {
 		return fmt.Errorf("%w: task %q: negative Timeout, MaxConcurrent or MaxDeferrals", ErrInvalid, name)
+	}
+	if d := t.Debounce; d != nil && (d.Period < time.Millisecond || d.Period > MaxTimeout || d.MaxWait < 0 ||
+		(d.MaxWait > 0 && d.MaxWait < d.Period) || d.MaxWait > MaxTimeout) {
+		return fmt.Errorf("%w: task %q: Debounce Period %v, MaxWait %v (Period at least 1ms, MaxWait zero or at least Period, both at most %v)",
+			ErrInvalid, name, d.Period, d.MaxWait, MaxTimeout)
 	}
 	if t.Timeout > MaxTimeout {
 		return fmt.Errorf("%w: task %q: Timeout longer than %v", ErrInvalid, name, MaxTimeout)

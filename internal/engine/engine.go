@@ -133,6 +133,11 @@ type TaskSpec struct {
 	// Remote: the task's runs go to executors; none is dispatched until
 	// the Runner tells their room (SetRoom).
 	Remote bool
+	// ClaimAhead: every run's claim commits before its handler starts
+	// (as a rate-limited run's does), because the store may end a queued
+	// unit of the task on its own (a debounced task's, which a later
+	// submission replaces): a claim the store refuses then runs nothing.
+	ClaimAhead bool
 }
 
 // RetryPolicy is a retry policy as the engine uses it: how many runs may

@@ -233,10 +233,12 @@ func (d *Engine) start(u *unit, l *lane, now time.Time, probes []*resource, spen
 	r.mem.claim = store.Claim{Epoch: d.epoch, ID: u.id, Task: u.task, Owner: d.owner, Run: r.no, At: wall,
 		LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer), Log: logged, Events: events, Wait: now.Sub(time.Unix(0, u.readyAt))}
 	// A dispatch counted in a rate window is logged before the handler
-	// starts, so that a crash cannot forget a request the service saw.
+	// starts, so that a crash cannot forget a request the service saw;
+	// so is one of a task whose queued units the store may end on its own
+	// (ClaimAhead: a debounced unit replaced meanwhile runs nothing).
 	// Other claims are written behind the handler's start: a crash before
 	// the commit leaves the unit queued, and it runs again.
-	ahead := len(logged) > 0
+	ahead := len(logged) > 0 || l.task.spec.ClaimAhead
 	r.ahead = ahead
 	if ahead {
 		d.claims++

@@ -430,7 +430,7 @@ func (d *Engine) external(evs []store.Event) {
 			if !d.holdsOrEnds(ev.WorkID) {
 				load = append(load, ev.WorkID)
 			}
-		case store.TypeWorkCancelled, store.TypeWorkFailed:
+		case store.TypeWorkCancelled, store.TypeWorkFailed, store.TypeWorkSkipped:
 			d.applyEnded([]store.Event{ev})
 		case store.TypeWorkCancelRequested:
 			if r := d.runs[ev.WorkID]; r != nil {
@@ -492,6 +492,10 @@ func (d *Engine) holdsOrEnds(id string) bool {
 // about running units, or failures that will retry, are skipped.
 func (d *Engine) applyEnded(evs []store.Event) {
 	for _, ev := range evs {
+		if ev.Type == store.TypeWorkSkipped {
+			d.replaced(ev)
+			continue
+		}
 		if ev.Type != store.TypeWorkCancelled && ev.Type != store.TypeWorkFailed {
 			continue
 		}
@@ -540,4 +544,25 @@ func (d *Engine) requeueLocal(u *unit, at time.Time) {
 		return
 	}
 	d.makeEligible(u)
+}
+
+// replaced applies the skip of a queued unit that an insert ended (a
+// later submission of its debounce key replaced it, see store.Debounce):
+// it leaves the queue, and its dependents go on as after any skip.
+func (d *Engine) replaced(ev store.Event) {
+	if _, finishing := d.finishing[ev.WorkID]; finishing {
+		return // a run of this engine's own ended skipped: its Finish applies it
+	}
+	u, ok := d.units[ev.WorkID]
+	switch {
+	case ok && u.state == uRunning:
+		return // it started: the store skips only units that never did
+	case ok:
+		d.removeQueued(u)
+	default:
+		if o := d.orphans[ev.Task]; o != nil {
+			delete(o, ev.WorkID)
+		}
+	}
+	d.settled(ev.WorkID, store.Skipped, true)
 }
