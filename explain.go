@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/runcue/runcue/internal/recur"
 	"github.com/runcue/runcue/internal/vocab"
 	"github.com/runcue/runcue/store"
 )
@@ -22,12 +21,17 @@ import (
 // database.
 //
 // A unit a schedule submitted names the schedule and the period
-// (Explanation.Schedule, Period).
+// (Explanation.Schedule, Period); a debounced unit that a later
+// submission of its key would replace says so in its notes.
 func (c *Cue) Explain(ctx context.Context, id string) (Explanation, error) {
 	ex, err := c.explain(ctx, id)
 	if err == nil {
-		if u, gerr := c.st.GetUnit(ctx, id); gerr == nil {
-			ex.Schedule, ex.Period, _ = recur.ParseUnitKey(u.IdempotencyKey)
+		if wi, gerr := c.Get(ctx, id); gerr == nil {
+			ex.Schedule, ex.Period = wi.Schedule, wi.Period
+			if wi.DebounceKey != "" {
+				ex.Notes = append(ex.Notes, fmt.Sprintf("debounced: key %q, its burst began %s; it runs %s unless a later submission of the key replaces it",
+					wi.DebounceKey, wi.DebounceSince.UTC().Format(time.RFC3339), wi.RunAt.UTC().Format(time.RFC3339)))
+			}
 		}
 	}
 	return ex, err

@@ -9,6 +9,7 @@ import (
 	"math"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/runcue/runcue/internal/recur"
@@ -134,7 +135,9 @@ type WorkInfo struct {
 	// Result is a completed unit's result.
 	Result json.RawMessage `json:"result,omitempty"`
 	// Error and ErrorKind describe the last failure; for a skipped unit,
-	// Error is the reason given to Skip and ErrorKind is "skipped".
+	// Error is the reason given to Skip and ErrorKind is "skipped" (or,
+	// for a unit a later submission of its debounce key replaced,
+	// "replaced by <unit>" and "debounced").
 	Error     string `json:"error,omitempty"`
 	ErrorKind string `json:"error_kind,omitempty"`
 	// LeasedBy and LeaseExpiresAt describe a running unit's lease;
@@ -144,6 +147,11 @@ type WorkInfo struct {
 	HeartbeatAt    time.Time `json:"heartbeat_at,omitzero"`
 	// DependsOn lists the units this one waits for.
 	DependsOn []string `json:"depends_on,omitempty"`
+	// DebounceKey is the key of a debounced unit (Task.Debounce) that has
+	// not started: a later submission of the key replaces it.
+	// DebounceSince is when its burst began.
+	DebounceKey   string    `json:"debounce_key,omitempty"`
+	DebounceSince time.Time `json:"debounce_since,omitzero"`
 	// Cost is what one run charges the meters of its services, as stored
 	// at submit (Submission.Cost or the task's Estimate); nil: one request.
 	Cost Costs `json:"cost,omitempty"`
@@ -224,7 +232,18 @@ func (c *Cue) Get(ctx context.Context, id string) (WorkInfo, error) {
 	if err != nil {
 		return WorkInfo{}, c.readErr(err)
 	}
-	return infoFrom(u), nil
+	wi := infoFrom(u)
+	if dr, ok := c.st.(store.DebounceReader); ok && u.State == store.Queued && u.Runs == 0 {
+		key, since, held, err := dr.DebounceOf(ctx, id)
+		if err != nil {
+			return WorkInfo{}, c.readErr(err)
+		}
+		if held {
+			_, wi.DebounceKey, _ = strings.Cut(key, " ") // the stored key begins with the task's name
+			wi.DebounceSince = since
+		}
+	}
+	return wi, nil
 }
 
 // Dependents returns the IDs of the units that depend on the unit id (that

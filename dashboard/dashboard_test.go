@@ -512,3 +512,17 @@ func TestQueueWaitAsBuckets(t *testing.T) {
 	}
 	assert.Contains(t, body, "percentiles within their histogram buckets")
 }
+
+// TestUnitDebounced: a debounced unit's page says which key it holds and
+// that a later submission replaces it.
+func TestUnitDebounced(t *testing.T) {
+	f := newFixture(t, dashboard.Options{})
+	require.NoError(t, f.c.Task("index", runcue.Task{Handler: func(context.Context, *runcue.Work) (any, error) { return nil, nil },
+		Debounce: &runcue.Debounce{Period: time.Hour}}))
+	idx, err := f.c.Submit(t.Context(), runcue.Submission{Task: "index", Target: "doc-1"})
+	require.NoError(t, err)
+	code, body := f.get(t, "work/"+idx.ID)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, body, `<td id="debounce">key <b>doc-1</b>, burst since`)
+	assert.Contains(t, body, "unless a later submission of the key replaces it")
+}

@@ -461,6 +461,14 @@ type OwnerProber interface {
 	Owner(ctx context.Context) (Holder, bool, error)
 }
 
+// DebounceReader is implemented by stores that can say which debounce key
+// a unit holds (see Debounce).
+type DebounceReader interface {
+	// DebounceOf returns the debounce key unit id holds and when its burst
+	// began; ok is false when it holds none.
+	DebounceOf(ctx context.Context, id string) (key string, since time.Time, ok bool, err error)
+}
+
 // Questioner is implemented by stores that carry questions to the live
 // owner outside the event log (Ask, AnswerQuestion, ForgetQuestion): a
 // table no subscription reads, cleared as questions are answered.

@@ -434,6 +434,9 @@ func (c *cli) showCmd() *cobra.Command {
 					if len(wi.DependsOn) > 0 {
 						fmt.Fprintf(w, "depends on\t%s\n", strings.Join(wi.DependsOn, ", "))
 					}
+					if wi.DebounceKey != "" {
+						fmt.Fprintf(w, "debounced\tkey %s, burst since %s (a later submission of the key replaces it)\n", cell(wi.DebounceKey), when(wi.DebounceSince))
+					}
 					cost := wi.Cost.String()
 					if cost == "" {
 						cost = "requests 1"

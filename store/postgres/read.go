@@ -287,3 +287,8 @@ func (s *Store) Questions(ctx context.Context) ([]store.OwnerQuestion, error) {
 func (s *Store) Answered(ctx context.Context, id string) ([]byte, bool, error) {
 	return sqlcommon.Answered(ctx, s.query, `SELECT answer FROM questions WHERE id=$1`, id)
 }
+
+// DebounceOf returns the debounce key unit id holds, if any.
+func (s *Store) DebounceOf(ctx context.Context, id string) (string, time.Time, bool, error) {
+	return sqlcommon.DebounceOf(ctx, s.query, `SELECT key, since FROM debounces WHERE unit_id=$1 LIMIT 1`, id)
+}

@@ -352,3 +352,8 @@ func (s *Store) Questions(ctx context.Context) ([]store.OwnerQuestion, error) {
 func (s *Store) Answered(ctx context.Context, id string) ([]byte, bool, error) {
 	return sqlcommon.Answered(ctx, s.query, `SELECT answer FROM questions WHERE id=?`, id)
 }
+
+// DebounceOf returns the debounce key unit id holds, if any.
+func (s *Store) DebounceOf(ctx context.Context, id string) (string, time.Time, bool, error) {
+	return sqlcommon.DebounceOf(ctx, s.query, `SELECT key, since FROM debounces WHERE unit_id=? LIMIT 1`, id)
+}
