@@ -207,6 +207,21 @@ func (c *Cue) taskSpec(name string, t *Task, rr *remote.Runner) *engine.TaskSpec
 		ClaimAhead: t.Debounce != nil,
 		Runner:     &local.Runner{Call: c.localCall(t.Handler), MaxPayload: c.cfg.MaxPayload, Clock: c.clock, ShowDeadline: clock.IsReal(c.clock)},
 	}
+	if sq := t.Sequence; sq != nil {
+		spec.HoldOnFailure = sq.HoldOnFailure
+		spec.Sequence = func(target string) (key string) {
+			if sq.Key == nil {
+				return target
+			}
+			defer func() {
+				if p := recover(); p != nil {
+					c.log.Error("runcue: a Sequence Key panicked; the unit is in the sequence of its target", "task", name, "panic", p)
+					key = target
+				}
+			}()
+			return sq.Key(target)
+		}
+	}
 	if t.Remote && rr != nil {
 		spec.Runner, spec.Remote = rr, true
 		rr.AddTask(name)

@@ -83,6 +83,29 @@ type Task struct {
 	// registered: a process that submits units of a task it has not
 	// registered submits them undebounced.
 	Debounce *Debounce
+	// Sequence makes the units of one key start one at a time, in
+	// submission order (see Sequence).
+	Sequence *Sequence
+}
+
+// Sequence makes a task's units of one key (an account, a document, a
+// host) start one at a time, in the order they were submitted (stored),
+// retries included: a unit waiting out its backoff or a Retry-After holds
+// its key, and the next waits. Cancelled and skipped units give the turn
+// to the next; so does a unit that fails for good, unless HoldOnFailure.
+// Explain says "waits for <unit> in sequence <key>" (ReasonSequence). The
+// owner decides, from the units it holds, which it loads in submission
+// order: a new owner goes on in the same order.
+type Sequence struct {
+	// Key gives a unit's key from its target; nil means the target
+	// itself. An empty key puts the unit in no sequence; a Key that
+	// panics puts it in the sequence of its target.
+	Key func(target string) string
+	// HoldOnFailure makes a unit that fails for good hold its key: the
+	// key's next units wait until it is retried (Cue.Retry,
+	// RetryFailed) and completes, is skipped or is cancelled. Without it,
+	// the next unit goes on.
+	HoldOnFailure bool
 }
 
 // Debounce collapses a burst of submissions of one key (a document edited

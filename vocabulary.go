@@ -186,6 +186,7 @@ const (
 	ReasonServiceBusy         = runcuetype.ReasonServiceBusy
 	ReasonRateLimited         = runcuetype.ReasonRateLimited
 	ReasonMeterFull           = runcuetype.ReasonMeterFull
+	ReasonSequence            = runcuetype.ReasonSequence
 	ReasonCircuitOpen         = runcuetype.ReasonCircuitOpen
 	ReasonCircuitProbe        = runcuetype.ReasonCircuitProbe
 	ReasonBudgetExhausted     = runcuetype.ReasonBudgetExhausted

@@ -25,6 +25,10 @@ const (
 	ReasonServiceBusy ReasonKind = "service_at_capacity"
 	// ReasonRateLimited: Service's rate window is full until Until.
 	ReasonRateLimited ReasonKind = "rate_window_full"
+	// ReasonSequence: the unit waits for its turn in its task's sequence
+	// (Task.Sequence): Dependencies names the unit before it, or the
+	// failed unit that holds the key.
+	ReasonSequence ReasonKind = "waiting_sequence"
 	// ReasonMeterFull: an amount meter of Service (Meter: tokens, bytes)
 	// has no room for the unit's cost until Until.
 	ReasonMeterFull ReasonKind = "meter_full"

@@ -138,6 +138,12 @@ type TaskSpec struct {
 	// unit of the task on its own (a debounced task's, which a later
 	// submission replaces): a claim the store refuses then runs nothing.
 	ClaimAhead bool
+	// Sequence, when set, gives a unit's sequence key from its target
+	// ("": none): the units of one key start one at a time, in
+	// submission order, retries included. HoldOnFailure makes a unit that
+	// fails for good hold its key until it is retried.
+	Sequence      func(target string) string
+	HoldOnFailure bool
 }
 
 // RetryPolicy is a retry policy as the engine uses it: how many runs may

@@ -63,6 +63,8 @@ func (d *Engine) explain(id string) rt.Explanation {
 		add(r)
 	case uWaiting:
 		add(TimeReason(u.why.String(), u.runAt))
+	case uSequenced:
+		add(d.sequenceReason(u))
 	case uReady:
 		if d.inflight >= d.cfg.MaxConcurrent {
 			add(rt.Reason{Kind: rt.ReasonGlobalCap, Detail: fmt.Sprintf("%d units are running, the Cue's MaxConcurrent", d.inflight)})

@@ -22,7 +22,7 @@ func (d *Engine) queueStatus() {
 			qs.Queued++
 		case uWaiting:
 			qs.Waiting++
-		case uBlocked, uChecking:
+		case uBlocked, uChecking, uSequenced:
 			qs.Blocked++
 		}
 	}

@@ -557,6 +557,9 @@ func (d *Engine) conclude(r *run, e ending) {
 		}
 		d.requeueLocal(u, o.runAt)
 	} else {
+		if t := d.tasks[u.task]; t != nil && t.spec.HoldOnFailure && o.fin.State == store.Failed {
+			d.leaveSequence(u, true) // its key waits until it is retried
+		}
 		d.forget(u)
 	}
 	if o.fin.Attempt.Outcome == "late_start" {

@@ -69,12 +69,18 @@ func (d *Engine) refreshRegistry(services map[string]store.ServiceDef, tasks map
 		}
 		d.tasks[name] = rt
 		rt.base = d.laneFor(rt, nil, nil)
+		if t.Sequence != nil && t.HoldOnFailure {
+			d.readHolders(rt)
+		}
 		if orphans := d.orphans[name]; orphans != nil {
 			delete(d.orphans, name)
 			var withDeps []*unit
 			for _, u := range orphans {
 				d.deriveKeys(u, rt)
 				d.units[u.id] = u
+				d.joinSequence(u, rt) // all of them before any is eligible
+			}
+			for _, u := range orphans {
 				if len(u.deps()) > 0 {
 					withDeps = append(withDeps, u)
 				} else {

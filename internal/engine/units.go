@@ -32,6 +32,10 @@ type unitIndex struct {
 
 	units      map[string]*unit
 	orphans    map[string]map[string]*unit
+	// seqs are the sequence keys' lines (sequences.go); seqReading the
+	// HoldOnFailure tasks whose failed units are being read.
+	seqs       map[string]*seqLine
+	seqReading map[string]bool
 	paramBytes int
 	// noParams lists the units indexed without their params, in index
 	// order (units that ran or left since are skipped when it is read);
@@ -60,6 +64,7 @@ const (
 	uOrphan          // task type not registered here
 	uBlocked         // waiting for dependencies to complete
 	uChecking        // dependencies complete, DependencySatisfied not yet true
+	uSequenced       // waiting for its turn in its sequence (sequences.go)
 )
 
 // unit is a queued, waiting or running unit as the dispatcher holds it.
@@ -119,6 +124,8 @@ type unitMore struct {
 	trace    []byte        // the submitter's trace context
 	timeout  time.Duration // the submission's own timeout
 	costs    rt.Costs      // its costs by amount (stored at submit)
+	// line is its sequence key's line (sequences.go), nil if none.
+	line *seqLine
 	// leaseRun is the run whose lease the unit waits for (the lease rule:
 	// its Runner has not reported its end); backoffAt is when it may run
 	// once that run's end is reported.
@@ -322,6 +329,7 @@ func (x *unitIndex) register(u *unit) *unit {
 		return nil
 	}
 	x.deriveKeys(u, rt)
+	x.joinSequence(u, rt)
 	if x.paramBytes+paramCost(u.params) <= x.paramBudget() {
 		x.paramBytes += paramCost(u.params)
 	} else {
@@ -335,6 +343,9 @@ func (x *unitIndex) register(u *unit) *unit {
 
 // makeEligible puts u in its lane, or on the timer heap until its runAt.
 func (x *unitIndex) makeEligible(u *unit) {
+	if x.sequenced(u) {
+		return // its turn comes when the unit before it leaves (leaveSequence)
+	}
 	if wall := x.wall(); u.runAt.After(wall) {
 		// runAt is a wall-clock instant: it keeps its meaning as the wall
 		// clock reads now, and the wait it implies is measured from now on
@@ -405,6 +416,7 @@ func (x *unitIndex) removeQueued(u *unit) {
 }
 
 func (x *unitIndex) forget(u *unit) {
+	x.leaveSequence(u, false)
 	if u.hasParams {
 		x.paramBytes -= paramCost(u.params)
 		u.params, u.hasParams = nil, false
