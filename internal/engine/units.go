@@ -30,8 +30,8 @@ type unitIndex struct {
 	*scorer
 	keys keysCaller
 
-	units      map[string]*unit
-	orphans    map[string]map[string]*unit
+	units   map[string]*unit
+	orphans map[string]map[string]*unit
 	// seqs are the sequence keys' lines (sequences.go); seqReading the
 	// HoldOnFailure tasks whose failed units are being read.
 	seqs       map[string]*seqLine
@@ -58,13 +58,13 @@ func (x *unitIndex) backSeq() int64 {
 
 // unit states inside the dispatcher.
 const (
-	uWaiting  = iota // until runAt (timer heap)
-	uReady           // in its lane
-	uRunning         //
-	uOrphan          // task type not registered here
-	uBlocked         // waiting for dependencies to complete
-	uChecking        // dependencies complete, DependencySatisfied not yet true
-	uSequenced       // waiting for its turn in its sequence (sequences.go)
+	uWaiting   = iota // until runAt (timer heap)
+	uReady            // in its lane
+	uRunning          //
+	uOrphan           // task type not registered here
+	uBlocked          // waiting for dependencies to complete
+	uChecking         // dependencies complete, DependencySatisfied not yet true
+	uSequenced        // waiting for its turn in its sequence (sequences.go)
 )
 
 // unit is a queued, waiting or running unit as the dispatcher holds it.
