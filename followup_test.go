@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"path/filepath"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runcue/runcue"
+	"github.com/runcue/runcue/httplimit"
 )
 
 // TestExecutorFollowUp: a handler run by an executor (made with
@@ -114,4 +116,60 @@ func TestWorkCueLocal(t *testing.T) {
 	assert.Same(t, e.c, got)
 	assert.Equal(t, runcue.Costs{"tokens": 7}, e.wait("n1").Cost)
 	assert.Nil(t, (&runcue.Work{}).Cue(), "outside a run")
+}
+
+// TestExecutorObservationsReachOwner: what a remote handler reports of
+// its service's limits (httplimit.Report: no token left for 30 s) reaches
+// the owner with the run's end, as a local handler's does: the meter is
+// held, and the next unit waits.
+func TestExecutorObservationsReachOwner(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "runcue.db")
+	ctx := t.Context()
+	register := func(c *runcue.Cue) {
+		require.NoError(t, c.Service("llm", runcue.Service{Meters: []runcue.Meter{{Name: "tokens", Limit: 10_000, Window: time.Minute}}}))
+		require.NoError(t, c.Task("ask", runcue.Task{Remote: true, Services: []string{"llm"},
+			Estimate: func(runcue.Submission) runcue.Costs { return runcue.Costs{"tokens": 100} }}))
+	}
+	sched, err := runcue.Open(path, runcue.Config{PollInterval: 20 * time.Millisecond, Logger: quietLogger})
+	require.NoError(t, err)
+	defer sched.Close()
+	register(sched)
+	require.NoError(t, sched.Start(ctx))
+	c, err := runcue.Open(path, runcue.Config{Logger: quietLogger})
+	require.NoError(t, err)
+	defer c.Close()
+	register(c)
+	x, err := c.Executor(runcue.ExecutorConfig{PollInterval: 10 * time.Millisecond}, map[string]runcue.Handler{
+		"ask": func(ctx context.Context, w *runcue.Work) (any, error) {
+			h := http.Header{"X-Ratelimit-Limit-Tokens": {"10000"}, "X-Ratelimit-Remaining-Tokens": {"0"}, "X-Ratelimit-Reset-Tokens": {"30s"}}
+			return nil, httplimit.Report(w, h, http.StatusOK, time.Now())
+		}})
+	require.NoError(t, err)
+	xctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- x.Run(xctx) }()
+	defer func() {
+		stop()
+		require.NoError(t, <-done)
+	}()
+	s, err := sched.Submit(ctx, runcue.Submission{Task: "ask"})
+	require.NoError(t, err)
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	info, err := sched.Wait(wctx, s.ID)
+	require.NoError(t, err)
+	require.Equal(t, runcue.StateCompleted, info.State)
+	require.NoError(t, runcue.Settle(ctx, sched))
+	st, err := sched.ServiceStatus(ctx, "llm")
+	require.NoError(t, err)
+	require.Len(t, st.Meters, 1)
+	assert.GreaterOrEqual(t, st.Meters[0].Used, int64(10_000), "the provider's zero holds the meter")
+	next, err := sched.Submit(ctx, runcue.Submission{Task: "ask"})
+	require.NoError(t, err)
+	require.NoError(t, runcue.Settle(ctx, sched))
+	ex, err := sched.Explain(ctx, next.ID)
+	require.NoError(t, err)
+	require.NotEmpty(t, ex.Reasons)
+	assert.Equal(t, runcue.ReasonMeterFull, ex.Reasons[0].Kind, "%+v", ex.Reasons)
+	require.NoError(t, sched.Cancel(ctx, next.ID, runcue.CancelOptions{}))
 }

@@ -176,7 +176,21 @@ type Report struct {
 	Timeout    bool             `json:"timeout,omitempty"`
 	Panic      bool             `json:"panic,omitempty"`
 	Used       map[string]int64 `json:"used,omitempty"`
+	// Observations are what the handler reported of its services' limits
+	// (Work.Observe), in order, each with the instant it reported it on
+	// the store's clock; at most MaxObservations, the latest.
+	Observations []Observed `json:"observations,omitempty"`
 }
+
+// Observed is one Work.Observe of a remote run.
+type Observed struct {
+	At          time.Time `json:"at"`
+	Observation rt.Observation
+}
+
+// MaxObservations bounds the observations a report carries: the latest
+// are kept (a reading replaces what an older one said).
+const MaxObservations = 32
 
 // ReportOf describes a handler's error as Classify reads it.
 func ReportOf(err error) Report {

@@ -136,6 +136,20 @@ func (p *Run) Observe(o rt.Observation) {
 	p.r.d.in.Push(msgObserved{run: p.r, obs: o, at: p.r.d.now()})
 }
 
+// ObserveAt is Observe for a report made at wall-clock instant at, on
+// this host's clock (a remote run's, read from its executor's report):
+// it is placed on the engine's timeline by its distance from now, and
+// never after now.
+func (p *Run) ObserveAt(o rt.Observation, at time.Time) {
+	d := p.r.d
+	now := d.now()
+	t := now.Add(at.Sub(d.wall()))
+	if t.After(now) {
+		t = now
+	}
+	d.in.Push(msgObserved{run: p.r, obs: o, at: t})
+}
+
 // Heartbeat reports that the handler is alive: its lease is extended,
 // with at most one write a second.
 func (p *Run) Heartbeat() { p.r.d.reportHeartbeat(p) }

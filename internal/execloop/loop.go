@@ -323,10 +323,15 @@ func (x *Loop) execute(r *execRun) {
 	x.mu.Unlock()
 	// The latest instant on the store's clock the start can have been.
 	x.submit(&store.ReportStart{Executor: x.cfg.ID, ID: a.ID, Run: a.Run, At: started.Add(offset + unc)})
-	u := &usage{}
+	u := &usage{now: func() time.Time {
+		t := x.cfg.Clock.Now()
+		off, _, _ := x.clock.Estimate(t)
+		return t.Add(off) // on the store's clock
+	}}
 	out, err := call.Invoke(&r.ctx, func(ctx context.Context) (any, error) { return x.call(ctx, a, started, u) }, x.cfg.MaxPayload)
 	e := call.ReportOf(err)
 	e.Result, e.Used = out, u.take()
+	e.Observations = u.takeObserved()
 	r.cancel(nil)
 	x.mu.Lock()
 	if x.runs[a.ID] == r {
@@ -378,16 +383,34 @@ func (x *Loop) shutdown() error {
 }
 
 // usage is a remote run's Work reporter: it keeps the amounts the handler
-// reports for the end; progress, heartbeats and observations are not sent
-// (the executor's own heartbeat keeps the lease).
+// reports and what it observed of its services' limits, each with its
+// instant on the store's clock (now), for the end's report; progress and
+// heartbeats are not sent (the executor's own heartbeat keeps the lease).
 type usage struct {
-	mu   sync.Mutex
-	used map[string]int64
+	mu       sync.Mutex
+	now      func() time.Time
+	used     map[string]int64
+	observed []call.Observed
 }
 
-func (u *usage) Progress([]byte)        {}
-func (u *usage) Heartbeat()             {}
-func (u *usage) Observe(rt.Observation) {}
+func (u *usage) Progress([]byte) {}
+func (u *usage) Heartbeat()      {}
+func (u *usage) Observe(o rt.Observation) {
+	at := u.now()
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.observed) == call.MaxObservations {
+		u.observed = append(u.observed[:0], u.observed[1:]...)
+	}
+	u.observed = append(u.observed, call.Observed{At: at, Observation: o})
+}
+func (u *usage) takeObserved() []call.Observed {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	o := u.observed
+	u.observed = nil
+	return o
+}
 func (u *usage) Use(amounts rt.Costs) {
 	u.mu.Lock()
 	defer u.mu.Unlock()

@@ -40,3 +40,16 @@ func endingOf(b []byte, at time.Time) engine.Ending {
 	}
 	return e
 }
+
+// observedOf decodes what a run's handler observed of its services'
+// limits from its executor's report (none from an unreadable one, or one
+// an older executor wrote).
+func observedOf(b []byte) []call.Observed {
+	var r struct {
+		Observations []call.Observed `json:"observations"`
+	}
+	if json.Unmarshal(b, &r) != nil || len(r.Observations) > call.MaxObservations {
+		return nil
+	}
+	return r.Observations
+}

@@ -503,6 +503,12 @@ func (rr *Runner) applyReports(as []store.Assignment) map[string]bool {
 		// there at once, ahead of the present).
 		if a.State == store.AssignEnded {
 			x.ended = true
+			// What the handler observed of its services' limits, each at
+			// its instant (the store's clock, made this host's), before
+			// the end: the end's adaptive limits read it (as a local run's).
+			for _, o := range observedOf(a.Ending) {
+				x.p.ObserveAt(o.Observation, o.At.Add(-offset))
+			}
 			x.p.Done(endingOf(a.Ending, rr.d.Clock.Now()))
 		}
 	}
