@@ -286,6 +286,14 @@ type Workload struct {
 	// served).
 	Tenants     []Tenant `yaml:"tenants,omitempty" json:"tenants,omitempty"`
 	TenantShare string   `yaml:"tenant_share,omitempty" json:"tenant_share,omitempty"`
+	// Keys, when set, draws each unit's target from this many keys
+	// ("key-00", ...), for the patterns: Debounce, when set, debounces the
+	// tasks by target with that period (Task.Debounce); Sequence runs each
+	// key's units one at a time in submission order (Task.Sequence).
+	// patterns.go checks them.
+	Keys     int      `yaml:"keys,omitempty" json:"keys,omitempty"`
+	Debounce Duration `yaml:"debounce,omitempty" json:"debounce,omitzero"`
+	Sequence bool     `yaml:"sequence,omitempty" json:"sequence,omitempty"`
 }
 
 // Expect are the scenario's own invariants, besides those every run

@@ -180,9 +180,16 @@ func (e *engine) register(c *runcue.Cue, handle func(task string) runcue.Handler
 	}
 	w := e.cfg.Workload
 	for _, t := range w.TaskTypes {
-		if err := c.Task(t, runcue.Task{Services: w.TaskServices[t], Handler: handle(t), Timeout: w.Timeout.D(), ServiceKeys: e.serviceKeys(),
+		task := runcue.Task{Services: w.TaskServices[t], Handler: handle(t), Timeout: w.Timeout.D(), ServiceKeys: e.serviceKeys(),
 			Retry:                runcue.RetryPolicy{MaxAttempts: w.MaxAttempts, BaseDelay: w.BaseDelay.D(), Jitter: runcue.JitterFull},
-			HoldSlotsUntilReturn: true}); err != nil {
+			HoldSlotsUntilReturn: true}
+		if w.Debounce > 0 {
+			task.Debounce = &runcue.Debounce{Period: w.Debounce.D()}
+		}
+		if w.Sequence {
+			task.Sequence = &runcue.Sequence{}
+		}
+		if err := c.Task(t, task); err != nil {
 			return fmt.Errorf("task %s: %w", t, err)
 		}
 	}

@@ -36,8 +36,10 @@ type Report struct {
 	Tenants    map[string]TenantShare `json:"tenants,omitempty"`
 	Priority   PriorityMetrics        `json:"priority"`
 	QueueDepth []DepthPoint           `json:"queue_depth"`
-	// Recovery is filled by the recovery scenario.
+	// Recovery is filled by the recovery scenario; Patterns by a run
+	// with Workload.Keys (patterns.go).
 	Recovery   *RecoveryMetrics `json:"recovery,omitempty"`
+	Patterns   *PatternReport   `json:"patterns,omitempty"`
 	Invariants []Invariant      `json:"invariants"`
 	Pass       bool             `json:"pass"`
 }
@@ -200,6 +202,10 @@ func (e *engine) report(ctx context.Context) (*Report, error) {
 	r.Priority = inversions(units)
 	r.QueueDepth = queueDepth(units, r.Ended.D())
 	e.verdicts(r)
+	e.patterns(r, units, func(name string, pass bool, format string, args ...any) {
+		r.Invariants = append(r.Invariants, Invariant{Name: name, Pass: pass, Detail: fmt.Sprintf(format, args...)})
+		r.Pass = r.Pass && pass
+	})
 	return r, nil
 }
 

@@ -240,6 +240,44 @@ duration: 20m
 expect:
   tenant_shares: true
 `,
+	"debounce": `
+description: Edits of 30 documents arrive at random, each re-indexed by a debounced task (5 s after its last edit); an index call takes 200 ms to 1 s, five at a time. Each burst of edits runs once, for its last edit; the edits it replaced end skipped; no unit runs once a later edit of its document came before its start.
+services:
+  indexer:
+    max_concurrent: 5
+    behavior:
+      latency: {distribution: uniform, min: 200ms, max: 1s}
+      error_rate: 0.02
+workload:
+  pattern: none
+  task_types: [reindex]
+  rate: 4
+  keys: 30
+  debounce: 5s
+duration: 20m
+`,
+	"sequence": `
+description: Ledger entries of 12 accounts arrive at random and post one at a time per account, in the order they arrived, through an API that answers 429 (a Retry-After) or fails now and then; a failed entry is retried after its backoff, and the account's next entries wait for it.
+services:
+  ledger:
+    max_concurrent: 8
+    rate_limit: 300
+    rate_window: 1m
+    behavior:
+      latency: {distribution: uniform, min: 100ms, max: 600ms}
+      error_rate: 0.1
+      rate_limited_rate: 0.05
+      retry_after: 3s
+workload:
+  pattern: none
+  task_types: [post]
+  rate: 3
+  keys: 12
+  sequence: true
+  max_attempts: 5
+  base_delay: 2s
+duration: 20m
+`,
 	"recovery": `
 description: The Cue runs in a child process that is SIGKILLed at random moments and restarted; the mocks and their counters live in the parent, which checks that no unit is lost and none completes twice, and counts the handler executions the kills repeated. Real clock.
 services:

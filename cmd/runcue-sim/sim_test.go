@@ -63,7 +63,8 @@ func invariant(t *testing.T, r *Report, name string) Invariant {
 func TestScenariosPassVirtual(t *testing.T) {
 	durations := map[string]time.Duration{"steady_load": 8 * time.Minute, "burst": 10 * time.Minute,
 		"cascade_failure": 10 * time.Minute, "priority_test": 12 * time.Minute, "starvation": 15 * time.Minute, "llm_api": 10 * time.Minute,
-		"llm_tokens": 4 * time.Minute, "hidden_limit": 10 * time.Minute, "tenants": 8 * time.Minute}
+		"llm_tokens": 4 * time.Minute, "hidden_limit": 10 * time.Minute, "tenants": 8 * time.Minute,
+		"debounce": 8 * time.Minute, "sequence": 8 * time.Minute}
 	for _, name := range scenarioNames() {
 		if name == "recovery" {
 			continue
@@ -106,6 +107,13 @@ func TestScenariosPassVirtual(t *testing.T) {
 			case "priority_test":
 				assert.Positive(t, rep.Priority.HighWait.N)
 				assert.Greater(t, rep.Priority.LowWait.P50, rep.Priority.HighWait.P50, "high priority waits less")
+			case "debounce":
+				require.NotNil(t, rep.Patterns)
+				assert.Positive(t, rep.Patterns.Replaced, "bursts collapsed")
+				assert.Positive(t, rep.Patterns.Ran)
+			case "sequence":
+				require.NotNil(t, rep.Patterns)
+				assert.Positive(t, rep.Retries.Retried, "retries held their keys")
 			case "llm_api":
 				assert.Positive(t, rep.Retries.Deferred)
 				assert.Positive(t, rep.Services["llm"].Checks.MaxTokensInWindow)

@@ -15,6 +15,7 @@ import (
 type unitSpec struct {
 	id       string
 	task     string
+	target   string // "": its ID
 	priority int
 	deps     []string
 }
@@ -171,6 +172,9 @@ func (g *generator) build(p string) []unitSpec {
 	var us []unitSpec
 	add := func(deps ...int) {
 		u := unitSpec{id: fmt.Sprintf("g%07d.%d", n, len(us)), task: g.task()}
+		if g.w.Keys > 0 {
+			u.target = fmt.Sprintf("key-%02d", g.rng.IntN(g.w.Keys))
+		}
 		if g.w.HighFraction > 0 && g.rng.Float64() < g.w.HighFraction {
 			u.priority = 1
 		}
@@ -226,6 +230,9 @@ func (gr group) submissions() []runcue.Submission {
 	subs := make([]runcue.Submission, len(gr.units))
 	for i, u := range gr.units {
 		subs[i] = runcue.Submission{Task: u.task, ID: u.id, Target: u.id, DependsOn: u.deps}
+		if u.target != "" {
+			subs[i].Target = u.target
+		}
 		if u.priority != 0 {
 			subs[i].Params = prioParams{P: u.priority}
 		}
