@@ -175,6 +175,19 @@ type Tokens struct {
 	Headers       string   `yaml:"headers,omitempty" json:"headers,omitempty"`
 	// MockLimit is the mock's own token limit per Window (default Limit).
 	MockLimit int64 `yaml:"mock_limit,omitempty" json:"mock_limit,omitempty"`
+	// Shared, when set, makes the key a shared one: another client uses
+	// it too, and the mock enforces MockLimit at arrival, answering 429
+	// (Behavior.RetryAfter) to a call of runcue's or the other client's
+	// whose tokens do not fit in its window.
+	Shared *Shared `yaml:"shared,omitempty" json:"shared,omitempty"`
+}
+
+// Shared is the other client of a shared key: every Every it sends a
+// request of Share of MockLimit per Window's worth of tokens (Share *
+// MockLimit * Every / Window), steadily, from the run's start.
+type Shared struct {
+	Share float64  `yaml:"share" json:"share"`
+	Every Duration `yaml:"every,omitempty" json:"every,omitzero"`
 }
 
 // Span is a uniform range of token counts.
@@ -213,6 +226,14 @@ func (t *Tokens) normalize() error {
 	}
 	if t.MockLimit == 0 {
 		t.MockLimit = t.Limit
+	}
+	if s := t.Shared; s != nil {
+		if s.Every == 0 {
+			s.Every = Duration(100 * time.Millisecond)
+		}
+		if s.Share <= 0 || s.Share >= 1 || s.Every < Duration(time.Millisecond) || s.Every > t.Window {
+			return errors.New("tokens: shared needs 0 < share < 1 and 1ms <= every <= window")
+		}
 	}
 	return nil
 }
@@ -318,6 +339,11 @@ type Expect struct {
 	// TokenUtilisation bounds from below each token-limited mock's use of
 	// its limit while work is submitted (see checks.TokenUtilisation).
 	TokenUtilisation float64 `yaml:"token_utilisation,omitempty" json:"token_utilisation,omitempty"`
+	// SharedRefusals bounds from above the share of runcue's calls a
+	// shared key answered 429, SharedOfLeft from below the tokens runcue
+	// used of what the other client left (Tokens.Shared; see SharedStats).
+	SharedRefusals float64 `yaml:"shared_refusals,omitempty" json:"shared_refusals,omitempty"`
+	SharedOfLeft   float64 `yaml:"shared_of_left,omitempty" json:"shared_of_left,omitempty"`
 	// Refused: circular groups were submitted and every one was refused.
 	Refused bool `yaml:"refused,omitempty" json:"refused,omitempty"`
 	// TenantShares: each tenant's share is within 10% of its weight's

@@ -263,6 +263,10 @@ func printSummary(w io.Writer, r *Report, quiet bool) {
 				fmt.Fprintf(w, "  %-12s tokens: max %d in a window (mock limit %d per %v), %.1f%% of the limit used while work was submitted\n",
 					"", sm.Checks.MaxTokensInWindow, t.MockLimit, t.Window.D(), 100*sm.Checks.TokenUtilisation)
 			}
+			if sh := sm.Checks.Shared; sh != nil {
+				fmt.Fprintf(w, "  %-12s shared key: %.2f%% of runcue's %d calls answered 429; runcue used %.1f%% of what the other client left; %.2f%% of its %d requests refused\n",
+					"", sh.RefusedPct, sh.Calls, 100*sh.OfLeft, sh.ForeignRefused, sh.Foreign)
+			}
 		}
 		if rc := r.Recovery; rc != nil {
 			fmt.Fprintf(w, "  recovery: %d kills, %d restarts, %d executions, %d repeated by the kills\n", rc.Kills, rc.Restarts, rc.Executions, rc.Repeated)

@@ -61,11 +61,13 @@ type mock struct {
 	latencyScale atomic.Uint64 // math.Float64bits
 	failUntil    atomic.Int64  // offset from epoch, ns; a forced outage before it
 
-	mu       sync.Mutex
-	calls    []call    // every call, in arrival order of the mock's lock
-	inflight int       // calls started and not ended
-	window   []float64 // arrivals (s since epoch) within the mock window, for live display
-	holds    []hold    // every Retry-After answered
+	mu          sync.Mutex
+	calls       []call        // every call, in arrival order of the mock's lock
+	foreign     []call        // the other client's requests (Tokens.Shared), by arrival
+	nextForeign time.Duration // the other client's next request, since epoch
+	inflight    int           // calls started and not ended
+	window      []float64     // arrivals (s since epoch) within the mock window, for live display
+	holds       []hold        // every Retry-After answered
 }
 
 // hold is a Retry-After the mock answered: no call should arrive in
@@ -178,9 +180,18 @@ func (m *mock) tokenState(now time.Time) (remaining int64, reset time.Duration) 
 	t := m.cfg.Tokens
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.foreignUpTo(now)
 	cut := now.Add(-t.Window.D())
 	var used int64
 	var last time.Time
+	for _, c := range m.foreign {
+		if c.start.After(cut) && !c.start.After(now) {
+			used += c.tokens
+			if c.start.After(last) {
+				last = c.start
+			}
+		}
+	}
 	for i := len(m.calls) - 1; i >= 0; i-- {
 		c := m.calls[i]
 		if c.start.After(now) {
@@ -210,6 +221,12 @@ func (m *mock) arrive(unit string, attempt int, start time.Time) (int, bool) {
 	defer m.mu.Unlock()
 	use, _ := m.tokens(unit)
 	refused := m.overHidden(start)
+	if t := m.cfg.Tokens; t != nil && t.Shared != nil {
+		m.foreignUpTo(start)
+		if m.tokensAt(start)+use > t.MockLimit {
+			refused, use = true, 0 // a refused call uses nothing
+		}
+	}
 	m.calls = append(m.calls, call{unit: unit, attempt: attempt, start: start, tokens: use, refused: refused})
 	m.inflight++
 	if m.cfg.Behavior.MockWindow > 0 {
@@ -316,6 +333,8 @@ type checks struct {
 	TokenUtilisation  float64 `json:"token_utilisation,omitempty"`
 	// Hidden reports a hidden limit's effect (Behavior.HiddenLimit).
 	Hidden *hiddenStats `json:"hidden,omitempty"`
+	// Shared reports a shared key's figures (Tokens.Shared).
+	Shared *SharedStats `json:"shared,omitempty"`
 }
 
 // hiddenStats is what a hidden limit did over the second half of the
@@ -459,6 +478,7 @@ func (m *mock) check() checks {
 	}
 	if t := m.cfg.Tokens; t != nil && len(cs) > 0 {
 		m.checkTokens(&ch, cs, t)
+		ch.Shared = m.sharedStats(cs)
 	}
 	if b.HiddenLimit > 0 && m.cfg.RateWindow > 0 {
 		ch.Hidden = m.checkHidden(cs)
@@ -530,4 +550,108 @@ func (m *mock) tokenHeaders(now time.Time) http.Header {
 	h.Set("X-Ratelimit-Remaining-Tokens", strconv.FormatInt(rem, 10))
 	h.Set("X-Ratelimit-Reset-Tokens", reset.String())
 	return h
+}
+
+// foreignUpTo sends the other client's requests (Tokens.Shared) due up to
+// now, each served if its tokens fit in the window at its arrival, else
+// refused. m.mu is held.
+func (m *mock) foreignUpTo(now time.Time) {
+	t := m.cfg.Tokens
+	if t == nil || t.Shared == nil {
+		return
+	}
+	every := t.Shared.Every.D()
+	size := int64(t.Shared.Share * float64(t.MockLimit) * float64(every) / float64(t.Window.D()))
+	for ; !m.epoch.Add(m.nextForeign).After(now); m.nextForeign += every {
+		at := m.epoch.Add(m.nextForeign)
+		c := call{unit: "", start: at, end: at, tokens: size}
+		if m.tokensAt(at)+size > t.MockLimit {
+			c.refused, c.tokens = true, 0
+		}
+		m.foreign = append(m.foreign, c)
+	}
+}
+
+// tokensAt is what the window ending at t holds: the tokens of the calls
+// served (runcue's and the other client's) that arrived in it. m.mu is
+// held.
+func (m *mock) tokensAt(t time.Time) int64 {
+	cut := t.Add(-m.cfg.Tokens.Window.D())
+	var used int64
+	for _, cs := range [][]call{m.calls, m.foreign} {
+		for i := len(cs) - 1; i >= 0; i-- {
+			c := cs[i]
+			if !c.start.After(cut) {
+				if c.start.Before(cut.Add(-time.Second)) {
+					break // appended in arrival order, give or take the wire's jitter
+				}
+				continue
+			}
+			if !c.start.After(t) {
+				used += c.tokens
+			}
+		}
+	}
+	return used
+}
+
+// SharedStats are a shared key's figures (Tokens.Shared), from Window
+// after the start to the end of the submissions: runcue's calls and the
+// share of them answered 429 for tokens, runcue's tokens served as a
+// fraction of what the other client's served tokens left of the limit,
+// and the other client's requests and the share of them refused.
+type SharedStats struct {
+	Calls          int     `json:"calls"`
+	RefusedPct     float64 `json:"refused_pct"`
+	OfLeft         float64 `json:"of_left"`
+	Foreign        int     `json:"foreign"`
+	ForeignRefused float64 `json:"foreign_refused_pct"`
+}
+
+// sharedStats computes the shared key's figures of the calls cs (by
+// arrival).
+func (m *mock) sharedStats(cs []call) *SharedStats {
+	t := m.cfg.Tokens
+	if t == nil || t.Shared == nil {
+		return nil
+	}
+	m.mu.Lock()
+	foreign := slices.Clone(m.foreign)
+	m.mu.Unlock()
+	win := t.Window.D()
+	from, to := m.epoch.Add(win), m.epoch.Add(m.until)
+	st := &SharedStats{}
+	var refused, ours, theirs int64
+	for _, c := range cs {
+		if c.start.After(from) && !c.start.After(to) {
+			st.Calls++
+			if c.refused {
+				refused++
+			}
+			ours += c.tokens
+		}
+	}
+	var frefused int
+	for _, c := range foreign {
+		if c.start.After(from) && !c.start.After(to) {
+			st.Foreign++
+			if c.refused {
+				frefused++
+			}
+			theirs += c.tokens
+		}
+	}
+	if st.Calls > 0 {
+		st.RefusedPct = round4(100 * float64(refused) / float64(st.Calls))
+	}
+	if st.Foreign > 0 {
+		st.ForeignRefused = round4(100 * float64(frefused) / float64(st.Foreign))
+	}
+	if span := to.Sub(from); span > 0 {
+		left := float64(t.MockLimit)*span.Seconds()/win.Seconds() - float64(theirs)
+		if left > 0 {
+			st.OfLeft = round4(float64(ours) / left)
+		}
+	}
+	return st
 }

@@ -668,6 +668,20 @@ func (e *engine) verdicts(r *Report) {
 				s.RateLimit, s.RateWindow.D(), h.Follow.D(), x.HiddenFollow.D())
 		}
 	}
+	for _, name := range e.cfg.serviceNames() {
+		sh := r.Services[name].Checks.Shared
+		if sh == nil {
+			continue
+		}
+		if x.SharedRefusals > 0 {
+			expect("shared_key_refusals:"+name, sh.RefusedPct < 100*x.SharedRefusals, "%.2f%% of runcue's %d calls answered 429 (bound %.1f%%)",
+				sh.RefusedPct, sh.Calls, 100*x.SharedRefusals)
+		}
+		if x.SharedOfLeft > 0 {
+			expect("shared_key_throughput:"+name, sh.OfLeft >= x.SharedOfLeft, "runcue used %.1f%% of the tokens the other client left (bound %.0f%%)",
+				100*sh.OfLeft, 100*x.SharedOfLeft)
+		}
+	}
 	if x.TenantShares {
 		tenantChecks(r, expect)
 	}

@@ -240,6 +240,30 @@ duration: 20m
 expect:
   tenant_shares: true
 `,
+	"shared_key": `
+description: An OpenAI-style API key shared with another program that steadily sends 40% of its 12,000 tokens per 2 s (a request every 100 ms); the API counts every request's tokens at arrival and answers 429 (Retry-After 1 s) to one that does not fit. runcue, told the key's whole limit and backlogged, learns of the other program only from the x-ratelimit headers. The report gives the share of runcue's calls answered 429 and of the other's refused, and the tokens runcue used of what the other left.
+services:
+  llm:
+    max_concurrent: 30
+    tokens:
+      limit: 12000
+      window: 2s
+      input: {min: 100, max: 300}
+      output: {min: 50, max: 150}
+      max_tokens: 150
+      estimate_error: 0.05
+      headers: openai
+      shared: {share: 0.4, every: 100ms}
+    behavior:
+      latency: {distribution: uniform, min: 50ms, max: 300ms}
+      retry_after: 1s
+workload:
+  pattern: none
+  task_types: [complete]
+  load: 1.3
+  timeout: 30s
+duration: 10m
+`,
 	"debounce": `
 description: Edits of 30 documents arrive at random, each re-indexed by a debounced task (5 s after its last edit); an index call takes 200 ms to 1 s, five at a time. Each burst of edits runs once, for its last edit; the edits it replaced end skipped; no unit runs once a later edit of its document came before its start.
 services:

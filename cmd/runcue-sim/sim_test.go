@@ -64,7 +64,7 @@ func TestScenariosPassVirtual(t *testing.T) {
 	durations := map[string]time.Duration{"steady_load": 8 * time.Minute, "burst": 10 * time.Minute,
 		"cascade_failure": 10 * time.Minute, "priority_test": 12 * time.Minute, "starvation": 15 * time.Minute, "llm_api": 10 * time.Minute,
 		"llm_tokens": 4 * time.Minute, "hidden_limit": 10 * time.Minute, "tenants": 8 * time.Minute,
-		"debounce": 8 * time.Minute, "sequence": 8 * time.Minute}
+		"debounce": 8 * time.Minute, "sequence": 8 * time.Minute, "shared_key": 3 * time.Minute}
 	for _, name := range scenarioNames() {
 		if name == "recovery" {
 			continue
@@ -107,6 +107,11 @@ func TestScenariosPassVirtual(t *testing.T) {
 			case "priority_test":
 				assert.Positive(t, rep.Priority.HighWait.N)
 				assert.Greater(t, rep.Priority.LowWait.P50, rep.Priority.HighWait.P50, "high priority waits less")
+			case "shared_key":
+				sh := rep.Services["llm"].Checks.Shared
+				require.NotNil(t, sh)
+				assert.Positive(t, sh.Foreign, "the other client sent its requests")
+				assert.Positive(t, sh.OfLeft)
 			case "debounce":
 				require.NotNil(t, rep.Patterns)
 				assert.Positive(t, rep.Patterns.Replaced, "bursts collapsed")
@@ -478,4 +483,31 @@ func TestRetryAfterCheck(t *testing.T) {
 	late, _ := m.arrive("w", 1, answered.Add(5*time.Millisecond)) // sent 2 ms after it
 	m.leave(late, answered.Add(time.Second), answerOK, 0)
 	assert.Equal(t, 1, m.check().RetryAfterViolations)
+}
+
+// TestSharedKeyMock: the other client of a shared key sends its share
+// steadily; the mock enforces its token limit at arrival, for runcue's
+// calls and the other's, and a refused call uses nothing.
+func TestSharedKeyMock(t *testing.T) {
+	epoch := time.Unix(1000, 0)
+	tok := &Tokens{Limit: 1000, Window: Duration(time.Second), Input: Span{Min: 300, Max: 300}, Output: Span{Min: 0, Max: 0},
+		Shared: &Shared{Share: 0.5, Every: Duration(100 * time.Millisecond)}}
+	require.NoError(t, tok.normalize())
+	m := newMock("llm", ServiceConfig{Tokens: tok}, 1, epoch)
+	m.until = 10 * time.Second
+	// By 0.95 s the other client sent ten requests of 50 tokens: 500.
+	_, refused := m.arrive("u1", 1, epoch.Add(950*time.Millisecond))
+	assert.False(t, refused, "300 fits beside 500")
+	_, refused = m.arrive("u2", 1, epoch.Add(960*time.Millisecond))
+	assert.True(t, refused, "another 300 does not: 1,100 of 1,000")
+	rem, _ := m.tokenState(epoch.Add(970 * time.Millisecond))
+	assert.Equal(t, int64(200), rem, "the refused call used nothing")
+	// The other client's next requests fit only while room is left.
+	m.mu.Lock()
+	m.foreignUpTo(epoch.Add(1050 * time.Millisecond))
+	n := len(m.foreign)
+	last := m.foreign[n-1]
+	m.mu.Unlock()
+	assert.Equal(t, 11, n)
+	assert.False(t, last.refused, "at 1.0 s the first 50 left the window: 50 fits")
 }
