@@ -89,20 +89,6 @@ func (w *AmountWindow) first(t time.Time) int {
 	return w.head + sort.Search(len(live), func(i int) bool { return live[i].at > cut })
 }
 
-// SumAt returns the amounts of the entries that counted at t: those in
-// the window ending at t, not the later ones.
-func (w *AmountWindow) SumAt(t time.Time) int64 {
-	var s int64
-	end := t.UnixNano()
-	for _, e := range w.es[w.first(t):] {
-		if e.at > end {
-			break
-		}
-		s += e.amount
-	}
-	return s
-}
-
 // Sum returns the amounts of the entries that count at t, reservations
 // aside.
 func (w *AmountWindow) Sum(t time.Time) int64 {
@@ -255,9 +241,6 @@ type AmountMeter interface {
 	// Used is what counts at now, reservations included; Sum without them.
 	Used(now time.Time) int64
 	Sum(now time.Time) int64
-	// SumAt is what counted at t, an instant that may be past: the starts
-	// up to t only (Sum counts the later ones too).
-	SumAt(t time.Time) int64
 	// AddUsage counts amount as used at at by something it did not admit.
 	AddUsage(at time.Time, amount int64)
 	// Frees is when what counts at now has left (zero: nothing counts).
