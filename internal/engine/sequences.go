@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	rt "github.com/runcue/runcue/runcuetype"
@@ -42,18 +43,9 @@ func (x *unitIndex) joinSequence(u *unit, t *taskRT) {
 	if t.spec.Sequence == nil {
 		return
 	}
-	key := t.spec.Sequence(u.target)
-	if key == "" {
-		return
-	}
-	key = t.name + " " + key
-	l := x.seqs[key]
+	l := x.lineOf(t, u.target)
 	if l == nil {
-		if x.seqs == nil {
-			x.seqs = make(map[string]*seqLine)
-		}
-		l = &seqLine{key: key}
-		x.seqs[key] = l
+		return
 	}
 	if l.heldBy == u.id {
 		l.heldBy = ""
@@ -66,6 +58,25 @@ func (x *unitIndex) joinSequence(u *unit, t *taskRT) {
 	copy(l.members[i+1:], l.members[i:])
 	l.members[i] = u
 	u.ext().line = l
+}
+
+// lineOf returns (making) the line of the key task t gives target, nil
+// when it gives none.
+func (x *unitIndex) lineOf(t *taskRT, target string) *seqLine {
+	key := t.spec.Sequence(target)
+	if key == "" {
+		return nil
+	}
+	key = t.name + " " + key
+	l := x.seqs[key]
+	if l == nil {
+		if x.seqs == nil {
+			x.seqs = make(map[string]*seqLine)
+		}
+		l = &seqLine{key: key}
+		x.seqs[key] = l
+	}
+	return l
 }
 
 // sequenced reports whether u must wait for its turn in its key's line;
@@ -113,20 +124,7 @@ func (x *unitIndex) leaveSequence(u *unit, hold bool) {
 // holds its key (a new owner's look at the failures of a HoldOnFailure
 // task): the key's units wait until it is retried.
 func (x *unitIndex) holdFailed(t *taskRT, id, target string) {
-	key := t.spec.Sequence(target)
-	if key == "" {
-		return
-	}
-	key = t.name + " " + key
-	l := x.seqs[key]
-	if l == nil {
-		if x.seqs == nil {
-			x.seqs = make(map[string]*seqLine)
-		}
-		l = &seqLine{key: key}
-		x.seqs[key] = l
-	}
-	if l.heldBy == "" {
+	if l := x.lineOf(t, target); l != nil && l.heldBy == "" {
 		l.heldBy = id
 	}
 }
@@ -156,15 +154,9 @@ func position(l *seqLine, u *unit) int {
 	return len(l.members)
 }
 
-// cutTask splits a line's key into its task and the task's own key.
-func cutTask(key string) (task, own string, ok bool) {
-	for i := 0; i < len(key); i++ {
-		if key[i] == ' ' {
-			return key[:i], key[i+1:], true
-		}
-	}
-	return "", key, false
-}
+// cutTask splits a line's key into its task and the task's own key (a
+// task's name holds no space).
+func cutTask(key string) (task, own string, ok bool) { return strings.Cut(key, " ") }
 
 // readHolders reads, for task t (HoldOnFailure), the failed units an
 // earlier owner left: each holds its key here too. Until the read is
