@@ -140,7 +140,7 @@ func TestDebounceAcrossKills(t *testing.T) {
 			time.Sleep(time.Until(killAt))
 			require.NoError(t, owner.Process.Signal(syscall.SIGKILL))
 			_ = owner.Wait()
-			owner, out = child(t, "debounce-owner", db, env...)
+			owner, _ = child(t, "debounce-owner", db, env...)
 			killed = true
 			t.Logf("owner killed %v into the submissions", killAt.Sub(t0).Round(time.Millisecond))
 		}
