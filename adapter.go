@@ -412,6 +412,10 @@ func (d *dispatcher) serviceStats(ctx context.Context) ([]ServiceStats, bool, er
 	return d.e.ServiceStats(ctx)
 }
 
+func (d *dispatcher) sequences(ctx context.Context) (PatternStats, bool, error) {
+	return d.e.Sequences(ctx)
+}
+
 func (d *dispatcher) backpressure(ctx context.Context) (BackpressureStats, bool, error) {
 	return d.e.Backpressure(ctx)
 }

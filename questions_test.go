@@ -60,6 +60,7 @@ func TestQuestionsLeaveNoEvent(t *testing.T) {
 		s, err := c.Stats(ctx)
 		require.NoError(t, err)
 		require.True(t, s.Live, "poll %d: the owner's live figures", i)
+		require.True(t, s.Patterns.Live, "poll %d: the owner's sequences", i)
 		ex, err := c.Explain(ctx, queued.ID)
 		require.NoError(t, err)
 		require.True(t, ex.Live, "poll %d", i)

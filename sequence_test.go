@@ -162,6 +162,9 @@ func TestSequenceHoldOnFailure(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, runcue.ReasonSequence, ex.Reasons[0].Kind)
 	assert.Equal(t, runcue.StateQueued, e.get("a-2").State)
+	st, err := e.c.Stats(e.ctx)
+	require.NoError(t, err)
+	assert.Equal(t, runcue.PatternStats{Sequences: 1, SequenceWaiting: 2, SequencesHeld: 1, Live: true}, st.Patterns)
 
 	// A new owner: the failure an earlier owner left still holds the key.
 	require.NoError(t, e.c.Stop(e.ctx))

@@ -95,7 +95,35 @@ func (c *Cue) Stats(ctx context.Context) (Stats, error) {
 	if s.Services, s.Live, err = c.serviceStats(ctx, now, deferredBy); err != nil {
 		return Stats{}, err
 	}
+	if s.Patterns, err = c.patternStats(ctx); err != nil {
+		return Stats{}, err
+	}
 	return s, nil
+}
+
+// patternStats counts the debounce keys settling (from the database) and,
+// from the owner (this Cue's dispatcher, or asked), its sequences.
+func (c *Cue) patternStats(ctx context.Context) (PatternStats, error) {
+	var p PatternStats
+	if d := c.disp.Load(); d != nil {
+		live, ok, err := d.sequences(ctx)
+		if err != nil {
+			return p, err
+		}
+		if ok {
+			p = live
+		}
+	} else if c.askOwner(ctx, store.OwnerQuestion{Kind: "sequences"}, &p) {
+		p.Live = true
+	}
+	if dr, ok := c.st.(store.DebounceReader); ok {
+		n, err := dr.Debouncing(ctx)
+		if err != nil {
+			return p, c.readErr(err)
+		}
+		p.Debouncing = n
+	}
+	return p, nil
 }
 
 // backpressureStats reads the state of backpressure: from the dispatcher

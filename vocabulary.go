@@ -101,6 +101,10 @@ type ObservedLimit = runcuetype.ObservedLimit
 // to wait. See [runcuetype.OverloadedError].
 type OverloadedError = runcuetype.OverloadedError
 
+// PatternStats counts what the patterns hold now. See
+// [runcuetype.PatternStats].
+type PatternStats = runcuetype.PatternStats
+
 // Period is the calendar period of a Budget. See [runcuetype.Period].
 type Period = runcuetype.Period
 

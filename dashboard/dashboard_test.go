@@ -525,4 +525,6 @@ func TestUnitDebounced(t *testing.T) {
 	require.Equal(t, http.StatusOK, code)
 	assert.Contains(t, body, `<td id="debounce">key <b>doc-1</b>, burst since`)
 	assert.Contains(t, body, "unless a later submission of the key replaces it")
+	_, body = f.get(t, "")
+	assert.Contains(t, body, `<span id="debouncing">1</span> key settling`, "the overview counts it")
 }

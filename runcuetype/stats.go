@@ -40,6 +40,22 @@ type Stats struct {
 	Services []ServiceStats `json:"services"`
 	// Schedules are the stored schedules, each with its next period.
 	Schedules []ScheduleStatus `json:"schedules,omitempty"`
+	// Patterns counts what debounce keys and sequences hold now.
+	Patterns PatternStats `json:"patterns"`
+}
+
+// PatternStats counts what the patterns hold now. Debouncing is the
+// debounce keys (Task.Debounce) whose burst is settling: a queued unit
+// that never started holds them. Sequences, SequenceWaiting and
+// SequencesHeld are the owner's (Live): the sequence keys (Task.Sequence)
+// with units waiting for their turn or held by a failure, the units
+// waiting, and the keys a failed unit holds (HoldOnFailure).
+type PatternStats struct {
+	Debouncing      int  `json:"debouncing"`
+	Sequences       int  `json:"sequences"`
+	SequenceWaiting int  `json:"sequence_waiting"`
+	SequencesHeld   int  `json:"sequences_held"`
+	Live            bool `json:"live"`
 }
 
 // QueueWaitStats summarizes queue waits. Percentiles are read from a

@@ -28,4 +28,6 @@ type DebounceReader interface {
 	// DebounceOf returns the debounce key unit id holds and when its burst
 	// began; ok is false when it holds none.
 	DebounceOf(ctx context.Context, id string) (key string, since time.Time, ok bool, err error)
+	// Debouncing counts the keys a queued unit that never started holds.
+	Debouncing(ctx context.Context) (int, error)
 }

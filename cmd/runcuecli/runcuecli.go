@@ -284,6 +284,13 @@ func (c *cli) statsCmd() *cobra.Command {
 					if s.QueuePaused {
 						fmt.Fprintln(w, "queue\tpaused")
 					}
+					if p := s.Patterns; p.Debouncing > 0 {
+						fmt.Fprintf(w, "debounce\t%d keys settling\n", p.Debouncing)
+					}
+					if p := s.Patterns; p.Sequences > 0 {
+						fmt.Fprintf(w, "sequences\t%d keys with %d units waiting their turn, %d held by a failure\n",
+							p.Sequences, p.SequenceWaiting, p.SequencesHeld)
+					}
 					if len(s.PausedTasks) > 0 {
 						fmt.Fprintf(w, "paused tasks\t%s\n", strings.Join(s.PausedTasks, ", "))
 					}

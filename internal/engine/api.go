@@ -213,6 +213,12 @@ func (d *Engine) Backpressure(ctx context.Context) (rt.BackpressureStats, bool, 
 	})
 }
 
+// Sequences reports the sequence keys' state (rt.PatternStats: its
+// sequence counts); ok is false when the engine has exited.
+func (d *Engine) Sequences(ctx context.Context) (rt.PatternStats, bool, error) {
+	return ask(ctx, d, func(d *Engine) rt.PatternStats { return d.sequenceStats() })
+}
+
 // Queued is the number of queued units as of the last loop iteration
 // (for the metrics' gauge).
 func (d *Engine) Queued() (queued, unloaded int64) { return d.queued.Load(), d.unloadedNow.Load() }

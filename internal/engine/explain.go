@@ -245,6 +245,8 @@ func (d *Engine) answerQuestions(qs []store.OwnerQuestion) {
 			if st := d.liveKeyStatus(q.Service); st != nil {
 				answer = st
 			}
+		case "sequences":
+			answer = d.sequenceStats()
 		}
 		var data []byte
 		if answer != nil {

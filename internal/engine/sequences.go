@@ -197,3 +197,26 @@ func (d *Engine) readHolders(t *taskRT) {
 		}
 	})
 }
+
+// sequenceStats counts the sequence keys with units waiting for their
+// turn or held by a failure, the units waiting, and the held keys.
+func (x *unitIndex) sequenceStats() rt.PatternStats {
+	var p rt.PatternStats
+	for _, l := range x.seqs {
+		waiting := 0
+		for _, u := range l.members {
+			if u.state == uSequenced {
+				waiting++
+			}
+		}
+		if waiting > 0 || l.heldBy != "" {
+			p.Sequences++
+		}
+		if l.heldBy != "" {
+			p.SequencesHeld++
+		}
+		p.SequenceWaiting += waiting
+	}
+	p.Live = true
+	return p
+}

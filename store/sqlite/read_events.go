@@ -357,3 +357,9 @@ func (s *Store) Answered(ctx context.Context, id string) ([]byte, bool, error) {
 func (s *Store) DebounceOf(ctx context.Context, id string) (string, time.Time, bool, error) {
 	return sqlcommon.DebounceOf(ctx, s.query, `SELECT key, since FROM debounces WHERE unit_id=? LIMIT 1`, id)
 }
+
+// Debouncing counts the debounce keys a queued, never-started unit holds.
+func (s *Store) Debouncing(ctx context.Context) (int, error) {
+	return sqlcommon.Count(ctx, s.query, `SELECT count(*) FROM debounces d JOIN work_units w ON w.id = d.unit_id
+		WHERE w.state = 'queued' AND w.runs = 0`)
+}

@@ -81,6 +81,20 @@ func testDebounce(t *testing.T, h *harness) {
 	late := h.unit("c", debounced("k4"), func(u *store.Unit) { u.RunAt = t0.Add(time.Hour) })
 	require.NoError(t, h.apply(&store.Insert{Units: []*store.Unit{late}, At: t0})[0].Err)
 	assert.True(t, h.get(late.ID).RunAt.Equal(t0.Add(time.Hour)))
+
+	if dr, ok := h.st.(store.DebounceReader); ok {
+		n, err := dr.Debouncing(h.ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 4, n, "k (u5), k2, k3 and k4 settle")
+		key, since, held, err := dr.DebounceOf(h.ctx, u5.ID)
+		require.NoError(t, err)
+		assert.True(t, held)
+		assert.Equal(t, "k", key)
+		assert.True(t, since.Equal(t0.Add(21*time.Second)))
+		_, _, held, err = dr.DebounceOf(h.ctx, u4.ID)
+		require.NoError(t, err)
+		assert.False(t, held, "replaced")
+	}
 }
 
 func testTwoWritersDebounce(t *testing.T, h *harness) {

@@ -93,3 +93,10 @@ func DebounceOf(ctx context.Context, q Query, sql, id string) (string, time.Time
 	}
 	return key, Time(since), true, nil
 }
+
+// Count runs a query of one count (sql selects count(*)).
+func Count(ctx context.Context, q Query, sql string, args ...any) (int, error) {
+	var n int64
+	err := collect(ctx, q, sql, args, func(r Rows) error { return r.Scan(&n) })
+	return int(n), err
+}
