@@ -125,3 +125,42 @@ func TestProviderHeadersFeedMeters(t *testing.T) {
 
 	assert.True(t, errors.Is(httplimit.Report(&runcue.Work{}, http.Header{}, http.StatusTooManyRequests, epoch), httplimit.ErrThrottled))
 }
+
+// TestReadingComparedAtArrival: the provider computes what remains when a
+// request arrives. A run started at t0 (1,000 tokens) answers after a
+// second run started (1,000 more) with what remained at its arrival: 6,000
+// of 10,000, others having used 3,000. Compared with runcue's count as it
+// stood at t0, the reading shows the 3,000; compared at the answer (2,000
+// counted) it showed 2,000, counting the second run twice.
+func TestReadingComparedAtArrival(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	require.NoError(t, e.c.Service("llm", runcue.Service{Meters: []runcue.Meter{{Name: "tokens", Limit: 10_000, Window: time.Minute}}}))
+	g := newGate()
+	require.NoError(t, e.c.Task("chat", runcue.Task{Services: []string{"llm"},
+		Estimate: func(runcue.Submission) runcue.Costs { return runcue.Costs{"tokens": 1000} },
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			if _, err := g.handler(ctx, w); err != nil {
+				return nil, err
+			}
+			if w.Target != "first" {
+				return nil, nil
+			}
+			h := http.Header{"X-Ratelimit-Limit-Tokens": {"10000"}, "X-Ratelimit-Remaining-Tokens": {"6000"}, "X-Ratelimit-Reset-Tokens": {"30s"}}
+			return nil, httplimit.Report(w, h, http.StatusOK, e.clk.Now())
+		}}))
+	e.start()
+	first := e.submit("chat", func(s *runcue.Submission) { s.Target = "first" })
+	g.next(t)
+	e.clk.Advance(time.Second)
+	second := e.submit("chat", func(s *runcue.Submission) { s.Target = "second" })
+	g.next(t)
+	e.clk.Advance(time.Second)
+	g.release <- nil // the first answers, with the second running
+	e.wait(first)
+	e.settle()
+	st, err := e.c.ServiceStatus(e.ctx, "llm")
+	require.NoError(t, err)
+	assert.Equal(t, int64(5000), st.Meters[0].Used, "1,000 and 1,000 of runcue's, 3,000 of others'")
+	g.release <- nil
+	e.wait(second)
+}

@@ -225,7 +225,8 @@ func (e *engine) handler(task string) runcue.Handler {
 			}
 			if m.cfg.Tokens.Headers != "none" {
 				now := e.clk.Now()
-				_ = httplimit.Report(w, m.tokenHeaders(now), status, now) // the answer's own error is answerErr's
+				arrival := w.Started.Add(m.wire(w.ID, w.Attempt))
+				_ = httplimit.Report(w, m.tokenHeaders(arrival, now), status, now) // the answer's own error is answerErr's
 			}
 		}
 		return nil, answerErr(v, bad)

@@ -536,9 +536,10 @@ func (m *mock) check() checks {
 // tokenHeaders are the headers of a response at now, in the shape of
 // Tokens.Headers: the limit, what the mock's own count leaves of it, and
 // when it is whole again.
-func (m *mock) tokenHeaders(now time.Time) http.Header {
+func (m *mock) tokenHeaders(arrival, now time.Time) http.Header {
 	t := m.cfg.Tokens
-	rem, reset := m.tokenState(now)
+	rem, reset := m.tokenState(arrival)
+	reset = max(reset-now.Sub(arrival), 0)
 	h := http.Header{}
 	if t.Headers == "anthropic" {
 		h.Set("Anthropic-Ratelimit-Tokens-Limit", strconv.FormatInt(t.MockLimit, 10))

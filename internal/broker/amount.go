@@ -89,6 +89,20 @@ func (w *AmountWindow) first(t time.Time) int {
 	return w.head + sort.Search(len(live), func(i int) bool { return live[i].at > cut })
 }
 
+// SumAt returns the amounts of the entries that counted at t: those in
+// the window ending at t, not the later ones.
+func (w *AmountWindow) SumAt(t time.Time) int64 {
+	var s int64
+	end := t.UnixNano()
+	for _, e := range w.es[w.first(t):] {
+		if e.at > end {
+			break
+		}
+		s += e.amount
+	}
+	return s
+}
+
 // Sum returns the amounts of the entries that count at t, reservations
 // aside.
 func (w *AmountWindow) Sum(t time.Time) int64 {
@@ -111,10 +125,12 @@ func (w *AmountWindow) Frees(now time.Time) time.Time {
 // Used returns the amounts that count at now, reservations included.
 func (w *AmountWindow) Used(now time.Time) int64 { return w.Sum(now) + w.pending }
 
-// Expire drops the entries that left the window by now (which must not be
-// ahead of the present).
+// Expire drops the entries that left the window a Hold before now (which
+// must not be ahead of the present): those of the last Hold are kept for
+// SumAt, which reads the window as it stood when a request arrived, up
+// to a Hold ago.
 func (w *AmountWindow) Expire(now time.Time) {
-	i := w.first(now)
+	i := w.first(now.Add(-w.Hold()))
 	for _, e := range w.es[w.head:i] {
 		w.sum -= e.amount
 	}
@@ -241,6 +257,9 @@ type AmountMeter interface {
 	// Used is what counts at now, reservations included; Sum without them.
 	Used(now time.Time) int64
 	Sum(now time.Time) int64
+	// SumAt is what counted at t, an instant that may be past: the starts
+	// up to t only (Sum counts the later ones too).
+	SumAt(t time.Time) int64
 	// AddUsage counts amount as used at at by something it did not admit.
 	AddUsage(at time.Time, amount int64)
 	// Frees is when what counts at now has left (zero: nothing counts).

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	rt "github.com/runcue/runcue/runcuetype"
+	"github.com/stretchr/testify/assert"
 )
 
 func TestAmountWindowRefusal(t *testing.T) {
@@ -256,4 +257,28 @@ func TestBucketProperty(t *testing.T) {
 		}
 	}
 	t.Logf("%d starts over %v", len(starts), span)
+}
+
+// TestCountedAt: SumAt and CountAt count what the window held at a past
+// instant: the entries in the window ending there, not the later ones
+// (Sum and Count count those too).
+func TestCountedAt(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	w := NewAmountWindow("tokens", 10_000, time.Minute, 0, rt.ChargeActual)
+	r := NewWindow(100, time.Minute)
+	for i, amount := range []int64{100, 200, 400} {
+		at := t0.Add(time.Duration(i) * 10 * time.Second)
+		w.AddUsage(at, amount)
+		r.Add(at)
+	}
+	at := t0.Add(15 * time.Second)
+	assert.Equal(t, int64(300), w.SumAt(at), "the first two")
+	assert.Equal(t, int64(700), w.Sum(at), "Sum counts the later one too")
+	assert.Equal(t, 2, r.CountAt(at))
+	assert.Equal(t, 3, r.Count(at))
+	late := t0.Add(65 * time.Second) // the first has left
+	assert.Equal(t, int64(600), w.SumAt(late))
+	assert.Equal(t, 2, r.CountAt(late))
+	assert.Equal(t, int64(0), w.SumAt(t0.Add(-time.Second)))
+	assert.Equal(t, 0, r.CountAt(t0.Add(-time.Second)))
 }

@@ -81,6 +81,9 @@ func (b *Bucket) Used(now time.Time) int64 {
 // Sum returns what the starts counted take out of the bucket at now.
 func (b *Bucket) Sum(now time.Time) int64 { return int64(ceil(b.deficit(now))) }
 
+// SumAt is Sum: the deficit at t counts the starts up to t only.
+func (b *Bucket) SumAt(t time.Time) int64 { return b.Sum(t) }
+
 func ceil(x float64) float64 {
 	n := float64(int64(x))
 	if x > n {

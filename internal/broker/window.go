@@ -136,6 +136,14 @@ func (w *Window) Count(t time.Time) int {
 	return len(w.ts) - w.first(t)
 }
 
+// CountAt returns the entries that counted at t: those in the window
+// ending at t, not the later ones.
+func (w *Window) CountAt(t time.Time) int {
+	i := w.first(t)
+	end := t.UnixNano()
+	return sort.Search(len(w.ts)-i, func(k int) bool { return w.ts[i+k] > end })
+}
+
 // Pending returns the reservations not yet committed or released.
 func (w *Window) Pending() int { return w.pending }
 

@@ -128,6 +128,14 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 		}
 		d.checkReported(r, names, o.Services, "Work.Observe")
 	}
+	// The service computed what remains when the run's request arrived:
+	// runcue's own count is compared as it stood then (the run's counted
+	// start), not at the answer, by which time later starts of runcue's
+	// would be counted twice, and others' use underestimated.
+	arrival := at
+	if !r.countedAt.IsZero() && r.countedAt.Before(at) {
+		arrival = r.countedAt
+	}
 	for _, res := range r.lane.resources {
 		if res.class == "" || (len(o.Services) > 0 && !slices.Contains(o.Services, res.name) && !slices.Contains(o.Services, res.class)) {
 			continue
@@ -141,9 +149,9 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 			name := res.meterOf(l.Name)
 			switch a := res.Amount(name); {
 			case a != nil:
-				limit, counted, hold = a.Limit(), a.Sum(at), a.Hold()
+				limit, counted, hold = a.Limit(), a.SumAt(arrival.Add(a.Margin())), a.Hold()
 			case l.Name == store.MeterRequests && res.Window != nil:
-				limit, counted, hold = int64(res.Window.Limit()), int64(res.Window.Count(at)), res.Window.Hold()
+				limit, counted, hold = int64(res.Window.Limit()), int64(res.Window.CountAt(arrival.Add(res.Window.Margin()))), res.Window.Hold()
 			default:
 				// No meter counts it: it is not this service's business,
 				// but a response that ran out of it points at no limit the
@@ -160,9 +168,6 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 				continue
 			}
 			ext := limit - counted - l.Remaining
-			if l.Remaining == 0 && l.Reset > 0 {
-				ext = limit // nothing left until the reset: the meter is held till then
-			}
 			if ext <= 0 {
 				continue
 			}
