@@ -168,6 +168,9 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 				continue
 			}
 			ext := limit - counted - l.Remaining
+			if l.Remaining == 0 && l.Reset > 0 {
+				ext = limit // nothing left until the reset: the meter is held till then
+			}
 			if ext <= 0 {
 				continue
 			}
