@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -489,21 +488,20 @@ func (c *Cue) DependencyResults(ctx context.Context, id string) (map[string]json
 		return nil, c.readErr(err)
 	}
 	out := make(map[string]json.RawMessage, len(u.DependsOn))
-	for _, dep := range u.DependsOn {
-		d, err := c.st.GetUnit(ctx, dep)
-		if errors.Is(err, store.ErrNotFound) {
-			continue // pruned
+	if len(u.DependsOn) == 0 {
+		return out, nil
+	}
+	// One read for them all; a pruned dependency is simply not listed.
+	deps, err := c.st.ListUnits(ctx, store.ListFilter{IDs: u.DependsOn, States: []store.State{store.Completed}, Limit: len(u.DependsOn)})
+	if err != nil {
+		return nil, c.readErr(err)
+	}
+	for _, d := range deps {
+		r := json.RawMessage(d.Result)
+		if len(r) == 0 {
+			r = json.RawMessage("null")
 		}
-		if err != nil {
-			return nil, c.readErr(err)
-		}
-		if d.State == store.Completed {
-			r := json.RawMessage(d.Result)
-			if len(r) == 0 {
-				r = json.RawMessage("null")
-			}
-			out[dep] = r
-		}
+		out[d.ID] = r
 	}
 	return out, nil
 }

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"iter"
 	"log/slog"
 	"maps"
 	"slices"
@@ -51,7 +52,7 @@ func (t *resourceTable) hold(l *lane, r *resource, now time.Time, costs rt.Costs
 // written already), else when it is.
 func (d *Engine) noteUsed(r *run, used map[string]int64) {
 	if len(used) > 0 {
-		d.checkReported(r, slices.Collect(maps.Keys(used)), nil, "Work.Used")
+		d.checkReported(r, maps.Keys(used), nil, "Work.Used")
 	}
 	switch {
 	case len(used) == 0:
@@ -121,13 +122,13 @@ func (d *Engine) reconcile(r *run, used map[string]int64) []store.Op {
 // again at most a window. Each meter takes reports in the order they were
 // made: an older one than it already took is stale and ignored.
 func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
-	if len(o.Limits) > 0 {
-		names := make([]string, 0, len(o.Limits))
+	d.checkReported(r, func(yield func(string) bool) {
 		for _, l := range o.Limits {
-			names = append(names, l.Name)
+			if !yield(l.Name) {
+				return
+			}
 		}
-		d.checkReported(r, names, o.Services, "Work.Observe")
-	}
+	}, o.Services, "Work.Observe")
 	// The service computed what remains when the run's request arrived:
 	// runcue's own count is compared as it stood then (the run's counted
 	// start), not at the answer, by which time later starts of runcue's
@@ -214,14 +215,14 @@ func (r *resource) observedAfter(amount string, at time.Time) bool {
 // each is logged once per service and listed in the service's status
 // (Unmatched) and in Explain. only, when set, limits the services to
 // those a report names (Observation.Services).
-func (d *Engine) checkReported(r *run, names []string, only []string, from string) {
+func (d *Engine) checkReported(r *run, names iter.Seq[string], only []string, from string) {
 	var classes []*resource
 	for _, res := range r.lane.resources {
 		if res.class != "" && (len(only) == 0 || slices.Contains(only, res.name) || slices.Contains(only, res.class)) {
 			classes = append(classes, res)
 		}
 	}
-	for _, name := range names {
+	for name := range names {
 		if slices.ContainsFunc(classes, func(res *resource) bool { return res.counts(name) }) {
 			continue
 		}
