@@ -117,7 +117,8 @@ func RunFaults(t *testing.T, open Opener, o FaultOptions) {
 	}
 	waitUntil("every unit completed", func() bool { return completed() == o.Units })
 	for _, cmd := range children {
-		assert.True(t, alive(cmd.Process.Pid), "process %d (%s) exited", cmd.Process.Pid, strings.Join(cmd.Env[len(cmd.Env)-2:], " "))
+		assert.True(t, alive(cmd.Process.Pid), "process %d (%s) exited; the end of its standard error:\n%s",
+			cmd.Process.Pid, strings.Join(cmd.Env[len(cmd.Env)-2:], " "), saidLast(cmd))
 	}
 	for _, cmd := range children {
 		kill(cmd)

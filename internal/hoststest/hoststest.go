@@ -3,6 +3,7 @@ package hoststest
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -182,10 +183,45 @@ func startChild(t *testing.T, env []string, mode string, more ...string) *exec.C
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(append(os.Environ(), env...), envChild+"="+mode), more...)
-	cmd.Stderr = os.Stderr
+	last := &lastWords{}
+	cmd.Stderr = io.MultiWriter(os.Stderr, last)
 	require.NoError(t, cmd.Start())
+	said.Store(cmd, last)
 	t.Cleanup(func() { kill(cmd) })
 	return cmd
+}
+
+// said holds each child's lastWords, by its *exec.Cmd.
+var said sync.Map
+
+// lastWords keeps the end of what a child wrote to its standard error:
+// why it exited, when it did.
+type lastWords struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (l *lastWords) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	if len(l.buf) > 4096 {
+		l.buf = append(l.buf[:0], l.buf[len(l.buf)-2048:]...)
+	}
+	return len(p), nil
+}
+
+// saidLast returns the end of what cmd, a child, wrote to its standard
+// error.
+func saidLast(cmd *exec.Cmd) string {
+	v, ok := said.Load(cmd)
+	if !ok {
+		return ""
+	}
+	l := v.(*lastWords)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return string(l.buf)
 }
 
 // kill sends SIGKILL and reaps the process (once).

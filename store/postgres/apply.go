@@ -121,7 +121,9 @@ func (s *Store) apply(ctx context.Context, ops []store.Op, first int, optimistic
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 	t := &txn{s: s, ctx: ctx, tx: tx, epoch: -1, optimistic: optimistic}
-	var xid int64 // the transaction's ID, to ask its status if its COMMIT's answer is lost
+	// The transaction's ID and its server's start, to ask whether it
+	// committed if its COMMIT's answer is lost (xactCommitted).
+	var x xact
 	// The log's counter row is locked first, for the whole transaction:
 	// writers to one database take turns, as SQLite's do, so that every
 	// rule's reads (a key's holder, a dependency's state, the queue's
@@ -134,7 +136,7 @@ func (s *Store) apply(ctx context.Context, ops []store.Op, first int, optimistic
 	// wait.
 	if lockFree(ops) {
 		t.follows = 0
-	} else if err := tx.QueryRow(ctx, `SELECT value, txid_current() FROM meta WHERE key = 'events_last' FOR UPDATE`).Scan(&t.follows, &xid); err != nil {
+	} else if err := tx.QueryRow(ctx, `SELECT value, txid_current(), pg_postmaster_start_time() FROM meta WHERE key = 'events_last' FOR UPDATE`).Scan(&t.follows, &x.id, &x.server); err != nil {
 		return store.Batch{}, err
 	}
 	t.nextSeq = t.follows + 1
@@ -188,11 +190,14 @@ func (s *Store) apply(ctx context.Context, ops []store.Op, first int, optimistic
 	}
 	b := store.Batch{Results: results, Follows: t.follows}
 	if err := tx.Commit(ctx); err != nil {
-		if xid == 0 || !commitUnknown(err) {
+		if x.id == 0 || !commitUnknown(err) {
 			return store.Batch{}, err
 		}
+		if t.nextSeq > t.follows+1 {
+			x.last = t.nextSeq - 1
+		}
 		return store.Batch{}, &store.UnknownCommitError{Err: err, Batch: b, Resolve: func(ctx context.Context) (bool, error) {
-			committed, err := s.xactCommitted(ctx, xid)
+			committed, err := s.xactCommitted(ctx, x)
 			if committed && t.nextSeq > t.follows+1 {
 				s.noteCommit(t.follows, t.nextSeq-1)
 			}

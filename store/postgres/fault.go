@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -99,21 +100,52 @@ func commitUnknown(err error) bool {
 // progress at the server (it has not noticed its connection's end yet).
 var errInProgress = errors.New("runcue: postgres: the transaction is still in progress")
 
-// xactCommitted asks the server whether transaction xid committed. A
-// transaction ID the server has not reached yet means it lost commits (a
-// lagging replica promoted, a restore): store.ErrRewound.
-func (s *Store) xactCommitted(ctx context.Context, xid int64) (bool, error) {
+// xact is a transaction whose COMMIT's answer may be lost: its ID, the
+// start of the server that ran it (pg_postmaster_start_time), and the
+// last event it appended (0 for none).
+type xact struct {
+	id     int64
+	server time.Time
+	last   int64
+}
+
+// xactCommitted asks the server whether transaction x committed.
+//
+// A server that crashed as the COMMIT was sent (or a replica promoted
+// since) may have kept nothing of the transaction, not even its ID: it
+// then hands the ID out again. An ID in the server's future is therefore
+// one that never committed, not a rewind (a rewind, the loss of commits
+// this process saw answered, is found by the event log's numbers). Once
+// the server hands the ID to another transaction, txid_status tells of
+// that one: when the server restarted since x began, a transaction that
+// appended events is judged by its last event's block, which it wrote
+// (its xmin is x's ID) only if it committed. Without events (a heartbeat,
+// a lease's renewal, a registration: writes that are made again at their
+// next period), the status is taken as the server gives it.
+func (s *Store) xactCommitted(ctx context.Context, x xact) (bool, error) {
 	var status *string
-	err := s.pool.QueryRow(ctx, `SELECT txid_status($1)`, xid).Scan(&status)
+	var server time.Time
+	err := s.pool.QueryRow(ctx, `SELECT txid_status($1), pg_postmaster_start_time()`, x.id).Scan(&status, &server)
 	var pe *pgconn.PgError
 	switch {
 	case errors.As(err, &pe) && pe.Code == "22023" && strings.Contains(pe.Message, "in the future"):
-		return false, fmt.Errorf("%w: transaction %d, whose commit this process sent, is in the database's future", store.ErrRewound, xid)
+		return false, nil
 	case err != nil:
 		return false, err
 	case status == nil:
 		// Too old for the server to know: not one it just ran.
-		return false, fmt.Errorf("%w: transaction %d is unknown to the server", store.ErrRewound, xid)
+		return false, fmt.Errorf("%w: transaction %d is unknown to the server", store.ErrRewound, x.id)
+	}
+	if !server.Equal(x.server) && x.last > 0 {
+		var xmin int64
+		err := s.pool.QueryRow(ctx, `SELECT xmin::text::bigint FROM event_blocks WHERE last = $1`, x.last).Scan(&xmin)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return uint32(xmin) == uint32(x.id), nil
 	}
 	switch *status {
 	case "committed":

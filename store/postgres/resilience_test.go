@@ -440,6 +440,61 @@ func TestBlackholeCancelsAtHalfLease(t *testing.T) {
 	assert.Less(t, last.Sub(began), ttl*3/4, "handlers cancelled before a standby may take over")
 }
 
+// TestCommitLostInCrash: a transaction whose COMMIT was sent as the
+// server crashed (pg_ctl stop -m immediate) may leave nothing in the WAL,
+// not even its transaction ID. After the restart the server's answer about
+// that ID is "in the future": the transaction did not commit (it is not a
+// rewind: a rewind is of commits this process saw answered, found by the
+// event log's numbers, TestRewindDetected). Then the server hands the ID
+// to another transaction, which commits: a lost transaction that appended
+// events is still judged not committed, by its last event's block.
+func TestCommitLostInCrash(t *testing.T) {
+	ctx := testCtx(t)
+	cl := privateCluster(t)
+	cl.createSchema("lost")
+	url := cl.url(cl.addr(), "lost")
+	st, err := postgres.Open(ctx, url, postgres.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	conn, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	tx, err := conn.Begin(ctx)
+	require.NoError(t, err)
+	var xid int64
+	var server time.Time
+	require.NoError(t, tx.QueryRow(ctx, `SELECT txid_current(), pg_postmaster_start_time()`).Scan(&xid, &server))
+	cl.stop()
+	_ = conn.Close(ctx)
+	cl.start()
+
+	var committed bool
+	waitFor(t, "the server to answer about the lost transaction", func() bool {
+		committed, err = postgres.XactCommitted(ctx, st, xid, server, 0)
+		return err == nil || store.FaultOf(st, err) == store.Fatal
+	})
+	require.NoError(t, err, "a transaction lost in a crash before its COMMIT was answered did not commit")
+	assert.False(t, committed)
+
+	// Other transactions take IDs until one is handed the lost one's.
+	conn, err = pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	for {
+		var id int64
+		require.NoError(t, conn.QueryRow(ctx, `SELECT txid_current()`).Scan(&id))
+		if id >= xid {
+			require.Equal(t, xid, id, "the restarted server hands the lost ID out again")
+			break
+		}
+	}
+	status, err := postgres.XactCommitted(ctx, st, xid, server, 0)
+	require.NoError(t, err)
+	assert.True(t, status, "the server tells of the transaction that now holds the ID")
+	committed, err = postgres.XactCommitted(ctx, st, xid, server, 1)
+	require.NoError(t, err)
+	assert.False(t, committed, "the lost transaction appended event 1: its block is not there")
+}
+
 // TestRewindDetected: the database is restored, under a running owner, to
 // a backup taken earlier (as a lagging asynchronous replica promoted
 // would be): the owner's next commit finds the log behind what it saw and
