@@ -207,6 +207,10 @@ func (c *Cue) taskSpec(name string, t *Task, rr *remote.Runner) *engine.TaskSpec
 		ClaimAhead: t.Debounce != nil,
 		Runner:     &local.Runner{Call: c.localCall(t.Handler), MaxPayload: c.cfg.MaxPayload, Clock: c.clock, ShowDeadline: clock.IsReal(c.clock)},
 	}
+	if t.Batch != nil {
+		spec.Batch = c.batchSpec(name, t)
+		spec.Runner = &local.Runner{Batch: c.batchCall(t.Batch.Handler), MaxPayload: c.cfg.MaxPayload, Clock: c.clock, ShowDeadline: clock.IsReal(c.clock)}
+	}
 	if sq := t.Sequence; sq != nil {
 		spec.HoldOnFailure = sq.HoldOnFailure
 		spec.Sequence = func(target string) (key string) {
@@ -413,7 +417,7 @@ func (d *dispatcher) serviceStats(ctx context.Context) ([]ServiceStats, bool, er
 }
 
 func (d *dispatcher) sequences(ctx context.Context) (PatternStats, bool, error) {
-	return d.e.Sequences(ctx)
+	return d.e.Patterns(ctx)
 }
 
 func (d *dispatcher) backpressure(ctx context.Context) (BackpressureStats, bool, error) {
@@ -448,3 +452,43 @@ func queuePausedReason() Reason                  { return engine.QueuePausedReas
 func taskPausedReason(task string) Reason        { return engine.TaskPausedReason(task) }
 func skippedReason(deps []string) Reason         { return engine.SkippedReason(deps) }
 func timeReason(why string, at time.Time) Reason { return engine.TimeReason(why, at) }
+
+// batchSpec is t's Batch as the engine runs it (nil: none).
+func (c *Cue) batchSpec(name string, t *Task) *engine.BatchSpec {
+	b := t.Batch
+	if b == nil {
+		return nil
+	}
+	spec := &engine.BatchSpec{Max: b.Max, MaxCost: b.MaxCost, Wait: b.Wait}
+	if b.Key != nil {
+		spec.Key = func(target string) (key string) {
+			defer func() {
+				if p := recover(); p != nil {
+					c.log.Error("runcue: a Batch Key panicked; the unit is in no key's batch", "task", name, "panic", p)
+					key = ""
+				}
+			}()
+			return b.Key(target)
+		}
+	}
+	return spec
+}
+
+// batchCall calls h with the Works of a batch's runs.
+func (c *Cue) batchCall(h BatchHandler) local.BatchCall {
+	return func(ctx context.Context, ps []*engine.Run, params []json.RawMessage, started time.Time, rep call.Reporter) ([]any, []error, error) {
+		works := make([]*Work, len(ps))
+		for i, p := range ps {
+			works[i] = &Work{ID: p.ID, Task: p.Task, Target: p.Target, Params: params[i], Attempt: p.Attempt, Started: started, run: rep, cue: c}
+		}
+		outs, err := h(ctx, works)
+		if err != nil {
+			return nil, nil, err
+		}
+		results, errs := make([]any, len(outs)), make([]error, len(outs))
+		for i, o := range outs {
+			results[i], errs[i] = o.Result, o.Err
+		}
+		return results, errs, nil
+	}
+}

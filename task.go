@@ -86,6 +86,9 @@ type Task struct {
 	// Sequence makes the units of one key start one at a time, in
 	// submission order (see Sequence).
 	Sequence *Sequence
+	// Batch makes the task's handler take its units in batches (see
+	// Batch); its Handler is then Batch.Handler.
+	Batch *Batch
 }
 
 // Sequence makes a task's units of one key (an account, a document, a
@@ -269,8 +272,11 @@ func (c *Cue) Task(name string, t Task) error {
 		if _, ok := c.st.(store.ExecutorStore); !ok {
 			return fmt.Errorf("%w: task %q is remote, and the store has no executors (store.ExecutorStore)", ErrInvalid, name)
 		}
-	case t.Handler == nil:
+	case t.Handler == nil && t.Batch == nil:
 		return fmt.Errorf("%w: task %q has no handler", ErrInvalid, name)
+	}
+	if err := validBatch(name, &t); err != nil {
+		return err
 	}
 	if t.Timeout < 0 || t.MaxConcurrent < 0 || t.MaxDeferrals < 0 {
 		return fmt.Errorf("%w: task %q: negative Timeout, MaxConcurrent or MaxDeferrals", ErrInvalid, name)

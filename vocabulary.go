@@ -191,6 +191,7 @@ const (
 	ReasonRateLimited         = runcuetype.ReasonRateLimited
 	ReasonMeterFull           = runcuetype.ReasonMeterFull
 	ReasonSequence            = runcuetype.ReasonSequence
+	ReasonBatch               = runcuetype.ReasonBatch
 	ReasonCircuitOpen         = runcuetype.ReasonCircuitOpen
 	ReasonCircuitProbe        = runcuetype.ReasonCircuitProbe
 	ReasonBudgetExhausted     = runcuetype.ReasonBudgetExhausted

@@ -528,3 +528,28 @@ func TestUnitDebounced(t *testing.T) {
 	_, body = f.get(t, "")
 	assert.Contains(t, body, `<span id="debouncing">1</span> key settling`, "the overview counts it")
 }
+
+// TestOverviewBatches: the overview counts the batches run, their units,
+// and a batch waiting for more units.
+func TestOverviewBatches(t *testing.T) {
+	f := newFixture(t, dashboard.Options{})
+	ctx := t.Context()
+	require.NoError(t, f.c.Task("bulk", runcue.Task{Batch: &runcue.Batch{Max: 2, Wait: time.Hour,
+		Handler: func(ctx context.Context, ws []*runcue.Work) ([]runcue.Outcome, error) {
+			return make([]runcue.Outcome, len(ws)), nil
+		}}}))
+	_, err := f.c.SubmitBatch(ctx, []runcue.Submission{{Task: "bulk"}, {Task: "bulk"}, {Task: "bulk"}})
+	require.NoError(t, err)
+	require.NoError(t, f.c.Start(ctx))
+	defer f.c.Stop(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		_, body := f.get(t, "")
+		if strings.Contains(body, `<span id="batches">`) {
+			assert.Contains(t, body, `<span id="batches">1</span> run with <span id="batched">2</span> units, 1 waiting for more units`)
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "no batches on the overview")
+		time.Sleep(10 * time.Millisecond)
+	}
+}

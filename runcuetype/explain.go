@@ -29,6 +29,9 @@ const (
 	// (Task.Sequence): Dependencies names the unit before it, or the
 	// failed unit that holds the key.
 	ReasonSequence ReasonKind = "waiting_sequence"
+	// ReasonBatch: the unit's batch (Task.Batch) waits for more units to
+	// join it until Until (Batch.Wait).
+	ReasonBatch ReasonKind = "waiting_batch"
 	// ReasonMeterFull: an amount meter of Service (Meter: tokens, bytes)
 	// has no room for the unit's cost until Until.
 	ReasonMeterFull ReasonKind = "meter_full"

@@ -40,7 +40,8 @@ type Stats struct {
 	Services []ServiceStats `json:"services"`
 	// Schedules are the stored schedules, each with its next period.
 	Schedules []ScheduleStatus `json:"schedules,omitempty"`
-	// Patterns counts what debounce keys and sequences hold now.
+	// Patterns counts what debounce keys and sequences hold now, and the
+	// batches run.
 	Patterns PatternStats `json:"patterns"`
 }
 
@@ -49,13 +50,20 @@ type Stats struct {
 // that never started holds them. Sequences, SequenceWaiting and
 // SequencesHeld are the owner's (Live): the sequence keys (Task.Sequence)
 // with units waiting for their turn or held by a failure, the units
-// waiting, and the keys a failed unit holds (HoldOnFailure).
+// waiting, and the keys a failed unit holds (HoldOnFailure). Batches and
+// Batched are the owner's process's too: the batches of more than one
+// unit it dispatched (Task.Batch) and the units in them, since it
+// started; BatchesWaiting the batches waiting now for more units to join
+// them (Batch.Wait).
 type PatternStats struct {
-	Debouncing      int  `json:"debouncing"`
-	Sequences       int  `json:"sequences"`
-	SequenceWaiting int  `json:"sequence_waiting"`
-	SequencesHeld   int  `json:"sequences_held"`
-	Live            bool `json:"live"`
+	Debouncing      int   `json:"debouncing"`
+	Sequences       int   `json:"sequences"`
+	SequenceWaiting int   `json:"sequence_waiting"`
+	SequencesHeld   int   `json:"sequences_held"`
+	Batches         int64 `json:"batches"`
+	Batched         int64 `json:"batched"`
+	BatchesWaiting  int   `json:"batches_waiting"`
+	Live            bool  `json:"live"`
 }
 
 // QueueWaitStats summarizes queue waits. Percentiles are read from a

@@ -315,6 +315,21 @@ type Workload struct {
 	Keys     int      `yaml:"keys,omitempty" json:"keys,omitempty"`
 	Debounce Duration `yaml:"debounce,omitempty" json:"debounce,omitzero"`
 	Sequence bool     `yaml:"sequence,omitempty" json:"sequence,omitempty"`
+	// Batch, when set, runs the tasks' units in batches (Task.Batch): one
+	// call of the mocks per batch, counted at its arrival with its units'
+	// summed tokens; with Keys, a batch holds one key's units.
+	Batch *BatchConfig `yaml:"batch,omitempty" json:"batch,omitempty"`
+}
+
+// BatchConfig is Workload.Batch: a batch holds at most Max units and
+// MaxTokens of their estimated tokens (0: no bound), and waits up to Wait
+// for more; ItemErrorRate is the share of a batch's units its answer
+// fails on their own (an item the provider rejects), retried alone.
+type BatchConfig struct {
+	Max           int      `yaml:"max" json:"max"`
+	MaxTokens     int64    `yaml:"max_tokens,omitempty" json:"max_tokens,omitempty"`
+	Wait          Duration `yaml:"wait,omitempty" json:"wait,omitzero"`
+	ItemErrorRate float64  `yaml:"item_error_rate,omitempty" json:"item_error_rate,omitempty"`
 }
 
 // Expect are the scenario's own invariants, besides those every run

@@ -50,6 +50,8 @@ type engine struct {
 	rec   *recorder
 	park  parking
 	dir   string // the temporary directory to remove, if any
+	// batches counts the batches' calls (Workload.Batch).
+	batches batchLog
 
 	// Interactive controls (the TUI), real-clock runs only.
 	stop      chan struct{} // closed to end the run early (stopOnce)
@@ -189,6 +191,9 @@ func (e *engine) register(c *runcue.Cue, handle func(task string) runcue.Handler
 		if w.Sequence {
 			task.Sequence = &runcue.Sequence{}
 		}
+		if b := w.Batch; b != nil {
+			task.Handler, task.Batch = nil, e.batch(t, b)
+		}
 		if err := c.Task(t, task); err != nil {
 			return fmt.Errorf("task %s: %w", t, err)
 		}
@@ -279,7 +284,7 @@ func (e *engine) call(ctx context.Context, ms []*mock, id string, attempt int, s
 // wire's delay to that mock) and returns the time from start to the
 // slowest answer, the first failing answer and its service, and the
 // calls' indexes.
-func (e *engine) callMocks(ms []*mock, id string, attempt int, start time.Time) (time.Duration, verdict, *mock, []int) {
+func (e *engine) callMocks(ms []*mock, id string, attempt int, start time.Time, batch ...string) (time.Duration, verdict, *mock, []int) {
 	var (
 		lat time.Duration
 		v   = answerOK
@@ -291,7 +296,7 @@ func (e *engine) callMocks(ms []*mock, id string, attempt int, start time.Time) 
 		at := start.Add(wire)
 		l, a := m.decide(id, attempt, at)
 		var hidden bool
-		idx[i], hidden = m.arrive(id, attempt, at)
+		idx[i], hidden = m.arrive(id, attempt, at, batch...)
 		if hidden {
 			l, a = min(l, m.wire(id, attempt)), answerTooMany // refused at once
 		}

@@ -215,11 +215,19 @@ func (m *mock) tokenState(now time.Time) (remaining int64, reset time.Duration) 
 }
 
 // arrive records a call arriving at start (its arrival) and returns its
-// index, and whether the hidden limit refuses it.
-func (m *mock) arrive(unit string, attempt int, start time.Time) (int, bool) {
+// index, and whether the hidden limit refuses it. The call is unit's; a
+// batch's call (batch: its units, unit's first) uses its units' tokens.
+func (m *mock) arrive(unit string, attempt int, start time.Time, batch ...string) (int, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	use, _ := m.tokens(unit)
+	if len(batch) > 0 {
+		use = 0
+		for _, u := range batch {
+			n, _ := m.tokens(u)
+			use += n
+		}
+	}
 	refused := m.overHidden(start)
 	if t := m.cfg.Tokens; t != nil && t.Shared != nil {
 		m.foreignUpTo(start)

@@ -22,17 +22,33 @@ type PatternReport struct {
 	// their key submitted earlier had ended its last run (out of order, or
 	// two at once).
 	OutOfTurn int `json:"out_of_turn,omitempty"`
+	// Batch (Workload.Batch): the batches' calls, the units in them,
+	// the largest batch and the most estimated tokens one held.
+	Batches      int   `json:"batches,omitempty"`
+	BatchedUnits int   `json:"batched_units,omitempty"`
+	LargestBatch int   `json:"largest_batch,omitempty"`
+	BatchTokens  int64 `json:"batch_tokens,omitempty"`
 }
 
 // patterns checks the units (in submission order) of a run with
 // Workload.Keys, and adds its invariants.
 func (e *engine) patterns(r *Report, units []*unitRec, add func(name string, pass bool, format string, args ...any)) {
 	w := e.cfg.Workload
-	if w.Keys == 0 || (w.Debounce == 0 && !w.Sequence) {
+	if w.Batch == nil && (w.Keys == 0 || (w.Debounce == 0 && !w.Sequence)) {
 		return
 	}
 	p := &PatternReport{Keys: w.Keys}
 	r.Patterns = p
+	if b := w.Batch; b != nil {
+		l := &e.batches
+		l.mu.Lock()
+		p.Batches, p.BatchedUnits, p.LargestBatch, p.BatchTokens = l.calls, l.units, l.largest, l.maxTokens
+		l.mu.Unlock()
+		add("batch_size", p.LargestBatch <= b.Max, "%d calls for %d unit runs, the largest of %d units (at most %d)", p.Batches, p.BatchedUnits, p.LargestBatch, b.Max)
+		if b.MaxTokens > 0 {
+			add("batch_tokens", p.BatchTokens <= b.MaxTokens, "a batch held at most %d estimated tokens (at most %d)", p.BatchTokens, b.MaxTokens)
+		}
+	}
 	byKey := map[string][]*unitRec{}
 	for _, u := range units {
 		if u == nil || u.spec.target == "" {

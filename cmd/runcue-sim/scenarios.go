@@ -302,6 +302,33 @@ workload:
   base_delay: 2s
 duration: 20m
 `,
+	"batch": `
+description: Texts to embed arrive at random, 20 a second, through an embedding API limited to 60,000 tokens and 30 requests a minute, 4 calls at once; runcue sends them in batches of at most 100 texts or 4,000 tokens, each batch waiting up to 2 s for more texts. A batch is one call and one request, counted at its arrival with its texts' summed tokens; an answer rejects 2% of the texts on their own, retried alone; the API answers 429 now and then, which defers the whole batch.
+services:
+  embed:
+    max_concurrent: 4
+    rate_limit: 30
+    rate_window: 1m
+    tokens:
+      limit: 60000
+      window: 1m
+      input: {min: 10, max: 60}
+      output: {min: 0, max: 0}
+      estimate_error: 0.1
+      headers: openai
+    behavior:
+      latency: {distribution: uniform, min: 200ms, max: 1500ms}
+      rate_limited_rate: 0.02
+      retry_after: 5s
+workload:
+  pattern: none
+  task_types: [embed]
+  rate: 20
+  batch: {max: 100, max_tokens: 4000, wait: 2s, item_error_rate: 0.02}
+  max_attempts: 5
+  base_delay: 1s
+duration: 20m
+`,
 	"recovery": `
 description: The Cue runs in a child process that is SIGKILLed at random moments and restarted; the mocks and their counters live in the parent, which checks that no unit is lost and none completes twice, and counts the handler executions the kills repeated. Real clock.
 services:

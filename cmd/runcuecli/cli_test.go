@@ -522,3 +522,29 @@ func TestScheduleCommands(t *testing.T) {
 	assert.Equal(t, 1, code, "an unknown schedule")
 	assert.Equal(t, "SCHEDULE  TASK  TIMING  MISSED  PAUSED  LAST  NEXT  NEXT AT\n", ok(t, db, "schedule", "ls"))
 }
+
+// TestStatsBatches: stats, from another process than the owner's, shows
+// the owner's batches (asked through the database).
+func TestStatsBatches(t *testing.T) {
+	db, c := newDB(t)
+	ctx := t.Context()
+	require.NoError(t, c.Task("bulk", runcue.Task{Batch: &runcue.Batch{Max: 2, Wait: time.Hour,
+		Handler: func(ctx context.Context, ws []*runcue.Work) ([]runcue.Outcome, error) {
+			return make([]runcue.Outcome, len(ws)), nil
+		}}}))
+	_, err := c.SubmitBatch(ctx, []runcue.Submission{{Task: "bulk"}, {Task: "bulk"}, {Task: "bulk"}})
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	defer c.Stop(ctx)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		s, err := c.Stats(ctx)
+		require.NoError(t, err)
+		if s.States[runcue.StateCompleted] == 2 {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "the first batch did not run")
+		time.Sleep(10 * time.Millisecond)
+	}
+	assert.Regexp(t, `batches\s+1 run with 2 units \(2\.0 a batch\), 1 waiting for more units`, ok(t, db, "stats"))
+}

@@ -291,6 +291,10 @@ func (c *cli) statsCmd() *cobra.Command {
 						fmt.Fprintf(w, "sequences\t%d keys with %d units waiting their turn, %d held by a failure\n",
 							p.Sequences, p.SequenceWaiting, p.SequencesHeld)
 					}
+					if p := s.Patterns; p.Batches > 0 || p.BatchesWaiting > 0 {
+						fmt.Fprintf(w, "batches\t%d run with %d units (%.1f a batch), %d waiting for more units\n",
+							p.Batches, p.Batched, float64(p.Batched)/float64(max(p.Batches, 1)), p.BatchesWaiting)
+					}
 					if len(s.PausedTasks) > 0 {
 						fmt.Fprintf(w, "paused tasks\t%s\n", strings.Join(s.PausedTasks, ", "))
 					}

@@ -196,7 +196,7 @@ func (t *resourceTable) adaptRun(r *run, sig Overload, success bool, held []stri
 				}
 			}
 		case success:
-			costs := r.u.costs()
+			costs := r.costs()
 			for _, l := range a.limits {
 				amount := float64(1)
 				if l.name != LimitConcurrency && l.name != LimitRequests {

@@ -76,7 +76,7 @@ func (d *Engine) reconcile(r *run, used map[string]int64) []store.Op {
 	if r.countedAt.IsZero() {
 		return nil
 	}
-	costs := r.u.costs()
+	costs := r.costs()
 	var ops []store.Op
 	for _, res := range r.lane.resources {
 		for _, m := range res.Meters() {
@@ -163,7 +163,7 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 				continue
 			}
 			if res.adapt != nil {
-				r.tell(res, name, l.Remaining < max(r.u.costs().Of(name), 1))
+				r.tell(res, name, l.Remaining < max(r.costs().Of(name), 1))
 			}
 			if !res.observedAfter(name, at) {
 				continue

@@ -213,10 +213,23 @@ func (d *Engine) Backpressure(ctx context.Context) (rt.BackpressureStats, bool, 
 	})
 }
 
-// Sequences reports the sequence keys' state (rt.PatternStats: its
-// sequence counts); ok is false when the engine has exited.
-func (d *Engine) Sequences(ctx context.Context) (rt.PatternStats, bool, error) {
-	return ask(ctx, d, func(d *Engine) rt.PatternStats { return d.sequenceStats() })
+// Patterns reports the sequence keys' state and the batches
+// (rt.PatternStats but Debouncing, which the store counts); ok is false
+// when the engine has exited.
+func (d *Engine) Patterns(ctx context.Context) (rt.PatternStats, bool, error) {
+	return ask(ctx, d, (*Engine).patternStats)
+}
+
+// patternStats is Patterns' answer.
+func (d *Engine) patternStats() rt.PatternStats {
+	p := d.sequenceStats()
+	p.Batches, p.Batched = d.stats.Batches.Load(), d.stats.Batched.Load()
+	for _, l := range d.lanes {
+		if l.batchTimer != nil {
+			p.BatchesWaiting++
+		}
+	}
+	return p
 }
 
 // Queued is the number of queued units as of the last loop iteration

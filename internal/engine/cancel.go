@@ -1,6 +1,9 @@
 package engine
 
 import (
+	"fmt"
+	"time"
+
 	"github.com/runcue/runcue/internal/writer"
 	rt "github.com/runcue/runcue/runcuetype"
 	"github.com/runcue/runcue/store"
@@ -57,4 +60,39 @@ func (d *Engine) cancelUnit(id string, opts rt.CancelOptions, reply chan CancelR
 	if err != nil {
 		reply <- CancelReply{Err: err}
 	}
+}
+
+// deadlinePassed ends r at its deadline: it fails (timeout) whether or not
+// its handler ever returns, or, cancelled, is recorded cancelled.
+func (d *Engine) deadlinePassed(r *run, wall time.Time) {
+	switch {
+	case r.over():
+	case r.cancelled != nil:
+		d.conclude(r, ending{err: ErrCancelled, cancelled: r.cancelled, at: wall})
+	default:
+		r.cause = ErrTimeout
+		if r.state == runLaunched {
+			r.lane.task.spec.Runner.Cancel(&r.pub, ErrTimeout)
+		}
+		d.conclude(r, ending{err: timeoutError(r), at: wall})
+	}
+}
+
+// timeoutError is the failure recorded for a run cut off at its deadline.
+func timeoutError(r *run) error {
+	return fmt.Errorf("%w after %v", ErrTimeout, r.deadline.Sub(r.start))
+}
+
+// cancelRun cancels a running handler and starts its grace.
+func (d *Engine) cancelRun(r *run, opts rt.CancelOptions) {
+	if r.cancelled != nil || r.over() {
+		return
+	}
+	r.cancelled = &opts
+	r.cause = ErrCancelled
+	if r.state == runLaunched {
+		r.lane.task.spec.Runner.Cancel(&r.pub, ErrCancelled)
+	}
+	r.graceTimer = &timerEntry{at: d.now().Add(d.cfg.CancelGrace), kind: tGrace, r: r}
+	d.pushTimer(r.graceTimer)
 }

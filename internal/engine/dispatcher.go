@@ -416,7 +416,25 @@ func (d *Engine) dispatch() {
 		}
 		now := d.now()
 		costs := l.units.Peek().costs()
-		blocker, until, probes := d.admit(l, now, costs)
+		var batch []*unit
+		var blocker *resource
+		var until time.Time
+		var probes []*resource
+		if b := l.task.spec.Batch; b != nil {
+			if due := d.batchDue(l, b, now); !due.IsZero() {
+				d.waitBatch(l, due) // ready again then, or when a unit joins
+				continue
+			}
+			d.dropTimer(l.batchTimer)
+			l.batchTimer = nil
+			batch, costs, blocker, until, probes = d.admitBatch(l, d.gather(l, b, b.Max), now)
+			if blocker != nil {
+				d.unpop(l, batch)
+				costs = l.units.Peek().costs()
+			}
+		} else {
+			blocker, until, probes = d.admit(l, now, costs)
+		}
 		if blocker != nil {
 			if why := blocker.Unfit(costs); why != "" {
 				// It would wait forever and hold its lane back: a keyed
@@ -429,7 +447,10 @@ func (d *Engine) dispatch() {
 			d.park(l, blocker, until)
 			continue
 		}
-		u := l.units.Pop()
+		var u *unit
+		if batch == nil {
+			u = l.units.Pop()
+		}
 		spent := d.acquire(l, now, probes, costs)
 		if l.units.Len() > 0 {
 			l.inReady = true
@@ -439,7 +460,11 @@ func (d *Engine) dispatch() {
 		} else {
 			l.dropScoring()
 		}
-		d.start(u, l, now, probes, spent)
+		if batch != nil {
+			d.startBatch(batch, l, now, probes, spent, costs)
+		} else {
+			d.start(u, l, now, probes, spent)
+		}
 		for _, r := range l.resources {
 			d.wake(r) // the next waiter, while room remains
 		}

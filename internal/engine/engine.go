@@ -144,6 +144,9 @@ type TaskSpec struct {
 	// fails for good hold its key until it is retried.
 	Sequence      func(target string) string
 	HoldOnFailure bool
+	// Batch, when set, makes the task's units run in batches: one call
+	// of its Runner for up to Batch.Max units of one lane (see Batch).
+	Batch *BatchSpec
 }
 
 // RetryPolicy is a retry policy as the engine uses it: how many runs may
@@ -181,6 +184,10 @@ type Counters struct {
 	CallbackErrors atomic.Int64
 	PriorityCalls  atomic.Int64
 	Dispatches     atomic.Int64
+	// Batches counts the batches of more than one unit dispatched,
+	// Batched the units in them.
+	Batches atomic.Int64
+	Batched atomic.Int64
 }
 
 // Hooks are set by tests before Start, and read-only after.

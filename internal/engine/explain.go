@@ -81,6 +81,10 @@ func (d *Engine) explain(id string) rt.Explanation {
 				add(rs)
 			}
 		}
+		if e := u.lane.batchTimer; e != nil {
+			add(rt.Reason{Kind: rt.ReasonBatch, Until: d.toWall(e.at), Detail: fmt.Sprintf("its batch holds %d units (at most %d): it waits for more to join it",
+				u.lane.units.Len(), u.lane.task.spec.Batch.Max)})
+		}
 		if len(ex.Reasons) == 0 {
 			add(rt.Reason{Kind: rt.ReasonEligible, Detail: "nothing holds it back; it runs when its turn comes"})
 		}
@@ -246,7 +250,7 @@ func (d *Engine) answerQuestions(qs []store.OwnerQuestion) {
 				answer = st
 			}
 		case "sequences":
-			answer = d.sequenceStats()
+			answer = d.patternStats()
 		}
 		var data []byte
 		if answer != nil {

@@ -45,7 +45,7 @@ func (d *Engine) haunt(su *store.Unit) {
 		d.deriveKeys(u, rt)
 		l := rt.base
 		if m := u.more; m != nil && (len(m.keys) > 0 || m.keyErr != nil) {
-			l = d.laneFor(rt, m.keys, m.keyErr)
+			l = d.laneFor(rt, m.keys, m.keyErr, m.batch)
 		}
 		if l.keyErr == nil {
 			g.lane = l
@@ -151,7 +151,7 @@ func (d *Engine) adopt(su *store.Unit) bool {
 	}
 	l := rt.base
 	if m := u.more; m != nil && (len(m.keys) > 0 || m.keyErr != nil) {
-		l = d.laneFor(rt, m.keys, m.keyErr)
+		l = d.laneFor(rt, m.keys, m.keyErr, m.batch)
 	}
 	if l.keyErr != nil {
 		d.forget(u)

@@ -45,6 +45,9 @@ func (d *Engine) verify() error {
 		if r.over() {
 			return fmt.Errorf("run of %s in the run table in state %d", r.pub.ID, r.state)
 		}
+		if r.leader != nil {
+			continue // its batch's leader holds the batch's slots
+		}
 		for _, res := range r.lane.resources {
 			holders[res]++
 		}

@@ -44,6 +44,9 @@ type msgRunWritten struct {
 	claim   bool
 	applied bool
 	derived []store.Event
+	// each says, for a batch's claims, which applied (the leader's
+	// first).
+	each []bool
 }
 
 // msgStop: stop dispatching; cancel also cancels running handlers.

@@ -176,6 +176,9 @@ type lane struct {
 	fairGen  uint64
 	tag      float64
 	underMin bool
+	// batchTimer is l's entry on the timer heap while its batch waits
+	// for more units (batches.go).
+	batchTimer *timerEntry
 }
 
 // laneBefore orders lanes by their first unit: by submission, or with a
@@ -280,10 +283,13 @@ func (t *resourceTable) applyLimits(r *resource, s store.ServiceDef) {
 
 // laneFor returns (creating) the lane of a task's units with the given keyed
 // services.
-func (t *resourceTable) laneFor(rt *taskRT, keys []string, keyErr error) *lane {
+func (t *resourceTable) laneFor(rt *taskRT, keys []string, keyErr error, batch string) *lane {
 	key := rt.name
 	if len(keys) > 0 {
 		key += "\x00" + strings.Join(keys, "\x00")
+	}
+	if batch != "" {
+		key += "\x00#" + batch
 	}
 	if keyErr != nil {
 		key += "\x00!"

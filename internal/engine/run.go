@@ -3,7 +3,6 @@ package engine
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -155,6 +154,13 @@ type run struct {
 	// keeps a finished run (its unit, contexts and span) reachable until it
 	// would have fired.
 	deadlineTimer, graceTimer, progressTimer, startByTimer *timerEntry
+	// charge, when set, is what r holds of its lane's resources: a
+	// batch's costs (r leads the batch; see costs). batch are the runs of
+	// the units that follow it in its batch; leader, of such a unit, is
+	// the batch's leader (batches.go).
+	charge rt.Costs
+	batch  []*run
+	leader *run
 	// mem holds what start makes for every run, allocated with it: its
 	// timer entries, its claim and its Finish and the requests that write
 	// them.
@@ -173,72 +179,14 @@ type run struct {
 // start runs u on l, whose resources acquire took at now; spent are the
 // budget_exhausted events of that dispatch, stored with its claim.
 func (d *Engine) start(u *unit, l *lane, now time.Time, probes []*resource, spent []store.Event) {
-	for i := range spent {
-		spent[i].Task, spent[i].Target = u.task, u.target
-	}
-	t := l.task
-	var timeout time.Duration
-	if u.more != nil {
-		timeout = u.more.timeout
-	}
-	if timeout <= 0 {
-		timeout = t.spec.Timeout
-	}
-	if timeout <= 0 {
-		timeout = d.cfg.DefaultTimeout
-	}
-	u.runs++
-	u.state = uRunning
-	wall := d.wall()
-	r := &run{d: d, u: u, lane: l, no: int(u.runs), start: wall, deadline: wall.Add(timeout), params: u.params, probes: probes}
-	if !u.hasParams {
-		r.pbatch = d.paramsOf(u)
-	}
-	ctx, span := d.tel.startSpan(context.Background(), u.traceCtx(), u.task, u.id, r.no)
-	r.span = span
-	r.pub = Run{ID: u.id, Task: u.task, Target: u.target, Attempt: r.no, Deadline: r.deadline, Ctx: ctx, Owner: d.owner, Epoch: d.epoch, r: r}
-	tel := d.tel
-	tel.queueWait.Record(bg, seconds(now.Sub(time.Unix(0, u.readyAt))), t.attrs.rec...)
-	for _, res := range l.resources {
-		if res.class != "" {
-			tel.requests.Add(bg, 1, res.attrs())
-		}
-	}
-	if d.log.Enabled(bg, slog.LevelDebug) {
-		d.log.Debug("work_started", "work_unit_id", u.id, "task_type", u.task, "attempt", r.no)
-	}
-	r.decided, r.startBy = now, now.Add(d.cfg.MaxStartDelay)
-	for _, res := range l.resources {
-		r.counted = r.counted || res.Counted() // charged by acquire, counted at the start
-	}
-	if r.counted {
-		// A start not reported by then counts at startBy.
-		r.pub.StartBy = r.startBy
-		r.mem.startBy = timerEntry{at: r.startBy, kind: tStartBy, r: r}
-		r.startByTimer = &r.mem.startBy
-		d.pushTimer(r.startByTimer)
-	}
-	d.runs[u.id] = r
-	d.inflight++
-	d.stats.Dispatches.Add(1)
-	r.mem.deadline = timerEntry{at: now.Add(timeout), kind: tDeadline, r: r}
-	r.deadlineTimer = &r.mem.deadline
-	d.pushTimer(r.deadlineTimer)
-	r.mem.started[0] = store.Event{Type: store.TypeWorkStarted, Task: u.task, Target: u.target, Attempt: r.no}
-	events := r.mem.started[:]
-	if len(spent) > 0 {
-		events = append(events[:1:1], spent...)
-	}
-	logged := d.loggedOf(l, u.costs())
-	r.mem.claim = store.Claim{Epoch: d.epoch, ID: u.id, Task: u.task, Owner: d.owner, Run: r.no, At: wall,
-		LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer), Log: logged, Events: events, Wait: now.Sub(time.Unix(0, u.readyAt))}
+	r := d.newRun(u, l, now, probes, spent, nil, nil)
 	// A dispatch counted in a rate window is logged before the handler
 	// starts, so that a crash cannot forget a request the service saw;
 	// so is one of a task whose queued units the store may end on its own
 	// (ClaimAhead: a debounced unit replaced meanwhile runs nothing).
 	// Other claims are written behind the handler's start: a crash before
 	// the commit leaves the unit queued, and it runs again.
-	ahead := len(logged) > 0 || l.task.spec.ClaimAhead
+	ahead := len(r.mem.claim.Log) > 0 || l.task.spec.ClaimAhead
 	r.ahead = ahead
 	if ahead {
 		d.claims++
@@ -256,6 +204,88 @@ func (d *Engine) start(u *unit, l *lane, now time.Time, probes []*resource, spen
 	if !ahead {
 		d.launch(r)
 	}
+}
+
+// newRun makes u's run on l, dispatched at now, with its timers and its
+// claim. A batch's leader (leader nil, charge set) holds what the batch
+// was admitted with (charge); a unit that follows it in the batch
+// (leader set) holds nothing, counts nothing and logs no start.
+func (d *Engine) newRun(u *unit, l *lane, now time.Time, probes []*resource, spent []store.Event, charge rt.Costs, leader *run) *run {
+	for i := range spent {
+		spent[i].Task, spent[i].Target = u.task, u.target
+	}
+	t := l.task
+	var timeout time.Duration
+	if u.more != nil {
+		timeout = u.more.timeout
+	}
+	if timeout <= 0 {
+		timeout = t.spec.Timeout
+	}
+	if timeout <= 0 {
+		timeout = d.cfg.DefaultTimeout
+	}
+	u.runs++
+	u.state = uRunning
+	wall := d.wall()
+	r := &run{d: d, u: u, lane: l, no: int(u.runs), start: wall, deadline: wall.Add(timeout), params: u.params, probes: probes,
+		charge: charge, leader: leader}
+	if !u.hasParams {
+		r.pbatch = d.paramsOf(u)
+	}
+	ctx, span := d.tel.startSpan(context.Background(), u.traceCtx(), u.task, u.id, r.no)
+	r.span = span
+	r.pub = Run{ID: u.id, Task: u.task, Target: u.target, Attempt: r.no, Deadline: r.deadline, Ctx: ctx, Owner: d.owner, Epoch: d.epoch, r: r}
+	tel := d.tel
+	tel.queueWait.Record(bg, seconds(now.Sub(time.Unix(0, u.readyAt))), t.attrs.rec...)
+	for _, res := range l.resources {
+		if res.class != "" && leader == nil {
+			tel.requests.Add(bg, 1, res.attrs())
+		}
+	}
+	if d.log.Enabled(bg, slog.LevelDebug) {
+		d.log.Debug("work_started", "work_unit_id", u.id, "task_type", u.task, "attempt", r.no)
+	}
+	r.decided, r.startBy = now, now.Add(d.cfg.MaxStartDelay)
+	for _, res := range l.resources {
+		r.counted = r.counted || (res.Counted() && leader == nil) // charged by acquire, counted at the start
+	}
+	if r.counted {
+		// A start not reported by then counts at startBy.
+		r.pub.StartBy = r.startBy
+		r.mem.startBy = timerEntry{at: r.startBy, kind: tStartBy, r: r}
+		r.startByTimer = &r.mem.startBy
+		d.pushTimer(r.startByTimer)
+	}
+	d.runs[u.id] = r
+	if leader == nil {
+		d.inflight++
+	}
+	d.stats.Dispatches.Add(1)
+	r.mem.deadline = timerEntry{at: now.Add(timeout), kind: tDeadline, r: r}
+	r.deadlineTimer = &r.mem.deadline
+	d.pushTimer(r.deadlineTimer)
+	r.mem.started[0] = store.Event{Type: store.TypeWorkStarted, Task: u.task, Target: u.target, Attempt: r.no}
+	events := r.mem.started[:]
+	if len(spent) > 0 {
+		events = append(events[:1:1], spent...)
+	}
+	var logged []store.LogEntry
+	if leader == nil {
+		logged = d.loggedOf(l, r.costs())
+	}
+	r.mem.claim = store.Claim{Epoch: d.epoch, ID: u.id, Task: u.task, Owner: d.owner, Run: r.no, At: wall,
+		LeaseExpires: r.deadline.Add(d.cfg.LeaseBuffer), Log: logged, Events: events, Wait: now.Sub(time.Unix(0, u.readyAt))}
+	return r
+}
+
+// costs returns what r holds of its lane's resources: its unit's costs,
+// or a batch's (charge) for the batch's leader.
+func (r *run) costs() rt.Costs {
+	if r.charge != nil {
+		return r.charge
+	}
+	return r.u.costs()
 }
 
 // write hands r's claim or Finish to the writer; runWritten hears of its
@@ -322,6 +352,9 @@ func (s *finishSink) Committed(res []store.Result, err error) {
 func (d *Engine) runWritten(m msgRunWritten) {
 	r := m.run
 	switch {
+	case m.claim && r.ahead && m.each != nil:
+		d.claims--
+		d.batchClaimed(r, m.each)
 	case m.claim && r.ahead:
 		d.claims--
 		d.claimed(r, m.applied)
@@ -380,9 +413,15 @@ func (d *Engine) launch(r *run) {
 		d.launching.Add(1)
 	}
 	d.activity.Add(1)
+	if r.batch != nil {
+		d.launchBatch(r)
+	}
 	if err := r.lane.keyErr; err != nil {
 		// Its keyed services could not be derived: it fails permanently,
 		// its handler never called.
+		for _, p := range r.pub.Batch {
+			d.reportEnd(p, Ending{Err: err, Permanent: true, NotStarted: true, At: d.wall()})
+		}
 		d.reportEnd(&r.pub, Ending{Err: err, Permanent: true, NotStarted: true, At: d.wall()})
 		return
 	}
@@ -415,7 +454,7 @@ func (d *Engine) settleReservations(r *run, start, wall time.Time) {
 	if !start.IsZero() && (start.Before(r.decided) || start.After(r.startBy)) {
 		start, wall = r.startBy, d.toWall(r.startBy)
 	}
-	costs := r.u.costs()
+	costs := r.costs()
 	for _, res := range r.lane.resources {
 		if !res.Counted() {
 			continue
@@ -437,41 +476,6 @@ func (d *Engine) settleReservations(r *run, start, wall time.Time) {
 	}
 }
 
-// deadlinePassed ends r at its deadline: it fails (timeout) whether or not
-// its handler ever returns, or, cancelled, is recorded cancelled.
-func (d *Engine) deadlinePassed(r *run, wall time.Time) {
-	switch {
-	case r.over():
-	case r.cancelled != nil:
-		d.conclude(r, ending{err: ErrCancelled, cancelled: r.cancelled, at: wall})
-	default:
-		r.cause = ErrTimeout
-		if r.state == runLaunched {
-			r.lane.task.spec.Runner.Cancel(&r.pub, ErrTimeout)
-		}
-		d.conclude(r, ending{err: timeoutError(r), at: wall})
-	}
-}
-
-// timeoutError is the failure recorded for a run cut off at its deadline.
-func timeoutError(r *run) error {
-	return fmt.Errorf("%w after %v", ErrTimeout, r.deadline.Sub(r.start))
-}
-
-// cancelRun cancels a running handler and starts its grace.
-func (d *Engine) cancelRun(r *run, opts rt.CancelOptions) {
-	if r.cancelled != nil || r.over() {
-		return
-	}
-	r.cancelled = &opts
-	r.cause = ErrCancelled
-	if r.state == runLaunched {
-		r.lane.task.spec.Runner.Cancel(&r.pub, ErrCancelled)
-	}
-	r.graceTimer = &timerEntry{at: d.now().Add(d.cfg.CancelGrace), kind: tGrace, r: r}
-	d.pushTimer(r.graceTimer)
-}
-
 // end decides that r is over and its unit leaves the running set. The
 // verdict goes to the circuits of the run's services. Its resources are
 // released now, unless its handler has not returned and its task holds
@@ -485,6 +489,9 @@ func (d *Engine) end(r *run, returned bool, v verdict) {
 	d.dropTimer(r.deadlineTimer)
 	d.dropTimer(r.graceTimer)
 	r.deadlineTimer, r.graceTimer = nil, nil
+	if r.leader != nil {
+		return // its batch's leader holds the resources, and is judged
+	}
 	d.judge(r, v)
 	if !returned && r.lane.task.spec.HoldSlotsUntilReturn {
 		r.state = runHolding
@@ -492,7 +499,7 @@ func (d *Engine) end(r *run, returned bool, v verdict) {
 		return
 	}
 	d.inflight--
-	d.release(r.lane, r.u.costs())
+	d.release(r.lane, r.costs())
 }
 
 // finished handles a run's end as its Runner reported it (or a run that
@@ -512,7 +519,7 @@ func (d *Engine) finished(r *run, e Ending) {
 			r.state = runEnded
 			delete(d.held, r)
 			d.inflight--
-			d.release(r.lane, r.u.costs())
+			d.release(r.lane, r.costs())
 		}
 		return
 	}
@@ -535,7 +542,7 @@ func (d *Engine) conclude(r *run, e ending) {
 		return
 	}
 	o := decide(d.facts(r), e, d.rnd.Float64())
-	if r.lane.adaptive() {
+	if r.lane.adaptive() && r.leader == nil {
 		if sig, success := overloadOf(e, o); sig != OverloadNone || success {
 			held, _ := heldServices(r.lane.serviceNames(), e.services)
 			o.fin.Events = append(o.fin.Events, d.adaptRun(r, sig, success, held)...)
@@ -543,7 +550,7 @@ func (d *Engine) conclude(r *run, e ending) {
 	}
 	d.end(r, e.returned, o.verdict)
 	u.failures, u.deferrals, u.probeFails = int32(o.failures), int32(o.deferrals), uint8(o.probeFails)
-	if o.hold > 0 {
+	if o.hold > 0 && r.leader == nil {
 		d.blockServices(r.lane, o.holdServices, o.holdUnknown, o.hold)
 	}
 	if o.requeue {
@@ -562,7 +569,7 @@ func (d *Engine) conclude(r *run, e ending) {
 		}
 		d.forget(u)
 	}
-	if o.fin.Attempt.Outcome == "late_start" {
+	if o.fin.Attempt.Outcome == "late_start" && r.leader == nil {
 		d.log.Warn("runcue: a rate-limited run would have started too long after its dispatch was decided; requeued",
 			"work_unit_id", u.id, "task_type", u.task, "max_start_delay", d.cfg.MaxStartDelay)
 	}

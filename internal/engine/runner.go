@@ -84,6 +84,10 @@ type Run struct {
 	Epoch int64
 	// Adopted: the run was launched by an earlier owner (see Adopter).
 	Adopted bool
+	// Batch are the runs of the units that follow this one in its batch
+	// (a batch task's): the Runner calls the handler once for all, as
+	// this run's start, and reports each run's end with its Done.
+	Batch []*Run
 
 	r *run
 }
@@ -240,6 +244,9 @@ func (d *Engine) gate(p *Run) (time.Time, error) {
 		d.in.Push(msgStarted{run: r, start: now, wall: wall})
 	}
 	d.entered(r)
+	for _, q := range p.Batch {
+		d.entered(q.r)
+	}
 	return wall, nil
 }
 
@@ -259,6 +266,9 @@ func (d *Engine) reportStart(p *Run, at time.Time) {
 		d.in.Push(msgStarted{run: r, start: at, wall: d.toWall(at)})
 	}
 	d.entered(r)
+	for _, q := range p.Batch {
+		d.entered(q.r)
+	}
 }
 
 // entered records that r's handler started, for Settle's counts.

@@ -113,7 +113,7 @@ func (t *resourceTable) shareUsed(r *run, used map[string]int64) {
 	if !ok || res.shareBy == store.MeterRequests {
 		return
 	}
-	res.finish += float64(actual-shareCost(res.shareBy, r.u.costs())) / res.weight
+	res.finish += float64(actual-shareCost(res.shareBy, r.costs())) / res.weight
 }
 
 // shareCost is what a dispatch of costs counts in a share of amount

@@ -68,7 +68,7 @@ func (d *Engine) refreshRegistry(services map[string]store.ServiceDef, tasks map
 			rt.services = append(rt.services, d.services[s])
 		}
 		d.tasks[name] = rt
-		rt.base = d.laneFor(rt, nil, nil)
+		rt.base = d.laneFor(rt, nil, nil, "")
 		if t.Sequence != nil && t.HoldOnFailure {
 			d.readHolders(rt)
 		}

@@ -87,6 +87,7 @@ const (
 	tProgress              // a run's throttled progress is due
 	tQueueStatus           // time for a queue_status event
 	tBudgets               // the budget gauges' view may be refreshed
+	tBatch                 // a lane's waiting batch is due
 )
 
 type timerEntry struct {
@@ -98,6 +99,7 @@ type timerEntry struct {
 	r     *run
 	res   *resource
 	ghost *ghost
+	l     *lane
 	idx   int
 }
 
@@ -175,6 +177,8 @@ func (d *Engine) fireTimers() {
 			d.emitProgress(e.r)
 		case tQueueStatus:
 			d.queueStatus()
+		case tBatch:
+			d.batchDueNow(e)
 		}
 	}
 }

@@ -126,6 +126,8 @@ type unitMore struct {
 	costs    rt.Costs      // its costs by amount (stored at submit)
 	// line is its sequence key's line (sequences.go), nil if none.
 	line *seqLine
+	// batch is its batch key (batches.go), "" if none.
+	batch string
 	// leaseRun is the run whose lease the unit waits for (the lease rule:
 	// its Runner has not reported its end); backoffAt is when it may run
 	// once that run's end is reported.
@@ -330,6 +332,7 @@ func (x *unitIndex) register(u *unit) *unit {
 	}
 	x.deriveKeys(u, rt)
 	x.joinSequence(u, rt)
+	x.batchKey(u, rt)
 	if x.paramBytes+paramCost(u.params) <= x.paramBudget() {
 		x.paramBytes += paramCost(u.params)
 	} else {
@@ -362,8 +365,8 @@ func (x *unitIndex) makeEligible(u *unit) {
 	u.readyAt = x.now().UnixNano()
 	rt := x.tasks[u.task]
 	l := rt.base
-	if m := u.more; m != nil && (len(m.keys) > 0 || m.keyErr != nil) {
-		l = x.laneFor(rt, m.keys, m.keyErr)
+	if m := u.more; m != nil && (len(m.keys) > 0 || m.keyErr != nil || m.batch != "") {
+		l = x.laneFor(rt, m.keys, m.keyErr, m.batch)
 	}
 	u.lane = l
 	if x.cfg.Priority != nil {

@@ -23,10 +23,19 @@ import (
 // the instant the rate windows count; the handler reports through rep.
 type Call func(ctx context.Context, p *engine.Run, params json.RawMessage, started time.Time, rep call.Reporter) (any, error)
 
+// BatchCall calls a batch task's handler for the runs of a batch, ps
+// (ps[0] leads it), with their params, started at the instant the rate
+// windows count; the handler reports through rep. It returns each run's
+// result and error, in order, or an error that is every run's.
+type BatchCall func(ctx context.Context, ps []*engine.Run, params []json.RawMessage, started time.Time, rep call.Reporter) ([]any, []error, error)
+
 // Runner runs the handler of one task. It implements engine.Runner and
 // engine.InProcess. Its fields are set before its first Launch.
 type Runner struct {
+	// Call calls the handler of a run; Batch, when set, instead calls a
+	// batch task's handler for a batch (batch.go).
 	Call       Call
+	Batch      BatchCall
 	MaxPayload int
 	Clock      clock.Clock
 	// ShowDeadline: the handler's context shows its deadline (the real
@@ -46,11 +55,18 @@ type run struct {
 	mu    sync.Mutex
 	used  map[string]int64
 	ended bool
+	// batch: the run leads a batch; its units' reports add up.
+	batch bool
 }
 
 // Progress and Heartbeat implement call.Reporter.
 func (l *run) Progress(b []byte) { l.p.Progress(b) }
-func (l *run) Heartbeat()        { l.p.Heartbeat() }
+func (l *run) Heartbeat() {
+	l.p.Heartbeat()
+	for _, q := range l.p.Batch {
+		q.Heartbeat()
+	}
+}
 
 // Use implements call.Reporter: it keeps the amounts, bounded, for the
 // run's end; a report after the end is ignored.
@@ -63,6 +79,9 @@ func (l *run) Use(amounts rt.Costs) {
 	for name, n := range amounts {
 		if l.used == nil {
 			l.used = make(map[string]int64, len(amounts))
+		}
+		if l.batch {
+			n += l.used[name]
 		}
 		l.used[name] = call.BoundUsed(n)
 	}
@@ -98,13 +117,21 @@ func (lr *Runner) Launch(p *engine.Run) {
 		l.ctx.Shown = p.Deadline
 	}
 	p.Handle = l
+	if lr.Batch != nil {
+		l.batch = true
+		go lr.executeBatch(l)
+		return
+	}
 	go lr.execute(l)
 }
 
 // Cancel implements engine.Runner: the handler's context is cancelled
 // with the cause (runcue's errors: the engine's are the same values).
 func (lr *Runner) Cancel(p *engine.Run, cause error) {
-	l := p.Handle.(*run)
+	l, ok := p.Handle.(*run)
+	if !ok {
+		return // a unit that follows another in its batch: the call is the leader's
+	}
 	if cause == engine.ErrTimeout {
 		l.ctx.Expire()
 	}

@@ -178,3 +178,82 @@ func TestDurableSubscriptionOnPostgres(t *testing.T) {
 	}
 	require.NoError(t, owner.Stop(ctx))
 }
+
+// TestBatchOnPostgres: a batch task on PostgreSQL: each batch's claims
+// commit together and its first unit logs the batch's summed tokens;
+// every unit ends with its own outcome (one failing its first run is
+// retried alone), and the service log holds, per batch, one start of the
+// batch's tokens.
+func TestBatchOnPostgres(t *testing.T) {
+	ctx := context.Background()
+	u := schemaURL(t)
+	st, err := postgres.Open(ctx, u, postgres.Options{})
+	require.NoError(t, err)
+	defer st.Close()
+	c, err := runcue.New(st, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Service("embed", runcue.Service{RateLimit: 1000, RateWindow: time.Minute,
+		Meters: []runcue.Meter{{Name: "tokens", Limit: 1_000_000, Window: time.Minute}}}))
+	var mu sync.Mutex
+	var sizes []int
+	require.NoError(t, c.Task("embed", runcue.Task{Services: []string{"embed"},
+		Retry: runcue.RetryPolicy{MaxAttempts: 2, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond},
+		Batch: &runcue.Batch{Max: 20, MaxCost: runcue.Costs{"tokens": 500},
+			Handler: func(_ context.Context, ws []*runcue.Work) ([]runcue.Outcome, error) {
+				mu.Lock()
+				sizes = append(sizes, len(ws))
+				mu.Unlock()
+				out := make([]runcue.Outcome, len(ws))
+				for i, w := range ws {
+					if w.ID == "u7" && w.Attempt == 1 {
+						out[i].Err = fmt.Errorf("rejected")
+					} else {
+						out[i].Result = w.ID
+					}
+				}
+				return out, nil
+			}}}))
+	var subs []runcue.Submission
+	for i := range 200 {
+		subs = append(subs, runcue.Submission{Task: "embed", ID: fmt.Sprint("u", i), Cost: runcue.Costs{"tokens": 40}})
+	}
+	_, err = c.SubmitBatch(ctx, subs)
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	require.NoError(t, c.Drain(ctx))
+	stats, err := c.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 200, stats.States[runcue.StateCompleted])
+	info, err := c.Get(ctx, "u7")
+	require.NoError(t, err)
+	assert.Equal(t, 2, info.Runs, "retried alone")
+	mu.Lock()
+	defer mu.Unlock()
+	units := 0
+	for _, n := range sizes {
+		assert.LessOrEqual(t, n, 12, "at most 500 tokens (12 units of 40) a batch")
+		units += n
+	}
+	assert.Equal(t, 201, units)
+	sv, err := c.ServiceStatus(ctx, "embed")
+	require.NoError(t, err)
+	require.Len(t, sv.Meters, 1)
+	assert.Equal(t, int64(201*40), sv.Meters[0].Used, "the batches' summed tokens")
+	assert.Equal(t, len(sizes), sv.InWindow, "one request a batch")
+	require.NoError(t, c.Stop(ctx))
+
+	// A new owner rebuilds both from the service log.
+	next, err := runcue.New(st, runcue.Config{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	defer next.Close()
+	require.NoError(t, next.Service("embed", runcue.Service{RateLimit: 1000, RateWindow: time.Minute,
+		Meters: []runcue.Meter{{Name: "tokens", Limit: 1_000_000, Window: time.Minute}}}))
+	require.NoError(t, next.Start(ctx))
+	sv, err = next.ServiceStatus(ctx, "embed")
+	require.NoError(t, err)
+	require.Len(t, sv.Meters, 1)
+	assert.Equal(t, int64(201*40), sv.Meters[0].Used, "restored from the log")
+	assert.Equal(t, len(sizes), sv.InWindow, "restored from the log")
+	t.Logf("%d batches for 201 runs", len(sizes))
+}
