@@ -249,7 +249,8 @@ func (c *Cue) taskSpec(name string, t *Task, rr *remote.Runner) *engine.TaskSpec
 // localCall calls h with run p's Work.
 func (c *Cue) localCall(h Handler) local.Call {
 	return func(ctx context.Context, p *engine.Run, params json.RawMessage, started time.Time, rep call.Reporter) (any, error) {
-		return h(ctx, &Work{ID: p.ID, Task: p.Task, Target: p.Target, Params: params, Attempt: p.Attempt, Started: started, run: rep, cue: c})
+		w := &Work{ID: p.ID, Task: p.Task, Target: p.Target, Params: params, Attempt: p.Attempt, Started: started, run: rep, cue: c}
+		return h(withWork(ctx, w), w)
 	}
 }
 
@@ -481,7 +482,7 @@ func (c *Cue) batchCall(h BatchHandler) local.BatchCall {
 		for i, p := range ps {
 			works[i] = &Work{ID: p.ID, Task: p.Task, Target: p.Target, Params: params[i], Attempt: p.Attempt, Started: started, run: rep, cue: c}
 		}
-		outs, err := h(ctx, works)
+		outs, err := h(withWork(ctx, works[0]), works)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -84,7 +84,9 @@ func debounceSubmitter(c *runcue.Cue) int {
 // and a child, while the owner (another child) is SIGKILLed in the middle
 // and replaced. Per key, exactly one unit runs: the one stored last (the
 // highest Seq), with its params; every other ends skipped, replaced by
-// the unit stored after it.
+// the unit stored after it, unless that one was stored only after it had
+// started (a submitter stalled for the Period, as on a loaded machine:
+// the burst had ended, and the unit rightly ran).
 func TestDebounceAcrossKills(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills child processes")
@@ -195,24 +197,36 @@ func TestDebounceAcrossKills(t *testing.T) {
 		ranUnits[key][id]++
 		revOf[id] = rev
 	}
-	repeats := 0
+	repeats, split := 0, 0
 	for key, us := range byKey {
 		require.Len(t, us, burst, key)
 		sort.Slice(us, func(i, j int) bool { return us[i].Seq < us[j].Seq })
 		last := us[len(us)-1]
+		ran := map[string]int{last.ID: ranUnits[key][last.ID]}
 		for i, u := range us[:len(us)-1] {
-			assert.Equal(t, store.Skipped, u.State, "%s: %s, stored %d of %d", key, u.ID, i+1, burst)
-			assert.Equal(t, "replaced by "+us[i+1].ID, u.Error, "%s: %s", key, u.ID)
+			next := us[i+1]
+			if u.State == store.Completed && !u.StartedAt.IsZero() && !next.CreatedAt.Before(u.StartedAt) {
+				// The next submission was stored only after this unit
+				// started, a Period after its own (the submitter stalled
+				// that long, as on a loaded machine around the kill): its
+				// burst had ended, and it rightly ran.
+				split++
+				ran[u.ID] = ranUnits[key][u.ID]
+				continue
+			}
+			assert.Equal(t, store.Skipped, u.State, "%s: %s, stored %d of %d, %v before the next", key, u.ID, i+1, burst,
+				next.CreatedAt.Sub(u.CreatedAt))
+			assert.Equal(t, "replaced by "+next.ID, u.Error, "%s: %s", key, u.ID)
 		}
 		assert.Equal(t, store.Completed, last.State, "%s: the last stored runs", key)
 		var p edit
 		require.NoError(t, json.Unmarshal(last.Params, &p))
-		assert.Equal(t, map[string]int{last.ID: ranUnits[key][last.ID]}, ranUnits[key], "%s: only the last stored ran", key)
+		assert.Equal(t, ran, ranUnits[key], "%s: only the last stored ran (and the last of a burst a stall ended)", key)
 		assert.Equal(t, p.Rev, revOf[last.ID], "%s: with its params", key)
 		if n := ranUnits[key][last.ID]; n > 1 {
 			repeats += n - 1 // a run the kill interrupted ran again: at least once
 		}
 	}
-	t.Logf("%d keys, %d units, %d runs repeated after the kill", len(byKey), len(units), repeats)
+	t.Logf("%d keys, %d units, %d runs repeated after the kill, %d bursts a stall of the submitters split", len(byKey), len(units), repeats, split)
 	assert.True(t, killed)
 }

@@ -157,7 +157,8 @@ func newExecutor(st store.Store, cfg ExecutorConfig, tasks map[string]Handler, c
 	}
 	slices.Sort(names)
 	call := func(ctx context.Context, a store.Assignment, started time.Time, rep call.Reporter) (any, error) {
-		return tasks[a.Task](ctx, &Work{ID: a.ID, Task: a.Task, Target: a.Target, Params: a.Params, Attempt: a.Run, Started: started, run: rep, cue: cue})
+		w := &Work{ID: a.ID, Task: a.Task, Target: a.Target, Params: a.Params, Attempt: a.Run, Started: started, run: rep, cue: cue}
+		return tasks[a.Task](withWork(ctx, w), w)
 	}
 	set := execloop.Settings{ID: cfg.ID, Capacity: cfg.Capacity, PollInterval: cfg.PollInterval, MaxStartDelay: cfg.MaxStartDelay,
 		Heartbeat: cfg.Heartbeat, TTL: cfg.TTL, ClockSync: cfg.ClockSync, MaxPayload: cfg.MaxPayload, Logger: cfg.Logger, Clock: cfg.Clock}

@@ -173,3 +173,43 @@ func TestExecutorObservationsReachOwner(t *testing.T) {
 	assert.Equal(t, runcue.ReasonMeterFull, ex.Reasons[0].Kind, "%+v", ex.Reasons)
 	require.NoError(t, sched.Cancel(ctx, next.ID, runcue.CancelOptions{}))
 }
+
+// TestWorkFrom: a handler's context, and one derived from it, carry its
+// Work (an SDK's middleware reports through it); a batch handler's carry
+// the batch's first Work, and what is reported through it adds up with
+// the others'. Any other context carries none.
+func TestWorkFrom(t *testing.T) {
+	e := newEnv(t, runcue.Config{})
+	require.NoError(t, e.c.Service("llm", runcue.Service{Meters: []runcue.Meter{{Name: "tokens", Limit: 1000, Window: time.Minute}}}))
+	var same, derived bool
+	estimate := func(runcue.Submission) runcue.Costs { return runcue.Costs{"tokens": 10} }
+	require.NoError(t, e.c.Task("one", runcue.Task{Services: []string{"llm"}, Estimate: estimate, Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+		same = runcue.WorkFrom(ctx) == w
+		sub, cancel := context.WithTimeout(ctx, time.Hour)
+		defer cancel()
+		derived = runcue.WorkFrom(sub) == w
+		runcue.WorkFrom(sub).Used(runcue.Costs{"tokens": 3})
+		return nil, nil
+	}}))
+	var first bool
+	require.NoError(t, e.c.Task("many", runcue.Task{Services: []string{"llm"}, Estimate: estimate, Batch: &runcue.Batch{Max: 2,
+		Handler: func(ctx context.Context, ws []*runcue.Work) ([]runcue.Outcome, error) {
+			first = runcue.WorkFrom(ctx) == ws[0]
+			runcue.WorkFrom(ctx).Used(runcue.Costs{"tokens": 5})
+			ws[1].Used(runcue.Costs{"tokens": 6})
+			return make([]runcue.Outcome, len(ws)), nil
+		}}}))
+	_, err := e.c.SubmitBatch(e.ctx, []runcue.Submission{{ID: "b1", Task: "many"}, {ID: "b2", Task: "many"}})
+	require.NoError(t, err)
+	e.start()
+	info := e.wait(e.submit("one"))
+	assert.True(t, same, "the handler's context")
+	assert.True(t, derived, "a context derived from it")
+	require.Len(t, info.Attempts, 1)
+	assert.Equal(t, runcue.Costs{"tokens": 3}, info.Attempts[0].Used)
+	b1 := e.wait("b1")
+	assert.True(t, first, "a batch's context: its first Work")
+	require.Len(t, b1.Attempts, 1)
+	assert.Equal(t, runcue.Costs{"tokens": 11}, b1.Attempts[0].Used, "the batch's uses add up, on its first unit")
+	assert.Nil(t, runcue.WorkFrom(context.Background()))
+}

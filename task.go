@@ -169,6 +169,26 @@ type Work struct {
 // and in an executor made with NewExecutor, which knows no tasks.
 func (w *Work) Cue() *Cue { return w.cue }
 
+// WorkFrom returns the Work of the run whose handler was given ctx, or a
+// context derived from it; nil for any other context. It lets code the
+// handler calls without its Work (an HTTP client's middleware, an SDK
+// adapter such as runcue's llm/openai) report what the run used and what
+// the service said of its limits (Work.Used, Work.Observe). In a batch
+// handler it returns the batch's first Work: the amounts reported
+// through it add up with the others'.
+func WorkFrom(ctx context.Context) *Work {
+	w, _ := ctx.Value(workKey{}).(*Work)
+	return w
+}
+
+// workKey is the context key of a run's Work.
+type workKey struct{}
+
+// withWork returns ctx carrying w, for WorkFrom.
+func withWork(ctx context.Context, w *Work) context.Context {
+	return context.WithValue(ctx, workKey{}, w)
+}
+
 // Progress reports how far the handler has got: any JSON-encodable value
 // (a percentage, "page 3 of 12", a struct). It is published as a
 // work_progress event, at most one a second per unit, the latest value

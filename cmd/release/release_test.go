@@ -23,7 +23,8 @@ import (
 const version = "v0.1.0"
 
 // TestOutsideConsumer: a module outside the tree requires runcue,
-// store/postgres and cmd at the release's version, fetched from a local
+// store/postgres, cmd and the LLM SDK adapters (llm/openai, llm/anthropic)
+// at the release's version, fetched from a local
 // module proxy made of this working tree (no replace, no workspace, as a
 // user's go get would): it builds, runs the quickstart, opens a PostgreSQL
 // store (RUNCUE_TEST_POSTGRES; skipped without it unless CI=true), embeds
@@ -37,7 +38,8 @@ func TestOutsideConsumer(t *testing.T) {
 	proxy := t.TempDir()
 	paths, err := modproxy.Build(root, proxy, version, modproxy.Modules)
 	require.NoError(t, err)
-	require.Equal(t, []string{"github.com/runcue/runcue", "github.com/runcue/runcue/store/postgres", "github.com/runcue/runcue/cmd"}, paths)
+	require.Equal(t, []string{"github.com/runcue/runcue", "github.com/runcue/runcue/store/postgres", "github.com/runcue/runcue/cmd",
+		"github.com/runcue/runcue/llm/openai", "github.com/runcue/runcue/llm/anthropic"}, paths)
 	for _, dir := range modproxy.Modules {
 		b, err := os.ReadFile(filepath.Join(root, dir, "go.mod"))
 		require.NoError(t, err)
@@ -51,12 +53,14 @@ func TestOutsideConsumer(t *testing.T) {
 		require.NoError(t, os.WriteFile(p, []byte(content), 0o644))
 	}
 	write("go.mod", "module example.com/consumer\n\ngo 1.26.0\n\nrequire (\n"+
-		"\tgithub.com/runcue/runcue "+version+"\n\tgithub.com/runcue/runcue/store/postgres "+version+"\n\tgithub.com/runcue/runcue/cmd "+version+"\n)\n")
+		"\tgithub.com/runcue/runcue "+version+"\n\tgithub.com/runcue/runcue/store/postgres "+version+"\n\tgithub.com/runcue/runcue/cmd "+version+
+		"\n\tgithub.com/runcue/runcue/llm/openai "+version+"\n\tgithub.com/runcue/runcue/llm/anthropic "+version+"\n)\n")
 	quickstart, err := os.ReadFile(filepath.Join(root, "examples/quickstart/main.go"))
 	require.NoError(t, err)
 	write("quickstart/main.go", string(quickstart))
 	write("pgopen/main.go", pgopen)
 	write("ops/main.go", ops)
+	write("sdks/main.go", sdks)
 
 	modcache, gobin := t.TempDir(), t.TempDir()
 	base := os.Getenv("GOPROXY")
@@ -188,4 +192,22 @@ import (
 )
 
 func main() { os.Exit(runcuecli.Main(runcuecli.Options{Name: "ops"}, os.Args[1:])) }
+`
+
+// sdks makes an OpenAI and an Anthropic client with runcue's adapters (it
+// is built, not run: it would call the APIs).
+const sdks = `package main
+
+import (
+	"github.com/anthropics/anthropic-sdk-go/v2"
+	"github.com/openai/openai-go/v3"
+
+	runcueanthropic "github.com/runcue/runcue/llm/anthropic"
+	runcueopenai "github.com/runcue/runcue/llm/openai"
+)
+
+func main() {
+	_ = openai.NewClient(runcueopenai.Options()...)
+	_ = anthropic.NewClient(runcueanthropic.Options()...)
+}
 `

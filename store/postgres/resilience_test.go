@@ -193,8 +193,8 @@ func TestOwnerRidesThroughRestart(t *testing.T) {
 	mu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
-	assert.True(t, seen[runcue.EventStoreUnavailable], "the outage was announced")
-	assert.True(t, seen[runcue.EventStoreRecovered], "its end was announced")
+	assert.True(t, seen[runcue.EventStoreUnavailable], "the outage was announced; seen %v; status %+v", seen, c.Status())
+	assert.True(t, seen[runcue.EventStoreRecovered], "its end was announced; seen %v", seen)
 	assert.Equal(t, runcue.RoleOwner, c.Status().Role)
 }
 

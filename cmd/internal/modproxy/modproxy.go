@@ -18,7 +18,7 @@ import (
 )
 
 // Modules are the repository's modules, by directory from its root.
-var Modules = []string{".", "store/postgres", "cmd"}
+var Modules = []string{".", "store/postgres", "cmd", "llm/openai", "llm/anthropic"}
 
 // Build writes the modules found at root (the directories of dirs, each
 // holding a go.mod) at version into dir, as a module proxy: for each, its
