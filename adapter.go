@@ -439,6 +439,8 @@ func encodeReport(v any) []byte {
 			change = "lowered"
 		}
 		out = adaptEventData{Service: v.Service, Class: v.Class, Adaptive: v.Adaptive, Change: change}
+	case engine.StatedEvent:
+		out = statedEventData{Service: v.Service, Class: v.Class, Meter: v.Meter, Limit: v.Limit, Said: v.Said}
 	case Explanation:
 		v.Live = true
 		out = v

@@ -197,21 +197,7 @@ func TestBatchAcrossKills(t *testing.T) {
 	assert.LessOrEqual(t, mostTokens, int64(batchTokens), "tokens arriving in a window")
 	assert.LessOrEqual(t, mostCalls, batchCalls, "calls arriving in a window")
 
-	completions := map[string]int{}
-	var after int64
-	for {
-		evs, err := st.EventsAfter(ctx, after, 5000)
-		require.NoError(t, err)
-		if len(evs) == 0 {
-			break
-		}
-		for _, ev := range evs {
-			if ev.Type == string(runcue.EventWorkCompleted) {
-				completions[ev.WorkID]++
-			}
-		}
-		after = evs[len(evs)-1].Seq
-	}
+	completions := completionsOf(t, ctx, st)
 	got, err := st.ListUnits(ctx, store.ListFilter{Limit: units})
 	require.NoError(t, err)
 	require.Len(t, got, units)

@@ -132,21 +132,7 @@ func TestCrashRecovery(t *testing.T) {
 	// A last run to completion.
 	runToEnd(t, "journal", db, 2*time.Minute, "RUNCUE_JOURNAL="+journal)
 
-	completions := map[string]int{}
-	var after int64
-	for {
-		evs, err := st.EventsAfter(ctx, after, 5000)
-		require.NoError(t, err)
-		if len(evs) == 0 {
-			break
-		}
-		for _, ev := range evs {
-			if ev.Type == string(runcue.EventWorkCompleted) {
-				completions[ev.WorkID]++
-			}
-		}
-		after = evs[len(evs)-1].Seq
-	}
+	completions := completionsOf(t, ctx, st)
 	b, err := os.ReadFile(journal)
 	require.NoError(t, err)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
@@ -363,4 +349,24 @@ func TestSubscribeResumeAfterKill(t *testing.T) {
 	require.Equal(t, want, got, "every event exactly once, in order, across kills and restarts")
 	t.Logf("%d events journaled across 7 subscriber processes; %d units recovered from killed owners", len(got), recovered)
 	assert.Positive(t, recovered, "kills landed while units ran")
+}
+
+// completionsOf counts the work_completed events in st's log, by unit.
+func completionsOf(t *testing.T, ctx context.Context, st store.Store) map[string]int {
+	t.Helper()
+	completions := map[string]int{}
+	var after int64
+	for {
+		evs, err := st.EventsAfter(ctx, after, 5000)
+		require.NoError(t, err)
+		if len(evs) == 0 {
+			return completions
+		}
+		for _, ev := range evs {
+			if ev.Type == string(runcue.EventWorkCompleted) {
+				completions[ev.WorkID]++
+			}
+		}
+		after = evs[len(evs)-1].Seq
+	}
 }

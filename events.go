@@ -96,6 +96,11 @@ const (
 	// change: WorkID, Task and Target are its unit's. Service names the
 	// service (or keyed instance), with Adaptive set.
 	EventLimitAdapted EventType = store.TypeLimitAdapted
+	// EventLimitStated: a meter whose limit its provider states
+	// (Meter.FromProvider) took a new limit from a response. Service
+	// names the service (or keyed instance), with Meters holding the
+	// meter and its limit now (Stated); Reason is "stated". Stored.
+	EventLimitStated EventType = store.TypeLimitStated
 	// EventTaskChanged: a task type was paused or resumed (PauseTask,
 	// ResumeTask); Task names it, Reason is "paused" or "resumed".
 	EventTaskChanged EventType = store.TypeTaskChanged
@@ -207,6 +212,16 @@ type adaptEventData struct {
 	Change   string         `json:"change"`
 }
 
+// statedEventData is the data of limit_stated: the meter's limit now, and
+// what the provider stated (above it when MaxLimit capped it).
+type statedEventData struct {
+	Service string `json:"service"`
+	Class   string `json:"class"`
+	Meter   string `json:"meter"`
+	Limit   int64  `json:"limit"`
+	Said    int64  `json:"said"`
+}
+
 // backpressureData is the data of backpressure_active and
 // backpressure_cleared.
 type backpressureData struct {
@@ -256,6 +271,14 @@ func eventFrom(se *store.Event) Event {
 		if json.Unmarshal(se.Data, &data) == nil {
 			ev.Service = &ServiceStatus{Name: data.Service, Class: data.Class, Adaptive: &data.Adaptive}
 			ev.Reason = data.Change
+		}
+		return ev
+	case EventLimitStated:
+		var data statedEventData
+		if json.Unmarshal(se.Data, &data) == nil {
+			ev.Service = &ServiceStatus{Name: data.Service, Class: data.Class,
+				Meters: []MeterStatus{{Name: data.Meter, Limit: data.Limit, Stated: true}}}
+			ev.Reason = "stated"
 		}
 		return ev
 	case EventOwnerAsked, EventOwnerAnswered:

@@ -23,6 +23,10 @@ func validateMeter(m Meter) error {
 		return fmt.Errorf("%w: meter %q: Window %v is not from 1ms to %v", ErrInvalid, m.Name, m.Window, MaxRateWindow)
 	case m.Charge > ChargeEstimate:
 		return fmt.Errorf("%w: meter %q: unknown Charge %d", ErrInvalid, m.Name, uint8(m.Charge))
+	case m.MaxLimit < 0 || m.MaxLimit > MaxCost || (m.MaxLimit > 0 && m.MaxLimit < m.Limit):
+		return fmt.Errorf("%w: meter %q: MaxLimit %d is not zero nor from Limit (%d) to %d", ErrInvalid, m.Name, m.MaxLimit, m.Limit, int64(MaxCost))
+	case m.MaxLimit > 0 && !m.FromProvider:
+		return fmt.Errorf("%w: meter %q: MaxLimit caps a limit read from the provider: set FromProvider", ErrInvalid, m.Name)
 	}
 	return nil
 }

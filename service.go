@@ -36,6 +36,10 @@ func validateService(s Service) error {
 		return fmt.Errorf("%w: service limits must not be negative", ErrInvalid)
 	case s.RateLimit > 0 && s.RateWindow == 0:
 		return fmt.Errorf("%w: RateLimit %d needs a RateWindow", ErrInvalid, s.RateLimit)
+	case s.RateFromProvider && s.RateLimit == 0:
+		return fmt.Errorf("%w: RateFromProvider needs a starting RateLimit and its RateWindow", ErrInvalid)
+	case s.MaxRate < 0 || (s.MaxRate > 0 && (!s.RateFromProvider || s.MaxRate < s.RateLimit)):
+		return fmt.Errorf("%w: MaxRate %d caps a RateLimit read from the provider (RateFromProvider), at least RateLimit %d", ErrInvalid, s.MaxRate, s.RateLimit)
 	case s.RateWindow > 0 && s.RateLimit == 0:
 		return fmt.Errorf("%w: RateWindow %v needs a RateLimit", ErrInvalid, s.RateWindow)
 	case s.RateWindow > MaxRateWindow:

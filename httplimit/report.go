@@ -27,7 +27,7 @@ const DefaultThrottle = time.Second
 func (r Reading) Observation() runcue.Observation {
 	var o runcue.Observation
 	for _, l := range r.Limits {
-		o.Limits = append(o.Limits, runcue.ObservedLimit{Name: l.Name, Remaining: l.Remaining, Reset: l.Reset})
+		o.Limits = append(o.Limits, runcue.ObservedLimit{Name: l.Name, Remaining: l.Remaining, Reset: l.Reset, Limit: max(l.Max, 0)})
 	}
 	return o
 }

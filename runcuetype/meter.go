@@ -100,6 +100,19 @@ type Meter struct {
 	// owner takes the bucket to have been empty a Window and Margin before
 	// it took over, and counts what started since.
 	Bucket bool
+	// FromProvider makes Limit follow what the provider states of the
+	// limit in its responses (ObservedLimit.Limit: httplimit.Report reads
+	// x-ratelimit-limit-tokens, anthropic-ratelimit-tokens-limit and the
+	// like): Limit is then the conservative value used until a response
+	// states one, and MaxLimit, when set, a cap no stated limit exceeds.
+	// The window is still Window: the headers give an amount, not its
+	// period. The stated limit is stored (a new owner starts from it),
+	// shown in ServiceStatus (MeterStatus.Stated), and announced by a
+	// limit_stated event when it changes. Limits that differ by model are
+	// read by a keyed service per model (Task.ServiceKeys: "model:gpt-5"),
+	// each instance stating its own.
+	FromProvider bool
+	MaxLimit     int64
 }
 
 // Charge says what a start's charge in a Meter becomes once its handler
@@ -166,17 +179,20 @@ func (c *Charge) UnmarshalText(b []byte) error {
 
 // meterJSON is Meter's JSON form.
 type meterJSON struct {
-	Name     string `json:"name"`
-	Limit    int64  `json:"limit"`
-	WindowMS int64  `json:"window_ms"`
-	Charge   Charge `json:"charge"`
-	Bucket   bool   `json:"bucket,omitempty"`
+	Name         string   `json:"name"`
+	Aliases      []string `json:"aliases,omitempty"`
+	Limit        int64    `json:"limit"`
+	WindowMS     int64    `json:"window_ms"`
+	Charge       Charge   `json:"charge"`
+	Bucket       bool     `json:"bucket,omitempty"`
+	FromProvider bool     `json:"from_provider,omitempty"`
+	MaxLimit     int64    `json:"max_limit,omitempty"`
 }
 
 // MarshalJSON writes m in runcue's JSON convention (the window in
 // milliseconds).
 func (m Meter) MarshalJSON() ([]byte, error) {
-	return json.Marshal(meterJSON{m.Name, m.Limit, m.Window.Milliseconds(), m.Charge, m.Bucket})
+	return json.Marshal(meterJSON{m.Name, m.Aliases, m.Limit, m.Window.Milliseconds(), m.Charge, m.Bucket, m.FromProvider, m.MaxLimit})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -185,7 +201,8 @@ func (m *Meter) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
-	*m = Meter{Name: j.Name, Limit: j.Limit, Window: time.Duration(j.WindowMS) * time.Millisecond, Charge: j.Charge, Bucket: j.Bucket}
+	*m = Meter{Name: j.Name, Aliases: j.Aliases, Limit: j.Limit, Window: time.Duration(j.WindowMS) * time.Millisecond, Charge: j.Charge, Bucket: j.Bucket,
+		FromProvider: j.FromProvider, MaxLimit: j.MaxLimit}
 	return nil
 }
 
@@ -210,4 +227,7 @@ type ObservedLimit struct {
 	// Reset is how long after the response the limit is whole again; 0
 	// if not reported.
 	Reset time.Duration
+	// Limit is the limit's size as the service states it; 0 if not
+	// reported. A meter with FromProvider takes it as its Limit.
+	Limit int64
 }

@@ -79,6 +79,14 @@ type Service struct {
 	// units run, its next unit goes before any other key's. At most
 	// MaxConcurrent when that is set.
 	MinConcurrent int
+	// RateFromProvider makes RateLimit follow what the provider states of
+	// its request limit in its responses (ObservedLimit.Limit of
+	// "requests": x-ratelimit-limit-requests,
+	// anthropic-ratelimit-requests-limit), as Meter.FromProvider does for
+	// an amount: RateLimit is the starting value, MaxRate (when set) the
+	// cap, RateWindow the window.
+	RateFromProvider bool
+	MaxRate          int
 }
 
 // Adaptive configures adaptive limits (AIMD: additive increase,
@@ -150,6 +158,9 @@ type serviceJSON struct {
 	Share         string    `json:"share,omitempty"`
 	Weight        float64   `json:"weight,omitempty"`
 	MinConcurrent int       `json:"min_concurrent,omitempty"`
+	// RateFromProvider and MaxRate: see Service.
+	RateFromProvider bool `json:"rate_from_provider,omitempty"`
+	MaxRate          int  `json:"max_rate,omitempty"`
 }
 
 // MarshalJSON writes s in runcue's JSON convention (durations in
@@ -163,7 +174,8 @@ func (s Service) MarshalJSON() ([]byte, error) {
 		margin = int64((s.Margin + time.Millisecond - 1) / time.Millisecond)
 	}
 	return json.Marshal(serviceJSON{s.MaxConcurrent, s.RateLimit, s.RateWindow.Milliseconds(), s.CircuitThreshold,
-		s.CircuitTimeout.Milliseconds(), s.Budgets, margin, s.Pace, s.Meters, s.Adaptive, s.Share, s.Weight, s.MinConcurrent})
+		s.CircuitTimeout.Milliseconds(), s.Budgets, margin, s.Pace, s.Meters, s.Adaptive, s.Share, s.Weight, s.MinConcurrent,
+		s.RateFromProvider, s.MaxRate})
 }
 
 // UnmarshalJSON reads what MarshalJSON writes.
@@ -175,7 +187,7 @@ func (s *Service) UnmarshalJSON(b []byte) error {
 	*s = Service{MaxConcurrent: j.MaxConcurrent, RateLimit: j.RateLimit, RateWindow: time.Duration(j.RateWindowMS) * time.Millisecond,
 		CircuitThreshold: j.CircuitThreshold, CircuitTimeout: time.Duration(j.CircuitTimeoutMS) * time.Millisecond, Budgets: j.Budgets,
 		Margin: time.Duration(j.MarginMS) * time.Millisecond, Pace: j.Pace, Meters: j.Meters, Adaptive: j.Adaptive,
-		Share: j.Share, Weight: j.Weight, MinConcurrent: j.MinConcurrent}
+		Share: j.Share, Weight: j.Weight, MinConcurrent: j.MinConcurrent, RateFromProvider: j.RateFromProvider, MaxRate: j.MaxRate}
 	if j.MarginMS < 0 {
 		s.Margin = -1
 	}

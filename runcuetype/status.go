@@ -24,6 +24,9 @@ type MeterStatus struct {
 	Limit  int64         `json:"limit"`
 	Window time.Duration `json:"-"`
 	Frees  time.Time     `json:"frees,omitzero"`
+	// Stated: Limit is what the provider stated (Meter.FromProvider),
+	// capped by MaxLimit; false while the starting Limit applies.
+	Stated bool `json:"stated,omitempty"`
 }
 
 // MarshalJSON writes the window in milliseconds (window_ms).
@@ -57,9 +60,12 @@ type ServiceStatus struct {
 	Name  string `json:"name"`
 	Class string `json:"class"`
 	// Limits are the limits in force: the override if one is set
-	// (Overridden), else the registered ones.
+	// (Overridden), else the registered ones, with the limits the provider
+	// stated (Meter.FromProvider, Service.RateFromProvider) in place of
+	// their starting values (RateStated; MeterStatus.Stated).
 	Limits     Service `json:"limits"`
 	Overridden bool    `json:"overridden,omitempty"`
+	RateStated bool    `json:"rate_stated,omitempty"`
 	// Active is the number of running units holding the service.
 	Active int `json:"active"`
 	// Waiting is the number of groups of queued units waiting for this

@@ -567,6 +567,9 @@ const (
 	MeterRequests = "requests"
 	MeterCircuit  = "circuit"
 	MeterAdapt    = "adapt"
+	// MeterStated keys the limits a service's provider stated (the
+	// meters with FromProvider), JSON: meter name to limit.
+	MeterStated = "stated"
 )
 
 // AdaptRecord is the persisted state of a service's adaptive limits: each

@@ -38,6 +38,7 @@ const (
 	TypeBackpressureCleared = "backpressure_cleared"
 	TypeBudgetExhausted     = "budget_exhausted"
 	TypeLimitAdapted        = "limit_adapted"
+	TypeLimitStated         = "limit_stated"
 	TypeTaskChanged         = "task_changed"
 	TypeQueueChanged        = "queue_changed"
 	TypeOwnerAsked          = "owner_asked"
@@ -89,6 +90,9 @@ type ServiceDef struct {
 	Share            string        `json:"share,omitempty"`
 	Weight           float64       `json:"weight,omitempty"`
 	MinConcurrent    int           `json:"min_concurrent,omitempty"`
+	// RateFromProvider and MaxRate: see runcuetype.Service.
+	RateFromProvider bool `json:"rate_from_provider,omitempty"`
+	MaxRate          int  `json:"max_rate,omitempty"`
 }
 
 // AdaptDef makes a service's limits adaptive: each lowered to Decrease of
@@ -130,6 +134,9 @@ type MeterDef struct {
 	Window  time.Duration `json:"window"`
 	Charge  string        `json:"charge,omitempty"`
 	Bucket  bool          `json:"bucket,omitempty"`
+	// FromProvider and MaxLimit: see runcuetype.Meter.
+	FromProvider bool  `json:"from_provider,omitempty"`
+	MaxLimit     int64 `json:"max_limit,omitempty"`
 }
 
 // Meter returns def's meter of amount name, if it has one.

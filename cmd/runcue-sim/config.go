@@ -180,6 +180,14 @@ type Tokens struct {
 	// (Behavior.RetryAfter) to a call of runcue's or the other client's
 	// whose tokens do not fit in its window.
 	Shared *Shared `yaml:"shared,omitempty" json:"shared,omitempty"`
+	// FromProvider declares runcue's meter as read from the mock's
+	// headers (Meter.FromProvider): Limit is only its starting value,
+	// MaxLimit its cap (0: none). Enforce makes the mock refuse, 429, a
+	// call whose tokens do not fit in its window at arrival (as a shared
+	// key does).
+	FromProvider bool  `yaml:"from_provider,omitempty" json:"from_provider,omitempty"`
+	MaxLimit     int64 `yaml:"max_limit,omitempty" json:"max_limit,omitempty"`
+	Enforce      bool  `yaml:"enforce,omitempty" json:"enforce,omitempty"`
 }
 
 // Shared is the other client of a shared key: every Every it sends a
@@ -359,6 +367,13 @@ type Expect struct {
 	// used of what the other client left (Tokens.Shared; see SharedStats).
 	SharedRefusals float64 `yaml:"shared_refusals,omitempty" json:"shared_refusals,omitempty"`
 	SharedOfLeft   float64 `yaml:"shared_of_left,omitempty" json:"shared_of_left,omitempty"`
+	// HeadersReach bounds from below the share of the mock's token limit
+	// runcue uses in one of its first three windows, and
+	// HeadersRefusals from above the share of its calls answered 429
+	// after the first window, for a meter read from the headers
+	// (Tokens.FromProvider; see HeadersStats).
+	HeadersReach    float64 `yaml:"headers_reach,omitempty" json:"headers_reach,omitempty"`
+	HeadersRefusals float64 `yaml:"headers_refusals,omitempty" json:"headers_refusals,omitempty"`
 	// Refused: circular groups were submitted and every one was refused.
 	Refused bool `yaml:"refused,omitempty" json:"refused,omitempty"`
 	// TenantShares: each tenant's share is within 10% of its weight's

@@ -85,6 +85,7 @@ func newEngine(cfg Config, opt options) (*engine, error) {
 	e.park.moved = make(chan struct{}, 1)
 	for _, name := range cfg.serviceNames() {
 		e.mocks[name] = newMock(name, cfg.Services[name], cfg.Seed, e.epoch)
+		e.mocks[name].reach = cfg.Expect.HeadersReach
 		e.mocks[name].until = cfg.Duration.D()
 	}
 	db := opt.DB
@@ -171,7 +172,8 @@ func (e *engine) register(c *runcue.Cue, handle func(task string) runcue.Handler
 		if t := s.Tokens; t != nil {
 			var charge runcue.Charge
 			_ = charge.UnmarshalText([]byte(t.Charge)) // checked by normalize
-			svc.Meters = []runcue.Meter{{Name: "tokens", Limit: t.Limit, Window: t.Window.D(), Charge: charge}}
+			svc.Meters = []runcue.Meter{{Name: "tokens", Limit: t.Limit, Window: t.Window.D(), Charge: charge,
+				FromProvider: t.FromProvider, MaxLimit: t.MaxLimit}}
 		}
 		if err := c.Service(name, svc); err != nil {
 			return fmt.Errorf("service %s: %w", name, err)

@@ -55,6 +55,9 @@ type mock struct {
 	// until is how long after epoch work is submitted (the token
 	// utilisation's span ends there).
 	until time.Duration
+	// reach is the share of its token limit a window must use to count
+	// as reached (HeadersStats; default 0.9).
+	reach float64
 
 	// Interactive overrides (the TUI's keys), read on handler goroutines.
 	errorRate    atomic.Uint64 // math.Float64bits; NaN: the configured rate
@@ -229,7 +232,7 @@ func (m *mock) arrive(unit string, attempt int, start time.Time, batch ...string
 		}
 	}
 	refused := m.overHidden(start)
-	if t := m.cfg.Tokens; t != nil && t.Shared != nil {
+	if t := m.cfg.Tokens; t != nil && (t.Shared != nil || t.Enforce) {
 		m.foreignUpTo(start)
 		if m.tokensAt(start)+use > t.MockLimit {
 			refused, use = true, 0 // a refused call uses nothing
@@ -343,6 +346,9 @@ type checks struct {
 	Hidden *hiddenStats `json:"hidden,omitempty"`
 	// Shared reports a shared key's figures (Tokens.Shared).
 	Shared *SharedStats `json:"shared,omitempty"`
+	// Headers are a meter read from the headers' figures
+	// (Tokens.FromProvider).
+	Headers *HeadersStats `json:"headers,omitempty"`
 }
 
 // hiddenStats is what a hidden limit did over the second half of the
@@ -487,6 +493,7 @@ func (m *mock) check() checks {
 	if t := m.cfg.Tokens; t != nil && len(cs) > 0 {
 		m.checkTokens(&ch, cs, t)
 		ch.Shared = m.sharedStats(cs)
+		ch.Headers = m.headersStats(cs)
 	}
 	if b.HiddenLimit > 0 && m.cfg.RateWindow > 0 {
 		ch.Hidden = m.checkHidden(cs)

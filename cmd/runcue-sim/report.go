@@ -682,6 +682,20 @@ func (e *engine) verdicts(r *Report) {
 				100*sh.OfLeft, 100*x.SharedOfLeft)
 		}
 	}
+	for _, name := range e.cfg.serviceNames() {
+		h := r.Services[name].Checks.Headers
+		if h == nil {
+			continue
+		}
+		if x.HeadersReach > 0 {
+			expect("headers_reach:"+name, h.Reached >= 1 && h.Reached <= 3, "%.1f%% of the mock's limit used in a window by window %d, from runcue's starting %d (bound %.0f%% within 3 windows; by window: %v)",
+				100*h.Best, h.Reached, h.Start, 100*x.HeadersReach, h.Windows)
+		}
+		if x.HeadersRefusals > 0 {
+			expect("headers_refusals:"+name, h.RefusedPct <= 100*x.HeadersRefusals, "%.2f%% of runcue's %d calls after the first window answered 429 (bound %.1f%%)",
+				h.RefusedPct, h.Calls, 100*x.HeadersRefusals)
+		}
+	}
 	if x.TenantShares {
 		tenantChecks(r, expect)
 	}

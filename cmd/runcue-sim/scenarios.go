@@ -264,6 +264,35 @@ workload:
   timeout: 30s
 duration: 10m
 `,
+	"headers_only": `
+description: An LLM API of 100,000 tokens a minute, which runcue is told only as a conservative 10,000 (a new key, limits unknown) and reads from the API's headers (x-ratelimit-limit-tokens); the API refuses (429) a call whose tokens do not fit at arrival. Offered about 1.25 times what the real limit lets through. runcue reaches 90% of the real limit within three windows and draws at most 1% 429s after the first.
+services:
+  llm:
+    max_concurrent: 20
+    tokens:
+      limit: 10000
+      mock_limit: 100000
+      from_provider: true
+      max_limit: 200000
+      enforce: true
+      window: 1m
+      input: {min: 500, max: 2500}
+      output: {min: 500, max: 2500}
+      estimate_error: 0.1
+      headers: openai
+    behavior:
+      latency: {distribution: lognormal, median: 1500ms, sigma: 0.4}
+      retry_after: 5s
+workload:
+  pattern: none
+  task_types: [complete]
+  rate: 0.7
+  timeout: 1m
+duration: 15m
+expect:
+  headers_reach: 0.9
+  headers_refusals: 0.01
+`,
 	"debounce": `
 description: Edits of 30 documents arrive at random, each re-indexed by a debounced task (5 s after its last edit); an index call takes 200 ms to 1 s, five at a time. Each burst of edits runs once, for its last edit; the edits it replaced end skipped; no unit runs once a later edit of its document came before its start.
 services:

@@ -64,7 +64,7 @@ func TestScenariosPassVirtual(t *testing.T) {
 	durations := map[string]time.Duration{"steady_load": 8 * time.Minute, "burst": 10 * time.Minute,
 		"cascade_failure": 10 * time.Minute, "priority_test": 12 * time.Minute, "starvation": 15 * time.Minute, "llm_api": 10 * time.Minute,
 		"llm_tokens": 4 * time.Minute, "hidden_limit": 10 * time.Minute, "tenants": 8 * time.Minute,
-		"debounce": 8 * time.Minute, "sequence": 8 * time.Minute, "shared_key": 3 * time.Minute, "batch": 6 * time.Minute}
+		"debounce": 8 * time.Minute, "sequence": 8 * time.Minute, "shared_key": 3 * time.Minute, "batch": 6 * time.Minute, "headers_only": 5 * time.Minute}
 	for _, name := range scenarioNames() {
 		if name == "recovery" {
 			continue

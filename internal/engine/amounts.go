@@ -142,6 +142,9 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 			continue
 		}
 		for _, l := range o.Limits {
+			if l.Limit > 0 {
+				d.stateLimit(res, res.meterOf(l.Name), l.Limit)
+			}
 			if l.Remaining < 0 {
 				continue
 			}

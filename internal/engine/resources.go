@@ -101,6 +101,9 @@ type resource struct {
 	aliases map[string]string
 	// adapt holds its adaptive limits' controllers (nil: not adaptive).
 	adapt *adaptive
+	// stated are the limits its provider stated, capped, by meter
+	// (Meter.FromProvider; stated.go); nil until they are read.
+	stated map[string]int64
 	// finish is a keyed instance's virtual finish in its class's fair
 	// shares, backlogged whether units of its waited at its last
 	// dispatch; shareBy, weight and minimum are its class's Share and
@@ -263,6 +266,7 @@ func (t *resourceTable) applyLimits(r *resource, s store.ServiceDef) {
 	if r.class != "" && r.name != r.class {
 		t.shareSettings(r, s)
 	}
+	s = t.statedLimits(r, s)
 	s = t.adaptLimits(r, s)
 	r.SetLimits(broker.Limits{Concurrency: s.MaxConcurrent, Rate: s.RateLimit, Window: s.RateWindow, Margin: margin(s), Pace: s.Pace,
 		Threshold: s.CircuitThreshold, Timeout: s.CircuitTimeout})

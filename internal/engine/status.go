@@ -110,8 +110,9 @@ func (t *resourceTable) flushStatus() {
 func (t *resourceTable) statusOf(r *resource, now time.Time) rt.ServiceStatus {
 	t.syncBudgets(r)
 	s, _ := t.limits(r.name, r.class)
+	s = t.statedLimits(r, s)
 	overridden := len(t.stored[r.class].Override) > 0 || (r.keyed && len(t.stored[r.name].Override) > 0)
-	st := rt.ServiceStatus{Name: r.name, Class: r.class, Limits: vocab.ServiceOf(s), Overridden: overridden,
+	st := rt.ServiceStatus{Name: r.name, Class: r.class, Limits: vocab.ServiceOf(s), Overridden: overridden, RateStated: r.isStated(store.MeterRequests),
 		Active: r.Active, Paused: r.Paused, Circuit: rt.CircuitClosed, Waiting: r.waiters.Len()}
 	for _, l := range r.waiters.Items() {
 		st.WaitingUnits += l.units.Len()
@@ -133,7 +134,7 @@ func (t *resourceTable) statusOf(r *resource, now time.Time) rt.ServiceStatus {
 	}
 	st.Unmatched = slices.Clone(t.unmatched[r.class])
 	for _, a := range r.Amounts {
-		ms := rt.MeterStatus{Name: a.Name(), Used: a.Used(now), Limit: a.Limit(), Window: a.Length()}
+		ms := rt.MeterStatus{Name: a.Name(), Used: a.Used(now), Limit: a.Limit(), Window: a.Length(), Stated: r.isStated(a.Name())}
 		ms.Frees = t.toWall(a.Frees(now))
 		st.Meters = append(st.Meters, ms)
 	}

@@ -92,7 +92,7 @@ func (l *run) Observe(o rt.Observation) {
 	out := rt.Observation{Services: o.Services, Limits: make([]rt.ObservedLimit, 0, len(o.Limits))}
 	for _, lim := range o.Limits {
 		out.Limits = append(out.Limits, rt.ObservedLimit{Name: lim.Name, Remaining: min(lim.Remaining, rt.MaxCost),
-			Reset: min(max(lim.Reset, 0), rt.MaxTimeout)})
+			Reset: min(max(lim.Reset, 0), rt.MaxTimeout), Limit: min(max(lim.Limit, 0), rt.MaxCost)})
 	}
 	l.p.Observe(out)
 }

@@ -39,7 +39,8 @@ func Location(b rt.Budget) *time.Location {
 
 // MeterDef is m's stored form.
 func MeterDef(m rt.Meter) store.MeterDef {
-	def := store.MeterDef{Name: m.Name, Aliases: slices.Clone(m.Aliases), Limit: m.Limit, Window: m.Window, Bucket: m.Bucket}
+	def := store.MeterDef{Name: m.Name, Aliases: slices.Clone(m.Aliases), Limit: m.Limit, Window: m.Window, Bucket: m.Bucket,
+		FromProvider: m.FromProvider, MaxLimit: m.MaxLimit}
 	if m.Charge != rt.ChargeActual {
 		def.Charge = m.Charge.String()
 	}
@@ -49,7 +50,8 @@ func MeterDef(m rt.Meter) store.MeterDef {
 // MeterOf reads a stored meter (an unknown charge policy reads as
 // actual).
 func MeterOf(def store.MeterDef) rt.Meter {
-	m := rt.Meter{Name: def.Name, Aliases: slices.Clone(def.Aliases), Limit: def.Limit, Window: def.Window, Bucket: def.Bucket}
+	m := rt.Meter{Name: def.Name, Aliases: slices.Clone(def.Aliases), Limit: def.Limit, Window: def.Window, Bucket: def.Bucket,
+		FromProvider: def.FromProvider, MaxLimit: def.MaxLimit}
 	_ = m.Charge.UnmarshalText([]byte(def.Charge)) // an unknown stored policy reads as actual, as the engine reads it
 	return m
 }
@@ -83,7 +85,8 @@ func Hold(s rt.Service) time.Duration {
 func ServiceDef(s rt.Service) store.ServiceDef {
 	def := store.ServiceDef{MaxConcurrent: s.MaxConcurrent, RateLimit: s.RateLimit, RateWindow: s.RateWindow,
 		CircuitThreshold: s.CircuitThreshold, CircuitTimeout: s.CircuitTimeout, Margin: s.Margin, Pace: s.Pace,
-		Adaptive: AdaptDef(s.Adaptive), Share: s.Share, Weight: s.Weight, MinConcurrent: s.MinConcurrent}
+		Adaptive: AdaptDef(s.Adaptive), Share: s.Share, Weight: s.Weight, MinConcurrent: s.MinConcurrent,
+		RateFromProvider: s.RateFromProvider, MaxRate: s.MaxRate}
 	for _, b := range s.Budgets {
 		def.Budgets = append(def.Budgets, BudgetDef(b))
 	}
@@ -97,7 +100,8 @@ func ServiceDef(s rt.Service) store.ServiceDef {
 func ServiceOf(def store.ServiceDef) rt.Service {
 	s := rt.Service{MaxConcurrent: def.MaxConcurrent, RateLimit: def.RateLimit, RateWindow: def.RateWindow,
 		CircuitThreshold: def.CircuitThreshold, CircuitTimeout: def.CircuitTimeout, Margin: def.Margin, Pace: def.Pace,
-		Adaptive: AdaptiveOf(def.Adaptive), Share: def.Share, Weight: def.Weight, MinConcurrent: def.MinConcurrent}
+		Adaptive: AdaptiveOf(def.Adaptive), Share: def.Share, Weight: def.Weight, MinConcurrent: def.MinConcurrent,
+		RateFromProvider: def.RateFromProvider, MaxRate: def.MaxRate}
 	for _, b := range def.Budgets {
 		s.Budgets = append(s.Budgets, BudgetOf(b))
 	}

