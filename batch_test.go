@@ -352,3 +352,61 @@ func TestBatchCancelAndTimeout(t *testing.T) {
 		assert.Equal(t, 2, info.Runs, id)
 	}
 }
+
+// TestBatchWithPriorityKeysAndHolds: batching beside the other
+// machinery: a priority function (real clock), keyed services (a batch
+// holds one host's units), HoldSlotsUntilReturn and a handler that runs
+// past its Timeout now and then; the broker's bookkeeping holds after
+// every iteration, no batch mixes hosts, and every unit ends.
+func TestBatchWithPriorityKeysAndHolds(t *testing.T) {
+	seed := testSeed(t, "RUNCUE_BATCH_SEED")
+	rnd := rand.New(rand.NewPCG(seed, 3))
+	c, err := runcue.Open(t.TempDir()+"/q.db", runcue.Config{Logger: quietLogger, PriorityTTL: time.Hour,
+		Priority: func(pc runcue.PriorityContext) float64 {
+			var p struct{ Score float64 }
+			_ = pc.Work.Bind(&p)
+			return p.Score
+		}})
+	require.NoError(t, err)
+	defer c.Close()
+	require.NoError(t, c.Service("host", runcue.Service{MaxConcurrent: 2, RateLimit: 50, RateWindow: 100 * time.Millisecond}))
+	var mu sync.Mutex
+	mixed := 0
+	var violations []error
+	runcue.CheckInvariants(c, func(err error) { mu.Lock(); violations = append(violations, err); mu.Unlock() })
+	require.NoError(t, c.Task("fetch", runcue.Task{HoldSlotsUntilReturn: true, Timeout: 200 * time.Millisecond,
+		Retry:       runcue.RetryPolicy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond},
+		ServiceKeys: func(w *runcue.Work) []string { return []string{"host:" + w.Target} },
+		Batch: &runcue.Batch{Max: 6, Wait: 5 * time.Millisecond, Key: func(target string) string { return target },
+			Handler: func(ctx context.Context, ws []*runcue.Work) ([]runcue.Outcome, error) {
+				mu.Lock()
+				for _, w := range ws {
+					if w.Target != ws[0].Target {
+						mixed++
+					}
+				}
+				slow := rnd.IntN(10) == 0
+				mu.Unlock()
+				if slow {
+					time.Sleep(300 * time.Millisecond) // past the Timeout, ignoring ctx
+				}
+				return make([]runcue.Outcome, len(ws)), nil
+			}}}))
+	var subs []runcue.Submission
+	for i := range 300 {
+		subs = append(subs, runcue.Submission{Task: "fetch", Target: fmt.Sprintf("h%d", i%4), Params: map[string]float64{"Score": float64(i % 7)}})
+	}
+	ctx := t.Context()
+	_, err = c.SubmitBatch(ctx, subs)
+	require.NoError(t, err)
+	require.NoError(t, c.Start(ctx))
+	require.NoError(t, c.Drain(ctx))
+	st, err := c.Stats(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 300, st.States[runcue.StateCompleted]+st.States[runcue.StateFailed], "%v", st.States)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Zero(t, mixed, "a batch mixed hosts")
+	assert.Empty(t, violations)
+	t.Logf("seed %d: %v; %d batches of %d units", seed, st.States, st.Patterns.Batches, st.Patterns.Batched)
+}
