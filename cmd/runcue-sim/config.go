@@ -192,10 +192,13 @@ type Tokens struct {
 
 // Shared is the other client of a shared key: every Every it sends a
 // request of Share of MockLimit per Window's worth of tokens (Share *
-// MockLimit * Every / Window), steadily, from the run's start.
+// MockLimit * Every / Window), from the run's start: steadily, or with
+// Arrivals "poisson" at random instants Every apart on average (a
+// Poisson process of rate 1/Every, drawn from the run's seed).
 type Shared struct {
-	Share float64  `yaml:"share" json:"share"`
-	Every Duration `yaml:"every,omitempty" json:"every,omitzero"`
+	Share    float64  `yaml:"share" json:"share"`
+	Every    Duration `yaml:"every,omitempty" json:"every,omitzero"`
+	Arrivals string   `yaml:"arrivals,omitempty" json:"arrivals,omitempty"`
 }
 
 // Span is a uniform range of token counts.
@@ -241,6 +244,9 @@ func (t *Tokens) normalize() error {
 		}
 		if s.Share <= 0 || s.Share >= 1 || s.Every < Duration(time.Millisecond) || s.Every > t.Window {
 			return errors.New("tokens: shared needs 0 < share < 1 and 1ms <= every <= window")
+		}
+		if s.Arrivals != "" && s.Arrivals != "fixed" && s.Arrivals != "poisson" {
+			return fmt.Errorf("tokens: shared arrivals %q (fixed or poisson)", s.Arrivals)
 		}
 	}
 	return nil

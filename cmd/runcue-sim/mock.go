@@ -68,6 +68,7 @@ type mock struct {
 	calls       []call        // every call, in arrival order of the mock's lock
 	foreign     []call        // the other client's requests (Tokens.Shared), by arrival
 	nextForeign time.Duration // the other client's next request, since epoch
+	foreignRng  *rand.Rand    // its Poisson arrivals' draws (Shared.Arrivals)
 	inflight    int           // calls started and not ended
 	window      []float64     // arrivals (s since epoch) within the mock window, for live display
 	holds       []hold        // every Retry-After answered
@@ -578,7 +579,14 @@ func (m *mock) foreignUpTo(now time.Time) {
 	}
 	every := t.Shared.Every.D()
 	size := int64(t.Shared.Share * float64(t.MockLimit) * float64(every) / float64(t.Window.D()))
-	for ; !m.epoch.Add(m.nextForeign).After(now); m.nextForeign += every {
+	next := func() time.Duration { return every }
+	if t.Shared.Arrivals == "poisson" {
+		if m.foreignRng == nil {
+			m.foreignRng = rand.New(rand.NewPCG(m.seed, 0x5f0e1a))
+		}
+		next = func() time.Duration { return time.Duration(m.foreignRng.ExpFloat64() * float64(every)) }
+	}
+	for ; !m.epoch.Add(m.nextForeign).After(now); m.nextForeign += next() {
 		at := m.epoch.Add(m.nextForeign)
 		c := call{unit: "", start: at, end: at, tokens: size}
 		if m.tokensAt(at)+size > t.MockLimit {

@@ -511,3 +511,35 @@ func TestSharedKeyMock(t *testing.T) {
 	assert.Equal(t, 11, n)
 	assert.False(t, last.refused, "at 1.0 s the first 50 left the window: 50 fits")
 }
+
+// TestSharedKeyPoissonArrivals: the other client's requests arrive at
+// random instants (Arrivals "poisson"), Every apart on average, the same
+// for a seed.
+func TestSharedKeyPoissonArrivals(t *testing.T) {
+	epoch := time.Unix(1000, 0)
+	arrivals := func(seed uint64) []time.Time {
+		tok := &Tokens{Limit: 100_000, Window: Duration(time.Minute), Input: Span{Min: 300, Max: 300},
+			Shared: &Shared{Share: 0.4, Every: Duration(100 * time.Millisecond), Arrivals: "poisson"}}
+		require.NoError(t, tok.normalize())
+		m := newMock("llm", ServiceConfig{Tokens: tok}, seed, epoch)
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		m.foreignUpTo(epoch.Add(time.Minute))
+		var at []time.Time
+		for _, c := range m.foreign {
+			at = append(at, c.start)
+		}
+		return at
+	}
+	a := arrivals(1)
+	assert.InDelta(t, 600, len(a), 100, "a minute at 10 a second on average")
+	gaps := map[time.Duration]bool{}
+	for i := 1; i < len(a); i++ {
+		gaps[a[i].Sub(a[i-1])] = true
+	}
+	assert.Greater(t, len(gaps), len(a)/2, "the gaps vary")
+	assert.Equal(t, a, arrivals(1), "the same for a seed")
+	assert.NotEqual(t, a, arrivals(2))
+	tok := &Tokens{Limit: 1, Window: Duration(time.Minute), Shared: &Shared{Share: 0.5, Arrivals: "bursty"}}
+	assert.Error(t, tok.normalize())
+}
