@@ -188,6 +188,14 @@ type Tokens struct {
 	FromProvider bool  `yaml:"from_provider,omitempty" json:"from_provider,omitempty"`
 	MaxLimit     int64 `yaml:"max_limit,omitempty" json:"max_limit,omitempty"`
 	Enforce      bool  `yaml:"enforce,omitempty" json:"enforce,omitempty"`
+	// MockBucket makes the mock's limit a continuously refilling bucket
+	// (as Anthropic describes its limits) instead of a sliding window:
+	// it holds MockLimit, full at the start, refills MockLimit per
+	// Window, and a call takes its tokens at arrival; a call that finds
+	// less than its tokens is a violation (refused with Enforce). Bucket
+	// declares runcue's meter a bucket too (Meter.Bucket).
+	MockBucket bool `yaml:"mock_bucket,omitempty" json:"mock_bucket,omitempty"`
+	Bucket     bool `yaml:"bucket,omitempty" json:"bucket,omitempty"`
 }
 
 // Shared is the other client of a shared key: every Every it sends a

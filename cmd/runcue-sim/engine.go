@@ -173,7 +173,7 @@ func (e *engine) register(c *runcue.Cue, handle func(task string) runcue.Handler
 			var charge runcue.Charge
 			_ = charge.UnmarshalText([]byte(t.Charge)) // checked by normalize
 			svc.Meters = []runcue.Meter{{Name: "tokens", Limit: t.Limit, Window: t.Window.D(), Charge: charge,
-				FromProvider: t.FromProvider, MaxLimit: t.MaxLimit}}
+				FromProvider: t.FromProvider, MaxLimit: t.MaxLimit, Bucket: t.Bucket}}
 		}
 		if err := c.Service(name, svc); err != nil {
 			return fmt.Errorf("service %s: %w", name, err)

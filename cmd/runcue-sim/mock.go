@@ -185,6 +185,11 @@ func (m *mock) tokenState(now time.Time) (remaining int64, reset time.Duration) 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.foreignUpTo(now)
+	if t.MockBucket {
+		level := m.bucketLevel(now)
+		rate := float64(t.MockLimit) / float64(t.Window.D())
+		return max(int64(level), 0), time.Duration((float64(t.MockLimit) - level) / rate)
+	}
 	cut := now.Add(-t.Window.D())
 	var used int64
 	var last time.Time
@@ -235,7 +240,7 @@ func (m *mock) arrive(unit string, attempt int, start time.Time, batch ...string
 	refused := m.overHidden(start)
 	if t := m.cfg.Tokens; t != nil && (t.Shared != nil || t.Enforce) {
 		m.foreignUpTo(start)
-		if m.tokensAt(start)+use > t.MockLimit {
+		if m.room(start) < use {
 			refused, use = true, 0 // a refused call uses nothing
 		}
 	}
@@ -420,6 +425,11 @@ func (m *mock) checkHidden(cs []call) *hiddenStats {
 
 // checkTokens computes the token verdicts of the calls cs, by arrival.
 func (m *mock) checkTokens(ch *checks, cs []call, t *Tokens) {
+	if t.MockBucket {
+		m.mu.Lock()
+		ch.TokenViolations = m.bucketViolations()
+		m.mu.Unlock()
+	}
 	win := t.Window.D()
 	var sum int64
 	j := 0
@@ -430,7 +440,7 @@ func (m *mock) checkTokens(ch *checks, cs []call, t *Tokens) {
 			j++
 		}
 		ch.MaxTokensInWindow = max(ch.MaxTokensInWindow, sum)
-		if sum > t.MockLimit {
+		if sum > t.MockLimit && !t.MockBucket {
 			ch.TokenViolations++
 		}
 	}
@@ -589,7 +599,7 @@ func (m *mock) foreignUpTo(now time.Time) {
 	for ; !m.epoch.Add(m.nextForeign).After(now); m.nextForeign += next() {
 		at := m.epoch.Add(m.nextForeign)
 		c := call{unit: "", start: at, end: at, tokens: size}
-		if m.tokensAt(at)+size > t.MockLimit {
+		if m.room(at) < size {
 			c.refused, c.tokens = true, 0
 		}
 		m.foreign = append(m.foreign, c)
@@ -678,4 +688,66 @@ func (m *mock) sharedStats(cs []call) *SharedStats {
 		}
 	}
 	return st
+}
+
+// room is what the mock's token limit has left at t: the window's limit
+// less what it holds, or the bucket's level. m.mu is held.
+func (m *mock) room(t time.Time) int64 {
+	if m.cfg.Tokens.MockBucket {
+		return int64(m.bucketLevel(t))
+	}
+	return m.cfg.Tokens.MockLimit - m.tokensAt(t)
+}
+
+// bucketCalls returns the calls the bucket counts (runcue's and the other
+// client's, refused ones using nothing) that arrived by t, by arrival.
+// m.mu is held.
+func (m *mock) bucketCalls(t time.Time) []call {
+	var cs []call
+	for _, l := range [][]call{m.calls, m.foreign} {
+		for _, c := range l {
+			if !c.start.After(t) && c.tokens > 0 {
+				cs = append(cs, c)
+			}
+		}
+	}
+	slices.SortStableFunc(cs, func(a, b call) int { return a.start.Compare(b.start) })
+	return cs
+}
+
+// bucketLevel is what the token bucket holds at t (Tokens.MockBucket):
+// full at the epoch, refilled MockLimit per Window up to MockLimit, each
+// call's tokens taken at its arrival. m.mu is held.
+func (m *mock) bucketLevel(t time.Time) float64 {
+	level, _ := m.replayBucket(m.bucketCalls(t), t)
+	return level
+}
+
+// bucketViolations counts the calls that found the bucket holding less
+// than their tokens at their arrival. m.mu is held.
+func (m *mock) bucketViolations() int {
+	_, n := m.replayBucket(m.bucketCalls(time.Unix(1<<40, 0)), time.Time{})
+	return n
+}
+
+// replayBucket replays cs (by arrival) through the bucket: its level at
+// until (zero: at the last call), and how many calls found it short.
+func (m *mock) replayBucket(cs []call, until time.Time) (float64, int) {
+	tk := m.cfg.Tokens
+	capacity := float64(tk.MockLimit)
+	rate := capacity / float64(tk.Window.D())
+	level, at := capacity, m.epoch
+	short := 0
+	for _, c := range cs {
+		level = min(capacity, level+rate*float64(c.start.Sub(at)))
+		at = c.start
+		if level < float64(c.tokens)-1e-6 {
+			short++
+		}
+		level -= float64(c.tokens)
+	}
+	if !until.IsZero() && until.After(at) {
+		level = min(capacity, level+rate*float64(until.Sub(at)))
+	}
+	return level, short
 }

@@ -641,8 +641,13 @@ func (e *engine) verdicts(r *Report) {
 			continue
 		}
 		ch := r.Services[name].Checks
-		add("server_side_token_limit:"+name, ch.TokenViolations == 0, "%d calls beyond %d tokens per %v at the mock (busiest window %d)",
-			ch.TokenViolations, t.MockLimit, t.Window.D(), ch.MaxTokensInWindow)
+		if t.MockBucket {
+			add("server_side_token_limit:"+name, ch.TokenViolations == 0, "%d calls found the mock's bucket (%d tokens, refilled per %v) short of their tokens at arrival",
+				ch.TokenViolations, t.MockLimit, t.Window.D())
+		} else {
+			add("server_side_token_limit:"+name, ch.TokenViolations == 0, "%d calls beyond %d tokens per %v at the mock (busiest window %d)",
+				ch.TokenViolations, t.MockLimit, t.Window.D(), ch.MaxTokensInWindow)
+		}
 		if x := e.cfg.Expect.TokenUtilisation; x > 0 {
 			expect("token_utilisation:"+name, ch.TokenUtilisation >= x, "%.1f%% of %d tokens per %v used while work was submitted (bound %.0f%%)",
 				100*ch.TokenUtilisation, t.MockLimit, t.Window.D(), 100*x)

@@ -190,6 +190,31 @@ duration: 15m
 expect:
   token_utilisation: 0.95
 `,
+	"llm_bucket": `
+description: An LLM API whose limit is a refilling bucket of 40,000 tokens a minute (as Anthropic describes its limits), its headers Anthropic's, calls of 1,000 to 4,000 tokens estimated up to 10% high and answered in 0.5 to 5 s; runcue's meter is a bucket too, offered 1.3 times what the limit lets through. The mock counts each call's tokens out of its bucket at arrival; no call finds it short, and at least 90% of the limit is used while work is submitted.
+services:
+  llm:
+    max_concurrent: 20
+    tokens:
+      limit: 40000
+      window: 1m
+      bucket: true
+      mock_bucket: true
+      input: {min: 500, max: 2000}
+      output: {min: 500, max: 2000}
+      estimate_error: 0.1
+      headers: anthropic
+    behavior:
+      latency: {distribution: uniform, min: 500ms, max: 5s}
+workload:
+  pattern: none
+  task_types: [complete]
+  load: 1.3
+  timeout: 1m
+duration: 15m
+expect:
+  token_utilisation: 0.9
+`,
 	"hidden_limit": `
 description: An API that grants only 36 of the 60 calls a minute runcue is told (its real limit, 60% of the configured one, hidden), answering 429 with a 2 s Retry-After beyond it and saying nothing else; after an hour it grants all 60. Offered 1.3 times the configured limit, so work always waits. runcue's adaptive limit finds the hidden one (under 2% of calls refused, at least 85% of it used over the second half-hour) and follows the rise. Set adaptive to false to see the same run without.
 services:

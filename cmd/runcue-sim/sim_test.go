@@ -64,7 +64,7 @@ func TestScenariosPassVirtual(t *testing.T) {
 	durations := map[string]time.Duration{"steady_load": 8 * time.Minute, "burst": 10 * time.Minute,
 		"cascade_failure": 10 * time.Minute, "priority_test": 12 * time.Minute, "starvation": 15 * time.Minute, "llm_api": 10 * time.Minute,
 		"llm_tokens": 4 * time.Minute, "hidden_limit": 10 * time.Minute, "tenants": 8 * time.Minute,
-		"debounce": 8 * time.Minute, "sequence": 8 * time.Minute, "shared_key": 3 * time.Minute, "batch": 6 * time.Minute, "headers_only": 5 * time.Minute}
+		"debounce": 8 * time.Minute, "sequence": 8 * time.Minute, "shared_key": 3 * time.Minute, "batch": 6 * time.Minute, "headers_only": 5 * time.Minute, "llm_bucket": 5 * time.Minute}
 	for _, name := range scenarioNames() {
 		if name == "recovery" {
 			continue
@@ -542,4 +542,39 @@ func TestSharedKeyPoissonArrivals(t *testing.T) {
 	assert.NotEqual(t, a, arrivals(2))
 	tok := &Tokens{Limit: 1, Window: Duration(time.Minute), Shared: &Shared{Share: 0.5, Arrivals: "bursty"}}
 	assert.Error(t, tok.normalize())
+}
+
+// TestBucketMock: a mock whose token limit is a refilling bucket
+// (mock_bucket): full at the start, refilled its limit per window, each
+// call's tokens taken at arrival; its headers say the level and when it
+// is full again, and a call that finds it short is a violation, or, with
+// enforce, refused.
+func TestBucketMock(t *testing.T) {
+	epoch := time.Unix(1000, 0)
+	mk := func(enforce bool) *mock {
+		tok := &Tokens{Limit: 1000, Window: Duration(time.Second), Input: Span{Min: 600, Max: 600}, Output: Span{Min: 0, Max: 0},
+			MockBucket: true, Enforce: enforce}
+		require.NoError(t, tok.normalize())
+		m := newMock("llm", ServiceConfig{Tokens: tok}, 1, epoch)
+		m.until = 10 * time.Second
+		return m
+	}
+	m := mk(false)
+	m.arrive("u1", 1, epoch)
+	rem, reset := m.tokenState(epoch)
+	assert.Equal(t, int64(400), rem)
+	assert.Equal(t, 600*time.Millisecond, reset, "full again once 600 refilled")
+	rem, _ = m.tokenState(epoch.Add(300 * time.Millisecond))
+	assert.Equal(t, int64(700), rem, "300 ms refill 300")
+	m.arrive("u2", 1, epoch.Add(100*time.Millisecond)) // finds 500 for its 600
+	m.arrive("u3", 1, epoch.Add(2*time.Second))        // full again
+	assert.Equal(t, 1, m.check().TokenViolations)
+
+	m = mk(true)
+	m.arrive("u1", 1, epoch)
+	_, refused := m.arrive("u2", 1, epoch.Add(100*time.Millisecond))
+	assert.True(t, refused, "500 left of the 600 it needs")
+	_, refused = m.arrive("u3", 1, epoch.Add(200*time.Millisecond))
+	assert.False(t, refused, "600 left: the refused call took nothing")
+	assert.Zero(t, m.check().TokenViolations)
 }
