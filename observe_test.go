@@ -135,12 +135,19 @@ func TestProviderHeadersFeedMeters(t *testing.T) {
 func TestReadingComparedAtArrival(t *testing.T) {
 	e := newEnv(t, runcue.Config{})
 	require.NoError(t, e.c.Service("llm", runcue.Service{Meters: []runcue.Meter{{Name: "tokens", Limit: 10_000, Window: time.Minute}}}))
-	g := newGate()
+	// Each run waits for its own release: with one channel for both, the
+	// second could take the first's release (on a loaded machine the
+	// second reached its wait first).
+	started := make(chan string, 2)
+	release := map[string]chan struct{}{"first": make(chan struct{}, 1), "second": make(chan struct{}, 1)}
 	require.NoError(t, e.c.Task("chat", runcue.Task{Services: []string{"llm"},
 		Estimate: func(runcue.Submission) runcue.Costs { return runcue.Costs{"tokens": 1000} },
 		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
-			if _, err := g.handler(ctx, w); err != nil {
-				return nil, err
+			started <- w.Target
+			select {
+			case <-release[w.Target]:
+			case <-ctx.Done():
+				return nil, context.Cause(ctx)
 			}
 			if w.Target != "first" {
 				return nil, nil
@@ -150,17 +157,17 @@ func TestReadingComparedAtArrival(t *testing.T) {
 		}}))
 	e.start()
 	first := e.submit("chat", func(s *runcue.Submission) { s.Target = "first" })
-	g.next(t)
+	require.Equal(t, "first", <-started)
 	e.clk.Advance(time.Second)
 	second := e.submit("chat", func(s *runcue.Submission) { s.Target = "second" })
-	g.next(t)
+	require.Equal(t, "second", <-started)
 	e.clk.Advance(time.Second)
-	g.release <- nil // the first answers, with the second running
+	release["first"] <- struct{}{} // the first answers, with the second running
 	e.wait(first)
 	e.settle()
 	st, err := e.c.ServiceStatus(e.ctx, "llm")
 	require.NoError(t, err)
 	assert.Equal(t, int64(5000), st.Meters[0].Used, "1,000 and 1,000 of runcue's, 3,000 of others'")
-	g.release <- nil
+	release["second"] <- struct{}{}
 	e.wait(second)
 }
