@@ -123,6 +123,18 @@ func TestRateFromProvider(t *testing.T) {
 		assert.Equal(t, min(int(says), 100), r, "stated %d", says)
 		assert.True(t, stated)
 	}
+	require.NoError(t, e.c.Service("open", runcue.Service{RateLimit: 10, RateWindow: time.Minute, RateFromProvider: true}))
+	require.NoError(t, e.c.Task("open", runcue.Task{Services: []string{"open"},
+		Handler: func(ctx context.Context, w *runcue.Work) (any, error) {
+			w.Observe(runcue.Observation{Limits: []runcue.ObservedLimit{{Name: "requests", Remaining: 0, Limit: 1 << 40}}})
+			return nil, nil
+		}}))
+	e.wait(e.submit("open"))
+	_, err := e.c.Settle(e.ctx)
+	require.NoError(t, err)
+	st, err := e.c.ServiceStatus(e.ctx, "open")
+	require.NoError(t, err)
+	assert.Equal(t, 1<<20, st.Rate(), "a stated limit without MaxRate is bounded all the same")
 	assert.ErrorIs(t, e.c.Service("bad", runcue.Service{RateLimit: 10, RateWindow: time.Minute, MaxRate: 100}), runcue.ErrInvalid, "MaxRate without RateFromProvider")
 	assert.ErrorIs(t, e.c.Service("bad", runcue.Service{RateFromProvider: true}), runcue.ErrInvalid, "no starting RateLimit")
 }

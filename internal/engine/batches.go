@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"errors"
 	"time"
 
 	rt "github.com/runcue/runcue/runcuetype"
@@ -145,7 +146,7 @@ func (d *Engine) batchCosts(l *lane, batch []*unit) rt.Costs {
 	}
 	costs := rt.Costs{rt.Requests: 1}
 	add := func(name string) {
-		if _, ok := costs[name]; ok || name == "" {
+		if _, ok := costs[name]; ok {
 			return
 		}
 		var n int64
@@ -154,13 +155,8 @@ func (d *Engine) batchCosts(l *lane, batch []*unit) rt.Costs {
 		}
 		costs[name] = n
 	}
-	for _, e := range d.loggedOf(l, nil) {
+	for _, e := range d.loggedOf(l, nil) { // every amount the lane's meters count
 		add(e.Meter)
-	}
-	for _, r := range l.resources {
-		for _, a := range r.Amounts {
-			add(a.Name())
-		}
 	}
 	for _, u := range batch {
 		for name := range u.costs() {
@@ -271,11 +267,7 @@ func (d *Engine) batchClaimed(lead *run, each []bool) {
 
 // errBatchNotRun is why a unit of a batch whose call never started is
 // requeued.
-var errBatchNotRun = errorString("runcue: the batch's call did not start (its first unit's run ended first); nothing ran")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var errBatchNotRun = errors.New("runcue: the batch's call did not start (its first unit's run ended first); nothing ran")
 
 // launchBatch launches the units of lead's batch with it: each run the
 // Runner will report on, in lead's Run.Batch. They count as launched

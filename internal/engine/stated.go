@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"slices"
 
+	rt "github.com/runcue/runcue/runcuetype"
+
 	"github.com/runcue/runcue/store"
 )
 
@@ -77,6 +79,7 @@ func (d *Engine) stateLimit(r *resource, name string, said int64) {
 	if r.stated == nil {
 		d.statedLimits(r, s) // reads the stored state
 	}
+	said = min(said, maxStated(name))
 	limit := statedLimit(m, said)
 	if prev, ok := r.stated[name]; ok && statedLimit(m, prev) == limit {
 		r.stated[name] = said
@@ -99,6 +102,16 @@ func (d *Engine) stateLimit(r *resource, name string, said int64) {
 func (r *resource) isStated(name string) bool {
 	_, ok := r.stated[name]
 	return ok
+}
+
+// maxStated bounds what a response may state of a limit, whatever
+// MaxLimit says: a meter's at MaxCost, requests at 1<<20 per window (a
+// reading that shows the window used adds an entry per request).
+func maxStated(name string) int64 {
+	if name == store.MeterRequests {
+		return 1 << 20
+	}
+	return rt.MaxCost
 }
 
 // rateDef is s's rate limit as a meter of requests, for the rules above.

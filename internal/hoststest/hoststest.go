@@ -187,6 +187,7 @@ func startChild(t *testing.T, env []string, mode string, more ...string) *exec.C
 	cmd.Stderr = io.MultiWriter(os.Stderr, last)
 	require.NoError(t, cmd.Start())
 	said.Store(cmd, last)
+	t.Cleanup(func() { said.Delete(cmd) })
 	t.Cleanup(func() { kill(cmd) })
 	return cmd
 }
