@@ -205,12 +205,14 @@ func (c *Cue) taskSpec(name string, t *Task, rr *remote.Runner) *engine.TaskSpec
 		Retry: retryOf(policy), Retryable: func(err error) bool { return retryable(policy, err) }, MaxDeferrals: t.maxDeferrals(),
 		HoldSlotsUntilReturn: t.HoldSlotsUntilReturn, FailOnSkippedDependency: t.FailOnSkippedDependency,
 		ClaimAhead: t.Debounce != nil,
-		Runner:     &local.Runner{Call: c.localCall(t.Handler), MaxPayload: c.cfg.MaxPayload, Clock: c.clock, ShowDeadline: clock.IsReal(c.clock)},
 	}
+	lr := &local.Runner{MaxPayload: c.cfg.MaxPayload, Clock: c.clock, ShowDeadline: clock.IsReal(c.clock)}
 	if t.Batch != nil {
-		spec.Batch = c.batchSpec(name, t)
-		spec.Runner = &local.Runner{Batch: c.batchCall(t.Batch.Handler), MaxPayload: c.cfg.MaxPayload, Clock: c.clock, ShowDeadline: clock.IsReal(c.clock)}
+		spec.Batch, lr.Batch = c.batchSpec(name, t), c.batchCall(t.Batch.Handler)
+	} else {
+		lr.Call = c.localCall(t.Handler)
 	}
+	spec.Runner = lr
 	if sq := t.Sequence; sq != nil {
 		spec.HoldOnFailure = sq.HoldOnFailure
 		spec.Sequence = func(target string) (key string) {
@@ -456,12 +458,9 @@ func taskPausedReason(task string) Reason        { return engine.TaskPausedReaso
 func skippedReason(deps []string) Reason         { return engine.SkippedReason(deps) }
 func timeReason(why string, at time.Time) Reason { return engine.TimeReason(why, at) }
 
-// batchSpec is t's Batch as the engine runs it (nil: none).
+// batchSpec is t's Batch (set) as the engine runs it.
 func (c *Cue) batchSpec(name string, t *Task) *engine.BatchSpec {
 	b := t.Batch
-	if b == nil {
-		return nil
-	}
 	spec := &engine.BatchSpec{Max: b.Max, MaxCost: b.MaxCost, Wait: b.Wait}
 	if b.Key != nil {
 		spec.Key = func(target string) (key string) {

@@ -154,10 +154,10 @@ func (p *Provider) Middleware(cfg Config) func(req *http.Request, next func(*htt
 		}
 		body, err := io.ReadAll(resp.Body)
 		_ = resp.Body.Close()
-		resp.Body = io.NopCloser(bytes.NewReader(body))
 		if err != nil {
-			return resp, nil // the SDK reads what there is, and fails as it would
+			return nil, err // the connection was cut mid-answer: the SDK's error, as it would have read it
 		}
+		resp.Body = io.NopCloser(bytes.NewReader(body))
 		if u, ok := p.Body(body); ok {
 			r.report(u)
 		}

@@ -257,3 +257,23 @@ func TestRetryRefused(t *testing.T) {
 	resp.Body.Close()
 	assert.Len(t, s.requests(), 1)
 }
+
+// TestCutAnswer: an answer cut before its body's end is the request's
+// error (an unexpected EOF, which runcue retries), not a body the SDK
+// would fail to parse; nothing is reported used.
+func TestCutAnswer(t *testing.T) {
+	s := newServer(t, func(w http.ResponseWriter) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Content-Length", "200")
+		io.WriteString(w, `{"usage":{"prompt_tokens":1`)
+	})
+	c, errs := cue(t, llm.OpenAI, s.srv.URL, "/v1/chat/completions", `{"model":"m","messages":[]}`)
+	sub, err := c.Submit(t.Context(), runcue.Submission{Task: "ask"})
+	require.NoError(t, err)
+	info, err := c.Wait(t.Context(), sub.ID)
+	require.NoError(t, err)
+	got, _ := errs.Load(1)
+	require.Error(t, got.(error))
+	assert.ErrorIs(t, got.(error), io.ErrUnexpectedEOF)
+	assert.Nil(t, info.Attempts[0].Used)
+}

@@ -16,7 +16,7 @@ import (
 var OpenAI = &Provider{
 	Name:    "openai",
 	Tokens:  func(u Usage) int64 { return u.Input + u.Output },
-	Body:    openAIBody,
+	Body:    bodyUsage,
 	Event:   openAIEvent,
 	Prepare: openAIPrepare,
 }
@@ -31,7 +31,7 @@ var OpenAI = &Provider{
 var Anthropic = &Provider{
 	Name:       "anthropic",
 	Tokens:     func(u Usage) int64 { return u.Input + u.CacheWrite + u.Output },
-	Body:       anthropicBody,
+	Body:       bodyUsage,
 	Event:      anthropicEvent,
 	Overloaded: []int{529},
 }
@@ -67,7 +67,8 @@ func (w *wireUsage) usage() Usage {
 	return u
 }
 
-func openAIBody(body []byte) (Usage, bool) {
+// bodyUsage reads a response body's usage object (either provider's).
+func bodyUsage(body []byte) (Usage, bool) {
 	var r struct {
 		Usage *wireUsage `json:"usage"`
 	}
@@ -132,16 +133,6 @@ func openAIPrepare(path string, body []byte) []byte {
 		return body
 	}
 	return out
-}
-
-func anthropicBody(body []byte) (Usage, bool) {
-	var r struct {
-		Usage *wireUsage `json:"usage"`
-	}
-	if json.Unmarshal(body, &r) != nil || r.Usage == nil {
-		return Usage{}, false
-	}
-	return r.Usage.usage(), true
 }
 
 func anthropicEvent(data []byte, u *Usage) bool {
