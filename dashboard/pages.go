@@ -22,6 +22,7 @@ var templates embed.FS
 var funcs = template.FuncMap{
 	"list": func(xs ...string) []string { return xs },
 	"sub":  func(a, b int) int { return a - b },
+	"pct":  func(x float64) string { return fmt.Sprintf("%.0f%%", 100*x) },
 	// unit is the link to a unit's page: its ID escaped as one path
 	// segment (IDs may hold "/", "?", "#" or "%").
 	"unit": func(id string) template.URL { return template.URL("work/" + url.PathEscape(id)) },

@@ -13,7 +13,9 @@
 //     stream cut short reports nothing, and the run's estimate stands;
 //   - turns a 429 into runcue.RetryAfter, a 503 (and Anthropic's 529)
 //     into runcue.Overloaded, so that runcue holds the service and runs
-//     the unit again;
+//     the unit again, and reports that the refused request used no
+//     tokens (should the provider count it after all, the headers'
+//     remaining says so, and runcue counts it as use from elsewhere);
 //   - refuses a retry of the SDK's own (runcue owns retries: every request
 //     runcue did not admit is one the limits do not count), so that one run
 //     makes one request.
@@ -142,6 +144,10 @@ func (p *Provider) Middleware(cfg Config) func(req *http.Request, next func(*htt
 			return nil, err
 		}
 		if err := p.check(w, resp); err != nil {
+			// Refused (429, overloaded): the provider charged it nothing.
+			// Should it count it after all, its headers' remaining says
+			// so, and runcue counts that as use from elsewhere.
+			(&reporter{p: p, w: w, names: usage}).report(Usage{})
 			return nil, err
 		}
 		if resp.StatusCode >= 300 {

@@ -209,6 +209,9 @@ func TestOverloadAndThrottle(t *testing.T) {
 	require.Len(t, info.Attempts, 2)
 	assert.Equal(t, "deferred", info.Attempts[0].Outcome, "the 429: no retry spent")
 	assert.Equal(t, "failed", info.Attempts[1].Outcome)
+	for _, a := range info.Attempts {
+		assert.Equal(t, runcue.Costs{"tokens": 0}, a.Used, "a refused request used nothing")
+	}
 	assert.GreaterOrEqual(t, info.Attempts[1].Start.Sub(info.Attempts[0].End), 900*time.Millisecond, "held for the Retry-After")
 	assert.Len(t, s.requests(), 2, "one request a run")
 

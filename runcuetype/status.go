@@ -27,6 +27,14 @@ type MeterStatus struct {
 	// Stated: Limit is what the provider stated (Meter.FromProvider),
 	// capped by MaxLimit; false while the starting Limit applies.
 	Stated bool `json:"stated,omitempty"`
+	// Elsewhere is the room, counted in Used, kept for the use of the
+	// limit from elsewhere (another program sharing the key, or a limit
+	// lower than the meter's) that the service's headers showed:
+	// FromElsewhere in the last window, and a tenth more. A bucket also
+	// leaves ElsewhereShare of its refill to that use.
+	Elsewhere      int64   `json:"elsewhere,omitempty"`
+	FromElsewhere  int64   `json:"from_elsewhere,omitempty"`
+	ElsewhereShare float64 `json:"elsewhere_share,omitempty"`
 }
 
 // MarshalJSON writes the window in milliseconds (window_ms).

@@ -545,6 +545,13 @@ func (c *cli) serviceCmd() *cobra.Command {
 // 1m0s; frees at 12:01:07" (its oldest start's leaving).
 func meterLine(m runcue.MeterStatus) string {
 	s := fmt.Sprintf("%s of %s in the last %v", grouped(m.Used), grouped(m.Limit), m.Window)
+	if m.FromElsewhere > 0 || m.ElsewhereShare > 0 {
+		s += fmt.Sprintf(" (%s of it room kept: the headers showed %s used by others", grouped(m.Elsewhere), grouped(m.FromElsewhere))
+		if m.ElsewhereShare > 0 {
+			s += fmt.Sprintf(", and %.0f%% of the refill", 100*m.ElsewhereShare)
+		}
+		s += ")"
+	}
 	if !m.Frees.IsZero() {
 		s += "; frees at " + m.Frees.Local().Format("15:04:05")
 	}

@@ -54,6 +54,7 @@ type amountSpec struct {
 	length time.Duration
 	margin time.Duration
 	charge rt.Charge
+	others elsewhere // what the service's readings say of use from elsewhere
 }
 
 func newAmountSpec(name string, limit int64, length, margin time.Duration, charge rt.Charge) amountSpec {
@@ -79,7 +80,24 @@ func (s *amountSpec) Horizon() time.Duration { return s.Hold() }
 // SetLimits changes the meter's settings in place, keeping its entries
 // and reservations.
 func (s *amountSpec) SetLimits(limit int64, length, margin time.Duration, charge rt.Charge) {
+	others := s.others
 	*s = newAmountSpec(s.name, limit, length, margin, charge)
+	s.others = others
+}
+
+// Elsewhere returns the room the meter keeps at now for use of its limit
+// from elsewhere, which the service's readings showed (Observe).
+func (s *amountSpec) Elsewhere(now time.Time) int64 {
+	return s.others.room(now, s.length)
+}
+
+// FromElsewhere returns the use of the meter's limit from elsewhere that
+// the service's readings showed, for which it keeps room at now (Elsewhere
+// is that and a tenth more), and the share of its refill it leaves that
+// use (a Bucket's; a window's is zero).
+func (s *amountSpec) FromElsewhere(now time.Time) (int64, float64) {
+	_, seen := s.others.figures(now, s.length)
+	return seen, 0
 }
 
 // first returns the index of the first entry that counts at t.
@@ -122,8 +140,22 @@ func (w *AmountWindow) Frees(now time.Time) time.Time {
 	return time.Time{}
 }
 
-// Used returns the amounts that count at now, reservations included.
-func (w *AmountWindow) Used(now time.Time) int64 { return w.Sum(now) + w.pending }
+// Used returns the amounts that count at now, reservations and the room
+// kept for use from elsewhere included.
+func (w *AmountWindow) Used(now time.Time) int64 {
+	return w.Sum(now) + w.pending + w.Elsewhere(now)
+}
+
+// Observe takes a reading of the service's limit: remaining was left of it
+// when a request that started at arrival (on the timeline), charged
+// charged, arrived. What
+// the window's count then (up to arrival plus the margin, the latest a
+// start before it can arrive after it) does not explain of the use the
+// reading implies was used from elsewhere (see elsewhere).
+func (w *AmountWindow) Observe(arrival time.Time, remaining, charged int64) {
+	own := w.SumAt(arrival.Add(w.margin))
+	w.others.add(reading{at: arrival.UnixNano(), others: w.limit - own - remaining, level: remaining, before: remaining + charged}, w.limit, w.length)
+}
 
 // Expire drops the entries that left the window a Hold before now (which
 // must not be ahead of the present): those of the last Hold are kept for
@@ -143,25 +175,36 @@ func (w *AmountWindow) Expire(now time.Time) {
 }
 
 // Refusal admits a dispatch of cost at now while the amounts counting at
-// now, the reservations and cost sum to at most Limit (a cost of zero is
-// always admitted). Refused, it says until when enough entries leave the
-// window, or zero when the reservations alone leave no room for cost (a
-// start or release must come first).
+// now, the reservations, the room kept for use from elsewhere and cost sum
+// to at most Limit (a cost of zero is always admitted). Refused, it says
+// until when enough entries leave the window or the room kept may fall,
+// whichever is first, or zero when the reservations alone leave no room
+// for cost (a start or release must come first).
 func (w *AmountWindow) Refusal(now time.Time, cost int64) (Refusal, bool) {
-	used := w.Used(now)
+	room := w.others.room(now, w.length)
+	used := w.Sum(now) + w.pending + room
 	if cost <= 0 || used+cost <= w.limit {
 		return Refusal{}, false
 	}
 	if w.pending+cost > w.limit {
 		return Refusal{Kind: RefuseMeter, Meter: w.name}, true
 	}
+	falls := w.others.falls(now, w.length, w.limit-(used-room)-cost)
 	for _, e := range w.es[w.first(now):] { // the oldest leave first
 		used -= e.amount
 		if used+cost <= w.limit {
-			return Refusal{Kind: RefuseMeter, Meter: w.name, Until: time.Unix(0, e.at+int64(w.Hold()))}, true
+			return Refusal{Kind: RefuseMeter, Meter: w.name, Until: earliest(time.Unix(0, e.at+int64(w.Hold())), falls)}, true
 		}
 	}
-	return Refusal{Kind: RefuseMeter, Meter: w.name}, true
+	return Refusal{Kind: RefuseMeter, Meter: w.name, Until: falls}, true
+}
+
+// earliest returns the earlier of a and b, ignoring a zero one.
+func earliest(a, b time.Time) time.Time {
+	if b.IsZero() || (!a.IsZero() && a.Before(b)) {
+		return a
+	}
+	return b
 }
 
 func (w *AmountWindow) Take(now time.Time, cost int64) {
@@ -210,6 +253,7 @@ func (w *AmountWindow) Reconcile(start time.Time, from, to int64) bool {
 			continue
 		}
 		w.sum -= from
+		w.others.adjust(at, from-to, w.margin, w.Hold())
 		if to > 0 {
 			live[i].amount = to
 			w.sum += to
@@ -262,6 +306,15 @@ type AmountMeter interface {
 	SumAt(t time.Time) int64
 	// AddUsage counts amount as used at at by something it did not admit.
 	AddUsage(at time.Time, amount int64)
+	// Observe takes the service's reading of what remained of its limit
+	// when a request started at arrival, charged charged, arrived;
+	// Elsewhere is the room the meter keeps at now for the use from
+	// elsewhere readings showed.
+	Observe(arrival time.Time, remaining, charged int64)
+	Elsewhere(now time.Time) int64
+	// FromElsewhere is the use from elsewhere that room is kept for,
+	// and the share of a bucket's refill left to it.
+	FromElsewhere(now time.Time) (int64, float64)
 	// Frees is when what counts at now has left (zero: nothing counts).
 	Frees(now time.Time) time.Time
 	SetLimits(limit int64, length, margin time.Duration, charge rt.Charge)

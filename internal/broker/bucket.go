@@ -38,6 +38,7 @@ type Bucket struct {
 	dc      float64
 	es      []amountEntry // the starts after tc, sorted
 	pending int64
+	share   float64 // of the refill, what readings show taken from elsewhere
 }
 
 // NewBucket returns a full bucket of name: limit, refilling limit per
@@ -46,8 +47,94 @@ func NewBucket(name string, limit int64, length, margin time.Duration, charge rt
 	return &Bucket{amountSpec: newAmountSpec(name, limit, length, margin, charge)}
 }
 
-// rate is the refill per nanosecond.
-func (b *Bucket) rate() float64 { return float64(b.limit) / float64(b.length) }
+// rate is the refill per nanosecond left to the bucket's own starts: its
+// limit per length, less the share that readings showed taken from
+// elsewhere and a tenth more of it (the headroom, as for the room kept).
+func (b *Bucket) rate() float64 {
+	return b.fullRate() * (1 - min(b.share+b.share/headroom, maxShare))
+}
+
+// fullRate is the service's refill per nanosecond: limit per length.
+func (b *Bucket) fullRate() float64 { return float64(b.limit) / float64(b.length) }
+
+// FromElsewhere returns the use from elsewhere the bucket keeps room for
+// at now, and the share of its refill it leaves to it.
+func (b *Bucket) FromElsewhere(now time.Time) (int64, float64) {
+	_, seen := b.others.figures(now, b.length)
+	return seen, b.share
+}
+
+// maxShare bounds the share of the refill a bucket leaves to use from
+// elsewhere, so that a reading wrong by much still leaves it a trickle.
+const maxShare = 0.95
+
+// Observe takes a reading of the service's bucket: remaining was its
+// level when a request that started at arrival (on the timeline), charged
+// charged, arrived and was counted. Use from elsewhere takes from the
+// bucket steadily and in steps. The steady part is its share of the
+// refill, which the bucket leaves it (its own refill slows by that and a
+// tenth more), measured over the longest span of readings, at least half
+// a window, whose starts the bucket still holds one by one (not folded),
+// in which the level stayed below half the limit (so it cannot
+// have been full, when refill is lost): the refill over the span, less the
+// bucket's own starts in it, less the level's rise, is what was taken from
+// elsewhere. A level of half the limit or more says the bucket is not
+// drained, and its share is dropped until a span measures it again. The
+// steps are what the bucket's deficit at the arrival (with that share)
+// does not explain of the level read; the largest of the last half window
+// is kept as room (see elsewhere).
+//
+// Starts at one instant reach the service one after the other: each
+// end of a span is the level before the first of them, the largest of
+// their readings' levels plus their charges.
+func (b *Bucket) Observe(arrival time.Time, remaining, charged int64) {
+	at := arrival.UnixNano()
+	rs := b.others.rs
+	if n := len(rs); n > 0 && rs[n-1].at < at-int64(b.length) {
+		b.share = 0 // no reading for a window: what it showed is past
+	}
+	b.others.add(reading{at: at, others: b.limit - remaining - int64(ceil(b.deficit(arrival.Add(b.margin)))),
+		level: remaining, before: remaining + charged}, b.limit, b.length)
+	if remaining >= b.limit/2 {
+		b.share = 0
+		return
+	}
+	rs = b.others.rs
+	before := func(i int) (int64, int) { // the level before the starts at rs[i].at, and the first reading of them
+		l, j := int64(0), i
+		for ; j >= 0 && rs[j].at == rs[i].at; j-- {
+			l = max(l, rs[j].before)
+		}
+		for k := i + 1; k < len(rs) && rs[k].at == rs[i].at; k++ {
+			l = max(l, rs[k].before)
+		}
+		return l, j + 1
+	}
+	last := len(rs) - 1
+	for last >= 0 && rs[last].at != at {
+		last-- // the reading taken, among later ones that came first
+	}
+	l2, first := before(last)
+	from := -1
+	for i := first - 1; i >= 0 && rs[i].at > b.tc && rs[i].level < b.limit/2 && rs[i+1].at-rs[i].at < int64(b.length/2); i-- {
+		if at-rs[i].at >= int64(b.length/2) {
+			from = i
+		}
+	}
+	if from < 0 {
+		return
+	}
+	l1, _ := before(from)
+	var own int64
+	for _, e := range b.es {
+		if e.at >= rs[from].at && e.at < at {
+			own += e.amount
+		}
+	}
+	refill := b.fullRate() * float64(at-rs[from].at)
+	taken := refill - float64(own) - float64(l2-l1)
+	b.share = min(max(taken/refill, 0), maxShare)
+}
 
 // capacity is what the bucket admits against: Limit less the margin's
 // refill.
@@ -72,10 +159,10 @@ func (b *Bucket) deficit(t time.Time) float64 {
 	return max(0, d-r*float64(at-prev))
 }
 
-// Used returns what is taken out of the bucket at now, reservations
-// included, rounded up.
+// Used returns what is taken out of the bucket at now, reservations and
+// the room kept for use from elsewhere included, rounded up.
 func (b *Bucket) Used(now time.Time) int64 {
-	return int64(ceil(b.deficit(now))) + b.pending
+	return int64(ceil(b.deficit(now))) + b.pending + b.Elsewhere(now)
 }
 
 // Sum returns what the starts counted take out of the bucket at now.
@@ -93,20 +180,26 @@ func ceil(x float64) float64 {
 }
 
 // Refusal admits a dispatch of cost at now while the bucket's deficit, the
-// reservations and cost fit its capacity (a cost of zero always fits).
-// Refused, it says when the refill makes room, or zero when the
-// reservations alone leave none.
+// reservations, the room kept for use from elsewhere and cost fit its
+// capacity (a cost of zero always fits). Refused, it says when the refill
+// makes room or the room kept may fall, whichever is first, or zero when
+// the reservations alone leave none.
 func (b *Bucket) Refusal(now time.Time, cost int64) (Refusal, bool) {
+	room := b.others.room(now, b.length)
 	d := b.deficit(now)
-	need := d + float64(b.pending+cost)
+	need := d + float64(b.pending+cost+room)
 	if cost <= 0 || need <= b.capacity() {
 		return Refusal{}, false
 	}
 	if float64(b.pending+cost) > b.capacity() {
 		return Refusal{Kind: RefuseMeter, Meter: b.name}, true
 	}
+	if float64(b.pending+cost+room) > b.capacity() { // the room must fall, whatever refills
+		return Refusal{Kind: RefuseMeter, Meter: b.name, Until: b.others.falls(now, b.length, int64(b.capacity())-b.pending-cost)}, true
+	}
+	falls := b.others.falls(now, b.length, int64(b.capacity()-d)-b.pending-cost)
 	wait := time.Duration(ceil((need - b.capacity()) / b.rate()))
-	return Refusal{Kind: RefuseMeter, Meter: b.name, Until: now.Add(wait)}, true
+	return Refusal{Kind: RefuseMeter, Meter: b.name, Until: earliest(now.Add(wait), falls)}, true
 }
 
 // Expire folds the starts older than the hold into the deficit: no late
@@ -173,6 +266,7 @@ func (b *Bucket) Reconcile(start time.Time, from, to int64) bool {
 		if b.es[i].amount != from {
 			continue
 		}
+		b.others.adjust(at, from-to, b.margin, b.Hold())
 		if to > 0 {
 			b.es[i].amount = to
 		} else {

@@ -113,14 +113,17 @@ func (d *Engine) reconcile(r *run, used map[string]int64) []store.Op {
 }
 
 // observe applies what run r's service said of its limits at at (on the
-// timeline) to the meters of its resources that count the amounts named:
-// where the service has less left than the meter thinks (its limit less
-// what it counts now), the difference was used from elsewhere (another
-// process or key sharing the quota) and is counted as such, leaving the
-// window when the service said the limit is whole again, at most a whole
-// window later; a limit with nothing left holds the meter until its reset,
-// again at most a window. Each meter takes reports in the order they were
-// made: an older one than it already took is stale and ignored.
+// timeline) to the meters of its resources that count the amounts named.
+// An amount meter takes each reading as of the request's arrival (its
+// Observe): what its own count then does not explain of the use the
+// reading implies was used from elsewhere (another process or key sharing
+// the quota, or a limit lower than the meter's), and the meter keeps room
+// for it ahead (broker.elsewhere). The rate window of requests counts such
+// use as entries instead, leaving the window when the service said the
+// limit is whole again, at most a whole window later; a limit with nothing
+// left holds it until its reset, again at most a window. The window takes
+// reports in the order they were made: an older one than it already took
+// is stale and ignored.
 func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 	d.checkReported(r, func(yield func(string) bool) {
 		for _, l := range o.Limits {
@@ -148,15 +151,9 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 			if l.Remaining < 0 {
 				continue
 			}
-			var limit, counted int64
-			var hold time.Duration
 			name := res.meterOf(l.Name)
-			switch a := res.Amount(name); {
-			case a != nil:
-				limit, counted, hold = a.Limit(), a.SumAt(arrival.Add(a.Margin())), a.Hold()
-			case l.Name == store.MeterRequests && res.Window != nil:
-				limit, counted, hold = int64(res.Window.Limit()), int64(res.Window.CountAt(arrival.Add(res.Window.Margin()))), res.Window.Hold()
-			default:
+			a := res.Amount(name)
+			if a == nil && (l.Name != store.MeterRequests || res.Window == nil) {
 				// No meter counts it: it is not this service's business,
 				// but a response that ran out of it points at no limit the
 				// service adapts.
@@ -168,35 +165,63 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 			if res.adapt != nil {
 				r.tell(res, name, l.Remaining < max(r.costs().Of(name), 1))
 			}
-			if !res.observedAfter(name, at) {
-				continue
-			}
-			ext := limit - counted - l.Remaining
-			if l.Remaining == 0 && l.Reset > 0 {
-				ext = limit // nothing left until the reset: the meter is held till then
-			}
-			if ext <= 0 {
-				continue
-			}
-			leaves := hold
-			if l.Reset > 0 {
-				leaves = min(l.Reset, hold)
-			}
-			place := at.Add(leaves - hold) // an entry there leaves the window at at+leaves
-			if a := res.Amount(name); a != nil {
-				a.AddUsage(place, ext)
-			} else {
-				for range min(ext, limit) {
-					res.Window.Add(place)
+			if a != nil {
+				before := a.Elsewhere(at)
+				charged := r.costs().Of(name)
+				for reported, n := range r.used { // what it used, if it said so first
+					if res.meterOf(reported) == name {
+						charged = n
+					}
 				}
+				a.Observe(arrival, l.Remaining, charged)
+				if after := a.Elsewhere(at); after != before {
+					d.markStatus(res)
+					if after < before {
+						d.wake(res)
+					}
+					if d.log.Enabled(bg, slog.LevelDebug) {
+						d.log.Debug("service_room_kept", "service", res.name, "meter", name, "remaining", l.Remaining,
+							"for_elsewhere", after)
+					}
+				}
+				continue
 			}
-			d.submit(&store.LogUsage{Epoch: d.epoch, Service: res.name, Meter: name, At: d.toWall(place), Amount: ext})
-			d.markStatus(res)
-			if d.log.Enabled(bg, slog.LevelDebug) {
-				d.log.Debug("service_usage_observed", "service", res.name, "meter", name, "remaining", l.Remaining,
-					"from_elsewhere", ext, "reset", l.Reset)
-			}
+			d.observeRequests(res, l, at, arrival)
 		}
+	}
+}
+
+// observeRequests applies a reading of res's requests limit (l, reported
+// at at of a request that arrived at arrival) to its rate window: what its
+// count then does not explain was used from elsewhere, and is counted
+// until the reading's reset, at most a window.
+func (d *Engine) observeRequests(res *resource, l rt.ObservedLimit, at, arrival time.Time) {
+	w := res.Window
+	if !res.observedAfter(store.MeterRequests, at) {
+		return
+	}
+	limit := int64(w.Limit())
+	ext := limit - int64(w.CountAt(arrival.Add(w.Margin()))) - l.Remaining
+	if l.Remaining == 0 && l.Reset > 0 {
+		ext = limit // nothing left until the reset: the window is held till then
+	}
+	if ext <= 0 {
+		return
+	}
+	hold := w.Hold()
+	leaves := hold
+	if l.Reset > 0 {
+		leaves = min(l.Reset, hold)
+	}
+	place := at.Add(leaves - hold) // an entry there leaves the window at at+leaves
+	for range min(ext, limit) {
+		w.Add(place)
+	}
+	d.submit(&store.LogUsage{Epoch: d.epoch, Service: res.name, Meter: store.MeterRequests, At: d.toWall(place), Amount: ext})
+	d.markStatus(res)
+	if d.log.Enabled(bg, slog.LevelDebug) {
+		d.log.Debug("service_usage_observed", "service", res.name, "meter", store.MeterRequests, "remaining", l.Remaining,
+			"from_elsewhere", ext, "reset", l.Reset)
 	}
 }
 

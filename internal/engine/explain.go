@@ -204,6 +204,13 @@ func amountDetail(name string, a broker.AmountMeter, now time.Time, cost int64, 
 		s = fmt.Sprintf("%s: blocked on %s: %s of its bucket of %s taken, refilling %s per %v (cost %s)", name, a.Name(),
 			grouped(a.Used(now)), grouped(a.Limit()), grouped(a.Limit()), a.Length(), grouped(cost))
 	}
+	if seen, share := a.FromElsewhere(now); seen > 0 || share > 0 {
+		s += fmt.Sprintf("; %s: %s of %s used by others in the last %v, room kept (%s)", a.Name(), grouped(seen), grouped(a.Limit()),
+			a.Length(), grouped(a.Elsewhere(now)))
+		if share > 0 {
+			s += fmt.Sprintf(", and %.0f%% of the refill left to them", 100*share)
+		}
+	}
 	if free.IsZero() {
 		return s + "; room frees as reserved starts are counted"
 	}

@@ -136,6 +136,8 @@ func (t *resourceTable) statusOf(r *resource, now time.Time) rt.ServiceStatus {
 	for _, a := range r.Amounts {
 		ms := rt.MeterStatus{Name: a.Name(), Used: a.Used(now), Limit: a.Limit(), Window: a.Length(), Stated: r.isStated(a.Name())}
 		ms.Frees = t.toWall(a.Frees(now))
+		ms.Elsewhere = a.Elsewhere(now)
+		ms.FromElsewhere, ms.ElsewhereShare = a.FromElsewhere(now)
 		st.Meters = append(st.Meters, ms)
 	}
 	if r.adapt != nil {

@@ -1,0 +1,186 @@
+package broker
+
+import (
+	"math"
+	"sort"
+	"time"
+)
+
+// elsewhere is what an amount meter has learned, from the service's
+// readings of its limit, about the use of that limit from elsewhere: other
+// programs sharing the key, or a limit lower than the meter's. It keeps
+// the readings of the last two windows and makes of them the room the
+// meter keeps for that use ahead of it, so that the meter's own starts
+// leave the others what they have been taking, not only until the reset
+// of the reading that showed it.
+//
+// A reading's figure (others) is what the meter's own count at the
+// request's arrival does not explain of what the service said it had used:
+// Limit less the meter's count less Remaining. Each reading's figure holds
+// for a window after its arrival, then falls to none over the next: the
+// room is the largest of them, so that it rises at the first reading that
+// shows more and falls only when a window of readings shows less. (The
+// starts of one instant reach the service one after the other, and only
+// the last of them reads all the others: the earlier ones read less, and
+// must not lower the room.) When the other use stops, the meter takes the
+// room back within two windows.
+//
+// The room is that use and some more (headroom: a tenth of it, at least a
+// twentieth of the limit): a reading shows what the others' requests
+// used, not what they asked for, so a room of exactly their use would keep
+// them at whatever the meter once left them, refusals and all; with room
+// to spare, their use grows back to what they ask for, window by window,
+// and the readings follow it.
+type elsewhere struct {
+	rs    []reading // the readings of the last two windows, by arrival
+	limit int64     // the meter's
+
+	// The room as last computed, while no reading changes: from (Unix
+	// ns) until until.
+	valid       bool
+	kept, seen  int64
+	from, until int64
+}
+
+// headroom: the room kept is the others' use and 1/headroom more.
+const headroom = 10
+
+// reading is one reading of the service's limit.
+type reading struct {
+	at     int64 // the request's arrival (Unix ns, on the timeline)
+	others int64 // what the meter's own count did not explain of the use; may be negative
+	level  int64 // what the service said remained
+	before int64 // and before the request was counted (level + its charge)
+}
+
+// add records r, of a meter of limit, keeping the readings of the two
+// windows before the latest.
+func (e *elsewhere) add(r reading, limit int64, window time.Duration) {
+	e.valid, e.limit = false, limit
+	i := sort.Search(len(e.rs), func(i int) bool { return e.rs[i].at > r.at })
+	e.rs = append(e.rs, reading{})
+	copy(e.rs[i+1:], e.rs[i:])
+	e.rs[i] = r
+	cut := e.rs[len(e.rs)-1].at - 2*int64(window)
+	j := sort.Search(len(e.rs), func(i int) bool { return e.rs[i].at > cut })
+	if j > 0 {
+		n := copy(e.rs, e.rs[j:])
+		clear(e.rs[n:])
+		e.rs = e.rs[:n]
+	}
+}
+
+// adjust corrects the readings whose figure counted a start at start
+// (Unix ns) whose charge fell by less: the readings of requests that
+// arrived from that start less the margin to a hold after it. A reading
+// compares the service's count with the meter's, which counts the runs in
+// flight at their estimates; each such run's report of what it used
+// corrects the figures of the readings it was counted in.
+func (e *elsewhere) adjust(start, less int64, margin, hold time.Duration) {
+	if less == 0 {
+		return
+	}
+	lo, hi := start-int64(margin), start+int64(hold)-int64(margin)
+	i := sort.Search(len(e.rs), func(i int) bool { return e.rs[i].at >= lo })
+	for ; i < len(e.rs) && e.rs[i].at < hi; i++ {
+		e.rs[i].others += less
+		e.valid = false
+	}
+}
+
+// room returns the room kept at now for use from elsewhere.
+func (e *elsewhere) room(now time.Time, window time.Duration) int64 {
+	room, _ := e.figures(now, window)
+	return room
+}
+
+// figures returns the room kept at now, and the use from elsewhere it
+// keeps room for.
+func (e *elsewhere) figures(now time.Time, window time.Duration) (room, seen int64) {
+	t := now.UnixNano()
+	if e.valid && t >= e.from && t < e.until {
+		return e.kept, e.seen
+	}
+	seen, steady := e.compute(t, int64(window))
+	e.valid, e.kept, e.seen, e.from, e.until = true, e.withHeadroom(seen), max(seen, 0), t, steady
+	return e.kept, e.seen
+}
+
+// withHeadroom is the room kept for a figure of others' use: that, and a
+// tenth of it or a twentieth of the limit, whichever is more.
+func (e *elsewhere) withHeadroom(others int64) int64 {
+	if others <= 0 {
+		return 0
+	}
+	return min(others+max(others/headroom, e.limit/20), max(e.limit, others))
+}
+
+// held returns what a reading of figure others taken at at (Unix ns)
+// holds at t, for a window of window ns: its figure for a window, then
+// less and less, none after two.
+func held(others, at, t, window int64) int64 {
+	switch over := t - at - window; {
+	case others <= 0 || over >= window:
+		return 0
+	case over <= 0:
+		return others
+	default:
+		return int64(float64(others) * (1 - float64(over)/float64(window)))
+	}
+}
+
+// compute returns the use from elsewhere the room kept at t (Unix ns) is
+// for, for a window of window ns, and until when it stays so if no reading
+// comes.
+func (e *elsewhere) compute(t, window int64) (int64, int64) {
+	var most int64
+	until := int64(math.MaxInt64)
+	for _, r := range e.rs {
+		if r.at > t {
+			break
+		}
+		h := held(r.others, r.at, t, window)
+		most = max(most, h)
+		switch {
+		case h > 0 && t-r.at >= window:
+			until = t + 1 // falling
+		case h > 0:
+			until = min(until, r.at+window+1)
+		}
+	}
+	return most, until
+}
+
+// falls returns the first instant after now when the room kept is at
+// most need if no reading comes; zero if never (need below zero) or if it
+// is so already.
+func (e *elsewhere) falls(now time.Time, window time.Duration, need int64) time.Time {
+	if need < 0 {
+		return time.Time{}
+	}
+	t, win := now.UnixNano(), int64(window)
+	when := t
+	for _, r := range e.rs {
+		if r.at > t {
+			break
+		}
+		if e.withHeadroom(r.others) <= need {
+			continue
+		}
+		// The largest figure whose room is at most need, and when the
+		// reading's held figure falls to it.
+		x := min(need-e.limit/20, need*headroom/(headroom+1))
+		if x <= 0 {
+			when = max(when, r.at+2*win)
+			continue
+		}
+		frac := 1 - float64(x)/float64(r.others)
+		when = max(when, r.at+win+int64(frac*float64(win))+1)
+	}
+	if when <= t {
+		// The room is at most need already: a caller that finds it
+		// more must not wait on it (nor come back at once).
+		return time.Time{}
+	}
+	return time.Unix(0, when)
+}
