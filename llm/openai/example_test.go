@@ -73,3 +73,23 @@ func ExampleOptions() {
 	fmt.Println(info.State, string(info.Result), "estimated", info.Cost["tokens"], "used", info.Attempts[0].Used["tokens"])
 	// Output: completed "A short summary." estimated 109 used 450
 }
+
+// A task's Estimate costs each request before it is admitted: its
+// messages as the model's tokenizer counts them, with the chat format's
+// framing, and its output bound.
+func ExampleEstimate() {
+	params := openai.ChatCompletionNewParams{
+		Model: "gpt-5.1-mini",
+		Messages: []openai.ChatCompletionMessageParamUnion{
+			openai.SystemMessage("You answer briefly."),
+			openai.UserMessage("How many tokens is this?"),
+		},
+		MaxCompletionTokens: openai.Int(50),
+	}
+	n, err := runcueopenai.Estimate(params)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(n, "tokens") // what a task's Estimate returns: runcue.Costs{"tokens": n}
+	// Output: 71 tokens
+}
