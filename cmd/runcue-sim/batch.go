@@ -29,6 +29,9 @@ func (e *engine) batch(task string, b *BatchConfig) *runcue.Batch {
 			}
 			for _, w := range ws {
 				use, _ := m.tokens(w.ID)
+				if v == answerTooMany {
+					use = 0 // a refused call uses nothing
+				}
 				w.Used(runcue.Costs{"tokens": use}) // a batch's uses add up
 			}
 			status := http.StatusOK

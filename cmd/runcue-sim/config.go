@@ -131,6 +131,11 @@ type Behavior struct {
 	// mock counts every call at its arrival, as a real service does.
 	WireMin Duration `yaml:"wire_min,omitempty" json:"wire_min,omitzero"`
 	WireMax Duration `yaml:"wire_max,omitempty" json:"wire_max,omitzero"`
+	// Stream, when above zero, streams each answer that succeeds: its
+	// status and headers reach the handler at this fraction of the
+	// answer's latency (its first byte), its usage only with its last
+	// event, as an LLM API's streamed answers do.
+	Stream float64 `yaml:"stream,omitempty" json:"stream,omitempty"`
 }
 
 // ServiceConfig is a mock service: runcue's limits for it, and its
@@ -381,6 +386,9 @@ type Expect struct {
 	// used of what the other client left (Tokens.Shared; see SharedStats).
 	SharedRefusals float64 `yaml:"shared_refusals,omitempty" json:"shared_refusals,omitempty"`
 	SharedOfLeft   float64 `yaml:"shared_of_left,omitempty" json:"shared_of_left,omitempty"`
+	// SharedForeign bounds from above how many points more of the other
+	// client's requests are refused than with runcue absent.
+	SharedForeign float64 `yaml:"shared_foreign,omitempty" json:"shared_foreign,omitempty"`
 	// HeadersReach bounds from below the share of the mock's token limit
 	// runcue uses in one of its first three windows, and
 	// HeadersRefusals from above the share of its calls answered 429
@@ -522,6 +530,9 @@ func (c *Config) normalize() error {
 		}
 		if b.WireMin == 0 && b.WireMax == 0 {
 			b.WireMin, b.WireMax = Duration(time.Millisecond), Duration(4*time.Millisecond)
+		}
+		if b.Stream < 0 || b.Stream >= 1 {
+			return fmt.Errorf("service %s: stream %v is not a fraction of the latency in [0, 1)", n, b.Stream)
 		}
 		if b.WireMin < 0 || b.WireMax < b.WireMin {
 			return fmt.Errorf("service %s: wire_min %v and wire_max %v", n, b.WireMin.D(), b.WireMax.D())

@@ -214,27 +214,37 @@ func (e *engine) cleanup() {
 func (e *engine) handler(task string) runcue.Handler {
 	ms := e.taskMocks(task)
 	return func(ctx context.Context, w *runcue.Work) (any, error) {
-		v, bad, _, cut := e.call(ctx, ms, w.ID, w.Attempt, w.Started)
-		if cut {
-			return nil, context.Cause(ctx)
-		}
-		for _, m := range ms {
-			if m.cfg.Tokens == nil {
-				continue
+		// report gives runcue the response's headers (the mock's own count
+		// of its limit, as of the call's arrival) with its status.
+		report := func(status int) {
+			now := e.clk.Now()
+			for _, m := range ms {
+				if m.cfg.Tokens != nil && m.cfg.Tokens.Headers != "none" {
+					arrival := w.Started.Add(m.wire(w.ID, w.Attempt))
+					_ = httplimit.Report(w, m.tokenHeaders(arrival, now), status, now) // the answer's own error is answerErr's
+				}
 			}
-			// The response: what the call used, and the mock's own count
-			// of its limit in its headers.
-			use, _ := m.tokens(w.ID)
-			w.Used(runcue.Costs{"tokens": use})
+		}
+		streamed := false
+		v, bad, _, cut, idx := e.call(ctx, ms, w.ID, w.Attempt, w.Started, func([]int) {
+			streamed = true
+			report(http.StatusOK)
+		})
+		if cut {
+			return nil, context.Cause(ctx) // a stream cut short: its usage never came
+		}
+		for i, m := range ms {
+			if m.cfg.Tokens != nil {
+				// What the call used (nothing if refused).
+				w.Used(runcue.Costs{"tokens": m.counted(idx[i])})
+			}
+		}
+		if !streamed {
 			status := http.StatusOK
 			if v == answerTooMany {
 				status = http.StatusTooManyRequests
 			}
-			if m.cfg.Tokens.Headers != "none" {
-				now := e.clk.Now()
-				arrival := w.Started.Add(m.wire(w.ID, w.Attempt))
-				_ = httplimit.Report(w, m.tokenHeaders(arrival, now), status, now) // the answer's own error is answerErr's
-			}
+			report(status)
 		}
 		return nil, answerErr(v, bad)
 	}
@@ -265,12 +275,25 @@ func (e *engine) taskMocks(task string) []*mock {
 // the wire's delay from the handler-start instant start, the wait for the
 // slowest answer (virtually: parked until the driver releases it), and
 // its end. It returns the first failing answer and its mock, the answer as
-// recorded, and whether ctx ended the call first ("cut", unless it was a
-// timeout).
-func (e *engine) call(ctx context.Context, ms []*mock, id string, attempt int, start time.Time) (verdict, *mock, string, bool) {
+// recorded, whether ctx ended the call first ("cut", unless it was a
+// timeout), and the call's index at each mock.
+//
+// A successful answer of mocks that stream (Behavior.Stream) reaches the
+// handler first at its first byte: firstByte (if not nil) is called then
+// with the calls' indexes, before the wait for the last event.
+func (e *engine) call(ctx context.Context, ms []*mock, id string, attempt int, start time.Time, firstByte func([]int)) (verdict, *mock, string, bool, []int) {
 	lat, v, bad, idx := e.callMocks(ms, id, attempt, start)
 	e.rec.runStarted(id, attempt, start)
-	end, cut := e.wait(ctx, id, attempt, start, lat, v == answerTimeout)
+	var end time.Time
+	cut := false
+	if fb := streamFirstByte(ms, id, attempt, lat); firstByte != nil && v == answerOK && fb > 0 {
+		if end, cut = e.wait(ctx, id, attempt, start, fb, false); !cut {
+			firstByte(idx)
+		}
+	}
+	if !cut {
+		end, cut = e.wait(ctx, id, attempt, start, lat, v == answerTimeout)
+	}
 	answer := v.String()
 	if cut && v != answerTimeout {
 		answer = "cut"
@@ -279,7 +302,22 @@ func (e *engine) call(ctx context.Context, ms []*mock, id string, attempt int, s
 		m.leave(idx[i], end, v, m.cfg.Behavior.RetryAfter.D())
 	}
 	e.rec.runEnded(id, attempt, end, answer)
-	return v, bad, answer, cut
+	return v, bad, answer, cut, idx
+}
+
+// streamFirstByte returns when, after its start, the first byte of an
+// answer of latency lat (from the start) comes from mocks ms that stream
+// (zero if none does): after the wire, at the largest of their Stream
+// fractions of the answer's time at the mock.
+func streamFirstByte(ms []*mock, id string, attempt int, lat time.Duration) time.Duration {
+	f, wire := 0.0, time.Duration(0)
+	for _, m := range ms {
+		f, wire = max(f, m.cfg.Behavior.Stream), max(wire, m.wire(id, attempt))
+	}
+	if f == 0 {
+		return 0
+	}
+	return wire + time.Duration(f*float64(max(lat-wire, 0)))
 }
 
 // callMocks records a call's arrival at each mock (its start plus the

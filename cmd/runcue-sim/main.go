@@ -24,6 +24,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -65,6 +66,7 @@ type flags struct {
 	snapshotDir       string
 	frameRate         int
 	setDuration       bool
+	cpuProfile        string
 }
 
 func parseFlags(args []string, stderr io.Writer) (*flags, error) {
@@ -93,6 +95,7 @@ func parseFlags(args []string, stderr io.Writer) (*flags, error) {
 	fs.BoolVar(&f.quiet, "quiet", false, "headless: print only the verdicts")
 	fs.StringVar(&f.snapshotDir, "snapshot-dir", ".", "TUI: where S saves metrics snapshots")
 	fs.IntVar(&f.frameRate, "fps", 10, "TUI: frames per second")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file (go tool pprof reads it)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -195,6 +198,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		stdout.Write(b)
 		return exitPass
 	}
+	if f.cpuProfile != "" {
+		out, err := os.Create(f.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "runcue-sim:", err)
+			return exitUsage
+		}
+		defer out.Close()
+		if err := pprof.StartCPUProfile(out); err != nil {
+			fmt.Fprintln(stderr, "runcue-sim:", err)
+			return exitUsage
+		}
+		defer pprof.StopCPUProfile()
+		stopped := make(chan struct{})
+		defer close(stopped)
+		go func() { // an interrupted run leaves its profile too
+			select {
+			case <-ctx.Done():
+				pprof.StopCPUProfile()
+			case <-stopped:
+			}
+		}()
+	}
 	var rep *Report
 	switch {
 	case cfg.Name == "recovery" || cfg.Kills > 0:
@@ -264,8 +289,8 @@ func printSummary(w io.Writer, r *Report, quiet bool) {
 					"", sm.Checks.MaxTokensInWindow, t.MockLimit, t.Window.D(), 100*sm.Checks.TokenUtilisation)
 			}
 			if sh := sm.Checks.Shared; sh != nil {
-				fmt.Fprintf(w, "  %-12s shared key: %.2f%% of runcue's %d calls answered 429; runcue used %.1f%% of what the other client left; %.2f%% of its %d requests refused\n",
-					"", sh.RefusedPct, sh.Calls, 100*sh.OfLeft, sh.ForeignRefused, sh.Foreign)
+				fmt.Fprintf(w, "  %-12s shared key: %.2f%% of runcue's %d calls answered 429; runcue used %.1f%% of what the other client left; %.2f%% of its %d requests refused (%.2f%% with runcue absent)\n",
+					"", sh.RefusedPct, sh.Calls, 100*sh.OfLeft, sh.ForeignRefused, sh.Foreign, sh.ForeignAlone)
 			}
 		}
 		if rc := r.Recovery; rc != nil {

@@ -72,7 +72,24 @@ type mock struct {
 	inflight    int           // calls started and not ended
 	window      []float64     // arrivals (s since epoch) within the mock window, for live display
 	holds       []hold        // every Retry-After answered
+	mark        bucketMark    // the bucket's level replayed so far (Tokens.MockBucket)
 }
+
+// bucketMark is the token bucket's level at at, the first calls and
+// foreign requests (by arrival, each list a prefix) replayed into it: a
+// level asked for replays only the calls after them.
+type bucketMark struct {
+	valid          bool
+	level          float64
+	at             time.Time
+	calls, foreign int
+}
+
+// bucketLag is how far behind the latest level asked for the mark is
+// kept: a level is asked for at a call's arrival until it is answered,
+// and calls are recorded at their arrival, so no call or question comes
+// that late.
+const bucketLag = time.Minute
 
 // hold is a Retry-After the mock answered: no call should arrive in
 // (from, until).
@@ -244,6 +261,7 @@ func (m *mock) arrive(unit string, attempt int, start time.Time, batch ...string
 			refused, use = true, 0 // a refused call uses nothing
 		}
 	}
+	m.recorded(start)
 	m.calls = append(m.calls, call{unit: unit, attempt: attempt, start: start, tokens: use, refused: refused})
 	m.inflight++
 	if m.cfg.Behavior.MockWindow > 0 {
@@ -290,6 +308,14 @@ func (m *mock) overHidden(t time.Time) bool {
 		}
 	}
 	return served >= limit
+}
+
+// counted returns the tokens the mock counted of call i: nothing if it
+// refused it.
+func (m *mock) counted(i int) int64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.calls[i].tokens
 }
 
 // leave records the end of call i and its answer.
@@ -425,7 +451,13 @@ func (m *mock) checkHidden(cs []call) *hiddenStats {
 
 // checkTokens computes the token verdicts of the calls cs, by arrival.
 func (m *mock) checkTokens(ch *checks, cs []call, t *Tokens) {
-	if t.MockBucket {
+	if t.MockBucket && t.Shared == nil && !t.Enforce {
+		// (A mock that enforces its bucket refuses what does not fit:
+		// its 429s are runcue's violations, counted by the shared key's
+		// and the headers' checks. Replayed in arrival order, a call it
+		// served might find the bucket short by a call that arrived
+		// first though it started later, which the mock, deciding at
+		// each call's start, had not seen yet.)
 		m.mu.Lock()
 		ch.TokenViolations = m.bucketViolations()
 		m.mu.Unlock()
@@ -602,6 +634,7 @@ func (m *mock) foreignUpTo(now time.Time) {
 		if m.room(at) < size {
 			c.refused, c.tokens = true, 0
 		}
+		m.recorded(at)
 		m.foreign = append(m.foreign, c)
 	}
 }
@@ -640,6 +673,9 @@ type SharedStats struct {
 	OfLeft         float64 `json:"of_left"`
 	Foreign        int     `json:"foreign"`
 	ForeignRefused float64 `json:"foreign_refused_pct"`
+	// ForeignAlone is the share of the other client's requests the mock
+	// would have refused with runcue absent.
+	ForeignAlone float64 `json:"foreign_refused_alone_pct"`
 }
 
 // sharedStats computes the shared key's figures of the calls cs (by
@@ -680,6 +716,7 @@ func (m *mock) sharedStats(cs []call) *SharedStats {
 	}
 	if st.Foreign > 0 {
 		st.ForeignRefused = round4(100 * float64(frefused) / float64(st.Foreign))
+		st.ForeignAlone = round4(100 * m.foreignAlone(foreign, from, to))
 	}
 	if span := to.Sub(from); span > 0 {
 		left := float64(t.MockLimit)*span.Seconds()/win.Seconds() - float64(theirs)
@@ -688,6 +725,48 @@ func (m *mock) sharedStats(cs []call) *SharedStats {
 		}
 	}
 	return st
+}
+
+// foreignAlone replays the other client's requests (by arrival) alone
+// through the mock's limit and returns the share of those that arrived
+// after from, up to to, that it would have refused.
+func (m *mock) foreignAlone(foreign []call, from, to time.Time) float64 {
+	t := m.cfg.Tokens
+	size := int64(t.Shared.Share * float64(t.MockLimit) * float64(t.Shared.Every.D()) / float64(t.Window.D()))
+	win, limit := t.Window.D(), float64(t.MockLimit)
+	rate := limit / float64(win)
+	level, at := limit, m.epoch
+	var served []time.Time
+	n, refused := 0, 0
+	for _, c := range foreign {
+		fits := false
+		if t.MockBucket {
+			level = min(limit, level+rate*float64(c.start.Sub(at)))
+			at = c.start
+			if fits = level >= float64(size)-1e-6; fits {
+				level -= float64(size)
+			}
+		} else {
+			i := 0
+			for i < len(served) && !served[i].After(c.start.Add(-win)) {
+				i++
+			}
+			served = served[i:]
+			if fits = float64(int64(len(served)+1)*size) <= limit; fits {
+				served = append(served, c.start)
+			}
+		}
+		if c.start.After(from) && !c.start.After(to) {
+			n++
+			if !fits {
+				refused++
+			}
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return float64(refused) / float64(n)
 }
 
 // room is what the mock's token limit has left at t: the window's limit
@@ -700,11 +779,11 @@ func (m *mock) room(t time.Time) int64 {
 }
 
 // bucketCalls returns the calls the bucket counts (runcue's and the other
-// client's, refused ones using nothing) that arrived by t, by arrival.
-// m.mu is held.
-func (m *mock) bucketCalls(t time.Time) []call {
+// client's, refused ones using nothing) that arrived by t, by arrival,
+// from the calls[from] and foreign[fromForeign] on. m.mu is held.
+func (m *mock) bucketCalls(t time.Time, from, fromForeign int) []call {
 	var cs []call
-	for _, l := range [][]call{m.calls, m.foreign} {
+	for _, l := range [][]call{m.calls[from:], m.foreign[fromForeign:]} {
 		for _, c := range l {
 			if !c.start.After(t) && c.tokens > 0 {
 				cs = append(cs, c)
@@ -717,26 +796,58 @@ func (m *mock) bucketCalls(t time.Time) []call {
 
 // bucketLevel is what the token bucket holds at t (Tokens.MockBucket):
 // full at the epoch, refilled MockLimit per Window up to MockLimit, each
-// call's tokens taken at its arrival. m.mu is held.
+// call's tokens taken at its arrival. It replays the calls from the mark,
+// which it first moves up to bucketLag before t. m.mu is held.
 func (m *mock) bucketLevel(t time.Time) float64 {
-	level, _ := m.replayBucket(m.bucketCalls(t), t)
+	mk := &m.mark
+	if !mk.valid || t.Before(mk.at) {
+		*mk = bucketMark{valid: true, level: float64(m.cfg.Tokens.MockLimit), at: m.epoch}
+	}
+	if upTo := t.Add(-bucketLag); upTo.After(mk.at) {
+		i, j := mk.calls, mk.foreign
+		for i < len(m.calls) && !m.calls[i].start.After(upTo) {
+			i++
+		}
+		for j < len(m.foreign) && !m.foreign[j].start.After(upTo) {
+			j++
+		}
+		var cs []call // the prefixes' calls, all arrived by upTo
+		for _, c := range slices.Concat(m.calls[mk.calls:i], m.foreign[mk.foreign:j]) {
+			if c.tokens > 0 {
+				cs = append(cs, c)
+			}
+		}
+		slices.SortStableFunc(cs, func(a, b call) int { return a.start.Compare(b.start) })
+		mk.level, _ = m.replayBucket(cs, mk.level, mk.at, upTo)
+		mk.at, mk.calls, mk.foreign = upTo, i, j
+	}
+	level, _ := m.replayBucket(m.bucketCalls(t, mk.calls, mk.foreign), mk.level, mk.at, t)
 	return level
+}
+
+// recorded notes a call or foreign request recorded at start: one that
+// arrived before the mark (never in a virtual run) makes the mark replay
+// from the epoch. m.mu is held.
+func (m *mock) recorded(start time.Time) {
+	if m.mark.valid && !start.After(m.mark.at) {
+		m.mark.valid = false
+	}
 }
 
 // bucketViolations counts the calls that found the bucket holding less
 // than their tokens at their arrival. m.mu is held.
 func (m *mock) bucketViolations() int {
-	_, n := m.replayBucket(m.bucketCalls(time.Unix(1<<40, 0)), time.Time{})
+	_, n := m.replayBucket(m.bucketCalls(time.Unix(1<<40, 0), 0, 0), float64(m.cfg.Tokens.MockLimit), m.epoch, time.Time{})
 	return n
 }
 
-// replayBucket replays cs (by arrival) through the bucket: its level at
-// until (zero: at the last call), and how many calls found it short.
-func (m *mock) replayBucket(cs []call, until time.Time) (float64, int) {
+// replayBucket replays cs (by arrival) through the bucket, from level at
+// at: its level at until (zero: at the last call), and how many calls
+// found it short.
+func (m *mock) replayBucket(cs []call, level float64, at, until time.Time) (float64, int) {
 	tk := m.cfg.Tokens
 	capacity := float64(tk.MockLimit)
 	rate := capacity / float64(tk.Window.D())
-	level, at := capacity, m.epoch
 	short := 0
 	for _, c := range cs {
 		level = min(capacity, level+rate*float64(c.start.Sub(at)))

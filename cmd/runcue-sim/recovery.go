@@ -124,7 +124,7 @@ func (e *engine) serveMocks(executions map[string]int, mu *sync.Mutex) http.Hand
 		mu.Lock()
 		executions[req.Unit]++
 		mu.Unlock()
-		_, bad, answer, _ := e.call(r.Context(), e.taskMocks(req.Task), req.Unit, req.Attempt, time.Unix(0, req.Started))
+		_, bad, answer, _, _ := e.call(r.Context(), e.taskMocks(req.Task), req.Unit, req.Attempt, time.Unix(0, req.Started), nil)
 		a := callAnswer{Answer: answer}
 		if bad != nil {
 			a.Service = bad.name

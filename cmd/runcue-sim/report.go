@@ -682,6 +682,10 @@ func (e *engine) verdicts(r *Report) {
 			expect("shared_key_refusals:"+name, sh.RefusedPct < 100*x.SharedRefusals, "%.2f%% of runcue's %d calls answered 429 (bound %.1f%%)",
 				sh.RefusedPct, sh.Calls, 100*x.SharedRefusals)
 		}
+		if x.SharedForeign > 0 {
+			expect("shared_key_others:"+name, sh.ForeignRefused <= sh.ForeignAlone+x.SharedForeign, "%.2f%% of the other client's %d requests refused, %.2f%% with runcue absent (bound %.1f points more)",
+				sh.ForeignRefused, sh.Foreign, sh.ForeignAlone, x.SharedForeign)
+		}
 		if x.SharedOfLeft > 0 {
 			expect("shared_key_throughput:"+name, sh.OfLeft >= x.SharedOfLeft, "runcue used %.1f%% of the tokens the other client left (bound %.0f%%)",
 				100*sh.OfLeft, 100*x.SharedOfLeft)

@@ -191,7 +191,7 @@ expect:
   token_utilisation: 0.95
 `,
 	"llm_bucket": `
-description: An LLM API whose limit is a refilling bucket of 40,000 tokens a minute (as Anthropic describes its limits), its headers Anthropic's, calls of 1,000 to 4,000 tokens estimated up to 10% high and answered in 0.5 to 5 s; runcue's meter is a bucket too, offered 1.3 times what the limit lets through. The mock counts each call's tokens out of its bucket at arrival; no call finds it short, and at least 90% of the limit is used while work is submitted.
+description: An LLM API whose limit is a refilling bucket of 40,000 tokens a minute (as Anthropic describes its limits), its headers Anthropic's, calls of 1,000 to 4,000 tokens estimated up to 10% high and answered in 0.5 to 5 s, streamed (headers at the first byte, usage with the last event); runcue's meter is a bucket too, offered 1.3 times what the limit lets through. The mock counts each call's tokens out of its bucket at arrival; no call finds it short, and at least 90% of the limit is used while work is submitted.
 services:
   llm:
     max_concurrent: 20
@@ -206,6 +206,7 @@ services:
       headers: anthropic
     behavior:
       latency: {distribution: uniform, min: 500ms, max: 5s}
+      stream: 0.1
 workload:
   pattern: none
   task_types: [complete]
@@ -266,7 +267,7 @@ expect:
   tenant_shares: true
 `,
 	"shared_key": `
-description: An OpenAI-style API key shared with another program that steadily sends 40% of its 12,000 tokens per 2 s (a request every 100 ms); the API counts every request's tokens at arrival and answers 429 (Retry-After 1 s) to one that does not fit. runcue, told the key's whole limit and backlogged, learns of the other program only from the x-ratelimit headers. The report gives the share of runcue's calls answered 429 and of the other's refused, and the tokens runcue used of what the other left.
+description: An OpenAI-style API key shared with another program that steadily sends 40% of its 12,000 tokens per 2 s (a request every 100 ms); the API counts every request's tokens at arrival, 0 to 5 ms after its start, in a sliding window and answers 429 (Retry-After 1 s) to one that does not fit. runcue, told the key's whole limit and offered 75% of it (backlogged), learns of the other program only from the x-ratelimit headers and keeps room for it. At most 1% of runcue's calls are answered 429, runcue uses at least 80% of what the other program leaves, and the other program is refused at most 5 points more often than with runcue absent.
 services:
   llm:
     max_concurrent: 30
@@ -282,12 +283,53 @@ services:
     behavior:
       latency: {distribution: uniform, min: 50ms, max: 300ms}
       retry_after: 1s
+      wire_min: 0s
+      wire_max: 5ms
 workload:
   pattern: none
   task_types: [complete]
-  load: 1.3
+  load: 0.75
   timeout: 30s
 duration: 10m
+drain: 30m
+expect:
+  shared_refusals: 0.01
+  shared_of_left: 0.8
+  shared_foreign: 5
+`,
+	"shared_bucket": `
+description: The shared key of shared_key, its limit a refilling bucket of 12,000 tokens per 2 s (as Anthropic describes its limits) with Anthropic's headers, and runcue's meter a bucket too; answers take 0.5 to 5 s and stream (headers at the first byte, usage with the last event). The other program takes 40% of the refill steadily; runcue learns of it only from the headers, leaves it its share of the refill and keeps room for its requests. At most 1% of runcue's calls are answered 429, runcue uses at least 80% of what the other program leaves, and the other program is refused at most 5 points more often than with runcue absent.
+services:
+  llm:
+    max_concurrent: 100
+    tokens:
+      limit: 12000
+      window: 2s
+      bucket: true
+      mock_bucket: true
+      input: {min: 100, max: 300}
+      output: {min: 50, max: 150}
+      max_tokens: 150
+      estimate_error: 0.05
+      headers: anthropic
+      shared: {share: 0.4, every: 100ms}
+    behavior:
+      latency: {distribution: uniform, min: 500ms, max: 5s}
+      stream: 0.1
+      retry_after: 1s
+      wire_min: 0s
+      wire_max: 5ms
+workload:
+  pattern: none
+  task_types: [complete]
+  load: 0.75
+  timeout: 30s
+duration: 10m
+drain: 30m
+expect:
+  shared_refusals: 0.01
+  shared_of_left: 0.8
+  shared_foreign: 5
 `,
 	"headers_only": `
 description: An LLM API of 100,000 tokens a minute, which runcue is told only as a conservative 10,000 (a new key, limits unknown) and reads from the API's headers (x-ratelimit-limit-tokens); the API refuses (429) a call whose tokens do not fit at arrival. Offered about 1.25 times what the real limit lets through. runcue reaches 90% of the real limit within three windows and draws at most 1% 429s after the first.

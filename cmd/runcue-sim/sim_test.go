@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -64,7 +66,7 @@ func TestScenariosPassVirtual(t *testing.T) {
 	durations := map[string]time.Duration{"steady_load": 8 * time.Minute, "burst": 10 * time.Minute,
 		"cascade_failure": 10 * time.Minute, "priority_test": 12 * time.Minute, "starvation": 15 * time.Minute, "llm_api": 10 * time.Minute,
 		"llm_tokens": 4 * time.Minute, "hidden_limit": 10 * time.Minute, "tenants": 8 * time.Minute,
-		"debounce": 8 * time.Minute, "sequence": 8 * time.Minute, "shared_key": 3 * time.Minute, "batch": 6 * time.Minute, "headers_only": 5 * time.Minute, "llm_bucket": 5 * time.Minute}
+		"debounce": 8 * time.Minute, "sequence": 8 * time.Minute, "shared_key": 2 * time.Minute, "shared_bucket": time.Minute, "batch": 6 * time.Minute, "headers_only": 5 * time.Minute, "llm_bucket": 5 * time.Minute}
 	for _, name := range scenarioNames() {
 		if name == "recovery" {
 			continue
@@ -162,8 +164,8 @@ func TestSameSeedSameReport(t *testing.T) {
 // violations: the token check can fail. The headers the mock answers
 // with, read by the handlers, correct runcue's own count: the provider's
 // real limit, 20% below the meter, is exceeded by far fewer calls than
-// without them (the correction comes with each response, so a window's
-// worth starting at once before one arrives still exceeds it).
+// without them (none in this run: the room kept for what the readings show
+// unexplained holds runcue under the mock's limit).
 func TestTokenChecksCanFail(t *testing.T) {
 	run := func(headers string) checks {
 		cfg, err := scenario("llm_tokens")
@@ -181,7 +183,7 @@ func TestTokenChecksCanFail(t *testing.T) {
 	with, without := run("openai"), run("none")
 	t.Logf("mock limit 80,000 against runcue's 100,000: with headers %d violations (busiest window %d), without %d (%d)",
 		with.TokenViolations, with.MaxTokensInWindow, without.TokenViolations, without.MaxTokensInWindow)
-	assert.Positive(t, with.TokenViolations)
+	assert.Positive(t, without.TokenViolations, "the check fails")
 	assert.Less(t, 2*with.TokenViolations, without.TokenViolations, "the headers held runcue below its own meter")
 }
 
@@ -577,4 +579,40 @@ func TestBucketMock(t *testing.T) {
 	_, refused = m.arrive("u3", 1, epoch.Add(200*time.Millisecond))
 	assert.False(t, refused, "600 left: the refused call took nothing")
 	assert.Zero(t, m.check().TokenViolations)
+}
+
+// The bucket's level kept from a mark a minute back is the level replayed
+// from the epoch, whenever asked (at a call's arrival, or back at an
+// earlier call's until it is answered).
+func TestBucketMarkMatchesReplay(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 2))
+	epoch := time.Unix(1000, 0)
+	tok := &Tokens{Limit: 1000, Window: Duration(time.Second), Input: Span{Min: 50, Max: 400}, Output: Span{Min: 0, Max: 0},
+		MockBucket: true, Enforce: true, Shared: &Shared{Share: 0.3, Every: Duration(70 * time.Millisecond)}}
+	require.NoError(t, tok.normalize())
+	m := newMock("llm", ServiceConfig{Tokens: tok}, seed, epoch)
+	m.until = time.Hour
+	at := epoch
+	for i := range 6_000 {
+		at = at.Add(time.Duration(rnd.IntN(40)) * time.Millisecond)
+		m.arrive(fmt.Sprintf("u%d", i), 1, at)
+		if i%97 == 0 {
+			back := at.Add(-time.Duration(rnd.IntN(5000)) * time.Millisecond)
+			want, _ := m.replayBucket(m.bucketCalls(back, 0, 0), float64(tok.MockLimit), epoch, back)
+			require.InDelta(t, want, m.bucketLevel(back), 1e-6, "at %v", back.Sub(epoch))
+		}
+	}
+	assert.Greater(t, m.mark.calls, 0, "the mark moved")
+}
+
+// A streamed answer's first byte comes after the wire, at the mocks'
+// largest Stream fraction of the rest of the answer; no stream, none.
+func TestStreamFirstByte(t *testing.T) {
+	epoch := time.Unix(1000, 0)
+	quick := newMock("a", ServiceConfig{Behavior: Behavior{WireMin: Duration(time.Millisecond), WireMax: Duration(time.Millisecond)}}, 1, epoch)
+	streams := newMock("b", ServiceConfig{Behavior: Behavior{WireMin: Duration(3 * time.Millisecond), WireMax: Duration(3 * time.Millisecond), Stream: 0.1}}, 1, epoch)
+	assert.Zero(t, streamFirstByte([]*mock{quick}, "u", 1, time.Second))
+	assert.Equal(t, 3*time.Millisecond+99700*time.Microsecond, streamFirstByte([]*mock{quick, streams}, "u", 1, time.Second))
 }
