@@ -74,3 +74,22 @@ func ExampleOptions() {
 	fmt.Println(info.State, string(info.Result), "input", used[llm.InputTokens], "output", used[llm.OutputTokens])
 	// Output: completed "spam" input 310 output 2
 }
+
+// A task's Estimate costs each request before it is admitted: its input
+// (the system prompt and messages, above what Claude's tokenizer counts)
+// and its output bound, summed for a meter of Anthropic's combined
+// tokens-* limit.
+func ExampleEstimate() {
+	params := anthropic.MessageNewParams{
+		Model:     "claude-sonnet-4-5",
+		MaxTokens: 200,
+		System:    []anthropic.TextBlockParam{{Text: "You are a scientist"}},
+		Messages:  []anthropic.MessageParam{anthropic.NewUserMessage(anthropic.NewTextBlock("Hello, Claude"))},
+	}
+	in, out, err := runcueanthropic.Estimate(params)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(runcue.Costs{"tokens": in + out}) // or {"input_tokens": in, "output_tokens": out}
+	// Output: tokens 219
+}
