@@ -330,6 +330,12 @@ func TestScheduleAcrossDST(t *testing.T) {
 				require.NoError(t, err)
 				start, end := d.AddDate(0, 0, -3).Add(-time.Minute), d.AddDate(0, 0, 4)
 				e := newEnvAt(t, start)
+				// A week of hours, stepped and settled one at a time, six
+				// zones at once: more than the usual liveness wait on a
+				// loaded machine (CI timed out at 30 s, 12 s alone).
+				ctx, cancel := context.WithTimeout(context.Background(), 4*wait)
+				t.Cleanup(cancel)
+				e.ctx = ctx
 				var s starts
 				require.NoError(t, e.c.Task("report", runcue.Task{Handler: s.handler}))
 				specs := map[string]string{"daily": "30 2 * * *", "hourly": "0 * * * *"}

@@ -595,8 +595,8 @@ func TestBucketMarkMatchesReplay(t *testing.T) {
 	m := newMock("llm", ServiceConfig{Tokens: tok}, seed, epoch)
 	m.until = time.Hour
 	at := epoch
-	for i := range 6_000 {
-		at = at.Add(time.Duration(rnd.IntN(40)) * time.Millisecond)
+	for i := range 3_000 {
+		at = at.Add(time.Duration(rnd.IntN(60)) * time.Millisecond)
 		m.arrive(fmt.Sprintf("u%d", i), 1, at)
 		if i%97 == 0 {
 			back := at.Add(-time.Duration(rnd.IntN(5000)) * time.Millisecond)
