@@ -56,17 +56,35 @@ func TestQuestionsLeaveNoEvent(t *testing.T) {
 	before, err := st.LastSeq(ctx)
 	require.NoError(t, err)
 
+	// An answer that misses its asker's deadline (the owner's poll late
+	// on a loaded machine) is a fallback to the database, Live false: the
+	// poll is asked again, and every one must be answered by the owner
+	// before ctx ends.
+	late := 0
 	for i := range 100 {
-		s, err := c.Stats(ctx)
-		require.NoError(t, err)
-		require.True(t, s.Live, "poll %d: the owner's live figures", i)
-		require.True(t, s.Patterns.Live, "poll %d: the owner's sequences", i)
-		ex, err := c.Explain(ctx, queued.ID)
-		require.NoError(t, err)
-		require.True(t, ex.Live, "poll %d", i)
-		require.NotEmpty(t, ex.Reasons)
-		assert.Equal(t, runcue.ReasonServiceBusy, ex.Reasons[0].Kind)
+		for {
+			s, err := c.Stats(ctx)
+			require.NoError(t, err)
+			require.NoError(t, ctx.Err(), "poll %d: the owner never answered", i)
+			if s.Live && s.Patterns.Live {
+				break
+			}
+			late++
+		}
+		for {
+			ex, err := c.Explain(ctx, queued.ID)
+			require.NoError(t, err)
+			require.NoError(t, ctx.Err(), "poll %d: the owner never answered", i)
+			if !ex.Live {
+				late++
+				continue
+			}
+			require.NotEmpty(t, ex.Reasons)
+			assert.Equal(t, runcue.ReasonServiceBusy, ex.Reasons[0].Kind)
+			break
+		}
 	}
+	t.Logf("100 polls; %d answers came too late and were asked again", late)
 	after, err := st.LastSeq(ctx)
 	require.NoError(t, err)
 	assert.Equal(t, before, after, "the log did not grow")

@@ -87,39 +87,41 @@ func Run(t *testing.T, open Opener, o Options) {
 	deadline := time.Now().Add(5 * time.Minute)
 	for done := 0; done < o.Units; done = completed() {
 		require.True(t, time.Now().Before(deadline), "timed out: %d of %d units completed", done, o.Units)
-		switch {
-		case execKills < o.ExecutorKills && done >= (execKills+1)*execEvery:
+		// Each kind of kill is tried on its own: an executor kill that
+		// must wait for a busy executor does not hold back the
+		// scheduler's (on a slow machine the run could otherwise end
+		// before the scheduler's turn came).
+		if execKills < o.ExecutorKills && done >= (execKills+1)*execEvery {
 			// Killed while one of its runs is at the service: that run's
 			// outcome is lost, and it runs again.
-			i := slices.IndexFunc(executors, func(cmd *exec.Cmd) bool { return m.busy(cmd.Process.Pid) })
-			if i < 0 {
-				break
+			if i := slices.IndexFunc(executors, func(cmd *exec.Cmd) bool { return m.busy(cmd.Process.Pid) }); i >= 0 {
+				pid := executors[i].Process.Pid
+				kill(executors[i])
+				m.killed(pid)
+				execKills++
+				startExecutor(i)
 			}
-			pid := executors[i].Process.Pid
-			kill(executors[i])
-			m.killed(pid)
-			execKills++
-			startExecutor(i)
-		case schedKills < o.SchedulerKills && done >= (schedKills+1)*schedEvery && prober != nil:
+		}
+		if schedKills < o.SchedulerKills && done >= (schedKills+1)*schedEvery && prober != nil {
 			h, ok, err := prober.Owner(ctx)
 			require.NoError(t, err)
-			if !ok || schedulers[h.PID] == nil || !m.anyOpen() {
-				break // killed while runs it assigned are at the service
-			}
-			killed := time.Now()
-			kill(schedulers[h.PID])
-			delete(schedulers, h.PID)
-			schedKills++
-			addScheduler()
-			for {
-				n, ok, err := prober.Owner(ctx)
-				require.NoError(t, err)
-				if ok && n.PID != h.PID {
-					takeovers = append(takeovers, time.Since(killed))
-					break
+			// Killed only while runs it assigned are at the service.
+			if ok && schedulers[h.PID] != nil && m.anyOpen() {
+				killed := time.Now()
+				kill(schedulers[h.PID])
+				delete(schedulers, h.PID)
+				schedKills++
+				addScheduler()
+				for {
+					n, ok, err := prober.Owner(ctx)
+					require.NoError(t, err)
+					if ok && n.PID != h.PID {
+						takeovers = append(takeovers, time.Since(killed))
+						break
+					}
+					require.True(t, time.Now().Before(deadline), "no scheduler took over")
+					time.Sleep(2 * time.Millisecond)
 				}
-				require.True(t, time.Now().Before(deadline), "no scheduler took over")
-				time.Sleep(2 * time.Millisecond)
 			}
 		}
 		time.Sleep(5 * time.Millisecond)
