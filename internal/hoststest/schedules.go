@@ -85,6 +85,7 @@ func CheckSchedules(t *testing.T, c *runcue.Cue, ran map[string]map[string]map[s
 	type record struct {
 		unit   string // "" when skipped
 		missed bool
+		at     time.Time // the event's time (its owner's clock)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -126,10 +127,10 @@ func CheckSchedules(t *testing.T, c *runcue.Cue, ran map[string]map[string]map[s
 		if ev.Type == runcue.EventScheduleSkipped { // Skipped periods, FirstSkipped to Period
 			require.Equal(t, ev.Period, key(period(ev.FirstSkipped).Add(time.Duration(ev.Skipped-1)*time.Second)))
 			for k := range ev.Skipped {
-				add(key(period(ev.FirstSkipped).Add(time.Duration(k)*time.Second)), record{missed: ev.Reason == "missed"})
+				add(key(period(ev.FirstSkipped).Add(time.Duration(k)*time.Second)), record{missed: ev.Reason == "missed", at: ev.Time})
 			}
 		} else {
-			add(ev.Period, record{unit: ev.WorkID, missed: ev.Reason == "missed"})
+			add(ev.Period, record{unit: ev.WorkID, missed: ev.Reason == "missed", at: ev.Time})
 		}
 	}
 	require.NoError(t, c.DeleteSchedule(ctx, "zz-mark"))
@@ -180,6 +181,16 @@ func CheckSchedules(t *testing.T, c *runcue.Cue, ran map[string]map[string]map[s
 				assert.True(t, r.missed, "%s's period %s was due while no owner ran", name, k)
 			}
 			if r.missed {
+				// Two owners' handlings may meet in one run: an owner
+				// that handled what it found missed and was gone within a
+				// period (on a loaded machine, deposed unseen by the
+				// test: its lease lost). A new owner's handling comes at
+				// least about a lease (1 s) after the last one's, while
+				// one handling records its periods in one pass.
+				if n := len(missedRun); n > 0 && r.at.Sub(m[key(missedRun[n-1])].at) > time.Second {
+					t.Logf("%s: the missed periods before %s and from it were handled %v apart: two handlings", name, k, r.at.Sub(m[key(missedRun[n-1])].at).Round(time.Millisecond))
+					check()
+				}
 				missedRun = append(missedRun, p)
 			} else {
 				check()
