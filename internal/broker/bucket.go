@@ -89,7 +89,7 @@ const maxShare = 0.95
 // their readings' levels plus their charges.
 func (b *Bucket) Observe(arrival time.Time, remaining, charged int64) {
 	at := arrival.UnixNano()
-	rs := b.others.rs
+	rs := b.others.live()
 	if n := len(rs); n > 0 && rs[n-1].at < at-int64(b.length) {
 		b.share = 0 // no reading for a window: what it showed is past
 	}
@@ -99,7 +99,7 @@ func (b *Bucket) Observe(arrival time.Time, remaining, charged int64) {
 		b.share = 0
 		return
 	}
-	rs = b.others.rs
+	rs = b.others.live()
 	before := func(i int) (int64, int) { // the level before the starts at rs[i].at, and the first reading of them
 		l, j := int64(0), i
 		for ; j >= 0 && rs[j].at == rs[i].at; j-- {

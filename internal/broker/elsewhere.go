@@ -2,6 +2,7 @@ package broker
 
 import (
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -31,9 +32,20 @@ import (
 // them at whatever the meter once left them, refusals and all; with room
 // to spare, their use grows back to what they ask for, window by window,
 // and the readings follow it.
+//
+// The readings are grouped in blocks of blk, each with the largest figure
+// among them, so that the room and when it falls are found without
+// walking every reading: a block whose largest figure, held as long as its
+// latest reading's, cannot change the answer is passed over. At thousands
+// of requests a minute, a reading each, the walk is what costs.
 type elsewhere struct {
-	rs    []reading // the readings of the last two windows, by arrival
-	limit int64     // the meter's
+	// rs[head:] are the readings of the last two windows, by arrival;
+	// those before head are dropped, and compacted away once they are
+	// half of rs.
+	rs    []reading
+	head  int
+	bmax  []int64 // the largest figure of rs[k*blk:(k+1)*blk], dropped ones included
+	limit int64   // the meter's
 
 	// The room as last computed, while no reading changes: from (Unix
 	// ns) until until.
@@ -53,20 +65,46 @@ type reading struct {
 	before int64 // and before the request was counted (level + its charge)
 }
 
+// blk is how many readings a block holds.
+const blk = 64
+
+// live returns the readings of the last two windows, by arrival.
+func (e *elsewhere) live() []reading { return e.rs[e.head:] }
+
 // add records r, of a meter of limit, keeping the readings of the two
 // windows before the latest.
 func (e *elsewhere) add(r reading, limit int64, window time.Duration) {
 	e.valid, e.limit = false, limit
-	i := sort.Search(len(e.rs), func(i int) bool { return e.rs[i].at > r.at })
+	live := e.live()
+	i := e.head + sort.Search(len(live), func(i int) bool { return live[i].at > r.at })
 	e.rs = append(e.rs, reading{})
 	copy(e.rs[i+1:], e.rs[i:])
 	e.rs[i] = r
+	e.reblock(i, len(e.rs))
 	cut := e.rs[len(e.rs)-1].at - 2*int64(window)
-	j := sort.Search(len(e.rs), func(i int) bool { return e.rs[i].at > cut })
-	if j > 0 {
-		n := copy(e.rs, e.rs[j:])
+	live = e.live()
+	e.head += sort.Search(len(live), func(i int) bool { return live[i].at > cut })
+	if e.head > 0 && 2*e.head >= len(e.rs) {
+		n := copy(e.rs, e.rs[e.head:])
 		clear(e.rs[n:])
-		e.rs = e.rs[:n]
+		e.rs, e.head = e.rs[:n], 0
+		e.reblock(0, n)
+	}
+}
+
+// reblock sets the largest figure of the blocks holding rs[from:to].
+func (e *elsewhere) reblock(from, to int) {
+	nb := (len(e.rs) + blk - 1) / blk
+	if cap(e.bmax) < nb {
+		e.bmax = append(e.bmax[:cap(e.bmax)], make([]int64, nb-cap(e.bmax))...)
+	}
+	e.bmax = e.bmax[:nb]
+	for k := from / blk; k*blk < to && k < nb; k++ {
+		m := int64(math.MinInt64)
+		for _, r := range e.rs[k*blk : min((k+1)*blk, len(e.rs))] {
+			m = max(m, r.others)
+		}
+		e.bmax[k] = m
 	}
 }
 
@@ -81,10 +119,38 @@ func (e *elsewhere) adjust(start, less int64, margin, hold time.Duration) {
 		return
 	}
 	lo, hi := start-int64(margin), start+int64(hold)-int64(margin)
-	i := sort.Search(len(e.rs), func(i int) bool { return e.rs[i].at >= lo })
+	live := e.live()
+	i := e.head + sort.Search(len(live), func(i int) bool { return live[i].at >= lo })
+	from := i
 	for ; i < len(e.rs) && e.rs[i].at < hi; i++ {
 		e.rs[i].others += less
 		e.valid = false
+	}
+	e.reblock(from, i)
+}
+
+// bound returns an upper bound of the figures of rs[from:to] (to-from at
+// most a block's, within one).
+func (e *elsewhere) bound(from, to int) int64 {
+	if to-from >= blk/4 || from == to {
+		return e.bmax[from/blk]
+	}
+	m := int64(math.MinInt64)
+	for _, r := range e.rs[from:to] {
+		m = max(m, r.others)
+	}
+	return m
+}
+
+// spans calls f for the pieces of rs[from:to] in its blocks, the latest
+// first, until f returns false.
+func (e *elsewhere) spans(from, to int, f func(lo, hi int) bool) {
+	for hi := to; hi > from; {
+		lo := max(from, (hi-1)/blk*blk)
+		if !f(lo, hi) {
+			return
+		}
+		hi = lo
 	}
 }
 
@@ -133,19 +199,48 @@ func held(others, at, t, window int64) int64 {
 // for, for a window of window ns, and until when it stays so if no reading
 // comes.
 func (e *elsewhere) compute(t, window int64) (int64, int64) {
+	live := e.live()
+	end := e.head + sort.Search(len(live), func(i int) bool { return live[i].at > t })
+	mid := e.head + sort.Search(len(live), func(i int) bool { return live[i].at > t-window })   // from here on, held whole
+	old := e.head + sort.Search(len(live), func(i int) bool { return live[i].at > t-2*window }) // before, none
 	var most int64
-	until := int64(math.MaxInt64)
-	for _, r := range e.rs {
-		if r.at > t {
-			break
+	// A piece's readings hold at most its largest figure, for as long as
+	// its latest reading holds (the later, the longer).
+	e.spans(old, end, func(lo, hi int) bool {
+		b := e.bound(lo, hi)
+		if held(b, e.rs[hi-1].at, t, window) <= most {
+			return true
 		}
-		h := held(r.others, r.at, t, window)
-		most = max(most, h)
-		switch {
-		case h > 0 && t-r.at >= window:
-			until = t + 1 // falling
-		case h > 0:
-			until = min(until, r.at+window+1)
+		for _, r := range e.rs[lo:hi] {
+			most = max(most, held(r.others, r.at, t, window))
+		}
+		return true
+	})
+	// A reading that holds part of its figure falls: the room with it.
+	// Otherwise the first one held whole ends the steady room.
+	until := int64(math.MaxInt64)
+	e.spans(old, mid, func(lo, hi int) bool {
+		if e.bound(lo, hi) <= 0 {
+			return true
+		}
+		for _, r := range e.rs[lo:hi] {
+			if r.others > 0 {
+				until = t + 1
+				return false
+			}
+		}
+		return true
+	})
+	if until == math.MaxInt64 {
+		for lo := mid; lo < end; lo = (lo/blk + 1) * blk {
+			hi := min(end, (lo/blk+1)*blk)
+			if e.bound(lo, hi) <= 0 {
+				continue
+			}
+			if i := slices.IndexFunc(e.rs[lo:hi], func(r reading) bool { return r.others > 0 }); i >= 0 {
+				until = e.rs[lo+i].at + window + 1
+				break
+			}
 		}
 	}
 	return most, until
@@ -159,24 +254,33 @@ func (e *elsewhere) falls(now time.Time, window time.Duration, need int64) time.
 		return time.Time{}
 	}
 	t, win := now.UnixNano(), int64(window)
-	when := t
-	for _, r := range e.rs {
-		if r.at > t {
-			break
+	// The largest figure whose room is at most need.
+	x := min(need-e.limit/20, need*headroom/(headroom+1))
+	// When a reading of figure others, taken at at, holds x or less.
+	down := func(others, at int64) int64 {
+		if e.withHeadroom(others) <= need {
+			return math.MinInt64
 		}
-		if e.withHeadroom(r.others) <= need {
-			continue
-		}
-		// The largest figure whose room is at most need, and when the
-		// reading's held figure falls to it.
-		x := min(need-e.limit/20, need*headroom/(headroom+1))
 		if x <= 0 {
-			when = max(when, r.at+2*win)
-			continue
+			return at + 2*win
 		}
-		frac := 1 - float64(x)/float64(r.others)
-		when = max(when, r.at+win+int64(frac*float64(win))+1)
+		frac := 1 - float64(x)/float64(others)
+		return at + win + int64(frac*float64(win)) + 1
 	}
+	live := e.live()
+	end := e.head + sort.Search(len(live), func(i int) bool { return live[i].at > t })
+	when := t
+	e.spans(e.head, end, func(lo, hi int) bool {
+		// The piece's largest figure, at its latest reading: none of
+		// them falls later.
+		if down(e.bound(lo, hi), e.rs[hi-1].at) <= when {
+			return true
+		}
+		for _, r := range e.rs[lo:hi] {
+			when = max(when, down(r.others, r.at))
+		}
+		return true
+	})
 	if when <= t {
 		// The room is at most need already: a caller that finds it
 		// more must not wait on it (nor come back at once).

@@ -1,6 +1,8 @@
 package broker
 
 import (
+	"fmt"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -8,6 +10,7 @@ import (
 
 	rt "github.com/runcue/runcue/runcuetype"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestElsewhereRoom: each reading's figure holds for a window after its
@@ -41,7 +44,7 @@ func TestElsewhereRoom(t *testing.T) {
 	f.adjust(at(3100).UnixNano(), 500, 10*time.Millisecond, win+10*time.Millisecond)
 	assert.Equal(t, int64(2000), f.room(at(3100), win), "a start after the reading's arrival was not in its count")
 	f.add(reading{at: at(7100).UnixNano(), others: 0}, 10_000, win)
-	assert.Len(t, f.rs, 1, "the readings older than two windows before the latest are dropped")
+	assert.Len(t, f.live(), 1, "the readings older than two windows before the latest are dropped")
 }
 
 // TestWindowKeepsRoom: an API shared with another client that uses 80% of
@@ -190,4 +193,103 @@ func TestBucketLeavesShare(t *testing.T) {
 	assert.LessOrEqual(t, refusedOwn, int64(5), "the bucket's own requests found room")
 	left := 0.6 * rate * float64(30*time.Second)
 	assert.Greater(t, float64(ownUsed), 0.8*left, "most of what the other left was used")
+}
+
+// BenchmarkElsewhereRoom: the room kept, computed at an admission of a
+// meter of a one-minute window, after a new reading (each request's
+// answer brings one, and a reading changes the room). The readings of two
+// windows are walked: the cost grows with the requests a minute.
+func BenchmarkElsewhereRoom(b *testing.B) {
+	for _, rpm := range []int{1_000, 10_000, 60_000} {
+		b.Run(fmt.Sprintf("rpm=%d", rpm), func(b *testing.B) {
+			const win = time.Minute
+			var e elsewhere
+			rnd := rand.New(rand.NewPCG(1, 2))
+			step := win / time.Duration(rpm)
+			now := time.Unix(1000, 0)
+			for range 2 * rpm {
+				e.add(reading{at: now.UnixNano(), others: rnd.Int64N(50_000)}, 1_000_000, win)
+				now = now.Add(step)
+			}
+			for b.Loop() {
+				e.add(reading{at: now.UnixNano(), others: rnd.Int64N(50_000)}, 1_000_000, win)
+				_ = e.room(now, win)
+				now = now.Add(step)
+			}
+		})
+	}
+}
+
+// TestElsewhereBlocks: the room, until when it holds and when it falls,
+// found through the blocks, are those of a walk of every reading, through
+// readings out of order, corrections, drops and compactions (seeded).
+func TestElsewhereBlocks(t *testing.T) {
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 3))
+	const win = 10 * time.Second
+	const limit = 100_000
+	var e elsewhere
+	naive := func(tt int64) (most, until int64) {
+		until = math.MaxInt64
+		for _, r := range e.live() {
+			if r.at > tt {
+				break
+			}
+			h := held(r.others, r.at, tt, int64(win))
+			most = max(most, h)
+			switch {
+			case r.others > 0 && tt-r.at >= 2*int64(win):
+			case r.others > 0 && tt-r.at >= int64(win):
+				until = tt + 1 // falling
+			case r.others > 0:
+				until = min(until, r.at+int64(win)+1)
+			}
+		}
+		return most, until
+	}
+	naiveFalls := func(tt, need int64) int64 {
+		x := min(need-limit/20, need*headroom/(headroom+1))
+		when := tt
+		for _, r := range e.live() {
+			if r.at > tt || e.withHeadroom(r.others) <= need {
+				continue
+			}
+			if x <= 0 {
+				when = max(when, r.at+2*int64(win))
+				continue
+			}
+			when = max(when, r.at+int64(win)+int64((1-float64(x)/float64(r.others))*float64(win))+1)
+		}
+		if when <= tt {
+			return 0
+		}
+		return when
+	}
+	now := int64(1e12)
+	for i := range 20_000 {
+		now += rnd.Int64N(int64(5 * time.Millisecond))
+		others := rnd.Int64N(60_000) - 10_000
+		if rnd.IntN(10) == 0 {
+			others = 0
+		}
+		at := now - rnd.Int64N(int64(2*time.Second)) // answers come out of order
+		e.add(reading{at: at, others: others}, limit, win)
+		if rnd.IntN(4) == 0 {
+			e.adjust(now-rnd.Int64N(int64(3*time.Second)), rnd.Int64N(2_000)-500, 10*time.Millisecond, time.Second)
+		}
+		q := now - rnd.Int64N(int64(time.Second)) + rnd.Int64N(int64(3*win))
+		most, until := e.compute(q, int64(win))
+		wm, wu := naive(q)
+		require.Equal(t, wm, most, "step %d: the room's figure at %d", i, q)
+		require.Equal(t, wu, until, "step %d: until", i)
+		need := rnd.Int64N(limit)
+		got := e.falls(time.Unix(0, q), win, need)
+		want := naiveFalls(q, need)
+		if want == 0 {
+			require.True(t, got.IsZero(), "step %d: falls", i)
+		} else {
+			require.Equal(t, want, got.UnixNano(), "step %d: falls", i)
+		}
+	}
 }
