@@ -85,18 +85,9 @@ func (d *Engine) reconcile(r *run, used map[string]int64) []store.Op {
 				continue
 			}
 			amount := rc.Counts()
-			actual, ok := used[amount]
+			actual, ok := res.usedOf(used, amount)
 			if !ok {
-				// Reported under an alias of the meter's?
-				for name, n := range used {
-					if name != amount && res.meterOf(name) == amount {
-						actual, ok = n, true
-						break
-					}
-				}
-				if !ok {
-					continue
-				}
+				continue
 			}
 			est := costs.Of(amount)
 			to := rc.ChargePolicy().Charged(est, actual)
@@ -168,10 +159,8 @@ func (d *Engine) observe(r *run, o rt.Observation, at time.Time) {
 			if a != nil {
 				before := a.Elsewhere(at)
 				charged := r.costs().Of(name)
-				for reported, n := range r.used { // what it used, if it said so first
-					if res.meterOf(reported) == name {
-						charged = n
-					}
+				if n, ok := res.usedOf(r.used, name); ok { // what it used, if it said so first
+					charged = n
 				}
 				a.Observe(arrival, l.Remaining, charged)
 				if after := a.Elsewhere(at); after != before {
@@ -327,6 +316,23 @@ func (r *resource) meterOf(reported string) string {
 		return m
 	}
 	return reported
+}
+
+// usedOf returns what a run reported it used of the amount a meter of r
+// counts: under the meter's name, or else under one of its aliases (names
+// of the same amount, not parts of it; the alias first in order when a
+// run gave more than one).
+func (r *resource) usedOf(used map[string]int64, meter string) (int64, bool) {
+	if n, ok := used[meter]; ok {
+		return n, true
+	}
+	best, n, ok := "", int64(0), false
+	for name, v := range used {
+		if r.meterOf(name) == meter && name != meter && (!ok || name < best) {
+			best, n, ok = name, v, true
+		}
+	}
+	return n, ok
 }
 
 // counts reports whether a meter of r takes a report of the amount named
