@@ -324,8 +324,12 @@ func (x *Loop) execute(r *execRun) {
 	// The latest instant on the store's clock the start can have been.
 	x.submit(&store.ReportStart{Executor: x.cfg.ID, ID: a.ID, Run: a.Run, At: started.Add(offset + unc)})
 	u := &usage{now: func() time.Time {
+		// On the handler's goroutine: the estimator is the loop's, which
+		// sync updates under x.mu.
 		t := x.cfg.Clock.Now()
+		x.mu.Lock()
 		off, _, _ := x.clock.Estimate(t)
+		x.mu.Unlock()
 		return t.Add(off) // on the store's clock
 	}}
 	out, err := call.Invoke(&r.ctx, func(ctx context.Context) (any, error) { return x.call(ctx, a, started, u) }, x.cfg.MaxPayload)
