@@ -29,7 +29,14 @@ import (
 // reports the run's end, which the store refuses (store.ErrStaleRun): the
 // unit stays completed by the second run, with one completion, and the
 // frozen run recorded as abandoned. The scheduler is a Cue of this process.
-func Frozen(t *testing.T, open Opener, env []string) {
+//
+// writable, if not nil, reports whether a write could take the store's
+// lock now: the executor is frozen only where it holds none (between
+// SQLite's transactions). A SQLite process frozen inside a write
+// transaction keeps the file's write lock, and no process writes until it
+// resumes: the requeue would wait for the resume this test waits on it
+// for.
+func Frozen(t *testing.T, open Opener, env []string, writable func(context.Context) bool) {
 	ctx := context.Background()
 	st, err := open(ctx)
 	require.NoError(t, err)
@@ -64,8 +71,21 @@ func Frozen(t *testing.T, open Opener, env []string) {
 		}
 	}()
 	waitUntil(t, "the first run at the service", func() bool { return m.busy(a.Process.Pid) })
-	require.NoError(t, a.Process.Signal(syscall.SIGSTOP))
+	// Frozen at the service (its first run holds there for 2 s), outside
+	// a write transaction: else resumed and tried again a moment later.
+	tries := 0
+	for {
+		tries++
+		require.NoError(t, a.Process.Signal(syscall.SIGSTOP))
+		if writable == nil || writable(ctx) {
+			break
+		}
+		require.NoError(t, a.Process.Signal(syscall.SIGCONT))
+		require.Less(t, tries, 50, "the executor held the store's write lock at every try")
+		time.Sleep(time.Duration(tries) * time.Millisecond)
+	}
 	stopped := time.Now()
+	require.True(t, m.busy(a.Process.Pid), "frozen while its run is at the service")
 	waitUntil(t, "the frozen executor's run requeued", func() bool {
 		wi, err := c.Get(ctx, "u1")
 		require.NoError(t, err)
@@ -98,7 +118,7 @@ func Frozen(t *testing.T, open Opener, env []string) {
 	arrived := len(m.arrivals)
 	m.mu.Unlock()
 	assert.Equal(t, 2, arrived, "both runs arrived at the service")
-	t.Logf("frozen at the service; requeued %v after SIGSTOP (TTL 600ms); resumed, its report was refused", requeued.Round(time.Millisecond))
+	t.Logf("frozen at the service (try %d); requeued %v after SIGSTOP (TTL 600ms); resumed, its report was refused", tries, requeued.Round(time.Millisecond))
 }
 
 // waitUntil polls cond until it holds or a generous deadline passes (a

@@ -85,13 +85,22 @@ func Run(t *testing.T, open Opener, o Options) {
 	// must wait (no run at the service to cut) still finds units left.
 	execEvery, schedEvery := max(o.Units*3/5/(o.ExecutorKills+1), 1), max(o.Units*3/5/(o.SchedulerKills+1), 1)
 	deadline := time.Now().Add(5 * time.Minute)
+	execDue := func(done int) bool { return execKills < o.ExecutorKills && done >= (execKills+1)*execEvery }
+	schedDue := func(done int) bool {
+		return prober != nil && schedKills < o.SchedulerKills && done >= (schedKills+1)*schedEvery
+	}
+	defer m.release()
 	for done := 0; done < o.Units; done = completed() {
 		require.True(t, time.Now().Before(deadline), "timed out: %d of %d units completed", done, o.Units)
-		// Each kind of kill is tried on its own: an executor kill that
-		// must wait for a busy executor does not hold back the
-		// scheduler's (on a slow machine the run could otherwise end
-		// before the scheduler's turn came).
-		if execKills < o.ExecutorKills && done >= (execKills+1)*execEvery {
+		// A kill that is due holds the runs that arrive at the service
+		// there until it is done: there is a run at the service to cut,
+		// and the units cannot all complete before every kill (on a slow
+		// machine they could, and the kills would not all happen). Each
+		// kind is tried on its own.
+		if execDue(done) || schedDue(done) {
+			m.hold()
+		}
+		if execDue(done) {
 			// Killed while one of its runs is at the service: that run's
 			// outcome is lost, and it runs again.
 			if i := slices.IndexFunc(executors, func(cmd *exec.Cmd) bool { return m.busy(cmd.Process.Pid) }); i >= 0 {
@@ -102,7 +111,7 @@ func Run(t *testing.T, open Opener, o Options) {
 				startExecutor(i)
 			}
 		}
-		if schedKills < o.SchedulerKills && done >= (schedKills+1)*schedEvery && prober != nil {
+		if schedDue(done) {
 			h, ok, err := prober.Owner(ctx)
 			require.NoError(t, err)
 			// Killed only while runs it assigned are at the service.
@@ -123,6 +132,9 @@ func Run(t *testing.T, open Opener, o Options) {
 					time.Sleep(2 * time.Millisecond)
 				}
 			}
+		}
+		if !execDue(done) && !schedDue(done) {
+			m.release()
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -247,6 +259,9 @@ type mock struct {
 	maxKey   int
 	overs    []string
 	outcomes map[string]int // the runs' outcomes, from the store
+	// held, while not nil, holds the calls that arrive at the service
+	// until it is closed (release) or their connection ends.
+	held chan struct{}
 }
 
 type run struct {
@@ -288,8 +303,38 @@ func (m *mock) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if m.pool > Pool || m.byKey[key] > 1 {
 			m.overs = append(m.overs, fmt.Sprintf("%v: %s run %d makes %d in the pool, %d on host:%s", at.Format(time.StampMicro), k.id, attempt, m.pool, m.byKey[key], key))
 		}
+		if held := m.held; held != nil {
+			m.mu.Unlock()
+			select {
+			case <-held:
+				m.mu.Lock()
+			case <-r.Context().Done():
+				m.mu.Lock()
+				m.end(k) // the caller is gone: the call is over
+			}
+		}
 	case "/end":
 		m.end(k)
+	}
+}
+
+// hold holds the calls that arrive from now on at the service, until
+// release.
+func (m *mock) hold() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held == nil {
+		m.held = make(chan struct{})
+	}
+}
+
+// release lets the held calls go on, and the next ones through.
+func (m *mock) release() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.held != nil {
+		close(m.held)
+		m.held = nil
 	}
 }
 

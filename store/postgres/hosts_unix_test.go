@@ -13,5 +13,5 @@ import (
 func TestExecutorFrozenOnPostgres(t *testing.T) {
 	url := schemaURL(t)
 	t.Setenv("RUNCUE_HOSTS_PG", url)
-	hoststest.Frozen(t, openHosts, []string{"RUNCUE_HOSTS_PG=" + url})
+	hoststest.Frozen(t, openHosts, []string{"RUNCUE_HOSTS_PG=" + url}, nil)
 }
