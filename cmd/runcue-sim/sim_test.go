@@ -65,8 +65,8 @@ func invariant(t *testing.T, r *Report, name string) Invariant {
 func TestScenariosPassVirtual(t *testing.T) {
 	durations := map[string]time.Duration{"steady_load": 8 * time.Minute, "burst": 10 * time.Minute,
 		"cascade_failure": 10 * time.Minute, "priority_test": 12 * time.Minute, "starvation": 15 * time.Minute, "llm_api": 10 * time.Minute,
-		"llm_tokens": 4 * time.Minute, "hidden_limit": 10 * time.Minute, "tenants": 8 * time.Minute,
-		"debounce": 8 * time.Minute, "sequence": 8 * time.Minute, "shared_key": 2 * time.Minute, "shared_bucket": time.Minute, "batch": 6 * time.Minute, "headers_only": 5 * time.Minute, "llm_bucket": 5 * time.Minute}
+		"llm_tokens": 4 * time.Minute, "hidden_limit": 10 * time.Minute, "tenants": 5 * time.Minute,
+		"debounce": 5 * time.Minute, "sequence": 5 * time.Minute, "shared_key": 2 * time.Minute, "shared_bucket": time.Minute, "batch": 4 * time.Minute, "headers_only": 5 * time.Minute, "llm_bucket": 5 * time.Minute}
 	for _, name := range scenarioNames() {
 		if name == "recovery" {
 			continue
@@ -141,6 +141,7 @@ func TestScenariosPassVirtual(t *testing.T) {
 // The same seed gives the same report (but for the wall time it took);
 // another seed another.
 func TestSameSeedSameReport(t *testing.T) {
+	t.Parallel()
 	cfg := func(seed uint64) Config {
 		c, err := scenario("steady_load")
 		require.NoError(t, err)
@@ -167,6 +168,7 @@ func TestSameSeedSameReport(t *testing.T) {
 // without them (none in this run: the room kept for what the readings show
 // unexplained holds runcue under the mock's limit).
 func TestTokenChecksCanFail(t *testing.T) {
+	t.Parallel()
 	run := func(headers string) checks {
 		cfg, err := scenario("llm_tokens")
 		require.NoError(t, err)
@@ -190,6 +192,7 @@ func TestTokenChecksCanFail(t *testing.T) {
 // A mock limit below runcue's makes the server-side counter count
 // violations, and the command exit non-zero: the check can fail.
 func TestMockLimitBelowRunCuesFails(t *testing.T) {
+	t.Parallel()
 	var out, errOut bytes.Buffer
 	report := filepath.Join(t.TempDir(), "r.json")
 	code := run(context.Background(), []string{"--scenario", "llm_api", "--virtual", "--duration", "5m", "--seed", "1",
@@ -207,6 +210,7 @@ func TestMockLimitBelowRunCuesFails(t *testing.T) {
 // The same run with the mock at runcue's limit passes: the counter is
 // exact at the limit.
 func TestMockLimitAtRunCuesPasses(t *testing.T) {
+	t.Parallel()
 	var out bytes.Buffer
 	code := run(context.Background(), []string{"--scenario", "llm_api", "--virtual", "--duration", "5m", "--seed", "1", "--quiet"}, &out, &out)
 	assert.Equal(t, exitPass, code, out.String())
@@ -217,6 +221,7 @@ func TestMockLimitAtRunCuesPasses(t *testing.T) {
 // margin, and the same run with no margin (Margin -1) sees the mock's
 // window exceeded, as a real server would.
 func TestMockCountsAtArrival(t *testing.T) {
+	t.Parallel()
 	cfg := func(margin time.Duration) Config {
 		c, err := scenario("llm_api")
 		require.NoError(t, err)
@@ -237,6 +242,7 @@ func TestMockCountsAtArrival(t *testing.T) {
 // A circular workload is refused at submit, every group of it, and the
 // run ends: nothing waits on a cycle.
 func TestCircularRefusedAtSubmit(t *testing.T) {
+	t.Parallel()
 	cfg, err := scenario("steady_load")
 	require.NoError(t, err)
 	cfg.Workload.Pattern, cfg.Workload.PatternWeights = "circular", nil
@@ -252,6 +258,7 @@ func TestCircularRefusedAtSubmit(t *testing.T) {
 // Without aging, a stream of high-priority work that fills the service
 // starves the low: the starvation check can fail.
 func TestStarvationWithoutAgingFails(t *testing.T) {
+	t.Parallel()
 	cfg, err := scenario("starvation")
 	require.NoError(t, err)
 	cfg.Workload.Aging, cfg.Workload.HighRate = 0, 1.2
@@ -348,6 +355,7 @@ duration: 3m
 // A circuit_test service fails every call in bursts: its circuit opens in
 // each burst and closes after it, and the work completes.
 func TestCircuitTestBursts(t *testing.T) {
+	t.Parallel()
 	cfg := Config{Name: "circuit_test", Duration: Duration(12 * time.Minute), Seed: 1,
 		Services: map[string]ServiceConfig{"mock_ssh": {MaxConcurrent: 1, CircuitThreshold: 3, CircuitTimeout: Duration(10 * time.Second),
 			Behavior: Behavior{Latency: Latency{Distribution: "uniform", Min: Duration(200 * time.Millisecond), Max: Duration(800 * time.Millisecond)},
@@ -368,6 +376,7 @@ func TestCircuitTestBursts(t *testing.T) {
 // still waiting have none yet (their wait was once taken from the end of
 // time: p95 9223372013770 ms).
 func TestCutShortReportsSaneWaits(t *testing.T) {
+	t.Parallel()
 	cfg, err := scenario("burst")
 	require.NoError(t, err)
 	cfg.Duration, cfg.Drain, cfg.Seed = Duration(2*time.Minute), Duration(time.Millisecond), 3
@@ -389,6 +398,7 @@ func TestSameSeedSameReportUnderLoad(t *testing.T) {
 	if testing.Short() {
 		t.Skip("repeats a simulation under load")
 	}
+	t.Parallel()
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for range runtime.GOMAXPROCS(0) {
@@ -585,6 +595,7 @@ func TestBucketMock(t *testing.T) {
 // from the epoch, whenever asked (at a call's arrival, or back at an
 // earlier call's until it is answered).
 func TestBucketMarkMatchesReplay(t *testing.T) {
+	t.Parallel()
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
 	rnd := rand.New(rand.NewPCG(seed, 2))
