@@ -105,5 +105,5 @@ func TestSchedulesAcrossKills(t *testing.T) {
 	for _, l := range lives {
 		reigns = append(reigns, hoststest.Reign{From: l.ready, To: l.end})
 	}
-	hoststest.CheckSchedules(t, c, hoststest.Ran(strings.Split(string(b), "\n")), reigns)
+	hoststest.CheckSchedules(t, c, hoststest.Ran(strings.Split(string(b), "\n")), reigns, nil)
 }
