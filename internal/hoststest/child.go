@@ -64,7 +64,14 @@ func Child(open Opener) {
 		return
 	}
 	ctx := context.Background()
+	// Opened as a supervisor would restart a program that could not: a
+	// loaded server may not answer the first connection in time.
 	st, err := open(ctx)
+	for tries := 1; err != nil && tries < 10; tries++ {
+		fmt.Fprintln(os.Stderr, "hosts child: open (trying again):", err)
+		time.Sleep(time.Second)
+		st, err = open(ctx)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "hosts child: open:", err)
 		os.Exit(2)
