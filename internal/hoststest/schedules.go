@@ -224,9 +224,10 @@ func CheckSchedules(t *testing.T, c *runcue.Cue, ran map[string]map[string]map[s
 				// Two owners' handlings may meet in one run: an owner
 				// that handled what it found missed and was gone within a
 				// period (on a loaded machine, deposed unseen by the
-				// test: its lease lost). A new owner's handling comes at
-				// least about a lease (1 s) after the last one's, while
-				// one handling records its periods in one pass.
+				// test: its lease lost). With the owners' takeovers, a
+				// takeover between two handlings splits the run; without
+				// them, a gap of more than a second does (a new owner's
+				// handling comes about a lease after the last one's).
 				if n := len(missedRun); n > 0 && takeovers != nil && takenBetween(m[key(missedRun[n-1])].at, r.at) {
 					t.Logf("%s: an owner took over between the handlings of the missed periods before %s and from it", name, k)
 					check()
