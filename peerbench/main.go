@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"slices"
 	"time"
 )
@@ -29,11 +30,27 @@ func run(args []string, out io.Writer) error {
 	timeout := fs.Duration("timeout", 10*time.Minute, "for the whole comparison")
 	cooldown := fs.Duration("river-fetch-cooldown", time.Millisecond, "River's FetchCooldown (its default, 100ms, caps a queue at MaxWorkers jobs a cooldown)")
 	poll := fs.Duration("river-fetch-poll", 50*time.Millisecond, "River's FetchPollInterval (default 1s)")
+	sides := fs.String("sides", "both", "runcue, river or both: which to run (one side alone, to profile it)")
+	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole comparison to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if *dbURL == "" {
 		return errNoURL
+	}
+	if *sides != "both" && *sides != "runcue" && *sides != "river" {
+		return fmt.Errorf("peerbench: -sides %q: want runcue, river or both", *sides)
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
@@ -65,6 +82,9 @@ func run(args []string, out io.Writer) error {
 				order = []string{"river", "runcue"}
 			}
 			for _, side := range order {
+				if *sides != "both" && side != *sides {
+					continue
+				}
 				var r result
 				var err error
 				if side == "runcue" {
@@ -80,6 +100,15 @@ func run(args []string, out io.Writer) error {
 				fmt.Fprintf(out, "  run %d %-6s %8.0f units/s  CPU a 1,000: process %.3f s, server %s\n", i+1, side, r.rate(),
 					cpuPer1000(r.procCPU, r.n), serverText(r))
 			}
+		}
+		if len(rc) == 0 || len(rv) == 0 {
+			for _, rs := range [][]result{rc, rv} {
+				if len(rs) > 0 {
+					fmt.Fprintf(out, "median: %s %.0f a second, CPU a 1,000 units: process %.3f s + server %s\n", *sides, medianRate(rs),
+						medianCPU(rs, false), medianServer(rs))
+				}
+			}
+			continue
 		}
 		mc, mv := medianRate(rc), medianRate(rv)
 		fmt.Fprintf(out, "median: runcue %.0f units/s, River %.0f jobs/s, ratio %.2f\n", mc, mv, mc/mv)

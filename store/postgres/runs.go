@@ -109,11 +109,13 @@ func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
 		return err
 	}
 	claimed, finished := map[string]string{}, map[string]string{}
-	t.claimAll(ops, claims, p, claimed)
+	pairs, alone := paired(ops, claims, finishes, remote)
+	t.claimAll(ops, alone[0], p, claimed)
+	t.claimFinishAll(ops, pairs, p, claimed, finished)
 	if err := t.remoteAll(ops, remote, results, true); err != nil {
 		return err
 	}
-	t.finishAll(ops, finishes, p, finished)
+	t.finishAll(ops, alone[1], p, finished)
 	if err := t.remoteAll(ops, remote, results, false); err != nil {
 		return err
 	}
@@ -159,12 +161,12 @@ func (t *txn) segmentApply(ops []store.Op, results []store.Result) error {
 		}
 	}
 	if len(services) > 0 {
-		if _, err := t.exec(`INSERT INTO service_log(service, meter, amount, started_at, work_id)
+		// Sent with the transaction's next statement (a later op's read of
+		// the log comes after it), not a round trip of its own.
+		t.queue(`INSERT INTO service_log(service, meter, amount, started_at, work_id)
 			SELECT s, m, a, t, w FROM unnest($1::text[], $2::text[], $3::bigint[], $4::bigint[], $5::text[])
 				WITH ORDINALITY AS v(s, m, a, t, w, i) ORDER BY i`,
-			services, meters, amounts, at, workIDs); err != nil {
-			return err
-		}
+			services, meters, amounts, at, workIDs)
 	}
 	return nil
 }
@@ -211,10 +213,155 @@ func (t *txn) claimAll(ops []store.Op, idx []int, p *segPlan, out map[string]str
 	const set = `UPDATE work_units w SET state='running', runs=v.run, started_at=v.at, leased_by=v.owner,
 			lease_expires_at=v.lease, heartbeat_at=0, epoch=v.epoch`
 	const rows = `unnest($1::text[], $2::int[], $3::bigint[], $4::text[], $5::bigint[], $6::bigint[]`
-	const cond = `state='queued' AND cancel_requested=0`
-	t.applied(out, set+`, `+recordSet(8)+` FROM `+byID(rows+`, $7::bytea[]) AS v(id, run, at, owner, lease, epoch, rec)`, cond)+
+	t.applied(out, set+`, `+recordSet(8)+` FROM `+byID(rows+`, $7::bytea[]) AS v(id, run, at, owner, lease, epoch, rec)`, claimCond)+
 		` RETURNING w.id, w.task`, ids, runs, ats, owners, leases, epochs, p.records(idx), store.MaxUnitRecord)
 }
+
+// paired splits a segment's Claims and Finishes: pairs are the [Claim,
+// Finish] op indexes of units claimed and finished in the segment, by the
+// same owner and run, with no executor's op of theirs in it; alone[0] and
+// alone[1] the other Claims and Finishes. A short run that is not logged
+// ahead of its start (no rate window) is claimed and finished in one
+// transaction, and its row is then written once (claimFinishAll), not
+// twice: each write of a row is a new version of it with an entry in each
+// of its indexes.
+func paired(ops []store.Op, claims, finishes, remote []int) (pairs [][2]int, alone [2][]int) {
+	claimAt := make(map[string]int, len(claims))
+	for _, i := range claims {
+		claimAt[ops[i].(*store.Claim).ID] = i
+	}
+	for _, i := range remote {
+		delete(claimAt, opID(ops[i]))
+	}
+	paired := map[int]bool{}
+	for _, i := range finishes {
+		f := ops[i].(*store.Finish)
+		if c, ok := claimAt[f.ID]; ok {
+			if cl := ops[c].(*store.Claim); cl.Owner == f.Owner && cl.Run == f.Run {
+				pairs = append(pairs, [2]int{c, i})
+				paired[c] = true
+				continue
+			}
+		}
+		alone[1] = append(alone[1], i)
+	}
+	for _, i := range claims {
+		if !paired[i] {
+			alone[0] = append(alone[0], i)
+		}
+	}
+	return pairs, alone
+}
+
+// opID is the unit an executor's op of a segment names.
+func opID(op store.Op) string {
+	switch op := op.(type) {
+	case *store.Assign:
+		return op.ID
+	case *store.Unassign:
+		return op.ID
+	case *store.ReportStart:
+		return op.ID
+	case *store.ReportEnd:
+		return op.ID
+	}
+	return ""
+}
+
+// claimFinishAll queues the statement writing each pair's Claim and
+// Finish (see paired) as one write of the unit's row, where the Claim
+// applies: the row takes the Finish's end and the Claim's run, start and
+// epoch, and both ops' records (p). Once it is sent, claimed and finished
+// both hold the tasks of the units it wrote, by ID: as when the two are
+// written one after the other (the Finish applies exactly when its
+// unit's Claim of the same owner and run just did).
+func (t *txn) claimFinishAll(ops []store.Op, pairs [][2]int, p *segPlan, claimed, finished map[string]string) {
+	n := len(pairs)
+	if n == 0 {
+		return
+	}
+	f := finishCols(ops, pairs, func(pr [2]int) int { return pr[1] })
+	runs := make([]int32, n)
+	ats, epochs := make([]int64, n), make([]int64, n)
+	recs := make([][]byte, n)
+	for k, pr := range pairs {
+		c := ops[pr[0]].(*store.Claim)
+		runs[k], ats[k], epochs[k] = int32(c.Run), ns(c.At), c.Epoch
+		recs[k] = append(slices.Clip(p.rec[pr[0]]), p.rec[pr[1]]...)
+		if len(recs[k]) == 0 {
+			recs[k] = nil
+		}
+	}
+	const rows = `unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bigint[], $7::int[], $8::int[], $9::text[],
+			$10::text[], $11::int[], $12::bigint[], $13::bigint[]`
+	const cols = `state, fin, result, err, kind, run_at, spend, defer, attempt, id, run, at, epoch`
+	t.pipe(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var id, task string
+			if err := rows.Scan(&id, &task); err != nil {
+				return err
+			}
+			claimed[id], finished[id] = task, task
+		}
+		return rows.Err()
+	}, finishSet+`, runs=v.run, started_at=v.at, heartbeat_at=0, epoch=v.epoch, `+recordSet(15)+` FROM `+
+		byID(rows+`, $14::bytea[]) AS v(`+cols+`, rec)`, claimCond)+` RETURNING w.id, w.task`,
+		f.states, f.fins, f.res, f.errs, f.kinds, f.runAts, f.spends, f.defers, f.attempts, f.ids, runs, ats, epochs, recs, store.MaxUnitRecord)
+}
+
+// finishColumns are the columns of a batched write of Finishes.
+type finishColumns struct {
+	states, attempts, ids, owners []string
+	errs, kinds                   []*string
+	fins, runAts                  []int64
+	spends, defers, runs          []int32
+	res                           [][]byte
+}
+
+// finishCols is the columns of the Finishes at(x) of xs.
+func finishCols[X any](ops []store.Op, xs []X, at func(X) int) finishColumns {
+	n := len(xs)
+	c := finishColumns{states: make([]string, n), attempts: make([]string, n), ids: make([]string, n), owners: make([]string, n),
+		errs: make([]*string, n), kinds: make([]*string, n), fins: make([]int64, n), runAts: make([]int64, n),
+		spends: make([]int32, n), defers: make([]int32, n), runs: make([]int32, n), res: make([][]byte, n)}
+	for k, x := range xs {
+		f := ops[at(x)].(*store.Finish)
+		c.states[k], c.ids[k], c.owners[k], c.runs[k] = string(f.State), f.ID, f.Owner, int32(f.Run)
+		if f.State.Terminal() {
+			c.fins[k] = ns(f.At)
+		}
+		c.runAts[k] = ns(f.RunAt)
+		if f.State == store.Completed && len(f.Result) > 0 {
+			c.res[k] = f.Result
+		}
+		if f.Error != "" {
+			e := f.Error
+			c.errs[k] = &e
+		}
+		if f.ErrorKind != "" {
+			e := f.ErrorKind
+			c.kinds[k] = &e
+		}
+		if f.SpendBudget {
+			c.spends[k] = 1
+		}
+		if f.Deferral {
+			c.defers[k] = 1
+		}
+		c.attempts[k] = store.AttemptJSON(f.Attempt)
+	}
+	return c
+}
+
+// finishSet is the SET clause of a batched write of Finishes (v: the
+// columns of finishCols).
+const finishSet = `UPDATE work_units w SET state=v.state, finished_at=v.fin, result=v.result, error=v.err, error_kind=v.kind,
+			run_at=v.run_at, failures=w.failures+v.spend, deferrals=w.deferrals+v.defer, leased_by=NULL, lease_expires_at=0,
+			cancel_requested=0, attempts=CASE WHEN w.attempts IS NULL OR w.attempts = '' THEN '[' || v.attempt || ']'
+				ELSE left(w.attempts, length(w.attempts) - 1) || ',' || v.attempt || ']' END`
+
+// claimCond is the condition under which a Claim applies.
+const claimCond = `state='queued' AND cancel_requested=0`
 
 // finishAll queues the statement writing the Finishes ops[idx], with the
 // records of their events (p); once it is sent, out holds the tasks of the
@@ -224,46 +371,13 @@ func (t *txn) finishAll(ops []store.Op, idx []int, p *segPlan, out map[string]st
 	if n == 0 {
 		return
 	}
-	states, errs, kinds, attempts, ids, owners := make([]string, n), make([]*string, n), make([]*string, n), make([]string, n), make([]string, n), make([]string, n)
-	fins, runAts := make([]int64, n), make([]int64, n)
-	spends, defers, runs := make([]int32, n), make([]int32, n), make([]int32, n)
-	res := make([][]byte, n)
-	for k, i := range idx {
-		f := ops[i].(*store.Finish)
-		states[k], ids[k], owners[k], runs[k] = string(f.State), f.ID, f.Owner, int32(f.Run)
-		if f.State.Terminal() {
-			fins[k] = ns(f.At)
-		}
-		runAts[k] = ns(f.RunAt)
-		if f.State == store.Completed && len(f.Result) > 0 {
-			res[k] = f.Result
-		}
-		if f.Error != "" {
-			e := f.Error
-			errs[k] = &e
-		}
-		if f.ErrorKind != "" {
-			e := f.ErrorKind
-			kinds[k] = &e
-		}
-		if f.SpendBudget {
-			spends[k] = 1
-		}
-		if f.Deferral {
-			defers[k] = 1
-		}
-		attempts[k] = store.AttemptJSON(f.Attempt)
-	}
-	const set = `UPDATE work_units w SET state=v.state, finished_at=v.fin, result=v.result, error=v.err, error_kind=v.kind,
-			run_at=v.run_at, failures=w.failures+v.spend, deferrals=w.deferrals+v.defer, leased_by=NULL, lease_expires_at=0,
-			cancel_requested=0, attempts=CASE WHEN w.attempts IS NULL OR w.attempts = '' THEN '[' || v.attempt || ']'
-				ELSE left(w.attempts, length(w.attempts) - 1) || ',' || v.attempt || ']' END`
+	f := finishCols(ops, idx, func(i int) int { return i })
 	const rows = `unnest($1::text[], $2::bigint[], $3::bytea[], $4::text[], $5::text[], $6::bigint[], $7::int[], $8::int[], $9::text[],
 			$10::text[], $11::text[], $12::int[]`
 	const cols = `state, fin, result, err, kind, run_at, spend, defer, attempt, id, owner, run`
 	const cond = `state='running' AND leased_by=v.owner AND runs=v.run`
-	t.applied(out, set+`, `+recordSet(14)+` FROM `+byID(rows+`, $13::bytea[]) AS v(`+cols+`, rec)`, cond)+` RETURNING w.id, w.task`,
-		states, fins, res, errs, kinds, runAts, spends, defers, attempts, ids, owners, runs, p.records(idx), store.MaxUnitRecord)
+	t.applied(out, finishSet+`, `+recordSet(14)+` FROM `+byID(rows+`, $13::bytea[]) AS v(`+cols+`, rec)`, cond)+` RETURNING w.id, w.task`,
+		f.states, f.fins, f.res, f.errs, f.kinds, f.runAts, f.spends, f.defers, f.attempts, f.ids, f.owners, f.runs, p.records(idx), store.MaxUnitRecord)
 }
 
 // byID is the FROM and WHERE of a batched UPDATE of work_units (aliased

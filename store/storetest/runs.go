@@ -407,3 +407,129 @@ func testClaimFinishOneBatch(t *testing.T, h *harness) {
 		}
 	}
 }
+
+// testClaimFinishSegment checks a batch of nothing but Claims and
+// Finishes (which a store may write a statement per kind, and a unit
+// claimed and finished in it as one write): twice, first with every op
+// applying, then with a claim refused (its finish with it), a finish of
+// another run than the one claimed, a claim without its finish and a
+// finish without its claim. Each op's outcome, each unit's row and each
+// unit's events are as when the ops are applied one at a time.
+func testClaimFinishSegment(t *testing.T, h *harness) {
+	at := h.tick()
+	claim := func(u *store.Unit, run int) *store.Claim {
+		return &store.Claim{ID: u.ID, Owner: "o", Run: run, At: at, LeaseExpires: at.Add(time.Minute),
+			Log:    []store.LogEntry{{Service: "svc", Meter: store.MeterRequests, Amount: 1}},
+			Events: []store.Event{{Type: "work_started", Task: "a", Attempt: run}}}
+	}
+	end := at.Add(time.Millisecond)
+	finish := func(u *store.Unit, run int, st store.State) *store.Finish {
+		f := &store.Finish{ID: u.ID, Owner: "o", Run: run, At: end, State: st,
+			Attempt: store.Attempt{Run: run, Start: at, End: end, Outcome: string(st)},
+			Events:  []store.Event{{Type: "work_" + string(st), Task: "a", Attempt: run}}}
+		switch st {
+		case store.Completed:
+			f.Result = []byte(`"r` + u.ID + `"`)
+		case store.Queued:
+			f.Events[0].Type = store.TypeWorkRetrying
+			f.SpendBudget, f.RunAt, f.Error, f.ErrorKind = true, end.Add(time.Hour), "boom", "handler"
+		}
+		return f
+	}
+	mk := func(n int) []*store.Unit {
+		var us []*store.Unit
+		for range n {
+			us = append(us, h.unit("a"))
+		}
+		h.insert(us...)
+		return us
+	}
+	events := map[string][]store.Event{}
+	keep := func(res []store.Result) {
+		var prev int64
+		for _, r := range res {
+			for _, e := range r.Events {
+				assert.Greater(t, e.Seq, prev, "events numbered in op order")
+				prev = e.Seq
+				events[e.WorkID] = append(events[e.WorkID], e)
+			}
+		}
+	}
+	applied := func(res []store.Result) []bool {
+		var out []bool
+		for _, r := range res {
+			require.NoError(t, r.Err)
+			out = append(out, r.Applied)
+		}
+		return out
+	}
+
+	// Every op applies.
+	us := mk(3)
+	res := h.apply(claim(us[0], 1), claim(us[1], 1), claim(us[2], 1),
+		finish(us[0], 1, store.Completed), finish(us[1], 1, store.Queued), finish(us[2], 1, store.Failed))
+	keep(res)
+	assert.Equal(t, []bool{true, true, true, true, true, true}, applied(res))
+	u0 := h.get(us[0].ID)
+	assert.Equal(t, store.Completed, u0.State)
+	assert.Equal(t, 1, u0.Runs)
+	assert.True(t, u0.StartedAt.Equal(at))
+	assert.True(t, u0.FinishedAt.Equal(end))
+	assert.Equal(t, `"r`+us[0].ID+`"`, string(u0.Result))
+	assert.Empty(t, u0.LeasedBy)
+	require.Len(t, u0.Attempts, 1)
+	u1 := h.get(us[1].ID)
+	assert.Equal(t, store.Queued, u1.State, "a retry")
+	assert.Equal(t, 1, u1.Runs)
+	assert.Equal(t, 1, u1.Failures)
+	assert.True(t, u1.RunAt.Equal(end.Add(time.Hour)))
+	assert.True(t, u1.FinishedAt.IsZero())
+	assert.Equal(t, "boom", u1.Error)
+	require.Len(t, u1.Attempts, 1)
+	assert.Equal(t, store.Failed, h.get(us[2].ID).State)
+
+	// Some do not apply. vs[0] is cancelled, so neither its claim nor its
+	// finish applies; vs[1]'s finish names another run; vs[2] is only
+	// claimed; vs[3], claimed before, is only finished; vs[4] is claimed
+	// and finished; us[1] (its retry) is claimed and finished again.
+	vs := mk(5)
+	h.apply(&store.Cancel{ID: vs[0].ID, At: h.tick()})
+	keep(h.apply(claim(vs[3], 1)))
+	res = h.apply(claim(vs[0], 1), claim(vs[1], 1), claim(vs[2], 1), claim(vs[4], 1), claim(us[1], 2),
+		finish(vs[0], 1, store.Completed), finish(vs[1], 2, store.Completed), finish(vs[3], 1, store.Completed),
+		finish(vs[4], 1, store.Completed), finish(us[1], 2, store.Completed))
+	keep(res)
+	assert.Equal(t, []bool{false, true, true, true, true, false, false, true, true, true}, applied(res))
+	assert.Equal(t, store.Cancelled, h.get(vs[0].ID).State)
+	v1 := h.get(vs[1].ID)
+	assert.Equal(t, store.Running, v1.State, "a finish of another run leaves the claim's run running")
+	assert.Equal(t, "o", v1.LeasedBy)
+	assert.Equal(t, store.Running, h.get(vs[2].ID).State)
+	assert.Equal(t, store.Completed, h.get(vs[3].ID).State)
+	assert.Equal(t, store.Completed, h.get(vs[4].ID).State)
+	u1 = h.get(us[1].ID)
+	assert.Equal(t, store.Completed, u1.State)
+	assert.Equal(t, 2, u1.Runs)
+	assert.Equal(t, 1, u1.Failures)
+	require.Len(t, u1.Attempts, 2)
+
+	log, err := h.st.ServiceLog(h.ctx, "svc", time.Time{})
+	require.NoError(t, err)
+	assert.Len(t, log, 8, "each applied claim logs its dispatch")
+	last, err := h.st.LastSeq(h.ctx)
+	require.NoError(t, err)
+	for _, u := range append(us, vs...) {
+		got, err := h.st.MatchingEvents(h.ctx, store.EventQuery{WorkID: u.ID, Upto: last, Limit: 100})
+		require.NoError(t, err)
+		var want, have []string
+		for _, e := range events[u.ID] {
+			want = append(want, fmt.Sprint(e.Seq, e.Type))
+		}
+		for _, e := range got {
+			if e.Type != store.TypeWorkQueued && e.Type != store.TypeWorkCancelled { // the insert's and the Cancel's
+				have = append(have, fmt.Sprint(e.Seq, e.Type))
+			}
+		}
+		assert.Equal(t, want, have, "the events of %s", u.ID)
+	}
+}

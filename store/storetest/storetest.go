@@ -39,6 +39,7 @@ func Run(t *testing.T, open Opener) {
 		{"ClaimFinish", testClaimFinish},
 		{"FinishPreconditions", testFinishPreconditions},
 		{"ClaimFinishOneBatch", testClaimFinishOneBatch},
+		{"ClaimFinishSegment", testClaimFinishSegment},
 		{"RetryAndHistory", testRetryAndHistory},
 		{"Propagate", testPropagate},
 		{"Recover", testRecover},
