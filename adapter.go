@@ -151,7 +151,7 @@ func (c *Cue) newEngine(owner string, own store.Ownership, stored []store.Servic
 			PollInterval: c.cfg.PollInterval, MaxStartDelay: c.cfg.MaxStartDelay})
 	}
 	d.e = engine.New(ecfg, engine.Deps{
-		Store: c.st, Writer: c.w, Hub: c.hub, Tel: c.mach.tel, Stats: &c.mach.stats, Hooks: c.mach.hooks,
+		Store: c.st, Writer: c.w, Starts: c.sw, Hub: c.hub, Tel: c.mach.tel, Stats: &c.mach.stats, Hooks: c.mach.hooks,
 		UnitRetry: func(raw []byte) (engine.RetryPolicy, error) {
 			p, err := decodeRetry(raw)
 			return retryOf(p), err

@@ -33,6 +33,7 @@ type Cue struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	w         *writer.Writer // safe for concurrent use
+	sw        *writer.Writer // the starts logged ahead (store.StartLogger), or nil
 	hub       *hub.Hub       // safe for concurrent use
 	acked     broadcast      // notified by Ack; Drain waits on it
 	ids       ulid.Generator // safe for concurrent use
@@ -118,9 +119,17 @@ func New(st store.Store, cfg Config) (*Cue, error) {
 		Store: st, Clock: cfg.Clock, Poll: cfg.PollInterval, LastSeq: last, TxTimeout: txTimeout,
 		Hooks: writer.Hooks{Publish: c.publish, Failed: c.storeFailed, Outage: c.storeOutage, Recovered: c.storeRecovered},
 	})
+	if _, ok := st.(store.StartLogger); ok {
+		// Starts logged ahead of their claims, beside the writer's turns
+		// (engine.Deps.Starts).
+		c.sw = writer.New(writer.Settings{Store: st, Clock: cfg.Clock, TxTimeout: txTimeout})
+	}
 	// After the writer: the metrics' callback reads its stats.
 	if err := c.newMachinery(); err != nil {
 		c.w.Close()
+		if c.sw != nil {
+			c.sw.Close()
+		}
 		c.hub.Close()
 		return nil, fmt.Errorf("runcue: telemetry: %w", err)
 	}
@@ -512,6 +521,9 @@ func (c *Cue) Close() error {
 		<-d.done()
 	}
 	c.w.Close()
+	if c.sw != nil {
+		c.sw.Close()
+	}
 	c.hub.Close()
 	c.bg.Wait()
 	c.mach.tel.Close()

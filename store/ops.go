@@ -280,6 +280,25 @@ type LogUsage struct {
 	Amount         int64
 }
 
+// LogStart logs the start of run Run of unit WorkID ahead of its claim:
+// each entry of Log at At (the service log), as a Claim's Log would. It
+// applies unless fenced; logging an entry already logged for the unit at
+// At (on the same service and meter) again applies and adds nothing, so
+// that a write whose commit's outcome was lost may be repeated. It appends
+// no event. Owner op.
+//
+// A Cue whose store is a StartLogger logs a start counted in a rate
+// window with it, on a writer of its own, and launches the handler once
+// it commits; the run's Claim (without Log) is written behind the start,
+// with the rest, as a run of an unlimited service's is.
+type LogStart struct {
+	Epoch  int64
+	WorkID string
+	Run    int
+	At     time.Time
+	Log    []LogEntry
+}
+
 // AppendEvent appends an event not tied to a unit transition. Epoch is the
 // owner's for an owner's event (zero for anyone else's).
 type AppendEvent struct {
@@ -420,6 +439,7 @@ func (*FailQueued) isOp()    {}
 func (*PutMeterState) isOp() {}
 func (*Reconcile) isOp()     {}
 func (*LogUsage) isOp()      {}
+func (*LogStart) isOp()      {}
 
 // Batch is the outcome of Apply: one Result per op, and Follows: every
 // event with a Seq up to Follows was committed before the batch's events
@@ -438,6 +458,7 @@ func (o *FailQueued) OwnerEpoch() int64    { return o.Epoch }
 func (o *PutMeterState) OwnerEpoch() int64 { return o.Epoch }
 func (o *Reconcile) OwnerEpoch() int64     { return o.Epoch }
 func (o *LogUsage) OwnerEpoch() int64      { return o.Epoch }
+func (o *LogStart) OwnerEpoch() int64      { return o.Epoch }
 func (o *AppendEvent) OwnerEpoch() int64   { return o.Epoch }
 func (o *Prune) OwnerEpoch() int64         { return o.Epoch }
 

@@ -447,6 +447,17 @@ type Watcher interface {
 	Watch(ctx context.Context) (<-chan struct{}, error)
 }
 
+// StartLogger is implemented by stores that apply a batch of LogStart ops
+// (nothing else in it) in a transaction of their own that takes no turn
+// with the others (it appends no event), while another Apply runs: a Cue
+// then logs the starts counted in rate windows on a second writer, so that
+// a handler waits for its start's log entry alone, not for the turn of the
+// writer's next transaction. Apply is then called with such batches beside
+// the Cue's writer.
+type StartLogger interface {
+	LogsStartsAside()
+}
+
 // Backuper is implemented by stores that can copy themselves while in
 // use (SQLite: VACUUM INTO). path must not exist.
 type Backuper interface {

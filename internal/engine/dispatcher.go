@@ -40,6 +40,7 @@ type env struct {
 	log    *slog.Logger
 	st     store.Store
 	w      *writer.Writer
+	sw     *writer.Writer // Deps.Starts
 	hub    *hub.Hub
 	tel    *Telemetry
 	stats  *Counters
@@ -139,7 +140,7 @@ type Registry struct {
 // pauses, reg the registrations so far. Recover, then Run.
 func New(cfg Settings, deps Deps, owner string, own store.Ownership, stored []store.ServiceRecord, pauses store.Pauses, reg Registry) *Engine {
 	d := &Engine{
-		env: env{cfg: cfg, log: cfg.Log, st: deps.Store, w: deps.Writer, hub: deps.Hub, tel: deps.Tel, stats: deps.Stats,
+		env: env{cfg: cfg, log: cfg.Log, st: deps.Store, w: deps.Writer, sw: deps.Starts, hub: deps.Hub, tel: deps.Tel, stats: deps.Stats,
 			cbErrs: &callbackErrors{log: cfg.Log, stats: deps.Stats, tel: deps.Tel}, hooks: deps.Hooks, unitRetry: deps.UnitRetry,
 			encode: deps.Encode, reportOrphans: deps.ReportOrphans, detach: deps.Detach, epoch: own.Epoch()},
 		owner: owner, own: own, in: inbox.New[message](), done: make(chan struct{}),

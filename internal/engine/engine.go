@@ -160,6 +160,11 @@ type RetryPolicy interface {
 type Deps struct {
 	Store  store.Store
 	Writer *writer.Writer
+	// Starts, when set, writes the starts logged ahead of their claims
+	// (store.LogStart; the store is a store.StartLogger), beside Writer.
+	// Without it a start counted in a rate window is logged with its
+	// claim, ahead of the handler.
+	Starts *writer.Writer
 	Hub    *hub.Hub
 	Tel    *Telemetry
 	Stats  *Counters

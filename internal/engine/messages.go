@@ -40,8 +40,11 @@ type msgDone struct{ run *run }
 // not; derived are the events the store added for other units with a
 // Finish (dependents failed or cancelled with its unit).
 type msgRunWritten struct {
-	run     *run
-	claim   bool
+	run   *run
+	claim bool
+	// logged: the run's start logged ahead of its claim (store.LogStart)
+	// committed (applied) or not.
+	logged  bool
 	applied bool
 	derived []store.Event
 	// each says, for a batch's claims, which applied (the leader's

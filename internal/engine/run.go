@@ -108,8 +108,10 @@ type run struct {
 	// claimFailed: the store refused the run's claim, or could not take it.
 	// ahead: its claim is written ahead of its start (it logs a start in
 	// the service log), so it launches once the claim commits.
+	// logAhead: its start is logged ahead instead (see startLogAhead).
 	claimFailed bool
 	ahead       bool
+	logAhead    bool
 	// entered: its start was reported (Begin or Started); set on the
 	// Runner's goroutine, read when it reports the end.
 	entered atomic.Bool
@@ -170,6 +172,9 @@ type run struct {
 		started           [1]store.Event
 		claimReq          writer.Request
 		claimOps          [1]store.Op
+		logStart          store.LogStart
+		logReq            writer.Request
+		logOps            [1]store.Op
 		fin               store.Finish
 		finReq            writer.Request
 		finOps            [1]store.Op
@@ -190,6 +195,10 @@ func (d *Engine) start(u *unit, l *lane, now time.Time, probes []*resource, spen
 	r.ahead = ahead
 	if ahead {
 		d.claims++
+	}
+	if ahead && d.sw != nil && !l.task.spec.ClaimAhead {
+		d.startLogAhead(r)
+		return
 	}
 	if err := d.write(r, &r.mem.claim); err != nil {
 		// The writer is closed or failed: the run cannot be recorded.
@@ -317,41 +326,13 @@ func (d *Engine) write(r *run, op store.Op) error {
 	return d.w.Submit(req)
 }
 
-// claimSink and finishSink report the commit of a run's claim and Finish
-// (the run record is the request's Sink, so a write costs no allocation).
-// They run on the writer goroutine.
-type (
-	claimSink  run
-	finishSink run
-)
-
-// Committed implements writer.Sink.
-func (s *claimSink) Committed(res []store.Result, err error) {
-	r := (*run)(s)
-	if err == nil {
-		r.d.noteResults(res)
-	}
-	r.d.in.Push(msgRunWritten{run: r, claim: true, applied: err == nil && res[0].Applied})
-}
-
-// Committed implements writer.Sink.
-func (s *finishSink) Committed(res []store.Result, err error) {
-	r := (*run)(s)
-	if err == nil {
-		r.d.noteResults(res)
-	}
-	m := msgRunWritten{run: r, applied: err == nil && res[0].Applied}
-	if m.applied && len(res[0].Events) > len(r.mem.fin.Events) {
-		m.derived = res[0].Events[len(r.mem.fin.Events):] // the dependents the store ended with it
-	}
-	r.d.in.Push(m)
-}
-
 // runWritten continues a run whose claim or Finish the writer committed
 // (applied) or not.
 func (d *Engine) runWritten(m msgRunWritten) {
 	r := m.run
 	switch {
+	case m.logged || (m.claim && r.logAhead):
+		d.logWritten(m)
 	case m.claim && r.ahead && m.each != nil:
 		d.claims--
 		d.batchClaimed(r, m.each)

@@ -85,6 +85,9 @@ func (s *Store) Apply(ctx context.Context, ops []store.Op) (store.Batch, error) 
 func (s *Store) TxTimeout() time.Duration { return s.opts.LeaseTTL / 2 }
 
 func (s *Store) applyOps(ctx context.Context, ops []store.Op) (store.Batch, error) {
+	if startsOnly(ops) {
+		return s.applyStarts(ctx, ops)
+	}
 	if lockFree(ops) {
 		if b, ok, err := s.applyReports(ctx, ops); ok {
 			return b, err

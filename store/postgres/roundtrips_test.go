@@ -192,3 +192,56 @@ func TestSegmentRoundTrips(t *testing.T) {
 	require.True(t, res.Results[1].Applied)
 	require.Equal(t, 1, rt.sentAlone(planRead), "the next segment reads first, though all of it applies")
 }
+
+// TestWindowedClaimRoundTrips: an owner's transaction reads the stored
+// epoch with the log's lock, and a segment's claims send their service log
+// entries with the transaction's next statements, not alone; a batch of
+// starts logged ahead (store.LogStart) is one statement, in one round trip.
+func TestWindowedClaimRoundTrips(t *testing.T) {
+	ctx := context.Background()
+	rt := &roundTrips{}
+	st, err := postgres.Open(ctx, schemaURL(t), postgres.WithTracer(postgres.Options{PollOnly: true}, rt))
+	require.NoError(t, err)
+	defer st.Close()
+	own, err := st.Acquire(ctx, store.Holder{Owner: "o"})
+	require.NoError(t, err)
+	defer own.Release()
+	epoch := own.Epoch()
+	at := time.Now()
+	units := make([]*store.Unit, 8)
+	for i := range units {
+		units[i] = &store.Unit{ID: fmt.Sprintf("w%d", i), Task: "a", State: store.Queued, CreatedAt: at}
+	}
+	_, err = st.Apply(ctx, []store.Op{&store.Insert{At: at, Units: units}})
+	require.NoError(t, err)
+	log := []store.LogEntry{{Service: "svc", Meter: store.MeterRequests, Amount: 1}}
+	var ops []store.Op
+	for _, u := range units[:4] {
+		ops = append(ops, &store.Claim{Epoch: epoch, ID: u.ID, Owner: "o", Run: 1, At: at, LeaseExpires: at.Add(time.Minute), Log: log,
+			Events: []store.Event{{Type: "work_started", Task: "a", Attempt: 1}}})
+	}
+	rt.reset()
+	res, err := st.Apply(ctx, ops)
+	require.NoError(t, err)
+	for i, r := range res.Results {
+		require.True(t, r.Applied, "op %d", i)
+	}
+	require.Zero(t, rt.sentAlone("SELECT epoch FROM owner_lease"), "the epoch is read with the log's lock")
+	require.Zero(t, rt.sentAlone("INSERT INTO service_log"), "the service log's rows are sent with other statements")
+
+	ops = ops[:0]
+	for _, u := range units[4:] {
+		ops = append(ops, &store.LogStart{Epoch: epoch, WorkID: u.ID, Run: 1, At: at, Log: log})
+	}
+	rt.reset()
+	res, err = st.Apply(ctx, ops)
+	require.NoError(t, err)
+	for i, r := range res.Results {
+		require.True(t, r.Applied, "op %d", i)
+	}
+	n, _ := rt.reset()
+	require.Equal(t, 1, n, "a batch of starts logged ahead: one round trip")
+	logged, err := st.ServiceLog(ctx, "svc", time.Time{})
+	require.NoError(t, err)
+	require.Len(t, logged, 8)
+}

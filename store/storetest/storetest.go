@@ -46,6 +46,7 @@ func Run(t *testing.T, open Opener) {
 		{"Fencing", testFencing},
 		{"Reconcile", testReconcile},
 		{"LogUsage", testLogUsage},
+		{"LogStart", testLogStart},
 		{"Cancel", testCancel},
 		{"Requeue", testRequeue},
 		{"Heartbeat", testHeartbeat},

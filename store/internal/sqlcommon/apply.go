@@ -56,6 +56,16 @@ func Apply(t Applier, op store.Op, r *store.Result) (ok bool, err error) {
 			WHERE service=? AND meter=? AND work_id=? AND started_at=? AND reconciled=?`,
 			op.Amount, true, op.Service, op.Meter, op.WorkID, Nanos(op.At), false)
 		return true, err
+	case *store.LogStart:
+		for _, e := range op.Log {
+			if err := t.Exec(`INSERT INTO service_log(service, meter, amount, started_at, work_id) SELECT ?, ?, ?, ?, ?
+				WHERE NOT EXISTS (SELECT 1 FROM service_log WHERE service=? AND started_at=? AND meter=? AND work_id=?)`,
+				e.Service, e.Meter, e.Amount, Nanos(op.At), op.WorkID, e.Service, Nanos(op.At), e.Meter, op.WorkID); err != nil {
+				return true, err
+			}
+		}
+		r.Applied = true
+		return true, nil
 	case *store.LogUsage:
 		err = t.Exec(`INSERT INTO service_log(service, meter, amount, started_at, work_id) VALUES(?, ?, ?, ?, NULL)`,
 			op.Service, op.Meter, op.Amount, Nanos(op.At))
