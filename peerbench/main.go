@@ -31,6 +31,7 @@ func run(args []string, out io.Writer) error {
 	cooldown := fs.Duration("river-fetch-cooldown", time.Millisecond, "River's FetchCooldown (its default, 100ms, caps a queue at MaxWorkers jobs a cooldown)")
 	poll := fs.Duration("river-fetch-poll", 50*time.Millisecond, "River's FetchPollInterval (default 1s)")
 	sides := fs.String("sides", "both", "runcue, river or both: which to run (one side alone, to profile it)")
+	lat := fs.Bool("latency", false, "measure runcue's latency instead (500 units, one Submit every 50 ms, each workload) and print its percentiles")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole comparison to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -54,6 +55,14 @@ func run(args []string, out io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
+	if *lat {
+		for _, limited := range []bool{false, true} {
+			if err := latency(ctx, out, *dbURL, 500, 20, limited); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	var loads []bool
 	switch *which {
 	case "noop":

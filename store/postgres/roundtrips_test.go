@@ -245,3 +245,44 @@ func TestWindowedClaimRoundTrips(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, logged, 8)
 }
+
+// TestStartsBesideWriter: a batch of starts logged ahead does not wait for
+// the log's lock (another writer's transaction holds it, as the Cue's
+// writer does mid-transaction), and a deposed owner's is refused while
+// that transaction is open.
+func TestStartsBesideWriter(t *testing.T) {
+	ctx := context.Background()
+	u := schemaURL(t)
+	st, err := postgres.Open(ctx, u, postgres.Options{PollOnly: true})
+	require.NoError(t, err)
+	defer st.Close()
+	own, err := st.Acquire(ctx, store.Holder{Owner: "o"})
+	require.NoError(t, err)
+	defer own.Release()
+	at := time.Now()
+	_, err = st.Apply(ctx, []store.Op{&store.Insert{At: at, Units: []*store.Unit{{ID: "s0", Task: "a", State: store.Queued, CreatedAt: at}}}})
+	require.NoError(t, err)
+
+	writer, err := pgx.Connect(ctx, u)
+	require.NoError(t, err)
+	defer writer.Close(ctx)
+	tx, err := writer.Begin(ctx)
+	require.NoError(t, err)
+	defer tx.Rollback(ctx)
+	var last int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT value FROM meta WHERE key = 'events_last' FOR UPDATE`).Scan(&last))
+
+	log := []store.LogEntry{{Service: "svc", Meter: store.MeterRequests, Amount: 1}}
+	wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	b, err := st.Apply(wait, []store.Op{
+		&store.LogStart{Epoch: own.Epoch(), WorkID: "s0", Run: 1, At: at, Log: log},
+		&store.LogStart{Epoch: own.Epoch() + 1, WorkID: "s0", Run: 2, At: at.Add(time.Second), Log: log},
+	})
+	require.NoError(t, err, "the starts waited for the log's lock")
+	require.True(t, b.Results[0].Applied)
+	require.ErrorIs(t, b.Results[1].Err, store.ErrNotOwner)
+	logged, err := st.ServiceLog(ctx, "svc", time.Time{})
+	require.NoError(t, err)
+	require.Len(t, logged, 1)
+}
