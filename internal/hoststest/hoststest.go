@@ -198,7 +198,7 @@ func startChild(t *testing.T, env []string, mode string, more ...string) *exec.C
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(append(append(os.Environ(), env...), envChild+"="+mode), more...)
 	last := &lastWords{}
-	cmd.Stderr = io.MultiWriter(os.Stderr, last)
+	cmd.Stderr = io.MultiWriter(os.Stderr, last, &stallWatch{})
 	require.NoError(t, cmd.Start())
 	said.Store(cmd, last)
 	t.Cleanup(func() { said.Delete(cmd) })
