@@ -129,6 +129,14 @@ func TestLogLevels(t *testing.T) {
 	e.start()
 	slow := e.submit("t", func(s *runcue.Submission) { s.Target = "429" })
 	bad := e.submit("t", func(s *runcue.Submission) { s.Target = "bad" })
+	// Settle does not wait for handlers: the clock moves past the retry's
+	// instant only once the first run's end is stored and handled, or the
+	// retry would be scheduled after the move and wait forever.
+	deadline := time.Now().Add(time.Minute)
+	for wi := e.get(slow); wi.Runs < 1 || wi.State != runcue.StateQueued; wi = e.get(slow) {
+		require.True(t, time.Now().Before(deadline), "the first run of %s did not end: %+v", slow, wi)
+		time.Sleep(5 * time.Millisecond)
+	}
 	e.settle()
 	e.clk.Advance(time.Second)
 	e.wait(slow)

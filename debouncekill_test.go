@@ -197,6 +197,30 @@ func TestDebounceAcrossKills(t *testing.T) {
 		ranUnits[key][id]++
 		revOf[id] = rev
 	}
+	// The log's order is the commit order: a unit whose claim (its first
+	// work_started) committed before the next submission of its key was
+	// stored (its work_queued) was not the holder that insert replaced.
+	startedAt, queuedAt := map[string]int64{}, map[string]int64{}
+	for after := int64(0); ; {
+		evs, err := st.EventsAfter(ctx, after, 5000)
+		require.NoError(t, err)
+		if len(evs) == 0 {
+			break
+		}
+		for _, ev := range evs {
+			switch ev.Type {
+			case store.TypeWorkStarted:
+				if _, ok := startedAt[ev.WorkID]; !ok {
+					startedAt[ev.WorkID] = ev.Seq
+				}
+			case store.TypeWorkQueued:
+				if _, ok := queuedAt[ev.WorkID]; !ok {
+					queuedAt[ev.WorkID] = ev.Seq
+				}
+			}
+		}
+		after = evs[len(evs)-1].Seq
+	}
 	repeats, split := 0, 0
 	for key, us := range byKey {
 		require.Len(t, us, burst, key)
@@ -205,11 +229,12 @@ func TestDebounceAcrossKills(t *testing.T) {
 		ran := map[string]int{last.ID: ranUnits[key][last.ID]}
 		for i, u := range us[:len(us)-1] {
 			next := us[i+1]
-			if u.State == store.Completed && !u.StartedAt.IsZero() && !next.CreatedAt.Before(u.StartedAt) {
-				// The next submission was stored only after this unit
-				// started, a Period after its own (the submitter stalled
-				// that long, as on a loaded machine around the kill): its
-				// burst had ended, and it rightly ran.
+			if s, ok := startedAt[u.ID]; ok && u.State == store.Completed && s < queuedAt[next.ID] {
+				// The next submission was stored only after this unit was
+				// claimed, a Period after its own submission (the submitter
+				// stalled that long, or its insert waited that long for
+				// the database, as on a loaded machine around the kill):
+				// its burst had ended, and it rightly ran.
 				split++
 				ran[u.ID] = ranUnits[key][u.ID]
 				continue

@@ -54,12 +54,7 @@ func testLogStart(t *testing.T, h *harness) {
 	assert.ElementsMatch(t, []int64{640, 900}, tokens)
 
 	// A deposed owner's start is refused beside the live owner's.
-	own, err := h.st.Acquire(h.ctx, store.Holder{Owner: "old"})
-	require.NoError(t, err)
-	old := own.Epoch()
-	require.NoError(t, own.Release())
-	own, err = h.st.Acquire(h.ctx, store.Holder{Owner: "new"})
-	require.NoError(t, err)
+	old, own := h.deposed()
 	defer own.Release()
 	later := h.tick()
 	res = h.apply(start(old, us[2], later), start(own.Epoch(), us[1], later))

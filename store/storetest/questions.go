@@ -38,12 +38,7 @@ func testQuestions(t *testing.T, h *harness) {
 	require.NoError(t, err)
 	assert.False(t, answered, "asked, not answered")
 
-	own, err := h.st.Acquire(h.ctx, store.Holder{Owner: "old"})
-	require.NoError(t, err)
-	old := own.Epoch()
-	require.NoError(t, own.Release())
-	own, err = h.st.Acquire(h.ctx, store.Holder{Owner: "new"})
-	require.NoError(t, err)
+	old, own := h.deposed()
 	defer own.Release()
 	res = h.apply(&store.AnswerQuestion{Epoch: old, ID: "q1", Answer: []byte(`{"stale":true}`)})
 	assert.ErrorIs(t, res[0].Err, store.ErrNotOwner, "a deposed owner's answer")

@@ -329,15 +329,7 @@ func testConcurrentApply(t *testing.T, h *harness) {
 // testClaimFinishOneBatch checks that a claim and its finish in one batch
 // (which a store may merge) behave exactly as in two batches.
 func testClaimFinishOneBatch(t *testing.T, h *harness) {
-	mk := func(n int) []*store.Unit {
-		var us []*store.Unit
-		for range n {
-			us = append(us, h.unit("a"))
-		}
-		h.insert(us...)
-		return us
-	}
-	us := mk(4)
+	us := h.units(4)
 	at := h.tick()
 	claim := func(u *store.Unit) *store.Claim {
 		return &store.Claim{ID: u.ID, Owner: "o", Run: 1, At: at, LeaseExpires: at.Add(time.Minute), Log: []store.LogEntry{{Service: "svc", Meter: store.MeterRequests, Amount: 1}},
@@ -436,14 +428,6 @@ func testClaimFinishSegment(t *testing.T, h *harness) {
 		}
 		return f
 	}
-	mk := func(n int) []*store.Unit {
-		var us []*store.Unit
-		for range n {
-			us = append(us, h.unit("a"))
-		}
-		h.insert(us...)
-		return us
-	}
 	events := map[string][]store.Event{}
 	keep := func(res []store.Result) {
 		var prev int64
@@ -465,7 +449,7 @@ func testClaimFinishSegment(t *testing.T, h *harness) {
 	}
 
 	// Every op applies.
-	us := mk(3)
+	us := h.units(3)
 	res := h.apply(claim(us[0], 1), claim(us[1], 1), claim(us[2], 1),
 		finish(us[0], 1, store.Completed), finish(us[1], 1, store.Queued), finish(us[2], 1, store.Failed))
 	keep(res)
@@ -492,7 +476,7 @@ func testClaimFinishSegment(t *testing.T, h *harness) {
 	// finish applies; vs[1]'s finish names another run; vs[2] is only
 	// claimed; vs[3], claimed before, is only finished; vs[4] is claimed
 	// and finished; us[1] (its retry) is claimed and finished again.
-	vs := mk(5)
+	vs := h.units(5)
 	h.apply(&store.Cancel{ID: vs[0].ID, At: h.tick()})
 	keep(h.apply(claim(vs[3], 1)))
 	res = h.apply(claim(vs[0], 1), claim(vs[1], 1), claim(vs[2], 1), claim(vs[4], 1), claim(us[1], 2),

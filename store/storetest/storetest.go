@@ -160,6 +160,31 @@ func (h *harness) insert(units ...*store.Unit) store.Result {
 	return r
 }
 
+// units inserts n queued units of task a and returns them.
+func (h *harness) units(n int) []*store.Unit {
+	h.t.Helper()
+	var us []*store.Unit
+	for range n {
+		us = append(us, h.unit("a"))
+	}
+	h.insert(us...)
+	return us
+}
+
+// deposed takes ownership as "old", releases it and takes it as "new": it
+// returns old's epoch, now deposed, and new's ownership, which the caller
+// releases.
+func (h *harness) deposed() (int64, store.Ownership) {
+	h.t.Helper()
+	own, err := h.st.Acquire(h.ctx, store.Holder{Owner: "old"})
+	require.NoError(h.t, err)
+	old := own.Epoch()
+	require.NoError(h.t, own.Release())
+	own, err = h.st.Acquire(h.ctx, store.Holder{Owner: "new"})
+	require.NoError(h.t, err)
+	return old, own
+}
+
 func (h *harness) get(id string) *store.Unit {
 	h.t.Helper()
 	u, err := h.st.GetUnit(h.ctx, id)
