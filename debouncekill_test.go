@@ -201,25 +201,17 @@ func TestDebounceAcrossKills(t *testing.T) {
 	// work_started) committed before the next submission of its key was
 	// stored (its work_queued) was not the holder that insert replaced.
 	startedAt, queuedAt := map[string]int64{}, map[string]int64{}
-	for after := int64(0); ; {
-		evs, err := st.EventsAfter(ctx, after, 5000)
-		require.NoError(t, err)
-		if len(evs) == 0 {
-			break
-		}
-		for _, ev := range evs {
-			switch ev.Type {
-			case store.TypeWorkStarted:
-				if _, ok := startedAt[ev.WorkID]; !ok {
-					startedAt[ev.WorkID] = ev.Seq
-				}
-			case store.TypeWorkQueued:
-				if _, ok := queuedAt[ev.WorkID]; !ok {
-					queuedAt[ev.WorkID] = ev.Seq
-				}
+	for _, ev := range storedEvents(t, st) {
+		switch ev.Type {
+		case store.TypeWorkStarted:
+			if _, ok := startedAt[ev.WorkID]; !ok {
+				startedAt[ev.WorkID] = ev.Seq
+			}
+		case store.TypeWorkQueued:
+			if _, ok := queuedAt[ev.WorkID]; !ok {
+				queuedAt[ev.WorkID] = ev.Seq
 			}
 		}
-		after = evs[len(evs)-1].Seq
 	}
 	repeats, split := 0, 0
 	for key, us := range byKey {

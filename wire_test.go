@@ -198,6 +198,21 @@ func readJournal(t *testing.T, path string) [][]string {
 	return out
 }
 
+// storedEvents reads every event of st's log, in order.
+func storedEvents(t *testing.T, st *sqlite.Store) []store.Event {
+	t.Helper()
+	var all []store.Event
+	for after := int64(0); ; {
+		evs, err := st.EventsAfter(context.Background(), after, 5000)
+		require.NoError(t, err)
+		if len(evs) == 0 {
+			return all
+		}
+		all = append(all, evs...)
+		after = evs[len(evs)-1].Seq
+	}
+}
+
 // completedOnce checks that each of ids completed exactly once in the
 // store (one work_completed event, one completed attempt), and returns how
 // many completed.
@@ -205,18 +220,10 @@ func completedOnce(t *testing.T, st *sqlite.Store, ids []string) int {
 	t.Helper()
 	ctx := context.Background()
 	events := map[string]int{}
-	for after := int64(0); ; {
-		evs, err := st.EventsAfter(ctx, after, 5000)
-		require.NoError(t, err)
-		if len(evs) == 0 {
-			break
+	for _, ev := range storedEvents(t, st) {
+		if ev.Type == string(runcue.EventWorkCompleted) {
+			events[ev.WorkID]++
 		}
-		for _, ev := range evs {
-			if ev.Type == string(runcue.EventWorkCompleted) {
-				events[ev.WorkID]++
-			}
-		}
-		after = evs[len(evs)-1].Seq
 	}
 	done := 0
 	for _, id := range ids {
