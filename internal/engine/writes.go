@@ -76,6 +76,9 @@ type logSink run
 // Committed implements writer.Sink.
 func (s *logSink) Committed(res []store.Result, err error) {
 	r := (*run)(s)
+	if err == nil {
+		r.d.noteResults(res) // a deposed owner's start is refused: it learns it is deposed
+	}
 	r.d.in.Push(msgRunWritten{run: r, logged: true, applied: err == nil && res[0].Applied})
 }
 
