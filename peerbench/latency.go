@@ -59,37 +59,31 @@ func latency(ctx context.Context, out io.Writer, base string, n int, rate float6
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	called, returned := make([]time.Time, n), make([]time.Time, n)
+	called, returned := make(map[string]time.Time, n), make(map[string]time.Time, n)
 	every := time.Duration(float64(time.Second) / rate)
 	next := time.Now()
 	for i := range n {
 		time.Sleep(time.Until(next))
 		next = next.Add(every)
-		called[i] = time.Now()
-		if _, err := c.Submit(ctx, runcue.Submission{Task: "noop", ID: fmt.Sprint("l", i)}); err != nil {
+		id := fmt.Sprint("l", i)
+		called[id] = time.Now()
+		if _, err := c.Submit(ctx, runcue.Submission{Task: "noop", ID: id}); err != nil {
 			return err
 		}
-		returned[i] = time.Now()
+		returned[id] = time.Now()
 	}
 	select {
 	case <-all:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	var fromCall, fromReturn []time.Duration
-	mu.Lock()
-	for i := range n {
-		s := started[fmt.Sprint("l", i)]
-		fromCall, fromReturn = append(fromCall, s.Sub(called[i])), append(fromReturn, s.Sub(returned[i]))
-	}
-	mu.Unlock()
 	name := "no-op"
 	if limited {
 		name = "limited"
 	}
-	fmt.Fprintf(out, "latency, %s, %d units at %.0f/s: Submit's call to the handler's start p50 %s p99 %s; Submit's return to the start p50 %s p99 %s\n",
-		name, n, rate, pct(fromCall, 50), pct(fromCall, 99), pct(fromReturn, 50), pct(fromReturn, 99))
-	return nil
+	mu.Lock()
+	defer mu.Unlock()
+	return printLatency(out, fmt.Sprintf("%s, %d units at %.0f/s", name, n, rate), started, called, returned)
 }
 
 // pct is the p-th percentile of ds, rounded to a microsecond.

@@ -12,6 +12,13 @@ import (
 )
 
 func main() {
+	if ok, err := maybeChild(); ok {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -31,7 +38,9 @@ func run(args []string, out io.Writer) error {
 	cooldown := fs.Duration("river-fetch-cooldown", time.Millisecond, "River's FetchCooldown (its default, 100ms, caps a queue at MaxWorkers jobs a cooldown)")
 	poll := fs.Duration("river-fetch-poll", 50*time.Millisecond, "River's FetchPollInterval (default 1s)")
 	sides := fs.String("sides", "both", "runcue, river or both: which to run (one side alone, to profile it)")
-	lat := fs.Bool("latency", false, "measure runcue's latency instead (500 units, one Submit every 50 ms, each workload) and print its percentiles")
+	lat := fs.Bool("latency", false, "measure runcue's latency instead (units at a steady rate, in one process for each workload, then the no-op workload from a submitter in another process and through 3 executors of 33 handlers) and print its percentiles")
+	latN := fs.Int("latency-n", 500, "with -latency: units each measure")
+	latRate := fs.Int("latency-rate", 20, "with -latency: units a second")
 	cpuProfile := fs.String("cpuprofile", "", "write this process's CPU profile of the whole comparison to this file")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,11 +66,14 @@ func run(args []string, out io.Writer) error {
 	defer cancel()
 	if *lat {
 		for _, limited := range []bool{false, true} {
-			if err := latency(ctx, out, *dbURL, 500, 20, limited); err != nil {
+			if err := latency(ctx, out, *dbURL, *latN, float64(*latRate), limited); err != nil {
 				return err
 			}
 		}
-		return nil
+		if err := latencyFromProcess(ctx, out, *dbURL, *latN, float64(*latRate)); err != nil {
+			return err
+		}
+		return latencyExecutors(ctx, out, *dbURL, *latN, float64(*latRate), 3, 33)
 	}
 	var loads []bool
 	switch *which {
