@@ -280,3 +280,45 @@ func executorsRun(b *testing.B, n, executors, capacity int, capped bool) runStat
 	require.NoError(b, c.Stop(ctx))
 	return stats
 }
+
+// BenchmarkExecutorsShare is the Throughput issue's measure of executors:
+// the same 20,000 no-op units run by one process of 100 handlers
+// (runcueRun), by 3 executors of 33 handlers each (in processes of their
+// own), and by the raw executors' cycle of 3 executors of 33
+// (rawRemoteCycle: the protocol's floor at that concurrency), interleaved,
+// each run on a fresh schema. It reports the medians and their shares of
+// the one process's rate; a unit's time through the executors' loop
+// (claim, assignment, the executor's read and report, the scheduler's read
+// and finish) at 99 runs in flight is 99 over their rate. On Linux it
+// also reports the machine's CPU a unit (every process: PostgreSQL's, the
+// scheduler's, the executors') of each, the share of the machine busy with
+// the executors, and the CPU a unit may take for the machine's cores, all
+// busy, to run 0.8 of the one process's rate:
+//
+//	RUNCUE_PG_FSYNC=on scripts/with-postgres bash -c 'cd store/postgres && go test -run ^$ -bench ExecutorsShare -benchtime 5x'
+func BenchmarkExecutorsShare(b *testing.B) {
+	const units, executors, capacity = 20_000, 3, 33
+	var one, three, raw []runStats
+	for b.Loop() {
+		one = append(one, runcueRun(b, units))
+		three = append(three, executorsRun(b, units, executors, capacity, false))
+		raw = append(raw, rawRemoteCycle(b, units, executors, capacity))
+	}
+	rate := func(s []runStats) float64 { return medianOf(s, func(r runStats) float64 { return r.rate }) }
+	m := rate(one)
+	b.ReportMetric(m, "one-process-units/s")
+	b.ReportMetric(rate(three), "3x33-executors-units/s")
+	b.ReportMetric(rate(raw), "raw-3x33-executors-units/s")
+	b.ReportMetric(rate(three)/m, "3x33-share")
+	b.ReportMetric(rate(raw)/m, "raw-3x33-share")
+	b.ReportMetric(executors*capacity*1e3/rate(three), "3x33-loop-ms")
+	b.ReportMetric(executors*capacity*1e3/rate(raw), "raw-3x33-loop-ms")
+	b.ReportMetric(medianOf(three, func(r runStats) float64 { return r.writer }), "3x33-writer-busy")
+	if cpu := medianOf(three, func(r runStats) float64 { return r.cpu }); cpu > 0 {
+		b.ReportMetric(medianOf(one, func(r runStats) float64 { return r.cpu }), "one-process-cpu-us/unit")
+		b.ReportMetric(cpu, "3x33-cpu-us/unit")
+		b.ReportMetric(medianOf(raw, func(r runStats) float64 { return r.cpu }), "raw-3x33-cpu-us/unit")
+		b.ReportMetric(medianOf(three, func(r runStats) float64 { return r.busy }), "3x33-busy")
+		b.ReportMetric(float64(runtime.NumCPU())*1e6/(0.8*m), "0.8-share-budget-cpu-us/unit")
+	}
+}
