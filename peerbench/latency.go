@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -41,17 +42,9 @@ func latency(ctx context.Context, out io.Writer, base string, n int, rate float6
 		}
 		services = []string{"api"}
 	}
-	var mu sync.Mutex
-	started := make(map[string]time.Time, n)
-	all := make(chan struct{})
+	sn := newStarts(n)
 	if err := c.Task("noop", runcue.Task{Services: services, Handler: func(_ context.Context, w *runcue.Work) (any, error) {
-		now := time.Now()
-		mu.Lock()
-		started[w.ID] = now
-		if len(started) == n {
-			close(all)
-		}
-		mu.Unlock()
+		sn.add(w.ID, time.Now())
 		return nil, nil
 	}}); err != nil {
 		return err
@@ -60,30 +53,80 @@ func latency(ctx context.Context, out io.Writer, base string, n int, rate float6
 		return err
 	}
 	called, returned := make(map[string]time.Time, n), make(map[string]time.Time, n)
+	if err := submitSteady(ctx, c, n, rate, func(id string, call, ret time.Time) { called[id], returned[id] = call, ret }); err != nil {
+		return err
+	}
+	name := "no-op"
+	if limited {
+		name = "limited"
+	}
+	return sn.report(ctx, out, fmt.Sprintf("%s, %d units at %.0f/s", name, n, rate), called, returned)
+}
+
+// submitSteady submits n no-op units, l0 to l<n-1>, one every 1/rate, and
+// gives each one's ID and the instants Submit was called and returned to
+// each.
+func submitSteady(ctx context.Context, c *runcue.Cue, n int, rate float64, each func(id string, called, returned time.Time)) error {
 	every := time.Duration(float64(time.Second) / rate)
 	next := time.Now()
 	for i := range n {
 		time.Sleep(time.Until(next))
 		next = next.Add(every)
 		id := fmt.Sprint("l", i)
-		called[id] = time.Now()
+		called := time.Now()
 		if _, err := c.Submit(ctx, runcue.Submission{Task: "noop", ID: id}); err != nil {
 			return err
 		}
-		returned[id] = time.Now()
+		each(id, called, time.Now())
 	}
+	return nil
+}
+
+// starts collects the instants the measured units' handlers started (IDs
+// from submitSteady; others, and a unit's later runs, are not counted).
+type starts struct {
+	mu  sync.Mutex
+	at  map[string]time.Time
+	n   int
+	all chan struct{} // closed when n have started
+}
+
+func newStarts(n int) *starts {
+	return &starts{at: make(map[string]time.Time, n), n: n, all: make(chan struct{})}
+}
+
+func (s *starts) add(id string, t time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, seen := s.at[id]; seen || !strings.HasPrefix(id, "l") || len(s.at) == s.n {
+		return
+	}
+	if s.at[id] = t; len(s.at) == s.n {
+		close(s.all)
+	}
+}
+
+// report waits until every unit has started and prints the percentiles
+// from each unit's Submit call and return to its handler's start.
+func (s *starts) report(ctx context.Context, out io.Writer, name string, called, returned map[string]time.Time) error {
 	select {
-	case <-all:
+	case <-s.all:
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	name := "no-op"
-	if limited {
-		name = "limited"
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var fromCall, fromReturn []time.Duration
+	for id, c := range called {
+		at, ok := s.at[id]
+		if !ok {
+			return fmt.Errorf("peerbench: unit %s submitted, never started", id)
+		}
+		fromCall, fromReturn = append(fromCall, at.Sub(c)), append(fromReturn, at.Sub(returned[id]))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	return printLatency(out, fmt.Sprintf("%s, %d units at %.0f/s", name, n, rate), started, called, returned)
+	fmt.Fprintf(out, "latency, %s: Submit's call to the handler's start p50 %s p99 %s; Submit's return to the start p50 %s p99 %s\n",
+		name, pct(fromCall, 50), pct(fromCall, 99), pct(fromReturn, 50), pct(fromReturn, 99))
+	return nil
 }
 
 // pct is the p-th percentile of ds, rounded to a microsecond.

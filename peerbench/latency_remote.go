@@ -90,19 +90,9 @@ func submitChild(ctx context.Context, u string, n int, rate float64) error {
 	defer closeAll()
 	w := bufio.NewWriter(os.Stdout)
 	defer w.Flush()
-	every := time.Duration(float64(time.Second) / rate)
-	next := time.Now()
-	for i := range n {
-		time.Sleep(time.Until(next))
-		next = next.Add(every)
-		id := fmt.Sprint("l", i)
-		called := time.Now()
-		if _, err := c.Submit(ctx, runcue.Submission{Task: "noop", ID: id}); err != nil {
-			return err
-		}
-		fmt.Fprintln(w, id, called.UnixNano(), time.Now().UnixNano())
-	}
-	return nil
+	return submitSteady(ctx, c, n, rate, func(id string, called, returned time.Time) {
+		fmt.Fprintln(w, id, called.UnixNano(), returned.UnixNano())
+	})
 }
 
 // executeChild runs an executor of capacity handlers of the no-op task,
@@ -203,16 +193,9 @@ func latencyFromProcess(ctx context.Context, out io.Writer, base string, n int, 
 		return err
 	}
 	defer drop()
-	var mu sync.Mutex
-	started := make(map[string]time.Time, n)
-	all := make(chan struct{})
+	st := newStarts(n)
 	c, closeAll, err := openCue(ctx, u, false, func(_ context.Context, w *runcue.Work) (any, error) {
-		now := time.Now()
-		mu.Lock()
-		defer mu.Unlock()
-		if started[w.ID] = now; len(started) == n {
-			close(all)
-		}
+		st.add(w.ID, time.Now())
 		return nil, nil
 	})
 	if err != nil {
@@ -241,14 +224,7 @@ func latencyFromProcess(ctx context.Context, out io.Writer, base string, n int, 
 	if err := sub.stop(); err != nil {
 		return err
 	}
-	select {
-	case <-all:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	return printLatency(out, fmt.Sprintf("from another process, no-op, %d units at %.0f/s", n, rate), started, called, returned)
+	return st.report(ctx, out, fmt.Sprintf("from another process, no-op, %d units at %.0f/s", n, rate), called, returned)
 }
 
 // latencyExecutors measures from Submit in the scheduler's process to the
@@ -268,9 +244,8 @@ func latencyExecutors(ctx context.Context, out io.Writer, base string, n int, ra
 	if err := c.Start(ctx); err != nil {
 		return err
 	}
-	var mu sync.Mutex
-	started := make(map[string]time.Time, n)
-	ready, all := make(chan struct{}, executors), make(chan struct{})
+	st := newStarts(n)
+	ready := make(chan struct{}, executors)
 	var kids []*child
 	var wg sync.WaitGroup
 	defer func() {
@@ -295,13 +270,7 @@ func latencyExecutors(ctx context.Context, out io.Writer, base string, n int, ra
 				if len(f) != 2 || err != nil {
 					continue
 				}
-				mu.Lock()
-				if _, seen := started[f[0]]; !seen && strings.HasPrefix(f[0], "l") {
-					if started[f[0]] = at; len(started) == n {
-						close(all)
-					}
-				}
-				mu.Unlock()
+				st.add(f[0], at)
 			}
 		})
 	}
@@ -321,40 +290,8 @@ func latencyExecutors(ctx context.Context, out io.Writer, base string, n int, ra
 	}
 	time.Sleep(time.Second)
 	called, returned := make(map[string]time.Time, n), make(map[string]time.Time, n)
-	every := time.Duration(float64(time.Second) / rate)
-	next := time.Now()
-	for i := range n {
-		time.Sleep(time.Until(next))
-		next = next.Add(every)
-		id := fmt.Sprint("l", i)
-		called[id] = time.Now()
-		if _, err := c.Submit(ctx, runcue.Submission{Task: "noop", ID: id}); err != nil {
-			return err
-		}
-		returned[id] = time.Now()
+	if err := submitSteady(ctx, c, n, rate, func(id string, call, ret time.Time) { called[id], returned[id] = call, ret }); err != nil {
+		return err
 	}
-	select {
-	case <-all:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	return printLatency(out, fmt.Sprintf("through %d executors of %d, no-op, %d units at %.0f/s", executors, capacity, n, rate), started, called, returned)
-}
-
-// printLatency prints the percentiles from each unit's Submit call and
-// return to its handler's start.
-func printLatency(out io.Writer, name string, started, called, returned map[string]time.Time) error {
-	var fromCall, fromReturn []time.Duration
-	for id, c := range called {
-		s, ok := started[id]
-		if !ok {
-			return fmt.Errorf("peerbench: unit %s submitted, never started", id)
-		}
-		fromCall, fromReturn = append(fromCall, s.Sub(c)), append(fromReturn, s.Sub(returned[id]))
-	}
-	fmt.Fprintf(out, "latency, %s: Submit's call to the handler's start p50 %s p99 %s; Submit's return to the start p50 %s p99 %s\n",
-		name, pct(fromCall, 50), pct(fromCall, 99), pct(fromReturn, 50), pct(fromReturn, 99))
-	return nil
+	return st.report(ctx, out, fmt.Sprintf("through %d executors of %d, no-op, %d units at %.0f/s", executors, capacity, n, rate), called, returned)
 }
