@@ -112,7 +112,7 @@ func (s *starts) report(ctx context.Context, out io.Writer, name string, called,
 	select {
 	case <-s.all:
 	case <-ctx.Done():
-		return ctx.Err()
+		return context.Cause(ctx)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -236,6 +236,9 @@ func latencyExecutors(ctx context.Context, out io.Writer, base string, n int, ra
 		return err
 	}
 	defer drop()
+	// An executor that ends before the measure does ends the measure.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	c, closeAll, err := openCue(ctx, u, true, nil)
 	if err != nil {
 		return err
@@ -272,13 +275,14 @@ func latencyExecutors(ctx context.Context, out io.Writer, base string, n int, ra
 				}
 				st.add(f[0], at)
 			}
+			cancel(errors.New("peerbench: an executor child ended before the measure did"))
 		})
 	}
 	for range executors {
 		select {
 		case <-ready:
 		case <-ctx.Done():
-			return ctx.Err()
+			return context.Cause(ctx)
 		}
 	}
 	// A few units first, not measured: the executors' registrations and

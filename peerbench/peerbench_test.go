@@ -43,7 +43,7 @@ func TestPeerBenchRuns(t *testing.T) {
 func TestLatencyRuns(t *testing.T) {
 	needServer(t)
 	var out bytes.Buffer
-	if err := run([]string{"-latency", "-latency-n", "20", "-latency-rate", "100"}, &out); err != nil {
+	if err := run([]string{"-latency", "-latency-n", "20", "-latency-rate", "100", "-timeout", "2m"}, &out); err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	for _, want := range []string{"latency, no-op", "latency, limited", "latency, from another process", "latency, through 3 executors of 33"} {
