@@ -135,6 +135,8 @@ type child struct {
 	in    io.WriteCloser
 	lines chan []string
 	done  chan error
+	once  sync.Once
+	err   error // stop's
 }
 
 func startChild(role, u string, a, b int) (*child, error) {
@@ -168,15 +170,18 @@ func startChild(role, u string, a, b int) (*child, error) {
 	return ch, nil
 }
 
-// stop ends the child and returns its error, if it failed.
+// stop ends the child and returns its error, if it failed; called again,
+// it returns the same.
 func (ch *child) stop() error {
-	ch.in.Close()
-	for range ch.lines {
-	}
-	if err := <-ch.done; err != nil {
-		return fmt.Errorf("peerbench child %v: %w", ch.cmd.Env[len(ch.cmd.Env)-3:], err)
-	}
-	return nil
+	ch.once.Do(func() {
+		ch.in.Close()
+		for range ch.lines {
+		}
+		if err := <-ch.done; err != nil {
+			ch.err = fmt.Errorf("peerbench child %v: %w", ch.cmd.Env[len(ch.cmd.Env)-3:], err)
+		}
+	})
+	return ch.err
 }
 
 // unixNS parses a line's field of Unix nanoseconds.
@@ -209,6 +214,7 @@ func latencyFromProcess(ctx context.Context, out io.Writer, base string, n int, 
 	if err != nil {
 		return err
 	}
+	defer sub.stop() // on an early return, the child ends too
 	called, returned := map[string]time.Time{}, map[string]time.Time{}
 	for f := range sub.lines {
 		if len(f) != 3 {
