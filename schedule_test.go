@@ -691,8 +691,11 @@ func TestBackpressureBlock(t *testing.T) {
 	e.start()
 	require.NoError(t, <-done)
 	g.next(t)
-	// Released by its context.
-	ctx, cancel := context.WithTimeout(e.ctx, 30*time.Millisecond)
+	// Released by its context. The deadline leaves Submit time to reach
+	// the full queue and wait there (ci: with 30 ms, on a loaded machine,
+	// it ended before Submit reached the queue, so it was not the wait
+	// that ended).
+	ctx, cancel := context.WithTimeout(e.ctx, time.Second)
 	_, err := e.c.Submit(ctx, runcue.Submission{Task: "t"})
 	cancel()
 	assert.ErrorIs(t, err, runcue.ErrBackpressure)
