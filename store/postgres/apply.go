@@ -41,6 +41,9 @@ type txn struct {
 	// optimistic: the segment's plan takes every op to apply, unread
 	// (see Apply).
 	optimistic bool
+	// noCopy: units are written with INSERT only, never COPY (see
+	// flushInserts and Apply).
+	noCopy bool
 	// epoch is the stored owner epoch, read at the first owner op (-1
 	// until then) with the lease row locked: no owner change commits
 	// before this transaction does.
@@ -103,12 +106,22 @@ func (s *Store) applyOps(ctx context.Context, ops []store.Op) (store.Batch, erro
 		s.careful.Add(-1)
 		optimistic = false
 	}
-	b, err := s.apply(ctx, ops, first, optimistic)
-	if optimistic && errors.Is(err, errMispredicted) {
-		s.careful.Store(carefulAfterMiss)
-		b, err = s.apply(ctx, ops, first, false)
+	// A transaction whose COPY met a unit already stored is written again
+	// with INSERT (flushInserts). Each retry turns one of the two off: at
+	// most three attempts.
+	noCopy := false
+	for {
+		b, err := s.apply(ctx, ops, first, optimistic, noCopy)
+		switch {
+		case optimistic && errors.Is(err, errMispredicted):
+			s.careful.Store(carefulAfterMiss)
+			optimistic = false
+		case !noCopy && errors.Is(err, errCopyConflict):
+			noCopy = true
+		default:
+			return b, err
+		}
 	}
-	return b, err
 }
 
 // carefulAfterMiss is how many one-segment transactions after a
@@ -116,15 +129,15 @@ func (s *Store) applyOps(ctx context.Context, ops []store.Op) (store.Batch, erro
 const carefulAfterMiss = 16
 
 // apply runs ops in one transaction; first is segment(ops), optimistic
-// see Apply.
-func (s *Store) apply(ctx context.Context, ops []store.Op, first int, optimistic bool) (store.Batch, error) {
+// and noCopy see Apply.
+func (s *Store) apply(ctx context.Context, ops []store.Op, first int, optimistic, noCopy bool) (store.Batch, error) {
 	results := make([]store.Result, len(ops))
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return store.Batch{}, err
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
-	t := &txn{s: s, ctx: ctx, tx: tx, epoch: -1, optimistic: optimistic}
+	t := &txn{s: s, ctx: ctx, tx: tx, epoch: -1, optimistic: optimistic, noCopy: noCopy || s.opts.noCopy}
 	// The transaction's ID and its server's start, to ask whether it
 	// committed if its COMMIT's answer is lost (xactCommitted).
 	var x xact

@@ -54,9 +54,12 @@ func median(xs []float64) float64 {
 // runcueRun submits n no-op units in batches of 1,000 to a Cue with 100
 // handlers and returns its stats from the first submission to the last
 // completion.
-func runcueRun(b *testing.B, n int) runStats {
+func runcueRun(b *testing.B, n int) runStats { return runcueRunWith(b, n, postgres.Options{}) }
+
+// runcueRunWith is runcueRun on a store opened with opts.
+func runcueRunWith(b *testing.B, n int, opts postgres.Options) runStats {
 	ctx := context.Background()
-	st, err := postgres.Open(ctx, schemaURL(b), postgres.Options{})
+	st, err := postgres.Open(ctx, schemaURL(b), opts)
 	require.NoError(b, err)
 	defer st.Close()
 	c, err := runcue.New(st, runcue.Config{MaxConcurrent: 100, Logger: slog.New(slog.DiscardHandler)})
@@ -320,5 +323,39 @@ func BenchmarkExecutorsShare(b *testing.B) {
 		b.ReportMetric(medianOf(raw, func(r runStats) float64 { return r.cpu }), "raw-3x33-cpu-us/unit")
 		b.ReportMetric(medianOf(three, func(r runStats) float64 { return r.busy }), "3x33-busy")
 		b.ReportMetric(float64(runtime.NumCPU())*1e6/(0.8*m), "0.8-share-budget-cpu-us/unit")
+	}
+}
+
+// BenchmarkInsertCopy compares the units' rows written by COPY (an insert
+// of 16 units or more: SubmitBatch's 1,000 here) with the INSERT that
+// wrote them before, on BenchmarkRatio's one-process no-op workload
+// (runcueRun), interleaved, each run on a fresh schema, the first of each
+// pair alternating; it reports the medians, their ratio, and on Linux
+// the machine's CPU a unit of each:
+//
+//	RUNCUE_PG_FSYNC=on scripts/with-postgres bash -c 'cd store/postgres && go test -run ^$ -bench InsertCopy -benchtime 7x'
+func BenchmarkInsertCopy(b *testing.B) {
+	const units = 20_000
+	var copied, inserted []runStats
+	first := true
+	for b.Loop() {
+		c := func() { copied = append(copied, runcueRun(b, units)) }
+		i := func() { inserted = append(inserted, runcueRunWith(b, units, postgres.WithoutCopy(postgres.Options{}))) }
+		if first {
+			c()
+			i()
+		} else {
+			i()
+			c()
+		}
+		first = !first
+	}
+	rate := func(s []runStats) float64 { return medianOf(s, func(r runStats) float64 { return r.rate }) }
+	b.ReportMetric(rate(copied), "copy-units/s")
+	b.ReportMetric(rate(inserted), "insert-units/s")
+	b.ReportMetric(rate(copied)/rate(inserted), "copy/insert")
+	if cpu := medianOf(copied, func(r runStats) float64 { return r.cpu }); cpu > 0 {
+		b.ReportMetric(cpu, "copy-cpu-us/unit")
+		b.ReportMetric(medianOf(inserted, func(r runStats) float64 { return r.cpu }), "insert-cpu-us/unit")
 	}
 }

@@ -13,6 +13,12 @@ func WithTracer(o Options, tr pgx.QueryTracer) Options {
 	return o
 }
 
+// WithoutCopy returns o with units written by INSERT only, never COPY.
+func WithoutCopy(o Options) Options {
+	o.noCopy = true
+	return o
+}
+
 // XactCommitted is xactCommitted: whether transaction id, begun on the
 // server started at server, committed; last is the last event it appended
 // (0 for none).

@@ -70,6 +70,9 @@ type Options struct {
 
 	// tracer, set by tests (export_test.go), traces the statements.
 	tracer pgx.QueryTracer
+	// noCopy, set by benchmarks (export_test.go), writes units with
+	// INSERT only (see flushInserts).
+	noCopy bool
 }
 
 // Store is a store.Store on a PostgreSQL database.

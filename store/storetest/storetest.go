@@ -32,6 +32,8 @@ func Run(t *testing.T, open Opener) {
 		{"InsertGet", testInsertGet},
 		{"InsertDuplicateID", testInsertDuplicateID},
 		{"InsertAllOrNone", testInsertAllOrNone},
+		{"InsertManyGet", testInsertManyGet},
+		{"InsertManyDuplicateID", testInsertManyDuplicateID},
 		{"Idempotency", testIdempotency},
 		{"Dependencies", testDependencies},
 		{"UnitStates", testUnitStates},
