@@ -333,7 +333,7 @@ func BenchmarkExecutorsShare(b *testing.B) {
 // pair alternating; it reports the medians, their ratio, and on Linux
 // the machine's CPU a unit of each:
 //
-//	RUNCUE_PG_FSYNC=on scripts/with-postgres bash -c 'cd store/postgres && go test -run ^$ -bench InsertCopy -benchtime 7x'
+//	RUNCUE_PG_FSYNC=on scripts/with-postgres bash -c 'cd store/postgres && go test -run ^$ -bench InsertCopy -benchtime 11x'
 func BenchmarkInsertCopy(b *testing.B) {
 	const units = 20_000
 	var copied, inserted []runStats
