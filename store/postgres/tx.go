@@ -113,8 +113,8 @@ func (b *insertBuf) reset() {
 // *OpError wrapping ErrDuplicateID (the op is rolled back).
 //
 // copyMin rows or more are written with COPY (copyUnits) unless t.noCopy:
-// a row then costs the writer about two thirds of its INSERT's time
-// (docs/performance.md). COPY has no ON CONFLICT: a unit already stored
+// a row then costs the writer less than by INSERT (BenchmarkInsertCopy,
+// docs/performance.md). COPY has no ON CONFLICT: a unit already stored
 // fails the transaction with errCopyConflict, and Apply writes it again
 // with the INSERT, which finds the unit.
 func (t *txn) flushInserts() error {
@@ -181,9 +181,11 @@ func (t *txn) insertUnits() ([]string, error) {
 	return pgx.CollectRows(rows, pgx.RowTo[string])
 }
 
-// copyMin is the fewest buffered rows flushInserts writes with COPY: at
-// 16 rows a unit's write, commit included, was 0.9 of its INSERT's on
-// this project's machine, at 64 0.8, at 256 and more about 0.6.
+// copyMin is the fewest buffered rows flushInserts writes with COPY. A
+// unit's write by COPY, commit included, against by INSERT, as measured
+// on this project's 2-core machine when it was chosen: 16 rows 37-39
+// against 41-42 µs, 64 rows 13-15 against 18.5-18.9, 1,000 rows 5.9
+// against 9.1. Fewer rows were not measured ahead.
 const copyMin = 16
 
 // insertColumns are the columns a unit's row is written with, as
